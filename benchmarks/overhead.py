@@ -1,0 +1,121 @@
+"""Framework overhead: a Flower-simulated round versus the same work in one plain process.
+
+Runs one experiment twice with identical config and seed:
+
+1. as a Flower simulation (``flwr.simulation.run_simulation``: Ray backend, message
+   serialisation, one ClientApp per sampled node), reading per-round times from metrics.jsonl;
+2. in one Python process, calling the same strategy object (``configure_train`` /
+   ``aggregate_train``) and the same ClientApp handler (``client_app(message, context)``)
+   sequentially, with no Ray and no SuperLink.
+
+Both compute the same thing (same sampling, seeds, training), so their accuracies must agree;
+the script checks that and prints the ratio of median round times (round 1, which includes data
+loading in fresh Ray workers, is reported separately).
+
+    .venv/bin/python benchmarks/overhead.py [CONFIG] [dotted.key=value ...]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+from flwr.simulation import run_simulation
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from fedgo_flwr.client_app import app as client_app  # noqa: E402
+from fedgo_flwr.config import ExperimentConfig, load_config  # noqa: E402
+from fedgo_flwr.recorder import RunRecorder  # noqa: E402
+from fedgo_flwr.server_app import server_app_for  # noqa: E402
+from fedgo_flwr.task import load_bundle, new_model  # noqa: E402
+from fedgo_flwr.training import get_device  # noqa: E402
+from strategies import STRATEGIES  # noqa: E402
+
+
+def run_flower(cfg: ExperimentConfig) -> list[dict]:
+    run_simulation(
+        server_app=server_app_for(cfg),
+        client_app=client_app,
+        num_supernodes=cfg.data.num_clients,
+        backend_config={
+            "client_resources": {
+                "num_cpus": cfg.resources.client_cpus,
+                "num_gpus": cfg.resources.client_gpus,
+            }
+        },
+    )
+    lines = (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def run_plain(cfg: ExperimentConfig) -> list[dict]:
+    """The same rounds without Flower's runtime: one process, clients one after another."""
+    bundle = load_bundle(cfg.data)
+    model = new_model(cfg, bundle)
+    node_ids = {pid: pid + 1 for pid in range(cfg.data.num_clients)}
+    strategy = STRATEGIES[cfg.strategy.name](cfg, node_ids, model)
+    recorder = RunRecorder.create(cfg)
+    recorder.attach(strategy, model, bundle.test, get_device(cfg.device))
+    contexts = {
+        node: Context(
+            run_id=1,
+            node_id=node,
+            node_config={"partition-id": pid, "num-partitions": cfg.data.num_clients},
+            state=RecordDict(),
+            run_config={},
+        )
+        for pid, node in node_ids.items()
+    }
+    arrays = ArrayRecord(model.state_dict())
+    recorder.evaluate(0, arrays)
+    config = ConfigRecord({})
+    for rnd in range(1, cfg.rounds + 1):
+        messages = list(strategy.configure_train(rnd, arrays, config, grid=None))
+        replies = []
+        for msg in messages:
+            reply = client_app(msg, contexts[msg.metadata.dst_node_id])
+            replies.append(reply)
+        new_arrays, _ = strategy.aggregate_train(rnd, replies)
+        arrays = new_arrays if new_arrays is not None else arrays
+        recorder.evaluate(rnd, arrays)
+    recorder.finish(None)
+    return recorder.rows
+
+
+def main(argv: list[str]) -> None:
+    config = argv[0] if argv and "=" not in argv[0] else str(ROOT / "conf/default.yaml")
+    overrides = [a for a in argv if "=" in a]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode, fn in (("flower", run_flower), ("plain", run_plain)):
+            cfg = load_config(config, [*overrides, f"output_dir={tmp}/{mode}"])
+            t0 = time.perf_counter()
+            rows = fn(cfg)
+            results[mode] = {"rows": rows, "total": time.perf_counter() - t0}
+    report = {}
+    for mode, res in results.items():
+        times = [r["round_time"] for r in res["rows"] if r["round"] > 0]
+        report[mode] = {
+            "total_s": round(res["total"], 2),
+            "round1_s": round(times[0], 3),
+            "median_round_s": round(statistics.median(times[1:] or times), 3),
+            "final_accuracy": res["rows"][-1]["test_accuracy"],
+        }
+    report["ratio_median_round"] = round(
+        report["flower"]["median_round_s"] / report["plain"]["median_round_s"], 2
+    )
+    report["ratio_total"] = round(report["flower"]["total_s"] / report["plain"]["total_s"], 2)
+    accs = [[r["test_accuracy"] for r in results[m]["rows"]] for m in ("flower", "plain")]
+    report["same_accuracies"] = accs[0] == accs[1]
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

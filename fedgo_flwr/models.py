@@ -1,0 +1,431 @@
+"""Model zoo for fedgo-flwr (plain PyTorch).
+
+All models are built through :func:`build_model` from a name in :data:`MODEL_NAMES`, an input
+shape without the batch dimension and a number of classes. Every model's ``forward(x)`` takes a
+batch ``x`` of shape ``(N, *input_shape)`` and returns logits of shape ``(N, num_classes)``.
+
+Input shapes are ``(C, H, W)`` for images (e.g. ``(1, 8, 8)`` for scikit-learn digits,
+``(3, 32, 32)`` for CIFAR-10/100) or ``(D,)`` for feature vectors (e.g. ``(2,)`` for a 2-D
+synthetic task).
+
+Models:
+
+* ``"cnn"``: small CPU-friendly CNN (the project default), :class:`SmallCNN`. On a vector
+  input ``(D,)`` it falls back to the ``"mlp"`` model.
+* ``"mlp"``: 3-layer MLP on the flattened input, :class:`MLP`. Works on any input shape.
+* ``"resnet18"``: CIFAR ResNet-18, :func:`resnet18`.
+* ``"vgg11_bn"``: CIFAR VGG-11 with BatchNorm, :class:`VGG`.
+* ``"resnet50"``: CIFAR ResNet-50, :func:`resnet50`.
+
+The ResNet and VGG architectures follow kuangliu/pytorch-cifar
+(https://github.com/kuangliu/pytorch-cifar), the CIFAR variants used by FedGO (Jang et al.,
+"FedGO: Federated Ensemble Distillation with GAN-based Optimality", ICML 2025, App. E.2 / F.4).
+They are written here rather than taken from torchvision, whose ImageNet models use a 7x7
+stride-2 stem plus max-pool that discards most of a 32x32 image. The only deviation from
+kuangliu/pytorch-cifar is that the final fixed-size average pool is replaced by an adaptive
+one (and, in VGG, max-pools that would shrink a feature map below 1x1 are skipped), so the
+same models also run on small inputs such as 8x8 digits; on 32x32 inputs the computation is
+identical.
+
+Initialisation uses PyTorch's default layer initialisers only, so a model is fully determined
+by the global torch RNG state: calling ``torch.manual_seed(s)`` before :func:`build_model`
+gives identical initial parameters for identical ``s``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+__all__ = [
+    "MODEL_NAMES",
+    "MLP",
+    "VGG",
+    "VGG11_CFG",
+    "BasicBlock",
+    "Bottleneck",
+    "ResNet",
+    "SmallCNN",
+    "build_model",
+    "count_parameters",
+    "resnet18",
+    "resnet50",
+]
+
+MODEL_NAMES: tuple[str, ...] = ("cnn", "mlp", "resnet18", "vgg11_bn", "resnet50")
+"""Names accepted by :func:`build_model`."""
+
+VGG11_CFG: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
+"""VGG-11 configuration ("A" in Simonyan & Zisserman 2015): conv widths, ``"M"`` = max-pool."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Small models
+# ---------------------------------------------------------------------------------------------
+
+
+class MLP(nn.Module):
+    """3-layer perceptron on the flattened input.
+
+    ``Flatten -> Linear(in_features, hidden) -> ReLU -> Linear(hidden, hidden) -> ReLU ->
+    Linear(hidden, num_classes)``.
+
+    Args:
+        in_features: number of input features after flattening (product of the input shape).
+        num_classes: number of output logits.
+        hidden: width of the two hidden layers (default 64).
+    """
+
+    def __init__(self, in_features: int, num_classes: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Flatten(start_dim=1),
+            nn.Linear(in_features, hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return logits ``(N, num_classes)`` for a batch ``x`` of shape ``(N, ...)``."""
+        return self.net(x)
+
+
+def _pool_kernel(h: int, w: int) -> tuple[int, int] | None:
+    """Kernel of a 2x2 max-pool that never shrinks a side below 1, or ``None`` to skip it.
+
+    A side of length 1 is left alone (kernel 1 along it); if both sides are 1 the pool is
+    skipped entirely.
+    """
+    kh, kw = (2 if h >= 2 else 1), (2 if w >= 2 else 1)
+    if kh == 1 and kw == 1:
+        return None
+    return kh, kw
+
+
+class SmallCNN(nn.Module):
+    """Small CNN sized for CPU runs (the project default ``"cnn"``).
+
+    Two blocks ``Conv(3x3, padding 1) -> ReLU -> MaxPool(2)`` with 32 and 64 channels, an
+    adaptive average pool to at most 4x4, then ``Linear(64*h*w, 128) -> ReLU ->
+    Linear(128, num_classes)``. Max-pools that would shrink a side below 1 are skipped, and the
+    adaptive pool never upsamples (its output is ``min(4, side)`` per side), so the model works
+    from 1x1 inputs upwards. On (3, 32, 32) with 10 classes it has 151,882 parameters; on
+    (1, 8, 8) (feature maps 2x2 before the head) 53,002.
+
+    Args:
+        in_channels: number of input channels ``C``.
+        height: input height ``H``.
+        width: input width ``W``.
+        num_classes: number of output logits.
+    """
+
+    def __init__(self, in_channels: int, height: int, width: int, num_classes: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        h, w, c_in = height, width, in_channels
+        for c_out in (32, 64):
+            layers += [nn.Conv2d(c_in, c_out, kernel_size=3, padding=1), nn.ReLU(inplace=True)]
+            kernel = _pool_kernel(h, w)
+            if kernel is None:
+                layers.append(nn.Identity())
+            else:
+                layers.append(nn.MaxPool2d(kernel))
+                h, w = h // kernel[0], w // kernel[1]
+            c_in = c_out
+        out_h, out_w = min(4, h), min(4, w)
+        layers.append(nn.AdaptiveAvgPool2d((out_h, out_w)))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(
+            nn.Flatten(start_dim=1),
+            nn.Linear(64 * out_h * out_w, 128),
+            nn.ReLU(inplace=True),
+            nn.Linear(128, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return logits ``(N, num_classes)`` for images ``x`` of shape ``(N, C, H, W)``."""
+        return self.classifier(self.features(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# ResNet (CIFAR variant)
+# ---------------------------------------------------------------------------------------------
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block (two 3x3 convs), He et al., "Deep Residual Learning for Image
+    Recognition", CVPR 2016; as in kuangliu/pytorch-cifar ``models/resnet.py``.
+
+    The shortcut is the identity, or a 1x1 conv + BatchNorm when the stride or width changes
+    (option B of He et al. 2016).
+    """
+
+    expansion: int = 1
+
+    def __init__(self, in_planes: int, planes: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.shortcut: nn.Module = nn.Sequential()
+        if stride != 1 or in_planes != self.expansion * planes:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_planes, self.expansion * planes, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(self.expansion * planes),
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the block."""
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + self.shortcut(x))
+
+
+class Bottleneck(nn.Module):
+    """ResNet bottleneck block (1x1 -> 3x3 -> 1x1 convs, expansion 4), He et al. 2016; as in
+    kuangliu/pytorch-cifar ``models/resnet.py`` (stride on the 3x3 conv)."""
+
+    expansion: int = 4
+
+    def __init__(self, in_planes: int, planes: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, self.expansion * planes, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(self.expansion * planes)
+        self.shortcut: nn.Module = nn.Sequential()
+        if stride != 1 or in_planes != self.expansion * planes:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_planes, self.expansion * planes, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(self.expansion * planes),
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the block."""
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = torch.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return torch.relu(out + self.shortcut(x))
+
+
+class ResNet(nn.Module):
+    """CIFAR ResNet (He et al., "Deep Residual Learning for Image Recognition", CVPR 2016),
+    following kuangliu/pytorch-cifar ``models/resnet.py`` as used by FedGO (Jang et al.,
+    ICML 2025, App. E.2 / F.4).
+
+    Stem: 3x3 stride-1 conv with 64 channels + BatchNorm + ReLU, no max-pool. Four stages of
+    ``num_blocks`` blocks with widths 64/128/256/512 (strides 1/2/2/2), global average pooling
+    (adaptive, so any input size >= 1x1 works; on 32x32 this equals kuangliu's
+    ``avg_pool2d(out, 4)``), and a linear head.
+
+    Args:
+        block: :class:`BasicBlock` or :class:`Bottleneck`.
+        num_blocks: number of blocks per stage, e.g. ``(2, 2, 2, 2)`` for ResNet-18.
+        in_channels: number of input channels.
+        num_classes: number of output logits.
+    """
+
+    def __init__(
+        self,
+        block: type[BasicBlock] | type[Bottleneck],
+        num_blocks: Sequence[int],
+        in_channels: int = 3,
+        num_classes: int = 10,
+    ) -> None:
+        super().__init__()
+        if len(num_blocks) != 4:
+            raise ValueError(f"ResNet needs 4 stages, got num_blocks={tuple(num_blocks)}")
+        self.in_planes = 64
+        self.conv1 = nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.layer1 = self._make_layer(block, 64, num_blocks[0], stride=1)
+        self.layer2 = self._make_layer(block, 128, num_blocks[1], stride=2)
+        self.layer3 = self._make_layer(block, 256, num_blocks[2], stride=2)
+        self.layer4 = self._make_layer(block, 512, num_blocks[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.linear = nn.Linear(512 * block.expansion, num_classes)
+
+    def _make_layer(
+        self, block: type[BasicBlock] | type[Bottleneck], planes: int, n: int, stride: int
+    ) -> nn.Sequential:
+        layers: list[nn.Module] = []
+        for s in [stride] + [1] * (n - 1):
+            layers.append(block(self.in_planes, planes, s))
+            self.in_planes = planes * block.expansion
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return logits ``(N, num_classes)`` for images ``x`` of shape ``(N, C, H, W)``."""
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
+        out = torch.flatten(self.avgpool(out), 1)
+        return self.linear(out)
+
+
+def resnet18(in_channels: int = 3, num_classes: int = 10) -> ResNet:
+    """CIFAR ResNet-18: :class:`BasicBlock` x [2, 2, 2, 2]. 11,173,962 parameters for
+    3 input channels and 10 classes (same as kuangliu/pytorch-cifar ``ResNet18``)."""
+    return ResNet(BasicBlock, (2, 2, 2, 2), in_channels=in_channels, num_classes=num_classes)
+
+
+def resnet50(in_channels: int = 3, num_classes: int = 10) -> ResNet:
+    """CIFAR ResNet-50: :class:`Bottleneck` x [3, 4, 6, 3] (expansion 4). 23,520,842
+    parameters for 3 input channels and 10 classes (same as kuangliu/pytorch-cifar
+    ``ResNet50``)."""
+    return ResNet(Bottleneck, (3, 4, 6, 3), in_channels=in_channels, num_classes=num_classes)
+
+
+# ---------------------------------------------------------------------------------------------
+# VGG (CIFAR variant)
+# ---------------------------------------------------------------------------------------------
+
+
+class VGG(nn.Module):
+    """CIFAR VGG with BatchNorm (Simonyan & Zisserman, "Very Deep Convolutional Networks for
+    Large-Scale Image Recognition", ICLR 2015), following kuangliu/pytorch-cifar
+    ``models/vgg.py`` as used by FedGO (Jang et al., ICML 2025, App. E.2 / F.4).
+
+    Features: for each ``cfg`` entry, ``Conv(3x3, padding 1) -> BatchNorm -> ReLU`` or a 2x2
+    max-pool (``"M"``). Then a global average pool and a **single** ``Linear(512,
+    num_classes)`` classifier, as in kuangliu/pytorch-cifar (not the 3-layer 4096-wide
+    ImageNet head). With the VGG-11 cfg it has 9,231,114 parameters for 3 input channels and
+    10 classes.
+
+    Small inputs: a max-pool that would shrink a side below 1 is replaced by a pool along the
+    other side only, or by ``nn.Identity`` if both sides are already 1 (so parameter names are
+    the same for every input size), and the final pool is adaptive (1x1). For 8x8 inputs the
+    last two max-pools are skipped; for 32x32 inputs nothing changes (kuangliu's
+    ``AvgPool2d(1, 1)`` is a no-op on the 1x1 map).
+
+    Args:
+        cfg: layer configuration, e.g. :data:`VGG11_CFG`.
+        in_channels: number of input channels.
+        height: input height (used to decide which max-pools to keep).
+        width: input width.
+        num_classes: number of output logits.
+    """
+
+    def __init__(
+        self,
+        cfg: Sequence[int | str],
+        in_channels: int = 3,
+        height: int = 32,
+        width: int = 32,
+        num_classes: int = 10,
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in, h, w = in_channels, height, width
+        for v in cfg:
+            if v == "M":
+                kernel = _pool_kernel(h, w)
+                if kernel is None:
+                    layers.append(nn.Identity())
+                else:
+                    layers.append(nn.MaxPool2d(kernel))
+                    h, w = h // kernel[0], w // kernel[1]
+            elif isinstance(v, int):
+                layers += [
+                    nn.Conv2d(c_in, v, kernel_size=3, padding=1),
+                    nn.BatchNorm2d(v),
+                    nn.ReLU(inplace=True),
+                ]
+                c_in = v
+            else:
+                raise ValueError(f"invalid VGG cfg entry {v!r}: expected an int or 'M'")
+        layers.append(nn.AdaptiveAvgPool2d(1))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(c_in, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return logits ``(N, num_classes)`` for images ``x`` of shape ``(N, C, H, W)``."""
+        out = torch.flatten(self.features(x), 1)
+        return self.classifier(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Factory
+# ---------------------------------------------------------------------------------------------
+
+
+def _normalise_shape(input_shape: Sequence[int]) -> tuple[int, ...]:
+    """Validate ``input_shape`` (non-empty, positive ints) and return it as a tuple."""
+    try:
+        shape = tuple(int(d) for d in input_shape)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"input_shape must be a sequence of ints, got {input_shape!r}") from exc
+    if not shape or any(d < 1 for d in shape):
+        raise ValueError(f"input_shape must be non-empty with positive sizes, got {input_shape!r}")
+    return shape
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """Build a freshly initialised model by name.
+
+    Args:
+        name: one of :data:`MODEL_NAMES` (exact, lower case).
+        input_shape: per-sample input shape without the batch dimension: ``(C, H, W)`` for
+            images or ``(D,)`` for feature vectors.
+        num_classes: number of output logits (>= 1).
+
+    Returns:
+        A module whose ``forward(x)`` maps ``(N, *input_shape)`` to logits
+        ``(N, num_classes)``. Parameters are drawn from the global torch RNG, so call
+        ``torch.manual_seed`` first for reproducible initialisation.
+
+    Notes:
+        ``"mlp"`` accepts any input shape (it flattens). ``"cnn"`` on a vector input ``(D,)``
+        falls back to the ``"mlp"`` model (an :class:`MLP` is returned). ``"resnet18"``,
+        ``"vgg11_bn"`` and ``"resnet50"`` need a ``(C, H, W)`` input; any ``C`` and any
+        ``H, W >= 1`` work.
+
+    Raises:
+        ValueError: unknown ``name`` (the message lists :data:`MODEL_NAMES`), a malformed
+            ``input_shape`` or ``num_classes``, or an input shape the model cannot take
+            (e.g. ``"resnet18"`` on ``(2,)``; the message names the model and the shape).
+    """
+    if name not in MODEL_NAMES:
+        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODEL_NAMES)}")
+    shape = _normalise_shape(input_shape)
+    if not isinstance(num_classes, numbers.Integral) or isinstance(num_classes, bool):
+        raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+    num_classes = int(num_classes)
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+
+    if name == "mlp" or (name == "cnn" and len(shape) == 1):
+        in_features = 1
+        for d in shape:
+            in_features *= d
+        return MLP(in_features, num_classes)
+
+    if len(shape) != 3:
+        hint = (
+            "; use 'mlp' (or 'cnn', which falls back to it) for vectors" if len(shape) == 1 else ""
+        )
+        raise ValueError(f"model {name!r} needs an image input_shape (C, H, W), got {shape}{hint}")
+    c, h, w = shape
+    if name == "cnn":
+        return SmallCNN(c, h, w, num_classes)
+    if name == "resnet18":
+        return resnet18(in_channels=c, num_classes=num_classes)
+    if name == "vgg11_bn":
+        return VGG(VGG11_CFG, in_channels=c, height=h, width=w, num_classes=num_classes)
+    if name == "resnet50":
+        return resnet50(in_channels=c, num_classes=num_classes)
+    raise AssertionError(f"unhandled model name {name!r}")  # pragma: no cover
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
+    """Number of parameter elements in ``model`` (all of them, or only those with
+    ``requires_grad`` if ``trainable_only``). BatchNorm running statistics are buffers, not
+    parameters, and are not counted."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,127 @@
+"""The Flower ServerApp: load the experiment, discover clients, run the strategy, record results.
+
+The run config (``pyproject.toml`` ``[tool.flwr.app.config]`` or ``flwr run --run-config``) has
+two keys: ``config``, the YAML experiment file, and ``overrides``, ``"dotted.key=value ..."``.
+"""
+
+from __future__ import annotations
+
+import time
+from logging import INFO
+from pathlib import Path
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore import log
+
+from fedgo_flwr.config import ExperimentConfig, load_config
+from fedgo_flwr.recorder import RunRecorder
+from fedgo_flwr.task import load_bundle, make_partition, new_model
+from fedgo_flwr.training import get_device
+from strategies import STRATEGIES
+
+app = ServerApp()
+
+APP_DIR = Path(__file__).resolve().parent.parent
+
+
+def config_from_context(context: Context) -> ExperimentConfig:
+    """The validated experiment named by the run config."""
+    path = str(context.run_config.get("config", "") or "") or None
+    overrides = str(context.run_config.get("overrides", "") or "")
+    return load_config(path, overrides, search_dirs=[APP_DIR])
+
+
+def discover_nodes(grid: Grid, num_clients: int, timeout: float = 600.0) -> dict[int, int]:
+    """Map partition ids 0..K-1 to node ids by asking every connected node for its id.
+
+    Waits up to ``timeout`` seconds for K nodes (SuperNodes of a deployment may start late).
+    """
+    deadline = time.monotonic() + timeout
+    mapping: dict[int, int] = {}
+    asked: set[int] = set()
+    while True:
+        new = [n for n in grid.get_node_ids() if n not in asked]
+        if new:
+            messages = [
+                Message(
+                    content=RecordDict({"config": ConfigRecord({})}),
+                    message_type=MessageType.QUERY,
+                    dst_node_id=node,
+                )
+                for node in new
+            ]
+            for reply in grid.send_and_receive(messages, timeout=timeout):
+                node = reply.metadata.src_node_id
+                if reply.has_error():
+                    raise RuntimeError(
+                        f"node {node} failed to report its partition id: {reply.error.reason}"
+                    )
+                asked.add(node)
+                pid = int(reply.content["metrics"]["partition-id"])
+                if pid in mapping:
+                    raise RuntimeError(
+                        f"nodes {mapping[pid]} and {node} both claim partition-id {pid}"
+                    )
+                if pid >= num_clients:
+                    log(INFO, "Node %d has partition-id %d >= data.num_clients; unused", node, pid)
+                    continue
+                mapping[pid] = node
+        if len(mapping) >= num_clients:
+            return mapping
+        if time.monotonic() > deadline:
+            missing = sorted(set(range(num_clients)) - set(mapping))
+            raise RuntimeError(
+                f"only {len(mapping)} of data.num_clients = {num_clients} clients connected "
+                f"within {timeout:.0f}s; missing partition ids {missing[:10]}. In simulation, "
+                "num-supernodes must equal data.num_clients (./run.sh sets it)."
+            )
+        time.sleep(1.0)
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run the experiment named by the run config."""
+    run_experiment(grid, config_from_context(context))
+
+
+def server_app_for(cfg: ExperimentConfig) -> ServerApp:
+    """A ServerApp bound to ``cfg`` (for ``flwr.simulation.run_simulation`` and tests)."""
+    bound = ServerApp()
+
+    @bound.main()
+    def _main(grid: Grid, context: Context) -> None:
+        run_experiment(grid, cfg)
+
+    return bound
+
+
+def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
+    """Run one experiment end to end; return its summary (also in summary.json)."""
+    recorder = RunRecorder.create(cfg)
+    log(
+        INFO,
+        "fedgo-flwr: experiment '%s', strategy %s, output %s",
+        cfg.name,
+        cfg.strategy.name,
+        recorder.out_dir,
+    )
+
+    bundle = load_bundle(cfg.data)
+    partition = make_partition(cfg)
+    recorder.write_partition(partition.to_json(bundle.train.y, bundle.train.num_classes))
+    device = get_device(cfg.device)
+    model = new_model(cfg, bundle)
+
+    node_ids = discover_nodes(grid, cfg.data.num_clients)
+    strategy = STRATEGIES[cfg.strategy.name](cfg, node_ids, model)
+    recorder.attach(strategy, model, bundle.test, device)
+
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord(model.state_dict()),
+        num_rounds=cfg.rounds,
+        train_config=ConfigRecord({}),
+        evaluate_fn=recorder.evaluate,
+    )
+    return recorder.finish(result.arrays if len(result.arrays) else None)

@@ -1,0 +1,96 @@
+"""Glue shared by the ServerApp and the ClientApp: data, partition, model and client sampling.
+
+Server and clients derive the same partition independently from the experiment config (same
+dataset, seed, alpha), so no data or index list is ever sent over the network. Loaded datasets
+and partitions are cached per process: a simulated ClientApp worker loads them once per run.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedgo_flwr.config import DataConfig, ExperimentConfig
+from fedgo_flwr.data import ArrayDataset, DataBundle, load_dataset
+from fedgo_flwr.models import build_model
+from fedgo_flwr.partition import Partition, dirichlet_partition
+from fedgo_flwr.training import derive_seed
+
+
+@functools.lru_cache(maxsize=4)
+def _load_bundle(dataset: str, path: str | None, download: bool) -> DataBundle:
+    return load_dataset(dataset, path=path, download=download)
+
+
+def load_bundle(data: DataConfig, path_override: str | None = None) -> DataBundle:
+    """The dataset of ``data`` (cached per process). ``path_override``: a node's own data path."""
+    return _load_bundle(data.dataset, path_override or data.path, data.download)
+
+
+@functools.lru_cache(maxsize=8)
+def _partition(
+    dataset: str,
+    path: str | None,
+    download: bool,
+    num_clients: int,
+    alpha: float,
+    server_fraction: float,
+    min_size: int,
+    seed: int,
+) -> Partition:
+    bundle = _load_bundle(dataset, path, download)
+    return dirichlet_partition(
+        bundle.train.y,
+        num_clients=num_clients,
+        alpha=alpha,
+        server_fraction=server_fraction,
+        seed=seed,
+        min_size=min_size,
+    )
+
+
+def make_partition(cfg: ExperimentConfig, path_override: str | None = None) -> Partition:
+    """The experiment's partition; it depends only on data settings and ``seed``."""
+    d = cfg.data
+    return _partition(
+        d.dataset,
+        path_override or d.path,
+        d.download,
+        d.num_clients,
+        d.alpha,
+        d.server_fraction,
+        d.min_client_size,
+        cfg.seed,
+    )
+
+
+def client_dataset(
+    cfg: ExperimentConfig, partition_id: int, path_override: str | None = None
+) -> ArrayDataset:
+    """The local training set of client ``partition_id``."""
+    if not 0 <= partition_id < cfg.data.num_clients:
+        raise ValueError(
+            f"partition-id {partition_id} is outside 0..{cfg.data.num_clients - 1} "
+            f"(data.num_clients = {cfg.data.num_clients})"
+        )
+    bundle = load_bundle(cfg.data, path_override)
+    return bundle.train.subset(make_partition(cfg, path_override).clients[partition_id])
+
+
+def new_model(cfg: ExperimentConfig, bundle: DataBundle) -> nn.Module:
+    """The experiment's model, initialised deterministically from ``cfg.seed``."""
+    torch.manual_seed(derive_seed(cfg.seed, "model-init"))
+    return build_model(cfg.model.name, bundle.train.input_shape, bundle.train.num_classes)
+
+
+def sample_clients(seed: int, server_round: int, num_clients: int, per_round: int) -> list[int]:
+    """Partition ids trained in ``server_round``: a seeded draw without replacement.
+
+    It depends only on ``(seed, round, K, m)``, so every strategy sees the same clients in the
+    same round (Flower's own ``sample_nodes`` uses the unseeded ``random`` module).
+    """
+    rng = np.random.default_rng(derive_seed(seed, "sampling", server_round))
+    return sorted(rng.choice(num_clients, size=min(per_round, num_clients), replace=False).tolist())

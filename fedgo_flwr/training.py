@@ -1,0 +1,143 @@
+"""Training and evaluation loops shared by every algorithm (plain PyTorch, no Flower).
+
+Client algorithms customise local training through two hooks of :func:`train_local`:
+``regularizer(model) -> Tensor`` adds a term to the loss (FedProx), and ``grad_correction(model)``
+edits gradients after ``backward`` (SCAFFOLD). Everything random is drawn from one
+``torch.Generator`` derived from ``(seed, round, client)`` by :func:`derive_seed`, so a run is
+reproducible on CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedgo_flwr.config import TrainConfig
+from fedgo_flwr.data import ArrayDataset, batches
+
+
+def get_device(preference: str = "auto") -> torch.device:
+    """CUDA when present (``auto``), else Apple MPS, else CPU; or exactly what is asked."""
+    if preference == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if preference.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device '{preference}' requested but CUDA is not available")
+    return torch.device(preference)
+
+
+def derive_seed(*keys: int | str) -> int:
+    """A stable 63-bit seed from any tuple of keys, e.g. ``(seed, "train", round, client)``."""
+    digest = hashlib.sha256(repr(tuple(keys)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def make_generator(*keys: int | str) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded by :func:`derive_seed` of ``keys``."""
+    gen = torch.Generator()
+    gen.manual_seed(derive_seed(*keys))
+    return gen
+
+
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(
+            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    raise ValueError(f"unknown optimizer '{cfg.optimizer}'")
+
+
+@dataclass
+class TrainStats:
+    """What one local training run did."""
+
+    loss: float
+    steps: int
+    num_examples: int
+    seconds: float
+
+
+def train_local(
+    model: nn.Module,
+    data: ArrayDataset,
+    cfg: TrainConfig,
+    *,
+    generator: torch.Generator,
+    device: torch.device,
+    augment: bool = True,
+    regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
+    grad_correction: Callable[[nn.Module], None] | None = None,
+) -> TrainStats:
+    """``cfg.local_epochs`` epochs of minibatch training with cross-entropy (FedAvg Alg. 1)."""
+    start = time.perf_counter()
+    model.to(device).train()
+    optimizer = make_optimizer(model.parameters(), cfg)
+    total, count, steps = 0.0, 0, 0
+    # Drop a trailing batch of one sample: BatchNorm cannot train on it.
+    drop_last = len(data) % cfg.batch_size == 1 and len(data) > 1
+    for _ in range(cfg.local_epochs):
+        for x, y in batches(
+            data,
+            cfg.batch_size,
+            shuffle=True,
+            generator=generator,
+            augment=augment,
+            drop_last=drop_last,
+            device=device,
+        ):
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            objective = loss + regularizer(model) if regularizer is not None else loss
+            objective.backward()
+            if grad_correction is not None:
+                grad_correction(model)
+            optimizer.step()
+            total += loss.item() * len(y)
+            count += len(y)
+            steps += 1
+    return TrainStats(
+        loss=total / max(count, 1),
+        steps=steps,
+        num_examples=len(data),
+        seconds=time.perf_counter() - start,
+    )
+
+
+@torch.no_grad()
+def predict_logits(
+    model: nn.Module, data: ArrayDataset, batch_size: int, device: torch.device
+) -> torch.Tensor:
+    """Logits of ``model`` on every sample of ``data`` in order, on the CPU."""
+    model.to(device).eval()
+    outs = [
+        model(x).float().cpu() for x, _ in batches(data, batch_size, shuffle=False, device=device)
+    ]
+    return torch.cat(outs) if outs else torch.empty(0)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, data: ArrayDataset, batch_size: int, device: torch.device
+) -> tuple[float, float]:
+    """Mean cross-entropy and top-1 accuracy of ``model`` on ``data``."""
+    logits = predict_logits(model, data, batch_size, device)
+    labels = torch.as_tensor(data.y, dtype=torch.long)
+    loss = F.cross_entropy(logits, labels).item()
+    acc = (logits.argmax(1) == labels).float().mean().item()
+    return loss, acc
+
+
+def state_dict_cpu(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached CPU copy of ``model.state_dict()``."""
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# fedgo-flwr entry point. Sets up .venv on first use, then:
+#   ./run.sh [CONFIG.yaml] [dotted.key=value ...]   run an experiment as a Flower simulation
+#   ./run.sh --tests [pytest args]                  run the test suite
+#   ./run.sh --setup                                only create/update .venv
+# The simulation runs on a SuperLink this script starts on a free local port and stops again
+# (by its process id) when the run ends; its dependencies come from .venv, never from a
+# per-run `uv sync`.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+VENV="${FEDGO_VENV:-$ROOT/.venv}"
+PY="$VENV/bin/python"
+
+setup() {
+  local stamp="$VENV/.fedgo-stamp" want
+  want="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)"
+  if [[ -x "$PY" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    return 0
+  fi
+  echo "fedgo-flwr: setting up $VENV (first run: a few minutes) ..." >&2
+  "${PYTHON:-python3}" -m venv "$VENV"
+  "$PY" -m pip install --quiet --upgrade pip
+  # torch first, pinned (see pyproject.toml): pip must not resolve another build later.
+  "$PY" -m pip install --quiet "torch==2.14.1" "torchvision==0.29.1"
+  "$PY" -m pip install --quiet -e ".[dev]"
+  echo "$want" > "$stamp"
+}
+
+free_port() {
+  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+run_experiment() {
+  local config="${1:-conf/default.yaml}"
+  [[ $# -gt 0 ]] && shift
+  export FLWR_HOME="$ROOT/.flwr"
+  export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
+  export PATH="$VENV/bin:$PATH"
+  local run_toml="$FLWR_HOME/run-config.toml" federation
+  # Validate the whole config first: a bad key stops here, before anything starts.
+  federation="$("$PY" -m fedgo_flwr.cli prepare "$config" "$@" --run-toml "$run_toml")"
+
+  local port log pid status=0
+  port="$(free_port)"
+  log="$FLWR_HOME/superlink.log"
+  mkdir -p "$FLWR_HOME"
+  cat > "$FLWR_HOME/config.toml" <<EOF
+[superlink]
+default = "fedgo"
+
+[superlink.fedgo]
+address = "127.0.0.1:$port"
+insecure = true
+EOF
+  setsid flower-superlink --simulation --insecure --disable-runtime-dependency-installation \
+    --host 127.0.0.1 --port "$port" > "$log" 2>&1 &
+  pid=$!
+  # Stop the SuperLink (and the ServerApp/simulation processes it started) on any exit.
+  trap 'kill -TERM -- -'"$pid"' 2>/dev/null || true; wait '"$pid"' 2>/dev/null || true' EXIT
+  for _ in $(seq 1 120); do
+    if "$PY" -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$port)))"; then
+      break
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "fedgo-flwr: the SuperLink failed to start; see $log" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+  flwr run . fedgo --run-config "$run_toml" --federation-config "$federation" --stream || status=$?
+  exit "$status"
+}
+
+case "${1:-}" in
+  --setup)
+    setup
+    ;;
+  --tests)
+    shift
+    setup
+    export PATH="$VENV/bin:$PATH"
+    exec "$PY" -m pytest "$@"
+    ;;
+  -h|--help)
+    sed -n '2,9p' "$0"
+    ;;
+  *)
+    setup
+    run_experiment "$@"
+    ;;
+esac

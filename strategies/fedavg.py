@@ -1,0 +1,218 @@
+"""FedAvg on Flower's Message API, and the base class of every fedgo-flwr strategy.
+
+McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data",
+AISTATS 2017, Alg. 1: each round a fraction C of the K clients trains locally from the global
+model; the server replaces the model by the n_k-weighted average of the returned models.
+
+Differences from ``flwr.serverapp.strategy.FedAvg``, which this class extends:
+
+- Client sampling is seeded (:func:`fedgo_flwr.task.sample_clients`) and done over partition
+  ids, so every strategy trains the same clients in the same round and a run is repeatable.
+- Every reply is checked on its own (error replies, missing or wrongly shaped or non-finite
+  arrays, a bad ``num-examples``); a bad reply is logged with its node and partition id and
+  dropped, and the round goes on with the rest if at least ``min_clients`` replied.
+- The training message carries the experiment config and the name of the client algorithm.
+- Evaluation is centralised (server side, every round); no federated evaluation round.
+
+Subclasses override only what differs: :meth:`train_record` (what is sent),
+:meth:`aggregate` (how accepted replies become the next model) and
+:meth:`check_reply` (extra reply checks).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
+from flwr.supercore import log
+from torch import nn
+
+from fedgo_flwr.aggregation import check_arrays, weighted_average
+from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.task import sample_clients
+
+
+@dataclass
+class FedAvgParams:
+    """FedAvg has no parameters of its own."""
+
+
+@dataclass
+class Reply:
+    """An accepted client reply, unpacked."""
+
+    node_id: int
+    partition_id: int
+    num_examples: int
+    arrays: dict[str, np.ndarray]
+    metrics: dict[str, Any]
+    content: RecordDict
+
+
+def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
+    return {k: v.numpy() for k, v in record.items()}
+
+
+def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+class FedAvg(FlowerFedAvg):
+    """Federated Averaging with seeded sampling and per-reply validation."""
+
+    name = "fedavg"
+    client_algorithm = "fedavg"
+    Params: type = FedAvgParams
+
+    def __init__(self, cfg: ExperimentConfig, node_ids: Mapping[int, int], model: nn.Module):
+        super().__init__(
+            fraction_train=cfg.fraction,
+            fraction_evaluate=0.0,
+            min_train_nodes=cfg.clients_per_round,
+            min_evaluate_nodes=0,
+            min_available_nodes=cfg.data.num_clients,
+        )
+        self.cfg = cfg
+        self.params = self.Params(**cfg.strategy.params)
+        self.node_ids = dict(node_ids)  # partition id -> node id
+        self.partition_of = {node: pid for pid, node in self.node_ids.items()}
+        self.param_names = [name for name, _ in model.named_parameters()]
+        self.global_arrays: dict[str, np.ndarray] = {}
+        self.last_round: dict[str, float | int] = {}  # read by the run recorder
+
+    def summary(self) -> None:
+        log(INFO, "\t├──> %s, params %s", type(self).__name__, self.cfg.strategy.params)
+        log(
+            INFO,
+            "\t└──> Seeded sampling: %d of %d clients per round (seed %d)",
+            self.cfg.clients_per_round,
+            self.cfg.data.num_clients,
+            self.cfg.seed,
+        )
+
+    # -- sending ---------------------------------------------------------------------------
+    def train_record(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
+    ) -> RecordDict:
+        """The content sent to every sampled client (subclasses add their own records)."""
+        return RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        self.round_start = time.perf_counter()
+        self.global_arrays = to_numpy(arrays)
+        pids = sample_clients(
+            self.cfg.seed, server_round, self.cfg.data.num_clients, self.cfg.clients_per_round
+        )
+        log(INFO, "configure_train: clients %s", pids)
+        config["server-round"] = server_round
+        config["client-algorithm"] = self.client_algorithm
+        config["experiment"] = json.dumps(self.cfg.to_dict(), sort_keys=True)
+        record = self.train_record(server_round, arrays, config)
+        self.sampled = pids
+        return self._construct_messages(record, [self.node_ids[p] for p in pids], MessageType.TRAIN)
+
+    # -- receiving -------------------------------------------------------------------------
+    def check_reply(self, content: RecordDict) -> str | None:
+        """Extra checks of a subclass; return why the reply is unusable, or ``None``."""
+        return None
+
+    def accept_replies(self, replies: Iterable[Message]) -> list[Reply]:
+        """Unpack the usable replies; log and drop the others."""
+        accepted: list[Reply] = []
+        self.rejected = 0
+        for msg in replies:
+            node = msg.metadata.src_node_id
+            pid = self.partition_of.get(node, -1)
+            reason = self._reply_problem(msg)
+            if reason is not None:
+                self.rejected += 1
+                log(WARNING, "Dropping reply of client %d (node %d): %s", pid, node, reason)
+                continue
+            content = msg.content
+            metrics = dict(content["metrics"])
+            accepted.append(
+                Reply(
+                    node_id=node,
+                    partition_id=pid,
+                    num_examples=int(metrics["num-examples"]),
+                    arrays=to_numpy(content[self.arrayrecord_key]),
+                    metrics=metrics,
+                    content=content,
+                )
+            )
+        accepted.sort(key=lambda r: r.partition_id)  # arrival order must not matter
+        return accepted
+
+    def _reply_problem(self, msg: Message) -> str | None:
+        if msg.has_error():
+            return f"client error: {msg.error.reason}"
+        content = msg.content
+        if self.arrayrecord_key not in content.array_records:
+            return f"no ArrayRecord '{self.arrayrecord_key}'"
+        if "metrics" not in content.metric_records:
+            return "no MetricRecord 'metrics'"
+        n = content["metrics"].get("num-examples")
+        if not isinstance(n, (int, float)) or n <= 0 or not np.isfinite(n):
+            return f"bad num-examples {n!r}"
+        problem = check_arrays(to_numpy(content[self.arrayrecord_key]), self.global_arrays)
+        return problem or self.check_reply(content)
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
+        """FedAvg: the n_k-weighted average of the client models."""
+        return weighted_average([r.arrays for r in replies], [r.num_examples for r in replies])
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        accepted = self.accept_replies(replies)
+        missing = len(self.sampled) - len(replies)
+        self.last_round = {
+            "clients_sampled": len(self.sampled),
+            "clients_replied": len(accepted),
+            "clients_failed": self.rejected + max(missing, 0),
+        }
+        if len(accepted) < self.cfg.min_clients:
+            log(
+                WARNING,
+                "Round %d: %d usable replies < min_clients %d; the global model is kept",
+                server_round,
+                len(accepted),
+                self.cfg.min_clients,
+            )
+            return None, MetricRecord(self.last_round)
+        t0 = time.perf_counter()
+        arrays = self.aggregate(server_round, accepted)
+        self.last_round["aggregate_time"] = time.perf_counter() - t0
+        self.last_round.update(client_metrics(accepted))
+        return to_record(arrays), MetricRecord(self.last_round)
+
+
+def client_metrics(replies: list[Reply]) -> dict[str, float]:
+    """Example-weighted train loss; slowest and total client training time."""
+    n = np.array([r.num_examples for r in replies], dtype=np.float64)
+    loss = np.array([float(r.metrics.get("train_loss", np.nan)) for r in replies])
+    times = [float(r.metrics.get("train_time", 0.0)) for r in replies]
+    return {
+        "train_loss": float((n * loss).sum() / n.sum()),
+        "client_time_max": max(times),
+        "client_time_sum": float(sum(times)),
+    }

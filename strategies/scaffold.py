@@ -1,0 +1,86 @@
+"""SCAFFOLD: control variates that correct client drift.
+
+Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning",
+ICML 2020, Alg. 1. The server keeps a control variate ``c`` (one tensor per trainable
+parameter, zero at start) and sends it with the model; clients (``clients/scaffold.py``) keep
+their own ``c_i`` across rounds and return ``delta c_i``. The server then applies (lines 16-17)
+
+    x <- x + lr_g * mean_{i in S} (y_i - x)
+    c <- c + (1/N) * sum_{i in S} delta c_i
+
+Non-trainable buffers (BatchNorm statistics) have no control variate and are averaged as in
+FedAvg. With ``weighted: true`` the model update is n_k-weighted instead of the paper's
+uniform mean. Option II of the client update assumes plain SGD; with momentum or Adam the
+control variates are an approximation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+from clients.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
+from fedgo_flwr.aggregation import check_arrays, weighted_average
+from strategies.fedavg import FedAvg, Reply, to_numpy, to_record
+
+
+@dataclass
+class ScaffoldParams:
+    """``global_lr``: server step size lr_g; ``weighted``: n_k-weighted model update."""
+
+    global_lr: float = 1.0
+    weighted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.global_lr <= 0:
+            raise ValueError("global_lr must be > 0")
+
+
+class Scaffold(FedAvg):
+    name = "scaffold"
+    client_algorithm = "scaffold"
+    Params = ScaffoldParams
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.control: dict[str, np.ndarray] | None = None
+
+    def train_record(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
+    ) -> RecordDict:
+        if self.control is None:
+            self.control = {
+                k: np.zeros_like(self.global_arrays[k], dtype=np.float32) for k in self.param_names
+            }
+        record = super().train_record(server_round, arrays, config)
+        record[CONTROL_KEY] = to_record(self.control)
+        return record
+
+    def check_reply(self, content: RecordDict) -> str | None:
+        if CONTROL_DELTA_KEY not in content.array_records:
+            return f"no ArrayRecord '{CONTROL_DELTA_KEY}'"
+        assert self.control is not None
+        return check_arrays(to_numpy(content[CONTROL_DELTA_KEY]), self.control, CONTROL_DELTA_KEY)
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
+        assert self.control is not None
+        weights = [r.num_examples if self.params.weighted else 1.0 for r in replies]
+        averaged = weighted_average([r.arrays for r in replies], weights)
+        buffers_avg = weighted_average(
+            [r.arrays for r in replies], [r.num_examples for r in replies]
+        )
+        out: dict[str, np.ndarray] = {}
+        for key, x in self.global_arrays.items():
+            if key in self.control:
+                step = self.params.global_lr * (averaged[key].astype(np.float64) - x)
+                out[key] = (x + step).astype(x.dtype)
+            else:
+                out[key] = buffers_avg[key]
+        num_clients = self.cfg.data.num_clients
+        deltas = [to_numpy(r.content[CONTROL_DELTA_KEY]) for r in replies]
+        for key in self.control:
+            total = np.sum([d[key].astype(np.float64) for d in deltas], axis=0)
+            self.control[key] = (self.control[key] + total / num_clients).astype(np.float32)
+        return out

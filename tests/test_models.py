@@ -1,0 +1,145 @@
+"""Tests for ``fedgo_flwr.models``: shapes, gradients, seeding, validation, parameter counts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from fedgo_flwr.models import MLP, MODEL_NAMES, build_model, count_parameters
+
+BATCH = 2
+NUM_CLASSES = 10
+IMAGE_SHAPES = [(1, 8, 8), (3, 32, 32)]
+VECTOR_SHAPE = (2,)
+
+# (name, input_shape) combinations exercised by the forward/backward test. resnet50 on
+# (3, 32, 32) takes ~0.4 s for build + forward + backward at batch 2 on 2 CPU cores, so it
+# is kept; resnet50 on (1, 8, 8) runs too.
+CASES = [(name, shape) for name in MODEL_NAMES for shape in IMAGE_SHAPES] + [
+    ("mlp", VECTOR_SHAPE),
+    ("cnn", VECTOR_SHAPE),
+]
+
+
+def _ids(case: tuple[str, tuple[int, ...]]) -> str:
+    name, shape = case
+    return f"{name}-{'x'.join(map(str, shape))}"
+
+
+@pytest.fixture(autouse=True)
+def _restore_rng() -> Iterator[None]:
+    """Keep the global torch RNG unaffected by these tests."""
+    state = torch.random.get_rng_state()
+    yield
+    torch.random.set_rng_state(state)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_forward_shape_and_finite_gradients(case: tuple[str, tuple[int, ...]]) -> None:
+    name, shape = case
+    torch.manual_seed(0)
+    model = build_model(name, shape, NUM_CLASSES)
+    x = torch.randn(BATCH, *shape)
+    y = torch.randint(0, NUM_CLASSES, (BATCH,))
+
+    model.eval()
+    with torch.no_grad():
+        assert model(x).shape == (BATCH, NUM_CLASSES)
+
+    model.train()  # BatchNorm in train mode: fine with batch 2
+    logits = model(x)
+    assert logits.shape == (BATCH, NUM_CLASSES)
+    assert torch.isfinite(logits).all()
+    torch.nn.functional.cross_entropy(logits, y).backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None, f"{name}: no gradient for {pname}"
+        assert torch.isfinite(p.grad).all(), f"{name}: non-finite gradient for {pname}"
+
+
+def test_cnn_on_vector_falls_back_to_mlp() -> None:
+    torch.manual_seed(0)
+    cnn = build_model("cnn", VECTOR_SHAPE, 3)
+    torch.manual_seed(0)
+    mlp = build_model("mlp", VECTOR_SHAPE, 3)
+    assert isinstance(cnn, MLP)
+    assert count_parameters(cnn) == count_parameters(mlp)
+    for a, b in zip(cnn.state_dict().values(), mlp.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def _params(name: str, shape: tuple[int, ...], seed: int) -> list[torch.Tensor]:
+    torch.manual_seed(seed)
+    return [p.detach().clone() for p in build_model(name, shape, NUM_CLASSES).parameters()]
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_seeded_initialisation_is_deterministic(name: str) -> None:
+    shape = (1, 8, 8)  # parameter values do not depend on H, W for the big models; keep it cheap
+    first = _params(name, shape, seed=123)
+    same = _params(name, shape, seed=123)
+    other = _params(name, shape, seed=124)
+    assert len(first) == len(same) == len(other)
+    assert all(torch.equal(a, b) for a, b in zip(first, same, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))
+
+
+def test_unknown_name_raises_and_lists_names() -> None:
+    with pytest.raises(ValueError, match="no_such_net") as info:
+        build_model("no_such_net", (3, 32, 32), NUM_CLASSES)
+    for name in MODEL_NAMES:
+        assert name in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vgg11_bn", "resnet50"])
+@pytest.mark.parametrize("shape", [(2,), (8, 8), (1, 1, 8, 8)])
+def test_incompatible_shape_raises(name: str, shape: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match=name) as info:
+        build_model(name, shape, NUM_CLASSES)
+    assert str(shape) in str(info.value)
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (1, 1, 8, 8)])
+def test_cnn_rejects_non_image_non_vector_shapes(shape: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match="cnn"):
+        build_model("cnn", shape, NUM_CLASSES)
+
+
+@pytest.mark.parametrize(
+    ("shape", "num_classes"), [((), 10), ((3, 0, 32), 10), ((3, 32, 32), 0), ((2,), 2.5)]
+)
+def test_invalid_arguments_raise(shape: tuple[int, ...], num_classes: int) -> None:
+    with pytest.raises(ValueError):
+        build_model("mlp", shape, num_classes)
+
+
+def test_mlp_accepts_any_shape() -> None:
+    model = build_model("mlp", (4, 5), 3)
+    assert model(torch.randn(BATCH, 4, 5)).shape == (BATCH, 3)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 5), (2, 3, 3)])
+def test_tiny_images(shape: tuple[int, ...]) -> None:
+    for name in ("cnn", "vgg11_bn", "resnet18"):
+        model = build_model(name, shape, 4).eval()
+        with torch.no_grad():
+            assert model(torch.randn(BATCH, *shape)).shape == (BATCH, 4)
+
+
+def test_cnn_default_is_small() -> None:
+    assert count_parameters(build_model("cnn", (3, 32, 32), NUM_CLASSES)) < 300_000
+
+
+def test_resnet18_parameter_count_matches_paper_variant() -> None:
+    n = count_parameters(build_model("resnet18", (3, 32, 32), NUM_CLASSES))
+    assert abs(n - 11_173_962) <= 0.01 * 11_173_962
+
+
+def test_count_parameters_trainable_only() -> None:
+    model = build_model("mlp", (2,), 2)
+    total = count_parameters(model)
+    assert total == (2 * 64 + 64) + (64 * 64 + 64) + (64 * 2 + 2)
+    model.net[1].weight.requires_grad_(False)
+    assert count_parameters(model, trainable_only=True) == total - 2 * 64
+    assert count_parameters(model) == total
