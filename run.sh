@@ -38,9 +38,12 @@ run_experiment() {
   export FLWR_HOME="$ROOT/.flwr"
   export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
   export PATH="$VENV/bin:$PATH"
-  local run_toml="$FLWR_HOME/run-config.toml" federation
+  local run_toml="$FLWR_HOME/run-config.toml" prepared federation out_dir
   # Validate the whole config first: a bad key stops here, before anything starts.
-  federation="$("$PY" -m fedgo_flwr.cli prepare "$config" "$@" --run-toml "$run_toml")"
+  prepared="$("$PY" -m fedgo_flwr.cli prepare "$config" "$@" --run-toml "$run_toml")"
+  federation="$(sed -n 1p <<< "$prepared")"
+  out_dir="$(sed -n 2p <<< "$prepared")"
+  rm -f "$out_dir/summary.json"
 
   local port log pid status=0
   port="$(free_port)"
@@ -70,6 +73,11 @@ EOF
     sleep 0.5
   done
   flwr run . fedgo --run-config "$run_toml" --federation-config "$federation" --stream || status=$?
+  # `flwr run` exits 0 even when the ServerApp raised; the summary file is the proof of success.
+  if [[ "$status" -eq 0 && ! -f "$out_dir/summary.json" ]]; then
+    echo "fedgo-flwr: the run failed (no $out_dir/summary.json); see the log above" >&2
+    status=1
+  fi
   exit "$status"
 }
 

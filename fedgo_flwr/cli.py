@@ -3,7 +3,7 @@
 ``prepare CONFIG [k=v ...] --run-toml PATH``: validate the experiment (fail fast, exit 2 with
 one message naming key, value and file), write the Flower run config (``config`` + ``overrides``)
 to PATH, and print the Flower federation config (``num-supernodes`` = ``data.num_clients``,
-client resources) on stdout for ``flwr run --federation-config``.
+client resources) on stdout for ``flwr run --federation-config``, then the output directory.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from fedgo_flwr.config import ConfigError, load_config, resolve_config_path
+from fedgo_flwr.config import ConfigError, ExperimentConfig, load_config, resolve_config_path
 from fedgo_flwr.recorder import resolve_output_dir
 
 
@@ -21,6 +21,7 @@ def _prepare(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         config_path = resolve_config_path(args.config)
+        preflight(cfg)
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
         return 2
@@ -42,7 +43,16 @@ def _prepare(args: argparse.Namespace) -> int:
         f"client-resources-num-cpus={cfg.resources.client_cpus} "
         f"client-resources-num-gpus={float(gpus)}"
     )
+    print(resolve_output_dir(cfg.output_dir))
     return 0
+
+
+def preflight(cfg: ExperimentConfig) -> None:
+    """Checks of the machine rather than the schema: local data paths must exist."""
+    if cfg.data.dataset == "imagefolder":
+        root = Path(cfg.data.path or "").expanduser()
+        if not (root / "train").is_dir():
+            raise ConfigError("data.path", cfg.data.path, "no train/ folder there")
 
 
 def _quote(item: str) -> str:
