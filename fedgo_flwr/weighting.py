@@ -1,0 +1,580 @@
+"""Per-sample ensemble weighting for federated ensemble distillation (plain PyTorch, no Flower).
+
+Federated ensemble distillation pseudo-labels every unlabeled server sample ``x`` with a weighted
+ensemble of the participating clients' models (FedGO paper, Jang, Park & Lee, ICML 2025,
+Algorithm 1, line "ỹ(u) <- σ(Σ_{k∈A^t} w_k(u) · f(u; θ_k^t))")::
+
+    pseudo_label(x) = softmax( Σ_k w_k(x) · f_k(x) )            (AVGLOGITS with weights)
+
+The methods differ only in the weighting function ``w_k(x)``. This module implements the ones the
+FedGO paper compares (Sec. 2, paragraph "For the weighting function, ..."; Fig. 1/2; App. E.1-E.2):
+
+==============  ======================================================  ==========================
+name            w_k(x) ∝ (normalised over the K teachers of the round)  source
+==============  ======================================================  ==========================
+``uniform``     1                                                       FedDF (Lin et al., 2020)
+``data_size``   n_k                                                     ablation: FedGO, no D_k
+``variance``    Var_c[f_k(x)_c]                                         Fed-ET (Cho et al., 2022)
+``entropy``     exp(-H(σ(f_k(x))) / τ)                                  FedHKT / FedDS
+``domain``      D_k(x) = sigmoid(z_k(x))                                DaFKD (Wang et al., 2023a)
+``fedgo``       n_k · Φ_k(x),  Φ = D / (1 - D)                          FedGO Thm 3.6, Eq. (9)
+``oracle``      n_{k, y(x)}  (true label y, per-client class counts)    FedGO Thm 3.4, label skew
+==============  ======================================================  ==========================
+
+Shapes: ``K`` teachers (the round's participating clients, ``A^t``), ``N`` samples, ``C`` classes.
+All inputs travel in one :class:`WeightingInputs`; every method returns a ``(K, N)`` float32
+tensor that is non-negative and sums to one over ``K`` for every sample. Internally everything is
+computed in float64, and the discriminator-based methods work from the raw discriminator logit
+``z_k(x)`` through closed forms (never ``D / (1 - D)`` on a saturated ``D``).
+
+Use :func:`compute_weights` with a name from :data:`WEIGHTING_NAMES` (e.g. read from YAML), then
+:func:`ensemble_logits` / :func:`pseudo_labels`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "DISC_MODES",
+    "WEIGHTING_METHODS",
+    "WEIGHTING_NAMES",
+    "WeightingInputs",
+    "WeightingMethod",
+    "compute_weights",
+    "discriminator_odds",
+    "discriminator_probability",
+    "ensemble_logits",
+    "get_weighting",
+    "log_discriminator_odds",
+    "log_discriminator_probability",
+    "pseudo_labels",
+]
+
+WEIGHTING_NAMES: tuple[str, ...] = (
+    "uniform",
+    "data_size",
+    "variance",
+    "entropy",
+    "domain",
+    "fedgo",
+    "oracle",
+)
+"""Names accepted by :func:`compute_weights`, in the order of the table above."""
+
+DISC_MODES: tuple[str, ...] = ("double_sigmoid", "sigmoid")
+"""How a discriminator's raw output ``z`` becomes a probability ``D``.
+
+* ``"double_sigmoid"``: ``D = sigmoid(sigmoid(z))`` (FedGO App. E.2, "Model Implementation": "we
+  employed a composition of two sigmoid activations for the discriminator output. This ensures that
+  the odds value Φ_k ... is constrained between 1 and e"). Then ``Φ = exp(sigmoid(z))``.
+* ``"sigmoid"``: ``D = sigmoid(z)``, the textbook GAN discriminator of Thm 2.1 / Thm 3.6. Then
+  ``Φ = exp(z)``: the exact density ratio ``p_k / p_g`` for an optimal discriminator.
+"""
+
+# ------------------------------------------------------------------------------------------
+# Inputs
+# ------------------------------------------------------------------------------------------
+
+
+def _as_tensor(name: str, value: Any) -> Tensor:
+    """Return ``value`` as a tensor (lists / numpy arrays are converted), else raise."""
+    if isinstance(value, Tensor):
+        return value
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"{name} must be a tensor, got {type(value).__name__}") from exc
+
+
+def _require_finite(name: str, t: Tensor) -> None:
+    """Raise ``ValueError`` if a floating tensor holds NaN or ±inf."""
+    if t.is_floating_point() and t.numel() > 0 and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+
+
+@dataclass(frozen=True, eq=False)
+class WeightingInputs:
+    """Everything a weighting method may look at, for one round and one batch / set of samples.
+
+    Validated on construction: a shape mismatch, a wrong dtype, a non-finite value, a negative
+    count or an out-of-range label raises ``ValueError`` naming the field and the problem.
+    Non-tensor values (lists, numpy arrays) are converted with :func:`torch.as_tensor` and moved to
+    the device of ``logits``.
+
+    Attributes:
+        logits: ``(K, N, C)`` floating tensor, teacher ``k``'s logits ``f_k(x)`` on sample ``x``.
+        num_examples: ``(K,)`` number of local training examples ``n_k`` of each teacher (ints or
+            floats, ``>= 0``). Only ``data_size`` and ``fedgo`` use it; they also need
+            ``sum_k n_k > 0``.
+        disc_logits: ``(K, N)`` raw pre-sigmoid output ``z_k(x)`` of client ``k``'s discriminator
+            (needed by ``domain`` and ``fedgo``).
+        labels: ``(N,)`` integer true labels in ``[0, C)`` (``oracle`` only; simulation only).
+        class_counts: ``(K, C)`` per-client class histogram ``n_{k,c}`` (``oracle`` only).
+    """
+
+    logits: Tensor
+    num_examples: Tensor
+    disc_logits: Tensor | None = None
+    labels: Tensor | None = None
+    class_counts: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        """Convert array-likes to tensors on the logits' device and validate every field."""
+        logits = _as_tensor("logits", self.logits)
+        if logits.dim() != 3:
+            raise ValueError(
+                f"logits must have shape (K, N, C), got {tuple(logits.shape)} "
+                f"({logits.dim()} dimensions)"
+            )
+        if not logits.is_floating_point():
+            raise ValueError(f"logits must be a floating tensor, got dtype {logits.dtype}")
+        k, n, c = logits.shape
+        if k < 1:
+            raise ValueError("logits must contain at least one teacher (K >= 1), got K = 0")
+        if c < 1:
+            raise ValueError("logits must contain at least one class (C >= 1), got C = 0")
+        _require_finite("logits", logits)
+        object.__setattr__(self, "logits", logits)
+        device = logits.device
+
+        num_examples = _as_tensor("num_examples", self.num_examples).to(device)
+        if tuple(num_examples.shape) != (k,):
+            raise ValueError(
+                f"num_examples must have shape (K,) = ({k},) to match logits (K, N, C) = "
+                f"{tuple(logits.shape)}, got {tuple(num_examples.shape)}"
+            )
+        if num_examples.dtype == torch.bool or num_examples.is_complex():
+            raise ValueError(f"num_examples must be a real number tensor, got {num_examples.dtype}")
+        _require_finite("num_examples", num_examples)
+        if bool((num_examples < 0).any()):
+            raise ValueError(
+                f"num_examples must be non-negative, got {num_examples.tolist()} "
+                "(negative client data-set size)"
+            )
+        object.__setattr__(self, "num_examples", num_examples)
+
+        if self.disc_logits is not None:
+            disc = _as_tensor("disc_logits", self.disc_logits).to(device)
+            if tuple(disc.shape) != (k, n):
+                raise ValueError(
+                    f"disc_logits must have shape (K, N) = ({k}, {n}) to match logits (K, N, C) = "
+                    f"{tuple(logits.shape)}, got {tuple(disc.shape)} (shape mismatch)"
+                )
+            if not disc.is_floating_point():
+                raise ValueError(f"disc_logits must be a floating tensor, got dtype {disc.dtype}")
+            _require_finite("disc_logits", disc)
+            object.__setattr__(self, "disc_logits", disc)
+
+        if self.labels is not None:
+            labels = _as_tensor("labels", self.labels).to(device)
+            if tuple(labels.shape) != (n,):
+                raise ValueError(
+                    f"labels must have shape (N,) = ({n},) to match logits (K, N, C) = "
+                    f"{tuple(logits.shape)}, got {tuple(labels.shape)} (shape mismatch)"
+                )
+            if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+                raise ValueError(f"labels must be an integer tensor, got dtype {labels.dtype}")
+            if n > 0 and (int(labels.min()) < 0 or int(labels.max()) >= c):
+                raise ValueError(
+                    f"labels must lie in [0, C) = [0, {c}), got range "
+                    f"[{int(labels.min())}, {int(labels.max())}]"
+                )
+            object.__setattr__(self, "labels", labels.long())
+
+        if self.class_counts is not None:
+            counts = _as_tensor("class_counts", self.class_counts).to(device)
+            if tuple(counts.shape) != (k, c):
+                raise ValueError(
+                    f"class_counts must have shape (K, C) = ({k}, {c}) to match logits "
+                    f"(K, N, C) = {tuple(logits.shape)}, got {tuple(counts.shape)} (shape mismatch)"
+                )
+            if counts.dtype == torch.bool or counts.is_complex():
+                raise ValueError(f"class_counts must be a real number tensor, got {counts.dtype}")
+            _require_finite("class_counts", counts)
+            if bool((counts < 0).any()):
+                raise ValueError("class_counts must be non-negative")
+            object.__setattr__(self, "class_counts", counts)
+
+    @property
+    def num_teachers(self) -> int:
+        """``K``, the number of teachers (participating clients)."""
+        return int(self.logits.shape[0])
+
+    @property
+    def num_samples(self) -> int:
+        """``N``, the number of samples being pseudo-labelled."""
+        return int(self.logits.shape[1])
+
+    @property
+    def num_classes(self) -> int:
+        """``C``, the number of classes."""
+        return int(self.logits.shape[2])
+
+
+# ------------------------------------------------------------------------------------------
+# Discriminator transforms (closed forms, stable for any finite z)
+# ------------------------------------------------------------------------------------------
+
+
+def _check_disc_mode(mode: str) -> None:
+    """Raise ``ValueError`` unless ``mode`` is one of :data:`DISC_MODES`."""
+    if mode not in DISC_MODES:
+        raise ValueError(f"unknown disc_mode {mode!r}; expected one of {list(DISC_MODES)}")
+
+
+def log_discriminator_odds(disc_logits: Tensor, mode: str = "double_sigmoid") -> Tensor:
+    """Return ``log Φ = log(D / (1 - D))`` from the raw discriminator output ``z``.
+
+    Uses ``sigmoid(u) / (1 - sigmoid(u)) = exp(u)``, so no division is ever formed:
+
+    * ``"double_sigmoid"``: ``D = sigmoid(sigmoid(z))`` → ``log Φ = sigmoid(z) ∈ (0, 1)``
+      (FedGO App. E.2, "Model Implementation").
+    * ``"sigmoid"``: ``D = sigmoid(z)`` → ``log Φ = z`` (FedGO Def. 3.5 + Thm 2.1: ``Φ = p_k/p_g``).
+
+    The result has the dtype and device of ``disc_logits``.
+    """
+    _check_disc_mode(mode)
+    if mode == "double_sigmoid":
+        return torch.sigmoid(disc_logits)
+    return disc_logits.clone()
+
+
+def discriminator_odds(disc_logits: Tensor, mode: str = "double_sigmoid") -> Tensor:
+    """Return the odds ``Φ = D / (1 - D)`` of the discriminator probability (FedGO Def. 3.5).
+
+    ``"double_sigmoid"`` (default, FedGO App. E.2) gives ``Φ = exp(sigmoid(z))``, which lies in
+    ``(1, e)`` mathematically; in floating point it saturates to exactly ``1`` or ``exp(1)`` once
+    ``|z|`` is large (about 17 in float32), and is never outside ``[1, e]``. ``"sigmoid"`` gives
+    ``Φ = exp(z)``, which overflows to ``inf`` for ``z`` above ~88 (float32) / ~709 (float64); the
+    weighting itself therefore works with :func:`log_discriminator_odds`.
+    """
+    return torch.exp(log_discriminator_odds(disc_logits, mode))
+
+
+def log_discriminator_probability(disc_logits: Tensor, mode: str = "sigmoid") -> Tensor:
+    """Return ``log D`` for the raw discriminator output ``z`` (``logsigmoid``, never ``log 0``)."""
+    _check_disc_mode(mode)
+    inner = torch.sigmoid(disc_logits) if mode == "double_sigmoid" else disc_logits
+    return F.logsigmoid(inner)
+
+
+def discriminator_probability(disc_logits: Tensor, mode: str = "sigmoid") -> Tensor:
+    """Return ``D``: ``sigmoid(z)`` (``"sigmoid"``) or ``sigmoid(sigmoid(z))`` (double sigmoid)."""
+    _check_disc_mode(mode)
+    inner = torch.sigmoid(disc_logits) if mode == "double_sigmoid" else disc_logits
+    return torch.sigmoid(inner)
+
+
+# ------------------------------------------------------------------------------------------
+# Parameter checks
+# ------------------------------------------------------------------------------------------
+
+
+def _positive_float(method: str, name: str, value: Any) -> float:
+    """Return ``value`` as a finite float ``> 0`` or raise ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{method}: {name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{method}: {name} must be a finite number > 0, got {value!r}")
+    return value
+
+
+def _disc_mode_param(method: str, value: Any) -> str:
+    """Return ``value`` if it is a valid ``disc_mode`` string, else raise ``ValueError``."""
+    if not isinstance(value, str) or value not in DISC_MODES:
+        raise ValueError(
+            f"{method}: unknown disc_mode {value!r}; expected one of {list(DISC_MODES)}"
+        )
+    return value
+
+
+def _positive_total(method: str, num_examples: Tensor) -> Tensor:
+    """Return ``num_examples`` as float64, raising if ``sum_k n_k`` is not positive."""
+    n = num_examples.to(torch.float64)
+    if not bool(n.sum() > 0):
+        raise ValueError(
+            f"{method} weighting needs sum_k num_examples > 0, got {num_examples.tolist()}"
+        )
+    return n
+
+
+# ------------------------------------------------------------------------------------------
+# The weighting methods (each returns float64 (K, N); compute_weights casts to float32)
+# ------------------------------------------------------------------------------------------
+
+
+def _uniform_weights(inputs: WeightingInputs) -> Tensor:
+    """FedDF: ``w_k(x) = 1 / |A^t|`` (FedGO Sec. 2; Lin et al. 2020, Alg. 1 AVGLOGITS)."""
+    k, n = inputs.num_teachers, inputs.num_samples
+    return torch.full((k, n), 1.0 / k, dtype=torch.float64, device=inputs.logits.device)
+
+
+def _data_size_weights(inputs: WeightingInputs) -> Tensor:
+    """``w_k(x) = n_k / Σ_i n_i``: FedGO's Eq. (9) with every ``Φ_k ≡ 1`` (no discriminators).
+
+    This is also what :func:`_fedgo_weights` returns whenever all discriminators agree at ``x``.
+    """
+    n = _positive_total("data_size", inputs.num_examples)
+    w = n / n.sum()
+    return w[:, None].expand(inputs.num_teachers, inputs.num_samples).clone()
+
+
+def _variance_weights(inputs: WeightingInputs) -> Tensor:
+    """Fed-ET: ``w_k(x) = Var(f_k(x)) / Σ_i Var(f_i(x))`` (FedGO Sec. 2, Cho et al. 2022).
+
+    ``Var`` is the variance of teacher ``k``'s logit vector across the ``C`` classes at ``x``.
+    The population variance (divide by ``C``) is used; the ``C`` vs ``C - 1`` factor cancels in the
+    normalisation, and it keeps ``C = 1`` defined. Because the variance is shift-invariant this is
+    identical to using ``log_softmax`` outputs (the form found in a Fed-ET re-implementation, see
+    ``notes/prior-art.md`` §4). A teacher with constant logits gets weight 0; if every teacher is
+    constant at ``x`` the weights fall back to uniform there.
+    """
+    logits = inputs.logits.to(torch.float64)
+    var = (logits - logits.mean(dim=2, keepdim=True)).square().mean(dim=2)  # (K, N)
+    total = var.sum(dim=0, keepdim=True)  # (1, N)
+    uniform = torch.full_like(var, 1.0 / inputs.num_teachers)
+    safe_total = torch.where(total > 0, total, torch.ones_like(total))
+    return torch.where(total > 0, var / safe_total, uniform)
+
+
+def _entropy_weights(inputs: WeightingInputs, temperature: Any = 1.0) -> Tensor:
+    """FedHKT / FedDS: ``w_k(x) = softmax_k(-H(σ(f_k(x))) / τ)``, default ``τ = 1``.
+
+    FedGO Sec. 2 prints ``exp(-Entropy(σ(f)))/τ`` with the ``/τ`` outside the ``exp``; read
+    literally ``τ`` would cancel in the normalisation, which contradicts App. E.2 ("a temperature
+    parameter τ > 0, which allows client weights to approach uniform weighting as τ increases"),
+    so ``τ`` divides the entropy inside the exponent. ``τ = 1`` as in App. E.2 (after Deng et al.).
+    """
+    tau = _positive_float("entropy", "temperature", temperature)
+    log_p = torch.log_softmax(inputs.logits.to(torch.float64), dim=2)
+    entropy = -(log_p.exp() * log_p).sum(dim=2)  # (K, N), in [0, log C]
+    return torch.softmax(-entropy / tau, dim=0)
+
+
+def _domain_weights(inputs: WeightingInputs, disc_mode: Any = "sigmoid") -> Tensor:
+    """DaFKD: ``w_k(x) = D_k(x) / Σ_i D_i(x)`` (FedGO Sec. 2; Wang et al. 2023a).
+
+    Raw discriminator probabilities: no odds, no ``n_k``. The default ``D = sigmoid(z)`` is DaFKD's
+    own discriminator head (``Linear -> Sigmoid``, ``notes/prior-art.md`` §3). FedGO's Fig. 2
+    "domain-aware" curve swaps only the weighting step into FedGO's pipeline (App. E.2), i.e. it
+    likely used FedGO's double-sigmoid discriminators; pass ``disc_mode="double_sigmoid"`` for that
+    reading (then ``D ∈ (0.5, 0.731)`` and the weights stay close to uniform). Computed as
+    ``softmax_k(log D_k)`` with ``log D = logsigmoid(.)``, which is exact and never divides by 0.
+    """
+    mode = _disc_mode_param("domain", disc_mode)
+    assert inputs.disc_logits is not None  # checked by compute_weights
+    log_d = log_discriminator_probability(inputs.disc_logits.to(torch.float64), mode)
+    return torch.softmax(log_d, dim=0)
+
+
+def _fedgo_weights(inputs: WeightingInputs, disc_mode: Any = "double_sigmoid") -> Tensor:
+    """FedGO: ``w_k(x) = n_k Φ_k(x) / Σ_i n_i Φ_i(x)``, ``Φ = D / (1 - D)`` (Thm 3.6, Eq. (9)).
+
+    Alg. 2 writes the same weights inside the pseudo-labelling step. With optimal discriminators
+    ``Φ_k = p_k / p_g`` (Thm 2.1), so Eq. (9) equals the optimal weights ``w_k^*`` of Thm 3.4,
+    Eq. (8). The default ``disc_mode="double_sigmoid"`` is the paper's implementation (App. E.2),
+    ``Φ_k = exp(sigmoid(z_k)) ∈ (1, e)``; ``"sigmoid"`` uses the exact odds ``Φ_k = exp(z_k)``.
+
+    Stable evaluation: ``log Φ_k`` is shifted by its maximum over the clients with ``n_k > 0``, so
+    every exponential is ``<= 1`` and the client attaining the maximum contributes ``n_k · 1`` to
+    the denominator; then ``w_k = n_k r_k / Σ_i n_i r_i`` in float64. When all discriminators
+    agree at ``x`` every ``r_k`` is exactly 1 and the result is bit-identical to ``data_size``.
+    """
+    mode = _disc_mode_param("fedgo", disc_mode)
+    assert inputs.disc_logits is not None  # checked by compute_weights
+    n = _positive_total("fedgo", inputs.num_examples)  # (K,)
+    log_phi = log_discriminator_odds(inputs.disc_logits.to(torch.float64), mode)  # (K, N)
+    active = (n > 0)[:, None]  # (K, 1)
+    neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=log_phi.device)
+    shift = torch.where(active, log_phi, neg_inf).amax(dim=0, keepdim=True)  # (1, N), finite
+    ratio = torch.exp(torch.where(active, log_phi - shift, neg_inf))  # in [0, 1]
+    numer = n[:, None] * ratio
+    return numer / numer.sum(dim=0, keepdim=True)
+
+
+def _oracle_weights(inputs: WeightingInputs) -> Tensor:
+    """Label oracle: ``w_k(x) = n_{k,y(x)} / Σ_i n_{i,y(x)}`` (simulation diagnostics only).
+
+    Under pure label skew ``p_k(x) = Σ_c (n_{k,c} / n_k) p(x | c)``; if the class-conditionals do
+    not overlap, ``n_k p_k(x) ∝ n_{k,y(x)}`` and this is exactly the optimal weight ``w_k^*`` of
+    FedGO Thm 3.4, Eq. (8). Needs the true labels, hence diagnostics only. Samples whose class has
+    zero count at every teacher get uniform weights.
+    """
+    assert inputs.class_counts is not None and inputs.labels is not None  # checked upstream
+    counts = inputs.class_counts.to(torch.float64)  # (K, C)
+    per_sample = counts[:, inputs.labels]  # (K, N)
+    total = per_sample.sum(dim=0, keepdim=True)
+    uniform = torch.full_like(per_sample, 1.0 / inputs.num_teachers)
+    safe_total = torch.where(total > 0, total, torch.ones_like(total))
+    return torch.where(total > 0, per_sample / safe_total, uniform)
+
+
+# ------------------------------------------------------------------------------------------
+# Registry
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class WeightingMethod:
+    """One entry of the registry.
+
+    Attributes:
+        name: registry key (one of :data:`WEIGHTING_NAMES`).
+        fn: ``fn(inputs, **params) -> (K, N)`` float64 weights (un-cast).
+        requires: optional :class:`WeightingInputs` fields that must not be ``None``.
+        defaults: accepted keyword parameters and their defaults.
+        reference: where the formula comes from.
+    """
+
+    name: str
+    fn: Callable[..., Tensor]
+    requires: tuple[str, ...]
+    defaults: Mapping[str, Any]
+    reference: str
+
+
+def _method(
+    name: str,
+    fn: Callable[..., Tensor],
+    requires: tuple[str, ...] = (),
+    defaults: Mapping[str, Any] | None = None,
+    reference: str = "",
+) -> WeightingMethod:
+    """Build a :class:`WeightingMethod` with an immutable defaults mapping."""
+    return WeightingMethod(name, fn, requires, MappingProxyType(dict(defaults or {})), reference)
+
+
+WEIGHTING_METHODS: Mapping[str, WeightingMethod] = MappingProxyType(
+    {
+        m.name: m
+        for m in (
+            _method("uniform", _uniform_weights, reference="FedDF (Lin et al. 2020); FedGO Sec. 2"),
+            _method("data_size", _data_size_weights, reference="FedGO Eq. (9) with Phi_k = 1"),
+            _method(
+                "variance", _variance_weights, reference="Fed-ET (Cho et al. 2022); FedGO Sec. 2"
+            ),
+            _method(
+                "entropy",
+                _entropy_weights,
+                defaults={"temperature": 1.0},
+                reference="FedHKT/FedDS (Deng et al. 2023; Park et al. 2024); FedGO Sec. 2, E.2",
+            ),
+            _method(
+                "domain",
+                _domain_weights,
+                requires=("disc_logits",),
+                defaults={"disc_mode": "sigmoid"},
+                reference="DaFKD (Wang et al. 2023a); FedGO Sec. 2, E.2",
+            ),
+            _method(
+                "fedgo",
+                _fedgo_weights,
+                requires=("disc_logits",),
+                defaults={"disc_mode": "double_sigmoid"},
+                reference="FedGO Thm 3.6 Eq. (9), Alg. 2, App. E.2",
+            ),
+            _method(
+                "oracle",
+                _oracle_weights,
+                requires=("labels", "class_counts"),
+                reference="FedGO Thm 3.4 Eq. (8) under label skew (diagnostic)",
+            ),
+        )
+    }
+)
+"""Read-only registry ``name -> WeightingMethod``; keys are exactly :data:`WEIGHTING_NAMES`."""
+
+
+def get_weighting(name: str) -> WeightingMethod:
+    """Return the registry entry for ``name``; unknown names raise ``ValueError`` listing all."""
+    try:
+        return WEIGHTING_METHODS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown weighting method {name!r}; expected one of {list(WEIGHTING_NAMES)}"
+        ) from None
+
+
+def compute_weights(name: str, inputs: WeightingInputs, **params: Any) -> Tensor:
+    """Compute per-sample ensemble weights ``w_k(x)`` with the method called ``name``.
+
+    Args:
+        name: one of :data:`WEIGHTING_NAMES`.
+        inputs: validated :class:`WeightingInputs`.
+        **params: method parameters: ``temperature`` (``entropy``, default 1.0) or ``disc_mode``
+            (``domain``: default ``"sigmoid"``; ``fedgo``: default ``"double_sigmoid"``).
+
+    Returns:
+        ``(K, N)`` float32 tensor on the device of ``inputs.logits``: finite, ``>= 0``, and summing
+        to 1 over ``K`` for every sample.
+
+    Raises:
+        ValueError: unknown ``name``; a required input missing for this method (e.g. ``fedgo``
+            without ``disc_logits``); an unknown or invalid parameter; ``sum_k n_k = 0`` for a
+            method that uses ``n_k``.
+    """
+    method = get_weighting(name)
+    if not isinstance(inputs, WeightingInputs):
+        raise ValueError(f"inputs must be a WeightingInputs, got {type(inputs).__name__}")
+    for field_name in method.requires:
+        if getattr(inputs, field_name) is None:
+            raise ValueError(
+                f"weighting method {name!r} requires input {field_name!r}, which is missing "
+                f"(required inputs: {list(method.requires)})"
+            )
+    unknown = sorted(set(params) - set(method.defaults))
+    if unknown:
+        accepted = list(method.defaults) or "none"
+        raise ValueError(
+            f"weighting method {name!r} got unknown parameter(s) {unknown}; accepted: {accepted}"
+        )
+    weights = method.fn(inputs, **{**method.defaults, **params})
+    return weights.to(torch.float32)
+
+
+# ------------------------------------------------------------------------------------------
+# Ensemble and pseudo-labels
+# ------------------------------------------------------------------------------------------
+
+
+def _check_ensemble_shapes(logits: Tensor, weights: Tensor) -> None:
+    """Raise ``ValueError`` unless ``logits`` is ``(K, N, C)`` and ``weights`` is ``(K, N)``."""
+    if logits.dim() != 3:
+        raise ValueError(f"logits must have shape (K, N, C), got {tuple(logits.shape)}")
+    if tuple(weights.shape) != tuple(logits.shape[:2]):
+        raise ValueError(
+            f"weights must have shape (K, N) = {tuple(logits.shape[:2])} to match logits "
+            f"(K, N, C) = {tuple(logits.shape)}, got {tuple(weights.shape)} (shape mismatch)"
+        )
+
+
+def ensemble_logits(logits: Tensor, weights: Tensor) -> Tensor:
+    """Return the weighted logit ensemble ``Σ_k w_k(x) f_k(x)``, shape ``(N, C)``.
+
+    This is the argument of the softmax in FedGO Alg. 1/2 (AVGLOGITS of FedDF when ``w = 1/K``).
+    The result has the promoted floating dtype of ``logits`` and ``weights`` (at least float32).
+    """
+    _check_ensemble_shapes(logits, weights)
+    dtype = torch.promote_types(torch.promote_types(logits.dtype, weights.dtype), torch.float32)
+    w = weights.to(device=logits.device, dtype=dtype)
+    return torch.einsum("kn,knc->nc", w, logits.to(dtype))
+
+
+def pseudo_labels(logits: Tensor, weights: Tensor, temperature: float = 1.0) -> Tensor:
+    """Return the pseudo-label distribution ``softmax(Σ_k w_k(x) f_k(x) / T)``, shape ``(N, C)``.
+
+    FedGO Alg. 1/2: ``ỹ(u) = σ(Σ_k w_k(u) f(u; θ_k))``; the paper uses ``T = 1`` (no temperature,
+    like FedDF). Rows sum to 1.
+    """
+    tau = _positive_float("pseudo_labels", "temperature", temperature)
+    return torch.softmax(ensemble_logits(logits, weights) / tau, dim=-1)
