@@ -39,8 +39,10 @@ def _data_path(context: Context) -> str | None:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """Report this node's partition id (and its data size if the config is known)."""
+    """Report this node's partition id (and the federation size, if its node config says)."""
     metrics = {"partition-id": _partition_id(context)}
+    if "num-partitions" in context.node_config:
+        metrics["num-partitions"] = int(context.node_config["num-partitions"])
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
 

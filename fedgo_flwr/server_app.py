@@ -58,7 +58,15 @@ def discover_nodes(grid: Grid, num_clients: int, timeout: float = 600.0) -> dict
                         f"node {node} failed to report its partition id: {reply.error.reason}"
                     )
                 asked.add(node)
-                pid = int(reply.content["metrics"]["partition-id"])
+                info = reply.content["metrics"]
+                pid = int(info["partition-id"])
+                total = int(info.get("num-partitions", num_clients))
+                if total < num_clients:
+                    raise RuntimeError(
+                        f"the federation has {total} SuperNodes (num-partitions) but "
+                        f"data.num_clients = {num_clients}: run with --federation-config "
+                        f"'num-supernodes={num_clients}' (./run.sh sets it)"
+                    )
                 if pid in mapping:
                     raise RuntimeError(
                         f"nodes {mapping[pid]} and {node} both claim partition-id {pid}"

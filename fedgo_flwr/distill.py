@@ -1,0 +1,256 @@
+"""Server-side ensemble distillation (plain PyTorch, no Flower).
+
+The server model of a round starts from the n_k-weighted parameter average of the round's client
+models and is trained on an unlabeled set against the weighted-ensemble pseudo-labels
+``softmax(sum_k w_k(x) f_k(x))`` with a KL loss (FedGO, Jang et al. ICML 2025, Alg. 1 lines
+"θ^t <- Σ n_k θ_k / Σ n_k" and "ỹ(u) <- σ(Σ w_k(u) f(u; θ_k))"; FedDF, Lin et al. NeurIPS 2020,
+Alg. 1, AVGLOGITS).
+
+Cost model. Teachers are frozen, so their logits on the distillation set are computed **once per
+round** by :class:`TeacherBank`, one client model at a time (the caller may drop each model right
+after :meth:`TeacherBank.add`), for every augmentation *view*. The only augmentation is the
+horizontal flip, so there are at most two views (identity, flipped): a distillation batch that
+flips sample ``i`` reads the teacher targets of view 1 for ``i``, which is exactly what
+recomputing the teachers on the augmented batch would give, at a fraction of the cost.
+
+Two protocols (``DistillSettings.protocol``):
+
+- ``"fedgo"`` (FedGO App. E.2): ``epochs`` full passes over the set, Adam (``lr`` 1e-3),
+  batch 64, the server lr cosine-decayed **across rounds** up to ``decay_rounds``
+  (``lr_t = lr * (1 + cos(pi * (t-1) / T)) / 2``; off with ``lr_decay: false``), no early stop.
+- ``"feddf"`` (FedDF Sec. 4 and its reference code): at most ``max_steps`` batches, Adam with a
+  cosine schedule over the steps, gradient-norm clipping, evaluation on a labelled server
+  validation split every ``eval_every`` steps, stop after ``patience`` steps without improvement,
+  and return the best student seen (the initial one included).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedgo_flwr.data import ArrayDataset
+
+PROTOCOLS = ("fedgo", "feddf")
+
+
+@dataclass
+class DistillSettings:
+    """Hyper-parameters of server distillation (defaults: FedGO App. E.2 / FedDF Sec. 4)."""
+
+    protocol: str = "fedgo"
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 1e-3
+    lr_decay: bool = True
+    decay_rounds: int = 100
+    temperature: float = 1.0
+    augment: bool = True
+    max_steps: int = 10_000
+    eval_every: int = 100
+    patience: int = 1_000
+    grad_clip: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol '{self.protocol}' unknown; choose {', '.join(PROTOCOLS)}")
+        for name in ("epochs", "batch_size", "decay_rounds", "max_steps", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.lr <= 0 or self.temperature <= 0 or self.grad_clip <= 0 or self.patience < 0:
+            raise ValueError("lr, temperature and grad_clip must be > 0, patience >= 0")
+
+    def round_lr(self, server_round: int) -> float:
+        """The FedGO protocol's server lr in ``server_round`` (1-based)."""
+        if not self.lr_decay:
+            return self.lr
+        t = min(max(server_round - 1, 0), self.decay_rounds)
+        return self.lr * 0.5 * (1.0 + math.cos(math.pi * t / self.decay_rounds))
+
+
+def num_views(data: ArrayDataset, augment: bool) -> int:
+    """2 (identity, horizontal flip) when flips apply to ``data``, else 1."""
+    return 2 if augment and data.flip and data.x.ndim == 4 else 1
+
+
+def view_batches(
+    data: ArrayDataset, views: int, batch_size: int, device: torch.device
+) -> list[tuple[int, Tensor]]:
+    """(view, batch) pairs covering every sample once per view, in order."""
+    out = []
+    for start in range(0, len(data), batch_size):
+        idx = np.arange(start, min(start + batch_size, len(data)))
+        x, _ = data.to_tensors(idx)
+        for v in range(views):
+            out.append((v, (x.flip(-1) if v == 1 else x).to(device)))
+    return out
+
+
+class TeacherBank:
+    """Teacher logits on the distillation set: ``(K, V, N, C)``, built one model at a time."""
+
+    def __init__(self, data: ArrayDataset, *, augment: bool, batch_size: int = 512) -> None:
+        self.data = data
+        self.views = num_views(data, augment)
+        self.batch_size = batch_size
+        self._logits: list[Tensor] = []
+
+    @torch.no_grad()
+    def add(self, model: nn.Module, device: torch.device) -> None:
+        """Append ``model``'s logits on every view (eval mode); the model can be dropped after."""
+        self._logits.append(predict_views(model, self.data, self.views, self.batch_size, device))
+
+    @property
+    def logits(self) -> Tensor:
+        return torch.stack(self._logits)
+
+    def __len__(self) -> int:
+        return len(self._logits)
+
+
+@torch.no_grad()
+def predict_views(
+    model: nn.Module, data: ArrayDataset, views: int, batch_size: int, device: torch.device
+) -> Tensor:
+    """``(V, N, C)`` logits of ``model`` (eval mode) on each view of ``data``."""
+    model.to(device).eval()
+    parts: list[list[Tensor]] = [[] for _ in range(views)]
+    for v, x in view_batches(data, views, batch_size, device):
+        parts[v].append(model(x).float().cpu())
+    return torch.stack([torch.cat(p) for p in parts])
+
+
+def pseudo_label_targets(logits: Tensor, weights: Tensor, temperature: float = 1.0) -> Tensor:
+    """``softmax(sum_k w_k(x) f_k(x) / T)`` per view: logits ``(K,V,N,C)``, weights ``(K,V,N)``."""
+    if weights.shape != logits.shape[:3]:
+        raise ValueError(
+            f"weights {tuple(weights.shape)} do not match logits {tuple(logits.shape)}"
+        )
+    mixed = (weights.unsqueeze(-1) * logits).sum(0)
+    return F.softmax(mixed / temperature, dim=-1)
+
+
+@dataclass
+class DistillResult:
+    """What a distillation run did."""
+
+    loss: float  # mean KL over the last epoch (fedgo) or the last eval window (feddf)
+    steps: int
+    seconds: float
+    best_val_accuracy: float | None = None
+    best_step: int | None = None
+
+
+def _kl(student_logits: Tensor, targets: Tensor, temperature: float) -> Tensor:
+    log_p = F.log_softmax(student_logits / temperature, dim=-1)
+    return F.kl_div(log_p, targets, reduction="batchmean")
+
+
+def _batch(
+    data: ArrayDataset,
+    targets: Tensor,
+    idx: Tensor,
+    flip: Tensor | None,
+    device: torch.device,
+) -> tuple[Tensor, Tensor]:
+    x, _ = data.to_tensors(idx.numpy())
+    view = torch.zeros_like(idx)
+    if flip is not None:
+        x = torch.where(flip.view(-1, *([1] * (x.ndim - 1))), x.flip(-1), x)
+        view = flip.long()
+    return x.to(device), targets[view, idx].to(device)
+
+
+def distill(
+    student: nn.Module,
+    data: ArrayDataset,
+    targets: Tensor,
+    settings: DistillSettings,
+    *,
+    server_round: int,
+    generator: torch.Generator,
+    device: torch.device,
+    validate: Callable[[nn.Module], float] | None = None,
+) -> DistillResult:
+    """Train ``student`` in place on ``data`` against ``targets`` (``(V, N, C)`` probabilities).
+
+    ``validate(model) -> accuracy`` is required by the ``feddf`` protocol (its early stopping).
+    """
+    if targets.ndim != 3 or targets.shape[1] != len(data):
+        raise ValueError(f"targets must be (V, {len(data)}, C), got {tuple(targets.shape)}")
+    views = targets.shape[0]
+    start = time.perf_counter()
+    student.to(device).train()
+    n = len(data)
+
+    def draw(size: int) -> tuple[Tensor, Tensor | None]:
+        idx = torch.randperm(n, generator=generator)[:size]
+        flip = torch.rand(len(idx), generator=generator) < 0.5 if views == 2 else None
+        return idx, flip
+
+    if settings.protocol == "fedgo":
+        opt = torch.optim.Adam(student.parameters(), lr=settings.round_lr(server_round))
+        steps, last = 0, 0.0
+        for _ in range(settings.epochs):
+            order, flips = draw(n)
+            total, count = 0.0, 0
+            for s in range(0, n, settings.batch_size):
+                idx = order[s : s + settings.batch_size]
+                if len(idx) < 2 and n > 1:
+                    continue  # a batch of one breaks BatchNorm
+                flip = flips[s : s + settings.batch_size] if flips is not None else None
+                x, t = _batch(data, targets, idx, flip, device)
+                loss = _kl(student(x), t, settings.temperature)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += loss.item() * len(idx)
+                count += len(idx)
+                steps += 1
+            last = total / max(count, 1)
+        return DistillResult(loss=last, steps=steps, seconds=time.perf_counter() - start)
+
+    if validate is None:
+        raise ValueError("the feddf protocol needs a labelled validation split (validate=...)")
+    opt = torch.optim.Adam(student.parameters(), lr=settings.lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=settings.max_steps)
+    best_acc = validate(student)
+    best_state, best_step = copy.deepcopy(student.state_dict()), 0
+    student.train()
+    window, count, step = 0.0, 0, 0
+    last = 0.0
+    while step < settings.max_steps and step - best_step < settings.patience:
+        idx, flip = draw(min(settings.batch_size, n))
+        x, t = _batch(data, targets, idx, flip, device)
+        loss = _kl(student(x), t, settings.temperature)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(student.parameters(), settings.grad_clip)
+        opt.step()
+        sched.step()
+        step += 1
+        window += loss.item()
+        count += 1
+        if step % settings.eval_every == 0 or step == settings.max_steps:
+            acc = validate(student)
+            student.train()
+            last, window, count = window / count, 0.0, 0
+            if acc > best_acc:
+                best_acc, best_step = acc, step
+                best_state = copy.deepcopy(student.state_dict())
+    student.load_state_dict(best_state)
+    return DistillResult(
+        loss=last if count == 0 else window / count,
+        steps=step,
+        seconds=time.perf_counter() - start,
+        best_val_accuracy=best_acc,
+        best_step=best_step,
+    )

@@ -1,0 +1,177 @@
+"""The distillation engine: teacher views, pseudo-labels, both protocols, determinism."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.distill import (
+    DistillSettings,
+    TeacherBank,
+    _batch,
+    distill,
+    pseudo_label_targets,
+)
+from fedgo_flwr.models import build_model
+from fedgo_flwr.weighting import WeightingInputs, compute_weights
+
+CPU = torch.device("cpu")
+
+
+def images(n: int = 48, seed: int = 0, flip: bool = True) -> ArrayDataset:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, size=(n, 1, 8, 8), dtype=np.uint8)
+    return ArrayDataset(
+        x=x, y=rng.integers(0, 10, size=n).astype(np.int64), num_classes=10, flip=flip
+    )
+
+
+def cnn(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return build_model("cnn", (1, 8, 8), 10)
+
+
+def test_once_per_round_targets_equal_recomputing_teachers_on_the_augmented_batch():
+    data = images()
+    teachers = [cnn(s) for s in range(3)]
+    bank = TeacherBank(data, augment=True, batch_size=16)
+    for t in teachers:
+        bank.add(t, CPU)
+    logits = bank.logits
+    assert logits.shape == (3, 2, len(data), 10)
+    weights = torch.stack(
+        [
+            compute_weights(
+                "entropy", WeightingInputs(logits=logits[:, v], num_examples=torch.ones(3))
+            )
+            for v in range(2)
+        ],
+        dim=1,
+    )
+    targets = pseudo_label_targets(logits, weights)
+    torch.testing.assert_close(targets.sum(-1), torch.ones(2, len(data)))
+
+    idx = torch.tensor([0, 5, 7, 11])
+    flip = torch.tensor([True, False, True, False])
+    x, t = _batch(data, targets, idx, flip, CPU)
+    with torch.no_grad():
+        direct = torch.stack([m.eval()(x) for m in teachers])  # (K, B, C) on the augmented x
+    w = compute_weights("entropy", WeightingInputs(logits=direct, num_examples=torch.ones(3)))
+    expected = F.softmax((w.unsqueeze(-1) * direct).sum(0), dim=-1)
+    torch.testing.assert_close(t, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_no_flip_view_for_non_flippable_data():
+    bank = TeacherBank(images(flip=False), augment=True)
+    bank.add(cnn(0), CPU)
+    assert bank.logits.shape[1] == 1
+
+
+def test_one_hot_weights_reproduce_that_teachers_softmax():
+    logits = torch.randn(3, 1, 5, 4)
+    weights = torch.zeros(3, 1, 5)
+    weights[1] = 1.0
+    torch.testing.assert_close(pseudo_label_targets(logits, weights), logits[1].softmax(-1))
+    with pytest.raises(ValueError):
+        pseudo_label_targets(logits, torch.ones(3, 5))
+
+
+def test_cosine_decay_across_rounds():
+    s = DistillSettings(lr=1e-3, decay_rounds=100)
+    assert s.round_lr(1) == pytest.approx(1e-3)
+    assert s.round_lr(51) == pytest.approx(5e-4)
+    assert s.round_lr(101) == pytest.approx(0.0, abs=1e-12)
+    assert s.round_lr(500) == pytest.approx(0.0, abs=1e-12)
+    assert DistillSettings(lr=1e-3, lr_decay=False).round_lr(80) == 1e-3
+    with pytest.raises(ValueError):
+        DistillSettings(protocol="magic")
+
+
+def agreement(a: nn.Module, b: nn.Module, data: ArrayDataset) -> float:
+    x, _ = data.to_tensors()
+    with torch.no_grad():
+        return (a.eval()(x).argmax(1) == b.eval()(x).argmax(1)).float().mean().item()
+
+
+def test_fedgo_protocol_student_learns_the_teacher():
+    data = images(n=128)
+    teacher, student = cnn(1), cnn(2)
+    bank = TeacherBank(data, augment=True)
+    bank.add(teacher, CPU)
+    targets = pseudo_label_targets(bank.logits, torch.ones(1, 2, len(data)))
+    before = agreement(student, teacher, data)
+    settings = DistillSettings(epochs=30, batch_size=32, lr=3e-3, lr_decay=False)
+    res = distill(
+        student,
+        data,
+        targets,
+        settings,
+        server_round=1,
+        generator=torch.Generator().manual_seed(0),
+        device=CPU,
+    )
+    assert res.steps == 30 * 4
+    assert agreement(student, teacher, data) > max(0.9, before + 0.3)
+
+
+def test_distillation_is_deterministic():
+    data = images()
+    bank = TeacherBank(data, augment=True)
+    bank.add(cnn(1), CPU)
+    targets = pseudo_label_targets(bank.logits, torch.ones(1, 2, len(data)))
+    outs = []
+    for _ in range(2):
+        student = cnn(2)
+        distill(
+            student,
+            data,
+            targets,
+            DistillSettings(epochs=2, batch_size=16),
+            server_round=3,
+            generator=torch.Generator().manual_seed(5),
+            device=CPU,
+        )
+        outs.append(torch.cat([p.flatten() for p in student.parameters()]))
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_feddf_protocol_keeps_the_best_student_and_stops_early():
+    data = images()
+    bank = TeacherBank(data, augment=False)
+    bank.add(cnn(1), CPU)
+    targets = pseudo_label_targets(bank.logits, torch.ones(1, 1, len(data)))
+    student = cnn(2)
+    initial = {k: v.clone() for k, v in student.state_dict().items()}
+    calls = []
+
+    def validate(model: nn.Module) -> float:  # the initial student is the best one
+        calls.append(1)
+        return 1.0 if len(calls) == 1 else 0.5
+
+    settings = DistillSettings(
+        protocol="feddf", max_steps=1000, eval_every=10, patience=30, batch_size=16
+    )
+    res = distill(
+        student,
+        data,
+        targets,
+        settings,
+        server_round=1,
+        generator=torch.Generator().manual_seed(0),
+        device=CPU,
+        validate=validate,
+    )
+    assert res.steps == 30 and res.best_step == 0 and res.best_val_accuracy == 1.0
+    for k, v in student.state_dict().items():
+        torch.testing.assert_close(v, initial[k])
+    with pytest.raises(ValueError, match="validation"):
+        distill(
+            cnn(2), data, targets, settings, server_round=1, generator=torch.Generator(), device=CPU
+        )
+    assert math.isfinite(res.loss)
