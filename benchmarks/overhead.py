@@ -4,9 +4,9 @@ Runs one experiment twice with identical config and seed:
 
 1. as a Flower simulation (``flwr.simulation.run_simulation``: Ray backend, message
    serialisation, one ClientApp per sampled node), reading per-round times from metrics.jsonl;
-2. in one Python process, calling the same strategy object (``configure_train`` /
-   ``aggregate_train``) and the same ClientApp handler (``client_app(message, context)``)
-   sequentially, with no Ray and no SuperLink.
+2. in one Python process through :class:`fedgo_flwr.inprocess.InProcessGrid`: the same
+   ServerApp code and strategy, the same ClientApp handler called directly
+   (``client_app(message, context)``) one node after another, no Ray and no SuperLink.
 
 Both compute the same thing (same sampling, seeds, training), so their accuracies must agree;
 the script checks that and prints the ratio of median round times (round 1, which includes data
@@ -24,7 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 from flwr.simulation import run_simulation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,11 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from fedgo_flwr.client_app import app as client_app  # noqa: E402
 from fedgo_flwr.config import ExperimentConfig, load_config  # noqa: E402
-from fedgo_flwr.recorder import RunRecorder  # noqa: E402
+from fedgo_flwr.inprocess import run_inprocess  # noqa: E402
 from fedgo_flwr.server_app import server_app_for  # noqa: E402
-from fedgo_flwr.task import load_bundle, new_model  # noqa: E402
-from fedgo_flwr.training import get_device  # noqa: E402
-from strategies import STRATEGIES  # noqa: E402
 
 
 def run_flower(cfg: ExperimentConfig) -> list[dict]:
@@ -57,36 +53,9 @@ def run_flower(cfg: ExperimentConfig) -> list[dict]:
 
 def run_plain(cfg: ExperimentConfig) -> list[dict]:
     """The same rounds without Flower's runtime: one process, clients one after another."""
-    bundle = load_bundle(cfg.data)
-    model = new_model(cfg, bundle)
-    node_ids = {pid: pid + 1 for pid in range(cfg.data.num_clients)}
-    strategy = STRATEGIES[cfg.strategy.name](cfg, node_ids, model)
-    recorder = RunRecorder.create(cfg)
-    recorder.attach(strategy, model, bundle.test, get_device(cfg.device))
-    contexts = {
-        node: Context(
-            run_id=1,
-            node_id=node,
-            node_config={"partition-id": pid, "num-partitions": cfg.data.num_clients},
-            state=RecordDict(),
-            run_config={},
-        )
-        for pid, node in node_ids.items()
-    }
-    arrays = ArrayRecord(model.state_dict())
-    recorder.evaluate(0, arrays)
-    config = ConfigRecord({})
-    for rnd in range(1, cfg.rounds + 1):
-        messages = list(strategy.configure_train(rnd, arrays, config, grid=None))
-        replies = []
-        for msg in messages:
-            reply = client_app(msg, contexts[msg.metadata.dst_node_id])
-            replies.append(reply)
-        new_arrays, _ = strategy.aggregate_train(rnd, replies)
-        arrays = new_arrays if new_arrays is not None else arrays
-        recorder.evaluate(rnd, arrays)
-    recorder.finish(None)
-    return recorder.rows
+    run_inprocess(cfg)
+    lines = (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
 
 
 def main(argv: list[str]) -> None:

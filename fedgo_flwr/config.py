@@ -216,12 +216,9 @@ class ExperimentConfig:
         from strategies import STRATEGIES, validate_strategy_params
 
         err.choice("strategy.name", self.strategy.name, tuple(STRATEGIES))
-        try:
-            self.strategy.params = validate_strategy_params(
-                self.strategy.name, self.strategy.params
-            )
-        except ConfigError as exc:
-            raise ConfigError(exc.key, exc.value, exc.problem, err.source_of(exc.key)) from None
+        self.strategy.params = validate_strategy_params(
+            self.strategy.name, self.strategy.params, err
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -285,7 +282,14 @@ def _type_name(tp: Any) -> str:
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
-def _build(cls: type, raw: dict[str, Any], prefix: str, err: _Checker) -> Any:
+def _build(
+    cls: type, raw: dict[str, Any], prefix: str, err: _Checker, owner: str | None = None
+) -> Any:
+    """Instantiate dataclass ``cls`` from ``raw``, checking keys and types recursively.
+
+    A ``ValueError`` raised by the dataclass itself (its range checks in ``__post_init__``)
+    becomes a :class:`ConfigError`; if its message starts with a field name, that field is named.
+    """
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
@@ -300,6 +304,11 @@ def _build(cls: type, raw: dict[str, Any], prefix: str, err: _Checker) -> Any:
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            if owner is not None:
+                known = ", ".join(names) or "none"
+                err.fail(
+                    dotted, value, f"not a parameter of {owner}{hint} (its parameters: {known})"
+                )
             err.fail(dotted, value, f"unknown key{hint}; known keys: {', '.join(names)}")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
@@ -311,7 +320,18 @@ def _build(cls: type, raw: dict[str, Any], prefix: str, err: _Checker) -> Any:
         if not ok:
             err.fail(dotted, value, f"must be {_type_name(tp)}, got {type(value).__name__}")
         kwargs[key] = cast
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        field_name, _, rest = str(exc).partition(" ")
+        if field_name in names and rest:
+            err.fail(f"{prefix}{field_name}", kwargs.get(field_name, raw.get(field_name)), rest)
+        err.fail(prefix.rstrip(".") or cls.__name__, raw, str(exc))
+
+
+def build_section(cls: type, raw: Mapping[str, Any], prefix: str, owner: str | None = None) -> Any:
+    """Build a dataclass section defined outside this module (e.g. a strategy's ``Params``)."""
+    return _build(cls, dict(raw), prefix, _Checker({}), owner)
 
 
 # ------------------------------------------------------------------------------------------

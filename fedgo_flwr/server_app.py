@@ -19,6 +19,7 @@ from fedgo_flwr.recorder import RunRecorder
 from fedgo_flwr.task import load_bundle, make_partition, new_model
 from fedgo_flwr.training import get_device
 from strategies import STRATEGIES
+from strategies.fedavg import ServerResources
 
 app = ServerApp()
 
@@ -122,7 +123,9 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     model = new_model(cfg, bundle)
 
     node_ids = discover_nodes(grid, cfg.data.num_clients)
-    strategy = STRATEGIES[cfg.strategy.name](cfg, node_ids, model)
+    resources = ServerResources(bundle, partition, device, recorder.out_dir)
+    strategy = STRATEGIES[cfg.strategy.name](cfg, node_ids, model, resources)
+    strategy.setup(grid)
     recorder.attach(strategy, model, bundle.test, device)
 
     result = strategy.start(

@@ -21,14 +21,17 @@ Subclasses override only what differs: :meth:`train_record` (what is sent),
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from flwr.app import (
     Array,
     ArrayRecord,
@@ -44,13 +47,25 @@ from flwr.supercore import log
 from torch import nn
 
 from fedgo_flwr.aggregation import check_arrays, weighted_average
-from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.config import ExperimentConfig, build_section
+from fedgo_flwr.data import DataBundle
+from fedgo_flwr.partition import Partition
 from fedgo_flwr.task import sample_clients
 
 
 @dataclass
 class FedAvgParams:
     """FedAvg has no parameters of its own."""
+
+
+@dataclass
+class ServerResources:
+    """What the server holds besides the model: its data, partition, device and run folder."""
+
+    bundle: DataBundle
+    partition: Partition
+    device: torch.device
+    out_dir: Path
 
 
 @dataclass
@@ -80,7 +95,13 @@ class FedAvg(FlowerFedAvg):
     client_algorithm = "fedavg"
     Params: type = FedAvgParams
 
-    def __init__(self, cfg: ExperimentConfig, node_ids: Mapping[int, int], model: nn.Module):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        node_ids: Mapping[int, int],
+        model: nn.Module,
+        resources: ServerResources | None = None,
+    ):
         super().__init__(
             fraction_train=cfg.fraction,
             fraction_evaluate=0.0,
@@ -89,10 +110,12 @@ class FedAvg(FlowerFedAvg):
             min_available_nodes=cfg.data.num_clients,
         )
         self.cfg = cfg
-        self.params = self.Params(**cfg.strategy.params)
+        self.params = build_section(self.Params, cfg.strategy.params, "strategy.", self.name)
         self.node_ids = dict(node_ids)  # partition id -> node id
         self.partition_of = {node: pid for pid, node in self.node_ids.items()}
         self.param_names = [name for name, _ in model.named_parameters()]
+        self.resources = resources
+        self._template = copy.deepcopy(model).cpu()
         self.global_arrays: dict[str, np.ndarray] = {}
         self.last_round: dict[str, float | int] = {}  # read by the run recorder
 
@@ -105,6 +128,13 @@ class FedAvg(FlowerFedAvg):
             self.cfg.data.num_clients,
             self.cfg.seed,
         )
+
+    def model_factory(self) -> nn.Module:
+        """A fresh copy of the experiment's model (weights to be loaded by the caller)."""
+        return copy.deepcopy(self._template)
+
+    def setup(self, grid: Grid) -> None:
+        """Work before round 1 (e.g. FedGO's discriminator round); nothing for FedAvg."""
 
     # -- sending ---------------------------------------------------------------------------
     def train_record(

@@ -19,7 +19,7 @@ class FedProxParams:
 
     def __post_init__(self) -> None:
         if self.mu < 0:
-            raise ValueError("must be >= 0")
+            raise ValueError("mu must be >= 0")
 
 
 class FedProx(FedAvg):

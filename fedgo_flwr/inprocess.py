@@ -1,0 +1,91 @@
+"""Run an experiment in one Python process: the same ServerApp and ClientApp code, no Ray.
+
+:class:`InProcessGrid` is a Flower ``Grid`` that hands each message straight to the ClientApp
+(``client_app(message, context)``) in this process, one node after another, keeping one
+``Context`` (with its persistent ``state``) per node, and turns a handler's exception into an
+error reply as Flower's runtime does. Used for fast tests of strategy logic and to measure the
+simulation runtime's overhead (``benchmarks/overhead.py``); experiments should use ``./run.sh``.
+
+It sets Flower's process identity (``flwr.supercore.task_identity.TaskIdentity``: run, task and
+node id), which message construction reads; that is an internal of the pinned Flower 1.41.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
+from flwr.supercore.task_identity import TaskIdentity
+
+from fedgo_flwr.config import ExperimentConfig
+
+SERVER_NODE_ID = 1
+
+
+class InProcessGrid(Grid):
+    """K virtual nodes served sequentially by ``client_app`` in this process."""
+
+    def __init__(self, client_app: ClientApp, num_nodes: int, run_id: int = 1) -> None:
+        self.client_app = client_app
+        self.contexts = {
+            node: Context(
+                run_id=run_id,
+                node_id=node,
+                node_config={"partition-id": node - 2, "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config={},
+            )
+            for node in range(2, num_nodes + 2)
+        }
+        TaskIdentity.run_id = run_id
+        TaskIdentity.task_id = run_id
+        TaskIdentity.node_id = SERVER_NODE_ID
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.contexts)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        replies = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            TaskIdentity.node_id = node
+            try:
+                reply = self.client_app(msg, self.contexts[node])
+            except Exception as exc:  # noqa: BLE001 - reported like Flower's runtime does
+                reply = Message(
+                    error=Error(code=0, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg
+                )
+            finally:
+                TaskIdentity.node_id = SERVER_NODE_ID
+            replies.append(reply)
+        return replies
+
+    # The rest of the Grid interface is not needed by strategies that use send_and_receive.
+    def set_run(self, run: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def run(self) -> Any:
+        raise NotImplementedError
+
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:
+        raise NotImplementedError
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        raise NotImplementedError
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        raise NotImplementedError
+
+
+def run_inprocess(cfg: ExperimentConfig) -> dict:
+    """Run ``cfg`` in this process; return its summary (files as with ``./run.sh``)."""
+    from fedgo_flwr.client_app import app as client_app
+    from fedgo_flwr.server_app import run_experiment
+
+    return run_experiment(InProcessGrid(client_app, cfg.data.num_clients), cfg)

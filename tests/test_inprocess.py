@@ -1,0 +1,91 @@
+"""Strategy logic through the in-process grid (same ServerApp/ClientApp code, no Ray)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import clients
+from fedgo_flwr.config import load_config
+from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.task import sample_clients
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["rounds=2", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+
+
+def run(tmp_path: Path, *overrides: str) -> list[dict]:
+    cfg = load_config(ROOT / "conf/default.yaml", [*TINY, f"output_dir={tmp_path}", *overrides])
+    run_inprocess(cfg)
+    return [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_inprocess_matches_its_own_rerun(tmp_path):
+    a = run(tmp_path / "a", "strategy.name=scaffold")
+    b = run(tmp_path / "b", "strategy.name=scaffold")
+    assert [r["test_accuracy"] for r in a] == [r["test_accuracy"] for r in b]
+
+
+def test_feddf_records_distillation_and_diagnostics(tmp_path):
+    rows = run(tmp_path, "strategy.name=feddf", "strategy.distill.epochs=2", "data.alpha=1.0")
+    last = rows[-1]
+    for key in (
+        "distill_loss",
+        "teacher_time",
+        "distill_time",
+        "ensemble_test_accuracy",
+        "init_test_accuracy",
+        "pl_acc_uniform",
+        "pl_acc_oracle",
+        "pl_acc_entropy",
+    ):
+        assert key in last, key
+    assert last["distill_steps"] > 0 and np.isfinite(last["distill_loss"])
+    assert 0 <= last["pl_acc_oracle"] <= 1
+    # Distillation changed the model: the result differs from the parameter average.
+    assert last["test_loss"] != pytest.approx(last["init_test_loss"], rel=1e-6)
+
+
+def test_feddf_uniform_with_fedgo_weighting_is_rejected():
+    with pytest.raises(ValueError, match="needs client discriminators"):
+        run_inprocess(
+            load_config(
+                ROOT / "conf/default.yaml",
+                [*TINY, "strategy.name=feddf", "strategy.weighting=fedgo"],
+            )
+        )
+
+
+def test_feddf_protocol_with_validation_split(tmp_path):
+    rows = run(
+        tmp_path,
+        "strategy.name=feddf",
+        "strategy.distill.protocol=feddf",
+        "strategy.val_fraction=0.2",
+        "strategy.distill.max_steps=60",
+        "strategy.distill.eval_every=20",
+        "strategy.distill.patience=40",
+    )
+    assert 0 < rows[-1]["distill_steps"] <= 60
+
+
+def test_a_crashing_client_is_survived(tmp_path, monkeypatch):
+    """The first sampled client raises in every round; rounds complete with the other one."""
+    crash = {r: sample_clients(0, r, 4, 2)[0] for r in (1, 2)}
+    original = clients.FedAvgClient.train
+
+    def flaky(self, job):
+        if job.partition_id == crash[job.server_round]:
+            raise RuntimeError("injected crash")
+        return original(self, job)
+
+    monkeypatch.setattr(clients.FedAvgClient, "train", flaky)
+    rows = run(tmp_path, "strategy.name=feddf", "strategy.distill.epochs=1", "data.alpha=1.0")
+    for row in rows[1:]:
+        assert row["clients_sampled"] == 2
+        assert row["clients_replied"] == 1 and row["clients_failed"] == 1
+        assert np.isfinite(row["test_accuracy"])
+    assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"]
