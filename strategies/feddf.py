@@ -17,12 +17,13 @@ The distillation set is the server's unlabeled share of the training data (FedGO
 The ``feddf`` distillation protocol holds out ``val_fraction`` of it, with labels, for early
 stopping, as FedDF's reference code does; the ``fedgo`` protocol uses all of it, unlabeled.
 
-Per round it records: ``distill_loss``, ``distill_steps``, ``teacher_time`` (teacher logits and
-weights), ``distill_time``, ``init_test_accuracy``/``init_test_loss`` (the parameter average
-before distillation), ``ensemble_test_accuracy``/``ensemble_test_loss`` (the weighted ensemble
-of the round's client models on the test split) and, with ``diagnostics``, ``pl_acc_<method>``: the pseudo-label
-accuracy on the server set under every available weighting and the label oracle, for the same
-client models (the server set's labels are known in simulation, never used for training).
+Per round it records: ``distill_loss``, ``distill_steps``, ``teacher_time`` (teacher logits
+and weights), ``distill_time``, ``init_test_accuracy``/``init_test_loss`` (the parameter
+average before distillation), ``ensemble_test_accuracy``/``ensemble_test_loss`` (the weighted
+ensemble of the round's client models on the test split) and, with ``diagnostics``,
+``pl_acc_<method>``: the pseudo-label accuracy on the server set under every available weighting
+and the label oracle, for the same client models (the server set's labels are known in
+simulation, never used for training).
 """
 
 from __future__ import annotations
