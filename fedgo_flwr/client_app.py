@@ -5,6 +5,7 @@ needs only its ``partition-id`` (and optionally ``data-path``) in its node confi
 
 - ``query``: reply with the node's partition id and local dataset size (the server maps
   partition ids to node ids with it, for seeded client sampling).
+- ``train.discriminator``: FedGO pre-FL stage (``clients/fedgo.py``).
 - ``train``: load the global weights, train with the algorithm named in the message, reply with
   the weights, ``num-examples`` and training metrics (plus the algorithm's extra ArrayRecords).
 """
@@ -85,4 +86,20 @@ def train(msg: Message, context: Context) -> Message:
     )
     model.cpu()
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics, **extra})
+    return Message(content=content, reply_to=msg)
+
+
+@app.train("discriminator")
+def train_discriminator(msg: Message, context: Context) -> Message:
+    """FedGO pre-FL stage: train this client's discriminator against the server's generator."""
+    from clients.fedgo import train_client_discriminator
+
+    cfg = ExperimentConfig.from_json(str(msg.content["config"]["experiment"]))
+    pid = _partition_id(context)
+    torch.set_num_threads(max(1, cfg.resources.client_cpus))
+    data = client_dataset(cfg, pid, _data_path(context))
+    arrays, stats = train_client_discriminator(cfg, pid, data, msg.content, get_device(cfg.device))
+    metrics = {"num-examples": len(data), "partition-id": pid}
+    metrics.update({f"disc_{k}": v for k, v in stats.items() if k != "num_examples"})
+    content = RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)})
     return Message(content=content, reply_to=msg)

@@ -12,10 +12,13 @@ from typing import Any
 from fedgo_flwr.config import _build, _Checker
 from strategies.fedavg import FedAvg
 from strategies.feddf import FedDF
+from strategies.fedgo import FedGO
 from strategies.fedprox import FedProx
 from strategies.scaffold import Scaffold
 
-STRATEGIES: dict[str, type[FedAvg]] = {cls.name: cls for cls in (FedAvg, FedProx, Scaffold, FedDF)}
+STRATEGIES: dict[str, type[FedAvg]] = {
+    cls.name: cls for cls in (FedAvg, FedProx, Scaffold, FedDF, FedGO)
+}
 
 
 def validate_strategy_params(
@@ -27,4 +30,12 @@ def validate_strategy_params(
     return dataclasses.asdict(instance)
 
 
-__all__ = ["STRATEGIES", "FedAvg", "FedDF", "FedProx", "Scaffold", "validate_strategy_params"]
+__all__ = [
+    "STRATEGIES",
+    "FedAvg",
+    "FedDF",
+    "FedGO",
+    "FedProx",
+    "Scaffold",
+    "validate_strategy_params",
+]

@@ -107,6 +107,8 @@ class FedDF(FedAvg):
         self.val_set = server_set.subset(order[:n_val]) if n_val else None
         self.distill_set: ArrayDataset = server_set.subset(np.sort(order[n_val:]))
         self.views = num_views(self.distill_set, self.params.distill.augment)
+        # Known in simulation only; used for diagnostics and the oracle, never for training.
+        self.distill_labels: Tensor | None = torch.as_tensor(self.distill_set.y)
         self.class_counts = torch.as_tensor(
             res.partition.histogram(res.bundle.train.y, res.bundle.train.num_classes),
             dtype=torch.float64,
@@ -135,7 +137,7 @@ class FedDF(FedAvg):
                 logits=logits[:, v],
                 num_examples=torch.tensor([float(r.num_examples) for r in replies]),
                 disc_logits=None if disc is None else disc[:, v],
-                labels=labels,
+                labels=labels if name == "oracle" else None,
                 class_counts=self.class_counts[pids] if name == "oracle" else None,
             )
             per_view.append(compute_weights(name, inputs, **params))
@@ -171,12 +173,12 @@ class FedDF(FedAvg):
                     predict_views(self.scratch, res.bundle.test, 1, 512, device)[:, :, :]
                 )
         logits = bank.logits
-        distill_labels = torch.as_tensor(self.distill_set.y)
+        distill_labels = self.distill_labels
         weights = self.weights(self.params.weighting, logits, replies, "distill", distill_labels)
         targets = pseudo_label_targets(logits, weights, self.params.distill.temperature)
         metrics: dict[str, float] = {"teacher_time": time.perf_counter() - t0}
 
-        if self.params.diagnostics:
+        if self.params.diagnostics and distill_labels is not None:
             for name in self.available_weightings():
                 w = (
                     weights

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import clients
 from fedgo_flwr.config import load_config
@@ -89,3 +90,90 @@ def test_a_crashing_client_is_survived(tmp_path, monkeypatch):
         assert row["clients_replied"] == 1 and row["clients_failed"] == 1
         assert np.isfinite(row["test_accuracy"])
     assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"]
+
+
+FEDGO = [
+    "strategy.name=fedgo",
+    "strategy.distill.epochs=2",
+    "strategy.generator.steps=5",
+    "strategy.discriminator.epochs=1",
+    "data.alpha=1.0",
+]
+
+
+def test_fedgo_prefl_stage_saves_and_reports(tmp_path):
+    rows = run(tmp_path, *FEDGO)
+    prefl = json.loads((tmp_path / "prefl.json").read_text())
+    assert prefl["generator"]["steps"] == 5
+    assert sorted(prefl["discriminators"]) == ["0", "1", "2", "3"]  # all K, not just sampled
+    assert prefl["missing_discriminators"] == []
+    assert prefl["bytes"]["generator"] > 0 and prefl["bytes"]["discriminator"] > 0
+    assert (tmp_path / "generator.pt").exists() and (tmp_path / "discriminators.pt").exists()
+    assert {"pl_acc_fedgo", "pl_acc_domain", "pl_acc_oracle"} <= set(rows[-1])
+
+
+def test_fedgo_with_identical_discriminators_equals_nk_weighted_feddf(tmp_path):
+    """Thm 3.6's weights with one shared discriminator reduce to n_k / sum n_i: the whole run
+    must then match FedDF with data-size weighting, round by round."""
+    run(tmp_path / "first", *FEDGO)
+    states = torch.load(tmp_path / "first" / "discriminators.pt")
+    same = {pid: states[0] for pid in states}
+    torch.save(same, tmp_path / "same.pt")
+    fedgo = run(
+        tmp_path / "fedgo",
+        *FEDGO,
+        f"strategy.discriminator.path={tmp_path / 'same.pt'}",
+        f"strategy.generator.path={tmp_path / 'first' / 'generator.pt'}",
+    )
+    feddf = run(
+        tmp_path / "feddf",
+        "strategy.name=feddf",
+        "strategy.weighting=data_size",
+        "strategy.distill.epochs=2",
+        "data.alpha=1.0",
+    )
+    for a, b in zip(fedgo[1:], feddf[1:], strict=True):
+        assert a["pl_acc_fedgo"] == a["pl_acc_data_size"]
+        assert a["test_accuracy"] == b["test_accuracy"]
+        assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-6)
+
+
+def test_fedgo_reuses_saved_discriminators_exactly(tmp_path):
+    first = run(tmp_path / "a", *FEDGO)
+    again = run(
+        tmp_path / "b",
+        *FEDGO,
+        f"strategy.discriminator.path={tmp_path / 'a' / 'discriminators.pt'}",
+        f"strategy.generator.path={tmp_path / 'a' / 'generator.pt'}",
+    )
+    assert [r["test_accuracy"] for r in first] == [r["test_accuracy"] for r in again]
+    assert json.loads((tmp_path / "b" / "prefl.json").read_text())["discriminators"] == {
+        "source": str(tmp_path / "a" / "discriminators.pt")
+    }
+
+
+def test_fedgo_on_generated_data(tmp_path):
+    rows = run(tmp_path, *FEDGO, "strategy.distill_data=generated", "strategy.generated_size=64")
+    assert rows[-1]["distill_steps"] == 2 * 1  # 64 samples, batch 64, 2 epochs
+    assert "pl_acc_fedgo" not in rows[-1]  # no labels for generated data
+
+
+def test_missing_discriminator_gets_neutral_weight(tmp_path, monkeypatch):
+    import fedgo_flwr.client_app as client_app_module
+
+    original = client_app_module.train_discriminator
+
+    def flaky(msg, context):
+        if int(context.node_config["partition-id"]) == 2:
+            raise RuntimeError("injected crash in the discriminator round")
+        return original(msg, context)
+
+    monkeypatch.setitem(
+        client_app_module.app._registered_funcs,
+        "train.discriminator",
+        lambda msg, ctx: flaky(msg, ctx),
+    )
+    rows = run(tmp_path, *FEDGO)
+    prefl = json.loads((tmp_path / "prefl.json").read_text())
+    assert prefl["missing_discriminators"] == [2]
+    assert np.isfinite(rows[-1]["test_accuracy"])

@@ -10,6 +10,7 @@ from flwr.simulation import run_simulation
 
 from fedgo_flwr.client_app import app as client_app
 from fedgo_flwr.config import load_config
+from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.server_app import server_app_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +21,7 @@ TINY = [
     "data.num_clients=4",
     "fraction=0.5",
     "data.alpha=1.0",
-    "train.local_epochs=1",
+    "train.local_epochs=2",
 ]
 
 
@@ -36,9 +37,19 @@ def simulate(tmp_path: Path, *overrides: str) -> tuple[list[dict], dict]:
     return rows, json.loads((tmp_path / "summary.json").read_text())
 
 
-@pytest.mark.parametrize("strategy", ["fedavg", "fedprox", "scaffold"])
+TINY_GAN = ["strategy.generator.steps=5", "strategy.discriminator.epochs=1"]
+STRATEGY_ARGS = {
+    "fedavg": [],
+    "fedprox": [],
+    "scaffold": [],
+    "feddf": ["strategy.distill.epochs=2"],
+    "fedgo": ["strategy.distill.epochs=2", *TINY_GAN],
+}
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGY_ARGS))
 def test_strategy_runs_end_to_end(tmp_path, strategy):
-    rows, summary = simulate(tmp_path, f"strategy.name={strategy}")
+    rows, summary = simulate(tmp_path, f"strategy.name={strategy}", *STRATEGY_ARGS[strategy])
     assert [r["round"] for r in rows] == [0, 1, 2]
     for row in rows[1:]:
         assert row["clients_sampled"] == 2 and row["clients_replied"] == 2
@@ -50,6 +61,24 @@ def test_strategy_runs_end_to_end(tmp_path, strategy):
     assert (tmp_path / "config.yaml").exists() and (tmp_path / "model.pt").exists()
     partition = json.loads((tmp_path / "partition.json").read_text())
     assert len(partition["class_histogram"]) == 4
+    if strategy in ("feddf", "fedgo"):
+        assert rows[-1]["distill_steps"] > 0 and "ensemble_test_accuracy" in rows[-1]
+    if strategy in ("scaffold", "fedgo"):  # stateful: the same run without Ray must agree
+        cfg = load_config(
+            ROOT / "conf/default.yaml",
+            [
+                *TINY,
+                f"output_dir={tmp_path / 'inprocess'}",
+                f"strategy.name={strategy}",
+                *STRATEGY_ARGS[strategy],
+            ],
+        )
+        run_inprocess(cfg)
+        lines = (tmp_path / "inprocess" / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(x)["test_accuracy"] for x in lines] == [r["test_accuracy"] for r in rows]
+    if strategy == "fedgo":
+        prefl = json.loads((tmp_path / "prefl.json").read_text())
+        assert prefl["missing_discriminators"] == [] and len(prefl["discriminators"]) == 4
 
 
 def test_same_seed_same_metrics(tmp_path):

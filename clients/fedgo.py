@@ -1,0 +1,129 @@
+"""FedGO client, pre-FL stage: train a discriminator once against the server's generator.
+
+Jang, Park, Lee, ICML 2025, Alg. 3 (App. D): client k receives the generator G, trains its
+discriminator D_k for ``epochs`` with the vanilla GAN loss (local data labelled 1, samples of
+the frozen G labelled 0) and sends D_k back. In the FL rounds the client trains as in FedAvg.
+The discriminator outputs raw logits; the server turns them into odds (``fedgo_flwr.weighting``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from flwr.app import ArrayRecord, RecordDict
+
+from fedgo_flwr.config import ExperimentConfig, build_section
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.gan import (
+    DISCRIMINATOR_LOSSES,
+    DISCRIMINATOR_NAMES,
+    GENERATOR_NAMES,
+    build_discriminator,
+    build_generator,
+    train_discriminator,
+)
+from fedgo_flwr.training import derive_seed
+
+GENERATOR_KEY = "generator"
+DISCRIMINATOR_MESSAGE = "train.discriminator"
+
+
+@dataclass
+class GeneratorSettings:
+    """Server generator (FedGO App. E.2: WGAN-GP, Adam 2e-4, betas (0, 0.9), n_critic 5, λ 10).
+
+    ``path``: load a saved generator instead of training one (scenario G2, off-the-shelf, or a
+    generator from an earlier run); otherwise it is trained on the server's unlabeled data (G1).
+    """
+
+    name: str = "dcgan"
+    latent_dim: int = 100
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 2e-4
+    n_critic: int = 5
+    gp_lambda: float = 10.0
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in GENERATOR_NAMES:
+            raise ValueError(f"name '{self.name}' unknown; choose {', '.join(GENERATOR_NAMES)}")
+        for key in ("latent_dim", "steps", "batch_size", "n_critic"):
+            if getattr(self, key) < (0 if key == "steps" else 1):
+                raise ValueError(f"{key} is out of range")
+        if self.lr <= 0 or self.gp_lambda < 0:
+            raise ValueError("lr must be > 0 and gp_lambda >= 0")
+
+
+@dataclass
+class DiscriminatorSettings:
+    """Client discriminators (FedGO App. E.2: 4-layer CNN, Adam 2e-4, betas (0.5, 0.999)).
+
+    ``epochs``: 30 in the paper on CIFAR. ``path``: reuse discriminators saved by an earlier
+    run (``discriminators.pt``) instead of a discriminator round. ``loss``: the squashing the
+    discriminator is trained through (``sigmoid``: BCE on sigmoid(z), the paper's Alg. 3).
+    """
+
+    name: str = "cnn4"
+    epochs: int = 5
+    batch_size: int = 64
+    lr: float = 2e-4
+    loss: str = "sigmoid"
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in DISCRIMINATOR_NAMES:
+            raise ValueError(f"name '{self.name}' unknown; choose {', '.join(DISCRIMINATOR_NAMES)}")
+        if self.loss not in DISCRIMINATOR_LOSSES:
+            raise ValueError(f"loss '{self.loss}' unknown; choose {DISCRIMINATOR_LOSSES}")
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError("epochs is out of range (epochs, batch_size >= 1, lr > 0)")
+
+
+@dataclass
+class GanSettings:
+    generator: GeneratorSettings = field(default_factory=GeneratorSettings)
+    discriminator: DiscriminatorSettings = field(default_factory=DiscriminatorSettings)
+
+
+def gan_settings(cfg: ExperimentConfig) -> GanSettings:
+    params = cfg.strategy.params
+    return build_section(
+        GanSettings,
+        {"generator": params["generator"], "discriminator": params["discriminator"]},
+        "strategy.",
+    )
+
+
+def train_client_discriminator(
+    cfg: ExperimentConfig,
+    partition_id: int,
+    data: ArrayDataset,
+    content: RecordDict,
+    device: torch.device,
+) -> tuple[ArrayRecord, dict[str, float]]:
+    """Alg. 3 for one client: returns the discriminator's weights and training stats."""
+    gs = gan_settings(cfg)
+    shape = data.input_shape
+    gen = build_generator(gs.generator.name, gs.generator.latent_dim, shape)
+    gen.load_state_dict(content[GENERATOR_KEY].to_torch_state_dict())
+    disc = build_discriminator(
+        gs.discriminator.name, shape, seed=derive_seed(cfg.seed, "disc-init", partition_id)
+    )
+    gen_rng = torch.Generator().manual_seed(derive_seed(cfg.seed, "disc", partition_id))
+    stats = train_discriminator(
+        disc,
+        gen,
+        data,
+        epochs=gs.discriminator.epochs,
+        batch_size=gs.discriminator.batch_size,
+        lr=gs.discriminator.lr,
+        latent_dim=gs.generator.latent_dim,
+        generator=gen_rng,
+        device=device,
+        augment=cfg.data.augment,
+        loss=gs.discriminator.loss,
+    )
+    disc.cpu()
+    return ArrayRecord(disc.state_dict()), {k: float(v) for k, v in stats.items()}

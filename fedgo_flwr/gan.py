@@ -1,0 +1,1265 @@
+"""Generators, WGAN-GP critics and client discriminators for FedGO (plain PyTorch, no Flower).
+
+FedGO (Jang, Park & Lee, ICML 2025) weights client ``k``'s prediction on a sample ``x`` by
+``w_k(x) = n_k Φ_k(x) / Σ_i n_i Φ_i(x)`` with ``Φ_k = D_k / (1 - D_k)`` the odds of client ``k``'s
+discriminator ``D_k`` (Sec. 3.1.2, Thm 3.6, Eq. (9)). Its *pre-FL* stage (Sec. 3.2, App. D) needs:
+
+1. a generator ``G`` at the server -- here (G1): trained by WGAN-GP on the server's unlabeled data
+   (App. E.2: "we trained the WGAN-GP model following the training method proposed in Gulrajani et
+   al. (2017) ... Adam optimizer with a learning rate of 0.0002 and (β1, β2) = (0, 0.9) ... batch
+   size of 64 until the generator completed 100,000 gradient steps. The generator was updated every
+   5 steps of the discriminator, and a gradient penalty coefficient λ of 10 was used"):
+   :func:`build_generator`, :func:`build_critic`, :func:`train_wgan_gp`;
+2. one discriminator per client, trained once against the frozen ``G`` with the vanilla GAN loss
+   (Alg. 2 line "D_k <- DiscriminatorUpdate(G, S_k)", Alg. 3): :func:`build_discriminator`,
+   :func:`train_discriminator`;
+3. the server then evaluates every discriminator on the distillation set once per run
+   (:func:`disc_logits_on`), which is either the server data (D1) or ``G``'s samples (D2,
+   :func:`sample`).
+
+Output contract of the client discriminators
+--------------------------------------------
+Every model returned by :func:`build_discriminator` maps ``(N, *input_shape)`` to **raw logits**
+``z`` of shape ``(N,)`` -- no sigmoid. :mod:`fedgo_flwr.weighting` applies the squashing itself:
+``D = sigmoid(z)`` (``disc_mode="sigmoid"``, Thm 2.1/3.6) or ``D = sigmoid(sigmoid(z))``
+(``"double_sigmoid"``, the paper's implementation, App. E.2 "Model Implementation": "we employed a
+composition of two sigmoid activations for the discriminator output. This ensures that the odds
+value Φ_k for client k's discriminator D_k is constrained between 1 and e"). Training
+(:func:`train_discriminator`) uses a single sigmoid by default; see its docstring for why.
+
+Architectures (where each one comes from)
+-----------------------------------------
+Generators (``G(z)``, ``z ~ N(0, I)`` of size ``latent_dim``; images end in ``tanh`` so that samples
+lie in ``[-1, 1]`` like the normalised data, App. E.2 "Details for Dataset"):
+
+* ``"dcgan"`` -- the DCGAN-style generator of the official WGAN-GP code ``gan_cifar.py``
+  (github.com/igul222/improved_wgan_training, the implementation App. E.2 cites): ``Linear(z -> 4x4x
+  4d)``, BN, ReLU, then 5x5 stride-2 transposed convolutions ``4d -> 2d -> d -> C`` with BN + ReLU
+  between and ``tanh`` at the end. Default ``d = 64`` (the official file uses 128 with the comment
+  "This overfits substantially; you're probably better off with 64"). Smaller images start from a
+  smaller grid, see :func:`upsampling_plan` (``(1, 8, 8)``: ``2x2x2d -> 4x4xd -> 8x8xC``).
+* ``"resnet"`` -- the ResNet generator of ``gan_cifar_resnet.py`` (unconditional), which is what the
+  paper actually trained: App. G.2 speaks of "the 100,000 steps required for training a
+  ResNet-based generator and discriminator", the App. E.2 hyper-parameters (lr 2e-4, betas (0, 0.9),
+  100k steps, 5 critic steps, batch 64) are exactly that file's, and its size at ``d = 128``
+  (1,204,483 parameters; 4.60 MiB of parameters and buffers, a 4.62 MiB ``torch.save`` file)
+  matches the "4.61MB" generator of App. G.
+* ``"mlp"`` -- a ReLU MLP as in ``gan_toy.py`` for feature vectors ``(D,)`` (e.g. the 2-D toy of
+  App. E.1) and a tiny fallback for any shape. For vectors the output is *linear* (no ``tanh``):
+  feature data are not normalised to ``[-1, 1]`` by :func:`fedgo_flwr.data.batches` (the toy means
+  sit at ``(±4, ±4)``), and ``gan_toy.py`` has no output non-linearity either.
+
+WGAN-GP critics (server only; never sent to clients; raw scores ``(N,)``): ``"dcgan"`` (the
+``gan_cifar.py`` critic: 5x5 stride-2 convolutions ``C -> d -> 2d -> 4d``, LeakyReLU(0.2), linear
+head; no BatchNorm as Gulrajani et al. require for the gradient penalty, optional
+``norm="layer"``), ``"resnet"`` (the ``gan_cifar_resnet.py`` critic, no normalisation) and
+``"mlp"``.
+
+Client discriminators (App. E.2: "a simple 4-layer CNN discriminator, following the implementation
+from github.com/Ksuryateja/DCGAN-MNIST-pytorch/blob/master/gan_mnist.py"; App. F.7.3 variants):
+
+* ``"cnn4"`` -- ``Conv(C->64, 4, s2, p1)``, LReLU(0.2), ``Conv(64->128, 4, s2, p1)``, LReLU,
+  ``Conv(128->256, 4, s2, p1)``, LReLU, ``Conv(256->1)`` over the remaining grid (4x4 for 32x32
+  inputs), all without bias. Table 14 lists 662,528 parameters and 17.6 MFLOPs: that is *exactly*
+  the four bias-free convolution kernels (3·64·16 + 64·128·16 + 128·256·16 + 256·16), so the
+  reported model carries no BatchNorm parameters although the cited ``gan_mnist.py`` has BN after
+  the 2nd and 3rd convolution. Default ``norm="none"`` reproduces Table 14; ``norm="batch"`` gives
+  the reference file's BN. (``gan_mnist.py``'s last ``Conv(256->1, 4, s2, p1)`` would leave a 2x2
+  map on 32x32 inputs; a valid convolution over the 4x4 grid has the same 4,096 weights and yields
+  one logit.) Its ``torch.save`` file is 2.53 MiB, App. G's "2.53MB" discriminator.
+* ``"cnn_mlp"`` -- "the last two convolutional layers in the CNN are replaced by a single MLP
+  layer": two convolutions then ``Linear(128·8·8 -> 1)``; 142,336 parameters and 9.18 MFLOPs,
+  matching Table 14 exactly.
+* ``"resnet8"`` -- "based on ResNet-8, an 8-layer residual network": a 3x3 stem ``C -> 64`` and
+  three BasicBlocks ``64, 128, 256`` of stride 2 with 1x1 projection shortcuts, then
+  ``Linear(256·4·4 -> 1)``, bias-free and without normalisation. This reconstruction reproduces
+  Table 14's 1,230,528 parameters exactly and 51.06 MMACs (Table: 51.1 MFLOPs).
+* ``"mlp"`` -- a 3-layer LeakyReLU MLP (App. E.1: "a 3-layer discriminator") for vectors; images are
+  flattened.
+
+All randomness of the training loops (batch order, flips, latent codes, interpolation weights)
+comes from one ``torch.Generator``; model initialisation can be seeded with ``seed=`` in the
+``build_*`` functions (forked RNG, the global state is left untouched). Runs are reproducible on
+CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedgo_flwr.data import ArrayDataset, batches
+
+__all__ = [
+    "CRITIC_NAMES",
+    "DISCRIMINATOR_LOSSES",
+    "DISCRIMINATOR_NAMES",
+    "GENERATOR_NAMES",
+    "CNN4Discriminator",
+    "CNNMLPDiscriminator",
+    "DCGANCritic",
+    "DCGANGenerator",
+    "MLPCritic",
+    "MLPDiscriminator",
+    "MLPGenerator",
+    "ResNet8Discriminator",
+    "ResNetCritic",
+    "ResNetGenerator",
+    "build_critic",
+    "build_discriminator",
+    "build_generator",
+    "count_bytes",
+    "count_parameters",
+    "disc_logits_on",
+    "gradient_penalty",
+    "interpolate_gradient_norms",
+    "sample",
+    "train_discriminator",
+    "train_wgan_gp",
+    "upsampling_plan",
+]
+
+log = logging.getLogger(__name__)
+
+GENERATOR_NAMES: tuple[str, ...] = ("dcgan", "resnet", "mlp")
+"""Names accepted by :func:`build_generator`."""
+
+CRITIC_NAMES: tuple[str, ...] = ("dcgan", "resnet", "mlp")
+"""Names accepted by :func:`build_critic` (WGAN-GP critics, server side)."""
+
+DISCRIMINATOR_NAMES: tuple[str, ...] = ("cnn4", "cnn_mlp", "resnet8", "mlp")
+"""Names accepted by :func:`build_discriminator` (client discriminators, raw-logit output)."""
+
+DISCRIMINATOR_LOSSES: tuple[str, ...] = ("sigmoid", "double_sigmoid")
+"""Squashings :func:`train_discriminator` can train through (``loss=``)."""
+
+_LEAK = 0.2  # LeakyReLU slope of DCGAN discriminators / WGAN-GP critics
+
+
+# ------------------------------------------------------------------------------------------
+# Shape helpers
+# ------------------------------------------------------------------------------------------
+
+
+def _as_shape(kind: str, name: str, shape: Sequence[int]) -> tuple[int, ...]:
+    """``shape`` as a tuple of positive ints, else ``ValueError`` naming the model."""
+    try:
+        out = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{kind} {name!r}: shape must be a sequence of ints, got {shape!r}"
+        ) from None
+    if not out or any(s < 1 for s in out) or any(int(s) != s for s in shape):
+        raise ValueError(f"{kind} {name!r}: shape must contain positive ints, got {shape!r}")
+    return out
+
+
+def _image_shape(kind: str, name: str, shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """Return ``(C, H, W)`` or raise ``ValueError`` naming the model and the shape."""
+    if len(shape) != 3:
+        raise ValueError(
+            f"{kind} {name!r} needs an image shape (C, H, W), got {shape}; use 'mlp' for "
+            "feature vectors (D,)"
+        )
+    return shape[0], shape[1], shape[2]
+
+
+def upsampling_plan(height: int, width: int) -> tuple[int, int, int]:
+    """How many stride-2 stages an image generator/critic uses, and the coarsest grid.
+
+    Returns ``(n, h0, w0)`` with ``height = h0 · 2^n`` and ``width = w0 · 2^n``: ``n`` is the
+    largest value in ``1..4`` such that ``2^n`` divides both sides and the coarsest grid is at least
+    4x4 (or at least 2x2 when ``min(height, width) < 16``). Examples: 32x32 -> 3 stages from 4x4
+    (exactly the ``gan_cifar.py`` / ``gan_cifar_resnet.py`` layout), 64x64 -> 4 from 4x4
+    (``gan_64x64.py``), 28x28 -> 2 from 7x7, 8x8 (scikit-learn digits) -> 2 from 2x2.
+
+    Raises:
+        ValueError: no such ``n`` (e.g. an odd side, or a side below 4).
+    """
+    min_grid = 4 if min(height, width) >= 16 else 2
+    best = 0
+    for n in range(1, 5):
+        f = 2**n
+        if height % f == 0 and width % f == 0 and min(height, width) // f >= min_grid:
+            best = n
+    if best == 0:
+        raise ValueError(
+            f"image side(s) {height}x{width} cannot be reached by stride-2 stages from a grid of "
+            f"at least {min_grid}x{min_grid}; both sides must be even and >= {2 * min_grid}"
+        )
+    return best, height >> best, width >> best
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None) -> Iterator[None]:
+    """Run the body with the CPU RNG seeded by ``seed`` (forked: global state is restored)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        yield
+
+
+def _plan(kind: str, name: str, shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """:func:`upsampling_plan` for a model; errors name the model and the shape."""
+    try:
+        return upsampling_plan(shape[1], shape[2])
+    except ValueError as err:
+        raise ValueError(
+            f"{kind} {name!r} cannot handle input/output shape {shape}: {err}"
+        ) from None
+
+
+def _dcgan_init(module: nn.Module) -> None:
+    """DCGAN initialisation (``gan_mnist.py``): weights ``N(0, 0.02)``, BN ``N(1, 0.02)`` and 0."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d | nn.ConvTranspose2d | nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.normal_(m.weight, 1.0, 0.02)
+            nn.init.zeros_(m.bias)
+
+
+# ------------------------------------------------------------------------------------------
+# Generators
+# ------------------------------------------------------------------------------------------
+
+
+class DCGANGenerator(nn.Module):
+    """DCGAN-style generator of the official WGAN-GP ``gan_cifar.py`` (Gulrajani et al., 2017).
+
+    ``z (N, latent_dim) -> Linear -> BN1d -> ReLU -> (c0, h0, w0)``, then ``n`` transposed
+    convolutions (kernel 5, stride 2, doubling the grid); all but the last are followed by BN2d and
+    ReLU and halve the channels (``c0 = width · 2^(n-1)``); the last maps to ``C`` channels and is
+    followed by ``tanh``. ``n, h0, w0`` come from :func:`upsampling_plan`: for ``(3, 32, 32)`` this
+    is ``4x4x4d -> 8x8x2d -> 16x16xd -> 32x32x3``, for ``(1, 8, 8)`` ``2x2x2d -> 4x4xd -> 8x8x1``.
+
+    Args:
+        latent_dim: Size of ``z``.
+        output_shape: ``(C, H, W)``.
+        width: ``d`` above (``DIM`` of ``gan_cifar.py``; default 64).
+    """
+
+    def __init__(self, latent_dim: int, output_shape: Sequence[int], width: int = 64) -> None:
+        super().__init__()
+        shape = _as_shape("generator", "dcgan", output_shape)
+        c, _, _ = _image_shape("generator", "dcgan", shape)
+        n, h0, w0 = _plan("generator", "dcgan", shape)
+        self.latent_dim = int(latent_dim)
+        self.output_shape = shape
+        self._grid = (width * 2 ** (n - 1), h0, w0)
+        units = self._grid[0] * h0 * w0
+        self.project = nn.Sequential(
+            nn.Linear(self.latent_dim, units), nn.BatchNorm1d(units), nn.ReLU(inplace=True)
+        )
+        layers: list[nn.Module] = []
+        ch = self._grid[0]
+        for _ in range(n - 1):
+            layers += [
+                nn.ConvTranspose2d(ch, ch // 2, 5, stride=2, padding=2, output_padding=1),
+                nn.BatchNorm2d(ch // 2),
+                nn.ReLU(inplace=True),
+            ]
+            ch //= 2
+        layers += [nn.ConvTranspose2d(ch, c, 5, stride=2, padding=2, output_padding=1), nn.Tanh()]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, z: Tensor) -> Tensor:
+        """Map ``z (N, latent_dim)`` to images ``(N, C, H, W)`` in ``[-1, 1]``."""
+        return self.net(self.project(z).view(z.shape[0], *self._grid))
+
+
+class _UpBlock(nn.Module):
+    """Pre-activation residual block, 2x nearest upsampling (``ResidualBlock(resample='up')``)."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.bn1 = nn.BatchNorm2d(cin)
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.shortcut = nn.Conv2d(cin, cout, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Residual upsampling step; doubles height and width."""
+        up = F.interpolate(x, scale_factor=2.0, mode="nearest")
+        out = F.interpolate(F.relu(self.bn1(x)), scale_factor=2.0, mode="nearest")
+        out = self.conv2(F.relu(self.bn2(self.conv1(out))))
+        return self.shortcut(up) + out
+
+
+class ResNetGenerator(nn.Module):
+    """ResNet generator of the official ``gan_cifar_resnet.py`` (unconditional).
+
+    ``Linear(z -> d·h0·w0)``, ``n`` residual up-blocks (BN, ReLU, upsample + 3x3 conv, BN, ReLU,
+    3x3 conv; shortcut: upsample + 1x1 conv), BN, ReLU, 3x3 conv to ``C`` channels, ``tanh``. With
+    ``width = 128`` on ``(3, 32, 32)`` this is the generator App. G.2 calls "ResNet-based" (1.20M
+    parameters, 4.60 MiB). ``n, h0, w0`` from :func:`upsampling_plan`.
+
+    Args:
+        latent_dim: Size of ``z`` (128 in the official code).
+        output_shape: ``(C, H, W)``.
+        width: Channels ``d`` of every block (``DIM_G``; default 128).
+    """
+
+    def __init__(self, latent_dim: int, output_shape: Sequence[int], width: int = 128) -> None:
+        super().__init__()
+        shape = _as_shape("generator", "resnet", output_shape)
+        c, _, _ = _image_shape("generator", "resnet", shape)
+        n, h0, w0 = _plan("generator", "resnet", shape)
+        self.latent_dim = int(latent_dim)
+        self.output_shape = shape
+        self._grid = (width, h0, w0)
+        self.project = nn.Linear(self.latent_dim, width * h0 * w0)
+        self.blocks = nn.Sequential(*[_UpBlock(width, width) for _ in range(n)])
+        self.out_bn = nn.BatchNorm2d(width)
+        self.out_conv = nn.Conv2d(width, c, 3, padding=1)
+
+    def forward(self, z: Tensor) -> Tensor:
+        """Map ``z (N, latent_dim)`` to images ``(N, C, H, W)`` in ``[-1, 1]``."""
+        x = self.blocks(self.project(z).view(z.shape[0], *self._grid))
+        return torch.tanh(self.out_conv(F.relu(self.out_bn(x))))
+
+
+class MLPGenerator(nn.Module):
+    """ReLU MLP generator (``gan_toy.py`` style): ``depth`` hidden layers, then a linear map.
+
+    Args:
+        latent_dim: Size of ``z``.
+        output_shape: Any sample shape; the output is reshaped to ``(N, *output_shape)``.
+        hidden: Hidden units per layer.
+        depth: Number of hidden ReLU layers (``gan_toy.py`` uses 3).
+        out_activation: ``"tanh"``, ``"none"`` or ``"auto"`` (default): ``tanh`` for image shapes
+            (data normalised to ``[-1, 1]``), none for feature vectors ``(D,)`` (un-normalised
+            features such as the four-Gaussian toy, whose means lie at ``(±4, ±4)``).
+    """
+
+    def __init__(
+        self,
+        latent_dim: int,
+        output_shape: Sequence[int],
+        hidden: int = 128,
+        depth: int = 3,
+        out_activation: str = "auto",
+    ) -> None:
+        super().__init__()
+        shape = _as_shape("generator", "mlp", output_shape)
+        if out_activation not in ("auto", "tanh", "none"):
+            raise ValueError(
+                f"generator 'mlp': out_activation must be 'auto', 'tanh' or 'none', got "
+                f"{out_activation!r}"
+            )
+        self.latent_dim = int(latent_dim)
+        self.output_shape = shape
+        self.tanh = out_activation == "tanh" or (out_activation == "auto" and len(shape) > 1)
+        layers: list[nn.Module] = []
+        fan_in = self.latent_dim
+        for _ in range(depth):
+            layers += [nn.Linear(fan_in, hidden), nn.ReLU(inplace=True)]
+            fan_in = hidden
+        layers.append(nn.Linear(fan_in, math.prod(shape)))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, z: Tensor) -> Tensor:
+        """Map ``z (N, latent_dim)`` to ``(N, *output_shape)``."""
+        out = self.net(z)
+        if self.tanh:
+            out = torch.tanh(out)
+        return out.view(z.shape[0], *self.output_shape)
+
+
+# ------------------------------------------------------------------------------------------
+# WGAN-GP critics (server side)
+# ------------------------------------------------------------------------------------------
+
+
+class DCGANCritic(nn.Module):
+    """WGAN-GP critic of ``gan_cifar.py``: stride-2 5x5 convolutions and LeakyReLU(0.2), no BN.
+
+    Channels ``C -> d -> 2d -> 4d`` for 32x32 (``n`` stages from :func:`upsampling_plan`, mirroring
+    :class:`DCGANGenerator`), then flatten and ``Linear(-> 1)``. Gulrajani et al. (2017, Sec. 4)
+    drop batch normalisation from the critic because the penalty is per-sample; ``norm="layer"``
+    adds layer normalisation (``GroupNorm(1, ·)``: statistics over ``C, H, W`` per sample) after
+    every convolution but the first, which they recommend as a drop-in.
+
+    Args:
+        input_shape: ``(C, H, W)``.
+        width: ``d`` (default 64).
+        norm: ``"none"`` (default, official ``wgan-gp`` mode) or ``"layer"``.
+    """
+
+    def __init__(self, input_shape: Sequence[int], width: int = 64, norm: str = "none") -> None:
+        super().__init__()
+        shape = _as_shape("critic", "dcgan", input_shape)
+        c, _, _ = _image_shape("critic", "dcgan", shape)
+        if norm not in ("none", "layer"):
+            raise ValueError(f"critic 'dcgan': norm must be 'none' or 'layer', got {norm!r}")
+        n, h0, w0 = _plan("critic", "dcgan", shape)
+        self.input_shape = shape
+        layers: list[nn.Module] = []
+        cin, cout = c, width
+        for i in range(n):
+            layers.append(nn.Conv2d(cin, cout, 5, stride=2, padding=2))
+            if norm == "layer" and i > 0:
+                layers.append(nn.GroupNorm(1, cout))
+            layers.append(nn.LeakyReLU(_LEAK, inplace=True))
+            cin, cout = cout, cout * 2
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(cin * h0 * w0, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Critic scores ``(N,)`` (unbounded)."""
+        return self.head(self.features(x).flatten(1)).view(-1)
+
+
+class _DownBlock(nn.Module):
+    """Pre-activation residual block of ``gan_cifar_resnet.py`` (no normalisation in the critic).
+
+    ``resample="down"``: conv, ReLU, conv + 2x2 mean-pool; shortcut 1x1 conv + mean-pool.
+    ``resample=None``: identity shortcut (``cin == cout``). ``first=True`` is
+    ``OptimizedResBlockDisc1`` (no leading ReLU; shortcut mean-pool then 1x1 conv).
+    """
+
+    def __init__(self, cin: int, cout: int, resample: str | None, first: bool = False) -> None:
+        super().__init__()
+        self.resample, self.first = resample, first
+        mid = cout if first else cin
+        self.conv1 = nn.Conv2d(cin, mid, 3, padding=1)
+        self.conv2 = nn.Conv2d(mid, cout, 3, padding=1)
+        self.shortcut: nn.Module = (
+            nn.Conv2d(cin, cout, 1) if (resample is not None or cin != cout) else nn.Identity()
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Residual step (halves the grid when ``resample == "down"``)."""
+        down = self.resample == "down"
+        if self.first:
+            short = self.shortcut(F.avg_pool2d(x, 2))
+            out = self.conv1(x)
+        else:
+            short = self.shortcut(x)
+            short = F.avg_pool2d(short, 2) if down else short
+            out = self.conv1(F.relu(x))
+        out = self.conv2(F.relu(out))
+        return short + (F.avg_pool2d(out, 2) if down else out)
+
+
+class ResNetCritic(nn.Module):
+    """ResNet critic of ``gan_cifar_resnet.py`` without normalisation (``NORMALIZATION_D=False``).
+
+    ``OptimizedResBlockDisc1`` (down), ``n - 2`` further down-blocks, two plain blocks, ReLU,
+    global mean-pool, ``Linear(d -> 1)``; ``n`` from :func:`upsampling_plan` (32x32: 32 -> 16 -> 8,
+    as in the official file; 8x8: 8 -> 4).
+
+    Args:
+        input_shape: ``(C, H, W)``.
+        width: Channels ``d`` (``DIM_D``; default 128).
+    """
+
+    def __init__(self, input_shape: Sequence[int], width: int = 128) -> None:
+        super().__init__()
+        shape = _as_shape("critic", "resnet", input_shape)
+        c, _, _ = _image_shape("critic", "resnet", shape)
+        n, _, _ = _plan("critic", "resnet", shape)
+        self.input_shape = shape
+        blocks: list[nn.Module] = [_DownBlock(c, width, "down", first=True)]
+        blocks += [_DownBlock(width, width, "down") for _ in range(max(n - 2, 0))]
+        blocks += [_DownBlock(width, width, None), _DownBlock(width, width, None)]
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(width, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Critic scores ``(N,)`` (unbounded)."""
+        return self.head(F.relu(self.blocks(x)).mean(dim=(2, 3))).view(-1)
+
+
+class MLPCritic(nn.Module):
+    """ReLU MLP critic (``gan_toy.py`` style); inputs of any shape are flattened.
+
+    Args:
+        input_shape: Sample shape.
+        hidden: Hidden units per layer.
+        depth: Number of hidden ReLU layers (``gan_toy.py`` uses 3).
+    """
+
+    def __init__(self, input_shape: Sequence[int], hidden: int = 128, depth: int = 3) -> None:
+        super().__init__()
+        shape = _as_shape("critic", "mlp", input_shape)
+        self.input_shape = shape
+        layers: list[nn.Module] = []
+        fan_in = math.prod(shape)
+        for _ in range(depth):
+            layers += [nn.Linear(fan_in, hidden), nn.ReLU(inplace=True)]
+            fan_in = hidden
+        layers.append(nn.Linear(fan_in, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Critic scores ``(N,)`` (unbounded)."""
+        return self.net(x.flatten(1)).view(-1)
+
+
+# ------------------------------------------------------------------------------------------
+# Client discriminators (raw logits z; sigmoid / double sigmoid are applied by the caller)
+# ------------------------------------------------------------------------------------------
+
+
+def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def _disc_norm(name: str, norm: str) -> None:
+    if norm not in ("none", "batch"):
+        raise ValueError(f"discriminator {name!r}: norm must be 'none' or 'batch', got {norm!r}")
+
+
+class CNN4Discriminator(nn.Module):
+    """FedGO's default client discriminator, the "simple 4-layer CNN" (App. E.2, App. F.7.3 "CNN").
+
+    ``Conv(C->d, 4, s2, p1)``, LReLU(0.2), ``Conv(d->2d, 4, s2, p1)``, [BN], LReLU,
+    ``Conv(2d->4d, 4, s2, p1)``, [BN], LReLU, ``Conv(4d->1)`` with a kernel covering the remaining
+    grid (4x4 for 32x32, 1x1 for 8x8); no biases (as ``gan_mnist.py``), DCGAN ``N(0, 0.02)`` init.
+    With ``d = 64``, ``norm="none"`` on ``(3, 32, 32)`` it has exactly the 662,528 parameters of
+    Table 14. Output: raw logits ``z`` of shape ``(N,)``.
+
+    Args:
+        input_shape: ``(C, H, W)`` with ``H, W >= 8``.
+        width: ``d`` (``ndf``; default 64).
+        norm: ``"none"`` (default; Table 14's parameter count) or ``"batch"`` (``gan_mnist.py``).
+    """
+
+    def __init__(self, input_shape: Sequence[int], width: int = 64, norm: str = "none") -> None:
+        super().__init__()
+        shape = _as_shape("discriminator", "cnn4", input_shape)
+        c, h, w = _image_shape("discriminator", "cnn4", shape)
+        _disc_norm("cnn4", norm)
+        for _ in range(3):
+            h, w = _conv_out(h, 4, 2, 1), _conv_out(w, 4, 2, 1)
+        if h < 1 or w < 1:
+            raise ValueError(f"discriminator 'cnn4' needs H, W >= 8, got input_shape {shape}")
+        self.input_shape = shape
+        bn = norm == "batch"
+        self.net = nn.Sequential(
+            nn.Conv2d(c, width, 4, 2, 1, bias=False),
+            nn.LeakyReLU(_LEAK, inplace=True),
+            nn.Conv2d(width, width * 2, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(width * 2) if bn else nn.Identity(),
+            nn.LeakyReLU(_LEAK, inplace=True),
+            nn.Conv2d(width * 2, width * 4, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(width * 4) if bn else nn.Identity(),
+            nn.LeakyReLU(_LEAK, inplace=True),
+            nn.Conv2d(width * 4, 1, (h, w), 1, 0, bias=False),
+        )
+        _dcgan_init(self)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Raw logits ``z (N,)``; ``D = sigmoid(z)`` or ``sigmoid(sigmoid(z))`` downstream."""
+        return self.net(x).view(-1)
+
+
+class CNNMLPDiscriminator(nn.Module):
+    """App. F.7.3 "CNN+MLP": the CNN with its last two convolutions replaced by one linear layer.
+
+    ``Conv(C->d, 4, s2, p1)``, LReLU, ``Conv(d->2d, 4, s2, p1)``, [BN], LReLU, flatten,
+    ``Linear(2d·H/4·W/4 -> 1)``; bias-free, DCGAN init. ``d = 64`` on ``(3, 32, 32)`` gives Table
+    14's 142,336 parameters. Output: raw logits ``(N,)``.
+
+    Args:
+        input_shape: ``(C, H, W)`` with ``H, W >= 4``.
+        width: ``d`` (default 64).
+        norm: ``"none"`` (default) or ``"batch"``.
+    """
+
+    def __init__(self, input_shape: Sequence[int], width: int = 64, norm: str = "none") -> None:
+        super().__init__()
+        shape = _as_shape("discriminator", "cnn_mlp", input_shape)
+        c, h, w = _image_shape("discriminator", "cnn_mlp", shape)
+        _disc_norm("cnn_mlp", norm)
+        for _ in range(2):
+            h, w = _conv_out(h, 4, 2, 1), _conv_out(w, 4, 2, 1)
+        if h < 1 or w < 1:
+            raise ValueError(f"discriminator 'cnn_mlp' needs H, W >= 4, got input_shape {shape}")
+        self.input_shape = shape
+        self.features = nn.Sequential(
+            nn.Conv2d(c, width, 4, 2, 1, bias=False),
+            nn.LeakyReLU(_LEAK, inplace=True),
+            nn.Conv2d(width, width * 2, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(width * 2) if norm == "batch" else nn.Identity(),
+            nn.LeakyReLU(_LEAK, inplace=True),
+        )
+        self.head = nn.Linear(width * 2 * h * w, 1, bias=False)
+        _dcgan_init(self)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Raw logits ``z (N,)``."""
+        return self.head(self.features(x).flatten(1)).view(-1)
+
+
+class _BasicBlock(nn.Module):
+    """ResNet BasicBlock (two 3x3 convs, projection shortcut when the shape changes), bias-free."""
+
+    def __init__(self, cin: int, cout: int, stride: int, norm: str) -> None:
+        super().__init__()
+        bn = norm == "batch"
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1: nn.Module = nn.BatchNorm2d(cout) if bn else nn.Identity()
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2: nn.Module = nn.BatchNorm2d(cout) if bn else nn.Identity()
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False),
+                nn.BatchNorm2d(cout) if bn else nn.Identity(),
+            )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``act(bn2(conv2(act(bn1(conv1 x)))) + shortcut(x))``."""
+        out = F.leaky_relu(self.bn1(self.conv1(x)), _LEAK)
+        out = self.bn2(self.conv2(out))
+        return F.leaky_relu(out + self.shortcut(x), _LEAK)
+
+
+class ResNet8Discriminator(nn.Module):
+    """App. F.7.3 "ResNet": a discriminator "based on ResNet-8, an 8-layer residual network".
+
+    3x3 stem ``C -> d`` (stride 1), three BasicBlocks ``d, 2d, 4d`` of stride 2 (with 1x1 projection
+    shortcuts), flatten, ``Linear(4d·H/8·W/8 -> 1)``: 1 + 3·2 + 1 = 8 weight layers. Bias-free and,
+    by default, without normalisation; LeakyReLU(0.2). The paper gives no layer list; this is the
+    configuration that reproduces Table 14 (1,230,528 parameters exactly and 51.06 MMACs against
+    "51.1 MFLOPs") for ``d = 64`` on ``(3, 32, 32)``. Output: raw logits ``(N,)``.
+
+    Args:
+        input_shape: ``(C, H, W)``.
+        width: ``d`` (default 64).
+        norm: ``"none"`` (default) or ``"batch"``.
+    """
+
+    def __init__(self, input_shape: Sequence[int], width: int = 64, norm: str = "none") -> None:
+        super().__init__()
+        shape = _as_shape("discriminator", "resnet8", input_shape)
+        c, h, w = _image_shape("discriminator", "resnet8", shape)
+        _disc_norm("resnet8", norm)
+        if h < 8 or w < 8:
+            raise ValueError(f"discriminator 'resnet8' needs H, W >= 8, got input_shape {shape}")
+        self.input_shape = shape
+        self.stem = nn.Conv2d(c, width, 3, 1, 1, bias=False)
+        self.stem_bn: nn.Module = nn.BatchNorm2d(width) if norm == "batch" else nn.Identity()
+        self.blocks = nn.Sequential(
+            _BasicBlock(width, width, 2, norm),
+            _BasicBlock(width, width * 2, 2, norm),
+            _BasicBlock(width * 2, width * 4, 2, norm),
+        )
+        for _ in range(3):
+            h, w = _conv_out(h, 3, 2, 1), _conv_out(w, 3, 2, 1)
+        self.head = nn.Linear(width * 4 * h * w, 1, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Raw logits ``z (N,)``."""
+        out = F.leaky_relu(self.stem_bn(self.stem(x)), _LEAK)
+        return self.head(self.blocks(out).flatten(1)).view(-1)
+
+
+class MLPDiscriminator(nn.Module):
+    """3-layer LeakyReLU MLP discriminator (App. E.1: "a 3-layer discriminator"); flattens inputs.
+
+    ``Linear(D -> h)``, LReLU(0.2), ``Linear(h -> h)``, LReLU, ``Linear(h -> 1)``. Output: raw
+    logits ``(N,)``.
+
+    Args:
+        input_shape: Any sample shape (``(D,)`` for feature vectors).
+        hidden: Hidden units ``h`` (default 128).
+    """
+
+    def __init__(self, input_shape: Sequence[int], hidden: int = 128) -> None:
+        super().__init__()
+        shape = _as_shape("discriminator", "mlp", input_shape)
+        self.input_shape = shape
+        self.net = nn.Sequential(
+            nn.Linear(math.prod(shape), hidden),
+            nn.LeakyReLU(_LEAK, inplace=True),
+            nn.Linear(hidden, hidden),
+            nn.LeakyReLU(_LEAK, inplace=True),
+            nn.Linear(hidden, 1),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Raw logits ``z (N,)``."""
+        return self.net(x.flatten(1)).view(-1)
+
+
+# ------------------------------------------------------------------------------------------
+# Builders
+# ------------------------------------------------------------------------------------------
+
+_GENERATORS: dict[str, type[nn.Module]] = {
+    "dcgan": DCGANGenerator,
+    "resnet": ResNetGenerator,
+    "mlp": MLPGenerator,
+}
+_CRITICS: dict[str, type[nn.Module]] = {
+    "dcgan": DCGANCritic,
+    "resnet": ResNetCritic,
+    "mlp": MLPCritic,
+}
+_DISCRIMINATORS: dict[str, type[nn.Module]] = {
+    "cnn4": CNN4Discriminator,
+    "cnn_mlp": CNNMLPDiscriminator,
+    "resnet8": ResNet8Discriminator,
+    "mlp": MLPDiscriminator,
+}
+
+
+def _lookup(kind: str, name: str, table: dict[str, type[nn.Module]]) -> type[nn.Module]:
+    if not isinstance(name, str) or name.lower().strip() not in table:
+        raise ValueError(f"unknown {kind} {name!r}; expected one of {list(table)}")
+    return table[name.lower().strip()]
+
+
+def build_generator(
+    name: str,
+    latent_dim: int,
+    output_shape: Sequence[int],
+    *,
+    seed: int | None = None,
+    **kwargs: Any,
+) -> nn.Module:
+    """Build a generator ``G: (N, latent_dim) -> (N, *output_shape)``.
+
+    Args:
+        name: One of :data:`GENERATOR_NAMES` (``"dcgan"``, ``"resnet"``, ``"mlp"``).
+        latent_dim: Size of the Gaussian latent code ``z``.
+        output_shape: ``(C, H, W)`` for images or ``(D,)`` for feature vectors (``"mlp"`` only).
+        seed: Seed the initial weights (forked RNG; the global RNG is untouched). ``None`` uses the
+            global RNG.
+        **kwargs: Model options (``width`` for ``dcgan``/``resnet``; ``hidden``, ``depth``,
+            ``out_activation`` for ``mlp``).
+
+    Returns:
+        The module, with attributes ``latent_dim`` and ``output_shape``.
+
+    Raises:
+        ValueError: Unknown name (the message lists the valid ones), bad ``latent_dim``, or a shape
+            the model cannot produce (the message names the model and the shape).
+    """
+    cls = _lookup("generator", name, _GENERATORS)
+    if int(latent_dim) != latent_dim or latent_dim < 1:
+        raise ValueError(f"generator {name!r}: latent_dim must be an int >= 1, got {latent_dim!r}")
+    with _seeded(seed):
+        return cls(int(latent_dim), output_shape, **kwargs)
+
+
+def build_critic(
+    name: str, input_shape: Sequence[int], *, seed: int | None = None, **kwargs: Any
+) -> nn.Module:
+    """Build a WGAN-GP critic ``(N, *input_shape) -> (N,)`` (server side only).
+
+    Args:
+        name: One of :data:`CRITIC_NAMES` (``"dcgan"``, ``"resnet"``, ``"mlp"``).
+        input_shape: Sample shape; conv critics need ``(C, H, W)``.
+        seed: Seed the initial weights (forked RNG).
+        **kwargs: Model options (``width``, ``norm`` for ``dcgan``; ``width`` for ``resnet``;
+            ``hidden``, ``depth`` for ``mlp``).
+
+    Raises:
+        ValueError: Unknown name (listing the valid ones) or an unsupported shape.
+    """
+    cls = _lookup("critic", name, _CRITICS)
+    with _seeded(seed):
+        return cls(input_shape, **kwargs)
+
+
+def build_discriminator(
+    name: str, input_shape: Sequence[int], *, seed: int | None = None, **kwargs: Any
+) -> nn.Module:
+    """Build a client discriminator returning **raw logits** ``z`` of shape ``(N,)``.
+
+    No sigmoid is applied inside the model. :func:`train_discriminator` trains ``z`` with
+    ``BCEWithLogits`` and :mod:`fedgo_flwr.weighting` turns it into ``D = sigmoid(z)`` or the
+    paper's ``D = sigmoid(sigmoid(z))`` (App. E.2), i.e. odds ``Φ = exp(z)`` or ``exp(sigmoid(z))``.
+
+    Args:
+        name: One of :data:`DISCRIMINATOR_NAMES`: ``"cnn4"`` (paper default, App. E.2),
+            ``"cnn_mlp"``, ``"resnet8"`` (App. F.7.3) or ``"mlp"`` (vectors; flattens images).
+        input_shape: ``(C, H, W)`` for the convolutional models; anything for ``"mlp"``.
+        seed: Seed the initial weights (forked RNG).
+        **kwargs: Model options (``width``, ``norm`` for the CNNs; ``hidden`` for ``mlp``).
+
+    Raises:
+        ValueError: Unknown name (listing the valid ones), or a shape the model cannot take, e.g.
+            ``"cnn4"`` with ``(2,)`` (the message names the model and the shape).
+    """
+    cls = _lookup("discriminator", name, _DISCRIMINATORS)
+    with _seeded(seed):
+        return cls(input_shape, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------
+# Utilities
+# ------------------------------------------------------------------------------------------
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of parameter elements (shared parameters counted once)."""
+    return sum(p.numel() for p in module.parameters())
+
+
+def count_bytes(module: nn.Module) -> int:
+    """Bytes of all parameters and buffers (e.g. BN running statistics) of ``module``.
+
+    The payload of a one-shot generator / discriminator transfer, for the communication overhead
+    report of App. G ("the generator and discriminator models are 4.61MB and 2.53MB"; those figures
+    are ``torch.save`` file sizes in MiB, which add a few KiB of pickle overhead to this count).
+    """
+    params = sum(p.numel() * p.element_size() for p in module.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in module.buffers())
+    return int(params + buffers)
+
+
+def _latent(n: int, latent_dim: int, generator: torch.Generator, device: torch.device) -> Tensor:
+    """``n`` standard-normal latent codes drawn on the CPU from ``generator``, then moved."""
+    return torch.randn(n, latent_dim, generator=generator).to(device)
+
+
+def _latent_dim(generator_model: nn.Module, latent_dim: int | None) -> int:
+    value = latent_dim if latent_dim is not None else getattr(generator_model, "latent_dim", None)
+    if value is None or int(value) != value or int(value) < 1:
+        raise ValueError(
+            "latent_dim must be given (an int >= 1) when the generator has no 'latent_dim' "
+            f"attribute, got {value!r}"
+        )
+    return int(value)
+
+
+@contextlib.contextmanager
+def _frozen(*modules: nn.Module) -> Iterator[None]:
+    """Eval mode and no grad for ``modules``; restores each module's train/eval mode afterwards."""
+    modes = [m.training for m in modules]
+    try:
+        for m in modules:
+            m.eval()
+        with torch.no_grad():
+            yield
+    finally:
+        for m, mode in zip(modules, modes, strict=True):
+            m.train(mode)
+
+
+def _infinite_batches(
+    data: ArrayDataset,
+    batch_size: int,
+    generator: torch.Generator,
+    augment: bool,
+    device: torch.device,
+) -> Iterator[Tensor]:
+    """Endless shuffled batches of ``data.x`` (full batches only if the set allows one)."""
+    drop_last = len(data) >= batch_size
+    while True:
+        for x, _ in batches(
+            data,
+            batch_size,
+            shuffle=True,
+            generator=generator,
+            augment=augment,
+            drop_last=drop_last,
+            device=device,
+        ):
+            yield x
+
+
+def _check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or int(value) != value or int(value) < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+# ------------------------------------------------------------------------------------------
+# WGAN-GP (server-side generator training, scenario G1)
+# ------------------------------------------------------------------------------------------
+
+
+def interpolate_gradient_norms(
+    critic: nn.Module,
+    real: Tensor,
+    fake: Tensor,
+    *,
+    generator: torch.Generator,
+    create_graph: bool = True,
+) -> Tensor:
+    """``‖∇_x̂ D(x̂)‖₂`` per sample at ``x̂ = real + α (fake - real)``, ``α ~ U[0, 1]`` per sample.
+
+    The interpolates of Gulrajani et al. (2017), Alg. 1 (one ``α`` per sample, drawn on the CPU
+    from ``generator``). With ``create_graph=True`` the norms can be back-propagated to the critic's
+    parameters (double back-prop), as the penalty needs.
+
+    Returns:
+        ``(N,)`` gradient norms.
+    """
+    if real.shape != fake.shape:
+        raise ValueError(f"real and fake must have the same shape, got {real.shape}, {fake.shape}")
+    n = real.shape[0]
+    alpha = torch.rand(n, generator=generator).to(device=real.device, dtype=real.dtype)
+    alpha = alpha.view(n, *([1] * (real.dim() - 1)))
+    x_hat = (real.detach() + alpha * (fake.detach() - real.detach())).requires_grad_(True)
+    scores = critic(x_hat)
+    (grad,) = torch.autograd.grad(
+        outputs=scores.sum(), inputs=x_hat, create_graph=create_graph, retain_graph=create_graph
+    )
+    return grad.flatten(1).norm(2, dim=1)
+
+
+def gradient_penalty(
+    critic: nn.Module, real: Tensor, fake: Tensor, *, generator: torch.Generator
+) -> Tensor:
+    """WGAN-GP penalty ``E[(‖∇_x̂ D(x̂)‖₂ - 1)²]`` on interpolates (without the factor ``λ``).
+
+    Zero for a critic whose gradient has unit norm everywhere (e.g. ``D(x) = wᵀx + b`` with
+    ``‖w‖ = 1``); always finite and non-negative. Differentiable w.r.t. the critic's parameters.
+    """
+    norms = interpolate_gradient_norms(critic, real, fake, generator=generator)
+    return ((norms - 1.0) ** 2).mean()
+
+
+def train_wgan_gp(
+    generator_model: nn.Module,
+    critic: nn.Module,
+    data: ArrayDataset,
+    *,
+    steps: int,
+    batch_size: int = 64,
+    lr: float = 2e-4,
+    betas: tuple[float, float] = (0.0, 0.9),
+    n_critic: int = 5,
+    gp_lambda: float = 10.0,
+    generator: torch.Generator,
+    device: torch.device | str = "cpu",
+    augment: bool = False,
+    lr_decay: bool = False,
+    log_every: int | None = None,
+) -> dict[str, float]:
+    """Train ``generator_model`` against ``critic`` with WGAN-GP (Gulrajani et al., 2017, Alg. 1).
+
+    FedGO's (G1) generator (Sec. 3.2; App. E.2: Adam, lr 2e-4, ``(β1, β2) = (0, 0.9)``, batch 64,
+    100,000 generator steps, "the generator was updated every 5 steps of the discriminator", ``λ =
+    10``; these are the defaults). Each generator step is preceded by ``n_critic`` critic steps on
+    ``L_D = E[D(G(z))] - E[D(x)] + λ E[(‖∇D(x̂)‖₂ - 1)²]``; the generator then minimises
+    ``L_G = -E[D(G(z))]``. Real batches are shuffled (full batches when the data allow) and
+    re-shuffled every pass; both models stay in train mode (BatchNorm in the generator uses batch
+    statistics, as in the official code).
+
+    Args:
+        generator_model: Generator with a ``latent_dim`` attribute (see :func:`build_generator`).
+        critic: WGAN-GP critic (see :func:`build_critic`); must not use BatchNorm.
+        data: Real samples; ``data.x`` is normalised by :func:`fedgo_flwr.data.batches` (images to
+            ``[-1, 1]``; feature vectors unchanged). Labels are ignored.
+        steps: Number of **generator** steps (``>= 0``).
+        batch_size: Real and fake batch size.
+        lr: Adam learning rate of both models.
+        betas: Adam betas of both models.
+        n_critic: Critic steps per generator step.
+        gp_lambda: Gradient penalty coefficient ``λ``.
+        generator: The only source of randomness (batch order, flips, ``z``, ``α``).
+        device: Where to train.
+        augment: Random horizontal flips of real images (if ``data.flip``). The paper flips client
+            and server data (App. E.2, "Details for Dataset") but does not say so for the GAN.
+        lr_decay: Decay both learning rates linearly to 0 over ``steps``, as
+            ``gan_cifar_resnet.py`` does (``DECAY=True``); the paper does not mention it.
+        log_every: Log progress every this many generator steps (``None``: never).
+
+    Returns:
+        ``steps``, ``critic_steps``, ``seconds``, and the values of the last step:
+        ``critic_loss`` (``L_D`` including the penalty), ``generator_loss``, ``wasserstein``
+        (``E[D(x)] - E[D(G(z))]`` on the last critic batch), ``gradient_penalty`` (without ``λ``)
+        and ``grad_norm`` (mean ``‖∇D(x̂)‖``). Loss values are NaN when ``steps == 0``.
+    """
+    steps = _check_positive_int("steps", steps, minimum=0)
+    batch_size = _check_positive_int("batch_size", batch_size)
+    n_critic = _check_positive_int("n_critic", n_critic)
+    if len(data) == 0:
+        raise ValueError("train_wgan_gp needs a non-empty data set")
+    latent_dim = _latent_dim(generator_model, None)
+    dev = torch.device(device)
+    start = time.perf_counter()
+    generator_model.to(dev).train()
+    critic.to(dev).train()
+    opt_g = torch.optim.Adam(generator_model.parameters(), lr=lr, betas=betas)
+    opt_d = torch.optim.Adam(critic.parameters(), lr=lr, betas=betas)
+    scheds: list[torch.optim.lr_scheduler.LambdaLR] = []
+    if lr_decay and steps > 0:
+        scheds = [
+            torch.optim.lr_scheduler.LambdaLR(opt, lambda i: max(0.0, 1.0 - i / steps))
+            for opt in (opt_g, opt_d)
+        ]
+    real_iter = _infinite_batches(data, batch_size, generator, augment, dev)
+    nan = float("nan")
+    stats = {
+        "critic_loss": nan,
+        "generator_loss": nan,
+        "wasserstein": nan,
+        "gradient_penalty": nan,
+        "grad_norm": nan,
+    }
+    critic_params = list(critic.parameters())
+    for step in range(steps):
+        for p in critic_params:
+            p.requires_grad_(True)
+        for _ in range(n_critic):
+            real = next(real_iter)
+            with torch.no_grad():
+                fake = generator_model(_latent(real.shape[0], latent_dim, generator, dev))
+            opt_d.zero_grad(set_to_none=True)
+            d_real = critic(real).mean()
+            d_fake = critic(fake).mean()
+            norms = interpolate_gradient_norms(critic, real, fake, generator=generator)
+            gp = ((norms - 1.0) ** 2).mean()
+            loss_d = d_fake - d_real + gp_lambda * gp
+            loss_d.backward()
+            opt_d.step()
+        for p in critic_params:
+            p.requires_grad_(False)
+        opt_g.zero_grad(set_to_none=True)
+        loss_g = -critic(generator_model(_latent(batch_size, latent_dim, generator, dev))).mean()
+        loss_g.backward()
+        opt_g.step()
+        for sched in scheds:
+            sched.step()
+        if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
+            log.info(
+                "wgan-gp step %d/%d: critic %.4f generator %.4f W %.4f gp %.4f",
+                step + 1,
+                steps,
+                loss_d.item(),
+                loss_g.item(),
+                (d_real - d_fake).item(),
+                gp.item(),
+            )
+        if step + 1 == steps:
+            stats = {
+                "critic_loss": loss_d.item(),
+                "generator_loss": loss_g.item(),
+                "wasserstein": (d_real - d_fake).item(),
+                "gradient_penalty": gp.item(),
+                "grad_norm": norms.mean().item(),
+            }
+    for p in critic_params:
+        p.requires_grad_(True)
+    return {
+        "steps": steps,
+        "critic_steps": steps * n_critic,
+        "seconds": time.perf_counter() - start,
+        **stats,
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# Client discriminator (Alg. 3) and server-side helpers
+# ------------------------------------------------------------------------------------------
+
+
+def train_discriminator(
+    disc: nn.Module,
+    generator_model: nn.Module,
+    data: ArrayDataset,
+    *,
+    epochs: int,
+    batch_size: int = 64,
+    lr: float = 2e-4,
+    betas: tuple[float, float] = (0.5, 0.999),
+    latent_dim: int | None = None,
+    generator: torch.Generator,
+    device: torch.device | str = "cpu",
+    augment: bool = False,
+    loss: str = "sigmoid",
+) -> dict[str, float]:
+    """Train a client discriminator against the frozen server generator (FedGO Alg. 3).
+
+    For ``epochs`` passes over the local data (shuffled minibatches), every real batch ``x`` (label
+    1) is paired with as many generated samples ``G(z)`` (label 0; ``G`` in eval mode and under
+    ``no_grad``, so it is never updated) and the discriminator takes one Adam step on the vanilla
+    GAN loss ``-[log D(x) + log(1 - D(G(z)))]`` (Alg. 3, "Loss_GAN ... Update with gradient for
+    vanilla GAN loss"), computed as the sum of two ``BCEWithLogits`` terms with separate forward
+    passes for real and fake as in ``gan_mnist.py``. Defaults follow App. E.2: Adam lr 2e-4,
+    ``(β1, β2) = (0.5, 0.999)``, batch 64 (30 epochs on CIFAR, 10 on ImageNet100).
+
+    Which sigmoid is trained (``loss``):
+        App. E.2 states only: "we employed a composition of two sigmoid activations for the
+        discriminator output. This ensures that the odds value Φ_k for client k's discriminator
+        D_k is constrained between 1 and e". It does not say whether the training loss sees the
+        second sigmoid. The model returns the raw logit ``z`` in both cases; ``loss`` picks the
+        probability the GAN loss is computed on:
+
+        * ``"sigmoid"`` (default): ``D = sigmoid(z)``, standard ``BCEWithLogits(z)``. This is the
+          discriminator of Thm 2.1 / Thm 3.6, whose optimum satisfies ``z = log(p_k / p_g)``; the
+          double sigmoid is then applied only at weighting time by :mod:`fedgo_flwr.weighting`
+          (``disc_mode="double_sigmoid"``: ``Φ = exp(sigmoid(z))``, a smooth monotone squashing of
+          the density ratio into ``(1, e)``), and the same ``z`` also serves ``disc_mode="sigmoid"``
+          and DaFKD's weighting. Chosen as the default for that reason.
+        * ``"double_sigmoid"``: ``D = sigmoid(sigmoid(z)) ∈ (0.5, 0.731)`` inside the loss
+          (``BCEWithLogits(sigmoid(z))``), the literal reading "the model's output layer is two
+          sigmoids". The point-wise optimum is then ``D* = clip(p_k / (p_k + p_g), 0.5, 0.731)``,
+          i.e. odds ``clip(p_k / p_g, 1, e)``; pair it with ``disc_mode="double_sigmoid"``.
+
+    Args:
+        disc: Discriminator with raw-logit output ``(N,)`` (see :func:`build_discriminator`).
+        generator_model: The server's generator ``G``; frozen (its train/eval mode is restored).
+        data: The client's local data (labels ignored), normalised by :func:`batches`.
+        epochs: Passes over ``data`` (``E_d`` of Alg. 3; ``>= 0``).
+        batch_size: Real batch size (fake batches have the same size).
+        lr: Adam learning rate.
+        betas: Adam betas.
+        latent_dim: Size of ``z``; defaults to ``generator_model.latent_dim``.
+        generator: The only source of randomness (batch order, flips, ``z``).
+        device: Where to train.
+        augment: Random horizontal flips of real images (if ``data.flip``; App. E.2 flips client
+            data, which this function leaves to the caller).
+        loss: ``"sigmoid"`` (default) or ``"double_sigmoid"``, see above.
+
+    Returns:
+        ``epochs``, ``steps``, ``num_examples``, ``seconds``; over the last epoch: ``loss`` (mean
+        per-step loss), ``real_accuracy`` (share of real samples with ``z > 0``),
+        ``fake_accuracy`` (share of generated samples with ``z < 0``) and ``accuracy`` (their
+        mean), measured on the training batches before each update. NaN when nothing ran.
+    """
+    epochs = _check_positive_int("epochs", epochs, minimum=0)
+    batch_size = _check_positive_int("batch_size", batch_size)
+    if loss not in DISCRIMINATOR_LOSSES:
+        raise ValueError(
+            f"unknown discriminator loss {loss!r}; expected one of {DISCRIMINATOR_LOSSES}"
+        )
+    zdim = _latent_dim(generator_model, latent_dim)
+    dev = torch.device(device)
+    start = time.perf_counter()
+    disc.to(dev).train()
+    generator_model.to(dev)
+    opt = torch.optim.Adam(disc.parameters(), lr=lr, betas=betas)
+    # A trailing batch of one sample would break BatchNorm (norm="batch"); drop it then.
+    drop_last = len(data) % batch_size == 1 and len(data) > 1
+    steps = 0
+    total = real_ok = fake_ok = 0.0
+    count = epoch_steps = 0
+    for _ in range(epochs):
+        total = real_ok = fake_ok = 0.0
+        count = epoch_steps = 0
+        for x_real, _ in batches(
+            data,
+            batch_size,
+            shuffle=True,
+            generator=generator,
+            augment=augment,
+            drop_last=drop_last,
+            device=dev,
+        ):
+            n = x_real.shape[0]
+            with _frozen(generator_model):
+                x_fake = generator_model(_latent(n, zdim, generator, dev))
+            opt.zero_grad(set_to_none=True)
+            z_real = disc(x_real)
+            z_fake = disc(x_fake)
+            if loss == "double_sigmoid":
+                logit_real, logit_fake = torch.sigmoid(z_real), torch.sigmoid(z_fake)
+            else:
+                logit_real, logit_fake = z_real, z_fake
+            step_loss = F.binary_cross_entropy_with_logits(
+                logit_real, torch.ones_like(logit_real)
+            ) + F.binary_cross_entropy_with_logits(logit_fake, torch.zeros_like(logit_fake))
+            step_loss.backward()
+            opt.step()
+            steps += 1
+            epoch_steps += 1
+            total += step_loss.item()
+            real_ok += (z_real.detach() > 0).sum().item()
+            fake_ok += (z_fake.detach() < 0).sum().item()
+            count += n
+    nan = float("nan")
+    real_acc = real_ok / count if count else nan
+    fake_acc = fake_ok / count if count else nan
+    return {
+        "epochs": epochs,
+        "steps": steps,
+        "num_examples": len(data),
+        "seconds": time.perf_counter() - start,
+        "loss": total / epoch_steps if epoch_steps else nan,
+        "real_accuracy": real_acc,
+        "fake_accuracy": fake_acc,
+        "accuracy": (real_acc + fake_acc) / 2 if count else nan,
+    }
+
+
+def sample(
+    generator_model: nn.Module,
+    n: int,
+    latent_dim: int | None = None,
+    *,
+    generator: torch.Generator,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+) -> Tensor:
+    """Draw ``n`` samples ``G(z)`` reproducibly, e.g. the distillation set of scenario D2 (Sec 3.2).
+
+    All ``n`` latent codes are drawn up front on the CPU from ``generator`` and ``G`` runs in eval
+    mode (BatchNorm running statistics) without gradients, so the result depends only on the
+    generator's weights and the seed -- not on ``batch_size`` or ``device``. ``G``'s train/eval mode
+    is restored afterwards.
+
+    Returns:
+        ``(n, *output_shape)`` float32 CPU tensor (images in ``[-1, 1]``).
+    """
+    n = _check_positive_int("n", n, minimum=0)
+    batch_size = _check_positive_int("batch_size", batch_size)
+    zdim = _latent_dim(generator_model, latent_dim)
+    dev = torch.device(device)
+    generator_model.to(dev)
+    z_all = torch.randn(n, zdim, generator=generator)
+    outs: list[Tensor] = []
+    with _frozen(generator_model):
+        for i in range(0, n, batch_size):
+            outs.append(generator_model(z_all[i : i + batch_size].to(dev)).float().cpu())
+    if outs:
+        return torch.cat(outs)
+    shape = getattr(generator_model, "output_shape", None)
+    return torch.empty(0, *shape) if shape is not None else torch.empty(0)
+
+
+def disc_logits_on(
+    discs: Sequence[nn.Module],
+    x: Tensor,
+    batch_size: int = 512,
+    device: torch.device | str = "cpu",
+) -> Tensor:
+    """Raw logits ``z_k(x)`` of every discriminator on every sample: ``(K, N)`` float32 on the CPU.
+
+    The server computes this once per run for the distillation set (the discriminators are fixed
+    after pre-FL, Alg. 2) and feeds it to :class:`fedgo_flwr.weighting.WeightingInputs`
+    (``disc_logits``). Models run in eval mode without gradients; their modes are restored.
+
+    Args:
+        discs: ``K`` discriminators (raw-logit output).
+        x: ``(N, *input_shape)`` already normalised inputs (as yielded by :func:`batches` or
+            returned by :func:`sample`).
+        batch_size: Samples per forward pass.
+        device: Where to evaluate.
+    """
+    batch_size = _check_positive_int("batch_size", batch_size)
+    dev = torch.device(device)
+    rows: list[Tensor] = []
+    for disc in discs:
+        disc.to(dev)
+        with _frozen(disc):
+            parts = [
+                disc(x[i : i + batch_size].to(dev)).float().cpu()
+                for i in range(0, x.shape[0], batch_size)
+            ]
+        rows.append(torch.cat(parts) if parts else torch.empty(0))
+    if not rows:
+        return torch.empty(0, x.shape[0])
+    return torch.stack(rows)

@@ -1,0 +1,247 @@
+"""FedGO: ensemble distillation weighted by client-discriminator odds.
+
+Jang, Park, Lee, "Provably Near-Optimal Federated Ensemble Distillation with Negligible
+Overhead", ICML 2025, Sec. 3.2, Alg. 1-3 (App. D) and App. E.2.
+
+Pre-FL stage (:meth:`FedGO.setup`, before round 1, once per run):
+
+1. the server obtains a generator G: trained with WGAN-GP on its unlabeled data (scenario G1,
+   Alg. 2) or loaded from ``strategy.generator.path`` (G2: off-the-shelf, or an earlier run's);
+2. G goes to every client in one Flower message round (``train.discriminator``); each client
+   trains its discriminator D_k once against the frozen G (Alg. 3) and sends it back;
+3. the server keeps the K discriminators and G on disk (``discriminators.pt``,
+   ``generator.pt`` in the run folder, reusable with ``strategy.discriminator.path``) and
+   computes every D_k's logits on the distillation set (each augmentation view) and on the test
+   split once: the discriminators are fixed, so their outputs are too.
+
+Each round is FedDF's (``strategies/feddf.py``) with the weighting
+``w_k(x) = n_k Φ_k(x) / Σ_{i∈A^t} n_i Φ_i(x)``, Φ = D/(1-D), over the round's participating
+clients (Thm 3.6, Eq. 9). The discriminator output is the paper's composition of two sigmoids
+(``disc_mode: double_sigmoid``, odds in (1, e)) by default, a single sigmoid as an option.
+The same stage serves the DaFKD-style ``domain`` weighting (``strategy.weighting: domain``).
+
+``distill_data``: ``server`` distils on the server's unlabeled data (D1); ``generated`` on
+``generated_size`` samples of G drawn once (D2; no labels, so no pseudo-label diagnostics).
+
+A client whose discriminator never arrives gets the neutral logit 0 everywhere (logged).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from clients.fedgo import (
+    DISCRIMINATOR_MESSAGE,
+    GENERATOR_KEY,
+    DiscriminatorSettings,
+    GeneratorSettings,
+)
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.distill import num_views, view_batches
+from fedgo_flwr.gan import (
+    build_critic,
+    build_discriminator,
+    build_generator,
+    count_bytes,
+    sample,
+    train_wgan_gp,
+)
+from fedgo_flwr.training import derive_seed
+from fedgo_flwr.weighting import DISC_MODES
+from strategies.feddf import FedDF, FedDFParams
+
+DISTILL_DATA = ("server", "generated")
+
+
+@dataclass
+class FedGOParams(FedDFParams):
+    """FedDF's parameters plus the generator, the discriminators and the odds' form."""
+
+    weighting: str = "fedgo"
+    disc_mode: str = "double_sigmoid"
+    distill_data: str = "server"
+    generated_size: int = 10_000
+    generator: GeneratorSettings = field(default_factory=GeneratorSettings)
+    discriminator: DiscriminatorSettings = field(default_factory=DiscriminatorSettings)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.disc_mode not in DISC_MODES:
+            raise ValueError(f"disc_mode '{self.disc_mode}' unknown; choose {DISC_MODES}")
+        if self.distill_data not in DISTILL_DATA:
+            raise ValueError(f"distill_data '{self.distill_data}' unknown; choose {DISTILL_DATA}")
+        if self.generated_size < 1:
+            raise ValueError("generated_size must be >= 1")
+        if self.distill_data == "generated" and self.weighting == "oracle":
+            raise ValueError("weighting 'oracle' needs labels, which generated data lacks")
+
+
+class FedGO(FedDF):
+    """FedDF with discriminator-odds weighting and FedGO's pre-FL stage."""
+
+    name = "fedgo"
+    Params = FedGOParams
+    uses_discriminators = True
+
+    def discriminator_params(self, name: str) -> dict:
+        return {"disc_mode": self.params.disc_mode} if name == "fedgo" else {}
+
+    def disc_logits(self, pids: list[int], split: str) -> torch.Tensor | None:
+        return self._disc[split][pids]
+
+    def available_weightings(self) -> list[str]:
+        names = super().available_weightings()
+        return names if self.distill_labels is not None else []
+
+    # -- pre-FL stage ----------------------------------------------------------------------
+    def setup(self, grid: Grid) -> None:
+        res = self.resources
+        assert res is not None
+        report: dict[str, object] = {}
+        shape = res.bundle.train.input_shape
+        gp = self.params.generator
+        generator = build_generator(
+            gp.name, gp.latent_dim, shape, seed=derive_seed(self.cfg.seed, "gen-init")
+        )
+        t0 = time.perf_counter()
+        if gp.path:
+            generator.load_state_dict(torch.load(gp.path, map_location="cpu"))
+            report["generator"] = {"source": gp.path}
+            log(INFO, "FedGO: generator loaded from %s", gp.path)
+        else:
+            critic = build_critic(gp.name, shape, seed=derive_seed(self.cfg.seed, "critic-init"))
+            server_set = res.bundle.train.subset(res.partition.server)
+            log(INFO, "FedGO: training the WGAN-GP generator, %d steps", gp.steps)
+            stats = train_wgan_gp(
+                generator,
+                critic,
+                server_set,
+                steps=gp.steps,
+                batch_size=gp.batch_size,
+                lr=gp.lr,
+                n_critic=gp.n_critic,
+                gp_lambda=gp.gp_lambda,
+                generator=torch.Generator().manual_seed(derive_seed(self.cfg.seed, "wgan")),
+                device=res.device,
+                augment=self.cfg.data.augment,
+            )
+            report["generator"] = {"source": "trained on server data (G1)", **stats}
+        generator.cpu()
+        report["generator_time"] = time.perf_counter() - t0
+        torch.save(generator.state_dict(), res.out_dir / "generator.pt")
+
+        discs, disc_report = self._discriminators(grid, generator)
+        report.update(disc_report)
+        if self.params.distill_data == "generated":
+            self._use_generated_data(generator)
+        t0 = time.perf_counter()
+        self._disc = {
+            "distill": self._logits_all(discs, self.distill_set, self.views),
+            "test": self._logits_all(discs, res.bundle.test, 1),
+        }
+        report["disc_logits_time"] = time.perf_counter() - t0
+        report["bytes"] = {
+            "model": count_bytes(self.model_factory()),
+            "generator": count_bytes(generator),
+            "discriminator": count_bytes(
+                build_discriminator(self.params.discriminator.name, shape)
+            ),
+        }
+        (res.out_dir / "prefl.json").write_text(json.dumps(report, indent=2, default=float))
+        log(INFO, "FedGO pre-FL stage done: %s", json.dumps(report["bytes"]))
+
+    def _discriminators(
+        self, grid: Grid, generator: torch.nn.Module
+    ) -> tuple[dict[int, torch.nn.Module], dict[str, object]]:
+        """Collect D_k from every client (or load them); save them with the run."""
+        res = self.resources
+        assert res is not None
+        dp = self.params.discriminator
+        shape = res.bundle.train.input_shape
+        states: dict[int, dict[str, torch.Tensor]] = {}
+        report: dict[str, object] = {}
+        if dp.path:
+            states = {int(k): v for k, v in torch.load(dp.path, map_location="cpu").items()}
+            report["discriminators"] = {"source": dp.path}
+        else:
+            config = ConfigRecord({"experiment": json.dumps(self.cfg.to_dict(), sort_keys=True)})
+            content = RecordDict(
+                {GENERATOR_KEY: ArrayRecord(generator.state_dict()), "config": config}
+            )
+            messages = [
+                Message(content=content, message_type=DISCRIMINATOR_MESSAGE, dst_node_id=node)
+                for node in self.node_ids.values()
+            ]
+            t0 = time.perf_counter()
+            per_client: dict[str, dict[str, float]] = {}
+            for reply in grid.send_and_receive(messages):
+                node = reply.metadata.src_node_id
+                pid = self.partition_of.get(node, -1)
+                if reply.has_error() or "arrays" not in reply.content.array_records:
+                    reason = reply.error.reason if reply.has_error() else "no arrays"
+                    log(WARNING, "FedGO: no discriminator from client %d: %s", pid, reason)
+                    continue
+                states[pid] = reply.content["arrays"].to_torch_state_dict()
+                per_client[str(pid)] = dict(reply.content["metrics"])
+            report["discriminator_round_time"] = time.perf_counter() - t0
+            report["discriminators"] = per_client
+            torch.save(states, res.out_dir / "discriminators.pt")
+        discs: dict[int, torch.nn.Module] = {}
+        for pid, state in states.items():
+            disc = build_discriminator(dp.name, shape)
+            disc.load_state_dict(state)
+            discs[pid] = disc
+        missing = sorted(set(range(self.cfg.data.num_clients)) - set(discs))
+        if missing:
+            log(WARNING, "FedGO: clients %s have no discriminator; neutral weights", missing)
+        report["missing_discriminators"] = missing
+        return discs, report
+
+    def _use_generated_data(self, generator: torch.nn.Module) -> None:
+        """Scenario D2: G's samples, drawn once, replace the server data for distillation."""
+        gen_rng = torch.Generator().manual_seed(derive_seed(self.cfg.seed, "d2-samples"))
+        x = sample(
+            generator,
+            self.params.generated_size,
+            self.params.generator.latent_dim,
+            generator=gen_rng,
+        )
+        template = self.distill_set
+        if template.x.dtype == np.uint8:
+            x_np = ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
+        else:
+            x_np = x.numpy().astype(np.float32)
+        self.distill_set = ArrayDataset(
+            x=x_np,
+            y=np.zeros(len(x_np), dtype=np.int64),
+            num_classes=template.num_classes,
+            flip=template.flip,
+        )
+        self.distill_labels = None
+        self.views = num_views(self.distill_set, self.params.distill.augment)
+
+    def _logits_all(
+        self, discs: dict[int, torch.nn.Module], data: ArrayDataset, views: int
+    ) -> torch.Tensor:
+        """``(K, V, N)`` raw logits of every client's discriminator (0 where it is missing)."""
+        assert self.resources is not None
+        out = torch.zeros(self.cfg.data.num_clients, views, len(data))
+        device = self.resources.device
+        for pid, disc in discs.items():
+            disc.to(device).eval()
+            with torch.no_grad():
+                parts: list[list[torch.Tensor]] = [[] for _ in range(views)]
+                for v, x in view_batches(data, views, 512, device):
+                    parts[v].append(disc(x).float().cpu().reshape(-1))
+            out[pid] = torch.stack([torch.cat(p) for p in parts])
+            disc.cpu()
+        return out
