@@ -123,14 +123,21 @@ class FedDF(FedAvg):
         return None
 
     def weights(
-        self, name: str, logits: Tensor, replies: list[Reply], split: str, labels: Tensor | None
+        self,
+        name: str,
+        logits: Tensor,
+        replies: list[Reply],
+        split: str,
+        labels: Tensor | None,
+        params: dict | None = None,
     ) -> Tensor:
         """``(K, V, N)`` weights of method ``name`` for teacher logits ``(K, V, N, C)``."""
         pids = [r.partition_id for r in replies]
         disc = self.disc_logits(pids, split)
-        params = {"temperature": self.params.entropy_temperature} if name == "entropy" else {}
-        if name in NEEDS_DISCRIMINATORS:
-            params = self.discriminator_params(name)
+        if params is None:
+            params = {"temperature": self.params.entropy_temperature} if name == "entropy" else {}
+            if name in NEEDS_DISCRIMINATORS:
+                params = self.discriminator_params(name)
         per_view = []
         for v in range(logits.shape[1]):
             inputs = WeightingInputs(
@@ -146,9 +153,9 @@ class FedDF(FedAvg):
     def discriminator_params(self, name: str) -> dict:
         return {}
 
-    def available_weightings(self) -> list[str]:
-        names = ["uniform", "data_size", "variance", "entropy", "oracle"]
-        return names + (list(NEEDS_DISCRIMINATORS) if self.uses_discriminators else [])
+    def diagnostic_weightings(self) -> list[tuple[str, str, dict | None]]:
+        """``(metric suffix, method, params or None for the configured ones)`` to diagnose."""
+        return [(n, n, None) for n in ("uniform", "data_size", "variance", "entropy", "oracle")]
 
     # -- aggregation -----------------------------------------------------------------------
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
@@ -179,14 +186,10 @@ class FedDF(FedAvg):
         metrics: dict[str, float] = {"teacher_time": time.perf_counter() - t0}
 
         if self.params.diagnostics and distill_labels is not None:
-            for name in self.available_weightings():
-                w = (
-                    weights
-                    if name == self.params.weighting
-                    else self.weights(name, logits[:, :1], replies, "distill", distill_labels)
-                )
+            for suffix, name, params in self.diagnostic_weightings():
+                w = self.weights(name, logits[:, :1], replies, "distill", distill_labels, params)
                 pred = (w[:, 0].unsqueeze(-1) * logits[:, 0]).sum(0).argmax(-1)
-                metrics[f"pl_acc_{name}"] = (pred == distill_labels).float().mean().item()
+                metrics[f"pl_acc_{suffix}"] = (pred == distill_labels).float().mean().item()
         if self.params.ensemble_eval:
             tl = torch.stack(test_logits)  # (K, 1, N_test, C)
             test_labels = torch.as_tensor(res.bundle.test.y)

@@ -98,9 +98,14 @@ class FedGO(FedDF):
     def disc_logits(self, pids: list[int], split: str) -> torch.Tensor | None:
         return self._disc[split][pids]
 
-    def available_weightings(self) -> list[str]:
-        names = super().available_weightings()
-        return names if self.distill_labels is not None else []
+    def diagnostic_weightings(self) -> list[tuple[str, str, dict | None]]:
+        return [
+            *super().diagnostic_weightings(),
+            ("fedgo", "fedgo", None),
+            ("fedgo_sigmoid", "fedgo", {"disc_mode": "sigmoid"}),
+            ("fedgo_double_sigmoid", "fedgo", {"disc_mode": "double_sigmoid"}),
+            ("domain", "domain", None),
+        ]
 
     # -- pre-FL stage ----------------------------------------------------------------------
     def setup(self, grid: Grid) -> None:
@@ -149,6 +154,7 @@ class FedGO(FedDF):
             "test": self._logits_all(discs, res.bundle.test, 1),
         }
         report["disc_logits_time"] = time.perf_counter() - t0
+        report["disc_stats"] = discriminator_stats(self._disc["distill"][sorted(discs), 0])
         report["bytes"] = {
             "model": count_bytes(self.model_factory()),
             "generator": count_bytes(generator),
@@ -245,3 +251,22 @@ class FedGO(FedDF):
             out[pid] = torch.stack([torch.cat(p) for p in parts])
             disc.cpu()
         return out
+
+
+def discriminator_stats(z: torch.Tensor) -> dict[str, float]:
+    """How informative the discriminators are on the distillation set (``z``: ``(K, N)``).
+
+    Saturated discriminators (sigmoid(z) near 1 for every client on real data) make the double
+    sigmoid's odds all equal to e, and FedGO's weights collapse to data-size weighting.
+    """
+    if z.numel() == 0:
+        return {}
+    d = torch.sigmoid(z.double())
+    return {
+        "mean_sigmoid": d.mean().item(),
+        "share_sigmoid_above_0.99": (d > 0.99).double().mean().item(),
+        "mean_odds_double_sigmoid": torch.exp(d).mean().item(),
+        "mean_spread_of_logits_across_clients": z.double().std(0).mean().item()
+        if z.shape[0] > 1
+        else 0.0,
+    }

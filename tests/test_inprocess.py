@@ -109,7 +109,11 @@ def test_fedgo_prefl_stage_saves_and_reports(tmp_path):
     assert prefl["missing_discriminators"] == []
     assert prefl["bytes"]["generator"] > 0 and prefl["bytes"]["discriminator"] > 0
     assert (tmp_path / "generator.pt").exists() and (tmp_path / "discriminators.pt").exists()
-    assert {"pl_acc_fedgo", "pl_acc_domain", "pl_acc_oracle"} <= set(rows[-1])
+    assert {"pl_acc_fedgo", "pl_acc_fedgo_sigmoid", "pl_acc_domain", "pl_acc_oracle"} <= set(
+        rows[-1]
+    )
+    assert 0 <= prefl["disc_stats"]["mean_sigmoid"] <= 1
+    assert 1 <= prefl["disc_stats"]["mean_odds_double_sigmoid"] <= np.e
 
 
 def test_fedgo_with_identical_discriminators_equals_nk_weighted_feddf(tmp_path):
