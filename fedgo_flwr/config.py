@@ -58,6 +58,7 @@ class DataConfig:
     server_fraction: float = 0.5
     min_client_size: int = 2
     augment: bool = True
+    train_subset: int | None = None
 
     def check(self, err: _Checker) -> None:
         from fedgo_flwr.data import DATASET_NAMES
@@ -74,6 +75,10 @@ class DataConfig:
         err.require(
             "data.min_client_size", self.min_client_size, self.min_client_size >= 1, "must be >= 1"
         )
+        if self.train_subset is not None:
+            err.require(
+                "data.train_subset", self.train_subset, self.train_subset >= 1, "must be >= 1"
+            )
         if self.dataset == "imagefolder":
             err.require("data.path", self.path, bool(self.path), "imagefolder needs data.path")
 

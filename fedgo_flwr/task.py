@@ -7,6 +7,7 @@ and partitions are cached per process: a simulated ClientApp worker loads them o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -21,13 +22,38 @@ from fedgo_flwr.training import derive_seed
 
 
 @functools.lru_cache(maxsize=4)
-def _load_bundle(dataset: str, path: str | None, download: bool) -> DataBundle:
-    return load_dataset(dataset, path=path, download=download)
+def _load_bundle(
+    dataset: str, path: str | None, download: bool, train_subset: int | None = None
+) -> DataBundle:
+    bundle = load_dataset(dataset, path=path, download=download)
+    if train_subset is None or train_subset >= len(bundle.train):
+        return bundle
+    idx = stratified_subset(bundle.train.y, train_subset)
+    return dataclasses.replace(bundle, train=bundle.train.subset(idx))
+
+
+def stratified_subset(labels: np.ndarray, size: int) -> np.ndarray:
+    """``size`` sorted indices with the classes in their original proportions.
+
+    Drawn with a fixed seed, not the experiment's: every seed and strategy sees the same subset
+    (and the test split is never subsampled).
+    """
+    rng = np.random.default_rng(derive_seed("train-subset"))
+    classes, counts = np.unique(labels, return_counts=True)
+    exact = counts * (size / len(labels))
+    take = np.floor(exact).astype(int)
+    # Largest remainders get the leftover samples, so the total is exactly ``size``.
+    take[np.argsort(take - exact)[: size - take.sum()]] += 1
+    picked = [
+        rng.choice(np.flatnonzero(labels == c), size=n, replace=False)
+        for c, n in zip(classes, take, strict=True)
+    ]
+    return np.sort(np.concatenate(picked))
 
 
 def load_bundle(data: DataConfig, path_override: str | None = None) -> DataBundle:
     """The dataset of ``data`` (cached per process). ``path_override``: a node's own data path."""
-    return _load_bundle(data.dataset, path_override or data.path, data.download)
+    return _load_bundle(data.dataset, path_override or data.path, data.download, data.train_subset)
 
 
 @functools.lru_cache(maxsize=8)
@@ -35,13 +61,14 @@ def _partition(
     dataset: str,
     path: str | None,
     download: bool,
+    train_subset: int | None,
     num_clients: int,
     alpha: float,
     server_fraction: float,
     min_size: int,
     seed: int,
 ) -> Partition:
-    bundle = _load_bundle(dataset, path, download)
+    bundle = _load_bundle(dataset, path, download, train_subset)
     return dirichlet_partition(
         bundle.train.y,
         num_clients=num_clients,
@@ -59,6 +86,7 @@ def make_partition(cfg: ExperimentConfig, path_override: str | None = None) -> P
         d.dataset,
         path_override or d.path,
         d.download,
+        d.train_subset,
         d.num_clients,
         d.alpha,
         d.server_fraction,

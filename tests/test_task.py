@@ -1,0 +1,28 @@
+"""Shared server/client glue: subsets, partitions and datasets agree between processes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedgo_flwr.config import load_config
+from fedgo_flwr.task import client_dataset, load_bundle, make_partition, stratified_subset
+
+
+def test_stratified_subset_keeps_class_shares_and_ignores_the_seed():
+    labels = np.repeat(np.arange(4), [100, 200, 300, 400])
+    idx = stratified_subset(labels, 250)
+    assert len(idx) == 250 and len(np.unique(idx)) == 250
+    np.testing.assert_array_equal(np.bincount(labels[idx]), [25, 50, 75, 100])
+    np.testing.assert_array_equal(idx, stratified_subset(labels, 250))
+
+
+def test_train_subset_shrinks_train_only_and_partition_covers_it():
+    full = load_bundle(load_config(None, []).data)
+    cfg = load_config(None, ["data.train_subset=600", "seed=3"])
+    bundle = load_bundle(cfg.data)
+    assert len(bundle.train) == 600 and len(bundle.test) == len(full.test)
+    part = make_partition(cfg)
+    covered = np.concatenate([part.server, *part.clients])
+    assert sorted(covered.tolist()) == list(range(600))
+    sizes = [len(client_dataset(cfg, k)) for k in range(cfg.data.num_clients)]
+    assert sum(sizes) + len(part.server) == 600
