@@ -133,6 +133,7 @@ class ResourcesConfig:
 
     client_cpus: int = 1
     client_gpus: float = 0.0
+    server_cpus: int | None = None
 
     def check(self, err: _Checker) -> None:
         err.require(
@@ -141,6 +142,10 @@ class ResourcesConfig:
         err.require(
             "resources.client_gpus", self.client_gpus, self.client_gpus >= 0, "must be >= 0"
         )
+        if self.server_cpus is not None:
+            err.require(
+                "resources.server_cpus", self.server_cpus, self.server_cpus >= 1, "must be >= 1"
+            )
 
 
 @dataclass

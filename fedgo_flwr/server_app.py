@@ -6,10 +6,12 @@ two keys: ``config``, the YAML experiment file, and ``overrides``, ``"dotted.key
 
 from __future__ import annotations
 
+import os
 import time
 from logging import INFO
 from pathlib import Path
 
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
@@ -107,6 +109,7 @@ def server_app_for(cfg: ExperimentConfig) -> ServerApp:
 
 def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     """Run one experiment end to end; return its summary (also in summary.json)."""
+    torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
     recorder = RunRecorder.create(cfg)
     log(
         INFO,

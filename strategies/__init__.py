@@ -7,6 +7,7 @@ Each strategy class names its client-side algorithm (``client_algorithm``, a key
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from fedgo_flwr.config import _build, _Checker
@@ -15,6 +16,8 @@ from strategies.feddf import FedDF
 from strategies.fedgo import FedGO
 from strategies.fedprox import FedProx
 from strategies.scaffold import Scaffold
+
+log = logging.getLogger("fedgo_flwr")
 
 STRATEGIES: dict[str, type[FedAvg]] = {
     cls.name: cls for cls in (FedAvg, FedProx, Scaffold, FedDF, FedGO)
@@ -26,7 +29,23 @@ def validate_strategy_params(
 ) -> dict[str, Any]:
     """Check ``strategy.<key>`` values against the strategy's ``Params``; fill in defaults."""
     cls = STRATEGIES[name].Params
-    instance = _build(cls, dict(params), "strategy.", err or _Checker({}), owner=name)
+    own = {f.name for f in dataclasses.fields(cls)}
+    kept = {}
+    for key, value in params.items():
+        others = [
+            n
+            for n, c in STRATEGIES.items()
+            if key in {f.name for f in dataclasses.fields(c.Params)}
+        ]
+        if key not in own and others:
+            # Swapping strategy.name must be a one-line change: parameters that belong to
+            # other strategies are dropped (with a warning); unknown ones are still errors.
+            log.warning(
+                "strategy.%s ignored: a parameter of %s, not of %s", key, ", ".join(others), name
+            )
+            continue
+        kept[key] = value
+    instance = _build(cls, kept, "strategy.", err or _Checker({}), owner=name)
     return dataclasses.asdict(instance)
 
 

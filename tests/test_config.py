@@ -62,7 +62,7 @@ def test_roundtrip_through_json():
         ("model.name=resnet7", "model.name", "unknown"),
         ("rounds=ten", "rounds", "must be int"),
         ("data.alph=0.1", "data.alph", "did you mean 'data.alpha'"),
-        ("strategy.mu=0.1", "strategy.mu", "not a parameter of fedavg"),
+        ("strategy.muu=0.1", "strategy.muu", "not a parameter of fedavg"),
         ("train.optimizer=rmsprop", "train.optimizer", "unknown"),
         ("min_clients=50", "min_clients", "<= data.num_clients"),
         ("device=gpu0", "device", "auto, cpu"),
@@ -119,3 +119,12 @@ def test_cli_prepare_writes_run_config(tmp_path, capsys):
 
     run = tomllib.loads(run_toml.read_text())
     assert load_config(run["config"], run["overrides"]).seed == 4
+
+
+def test_swapping_strategy_drops_other_strategies_params(caplog):
+    cfg = load_config(CONF / "fedgo.yaml", ["strategy.name=fedavg"])
+    assert cfg.strategy.name == "fedavg" and cfg.strategy.params == {}
+    assert "strategy.distill ignored" in caplog.text
+    cfg = load_config(CONF / "fedgo.yaml", ["strategy.name=feddf", "strategy.weighting=entropy"])
+    assert cfg.strategy.params["distill"]["epochs"] == 5  # shared parameters are kept
+    assert "generator" not in cfg.strategy.params

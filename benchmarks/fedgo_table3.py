@@ -1,0 +1,193 @@
+"""The shape of FedGO's Table 3 / Fig. 2 at CPU scale on the shared CIFAR-10 JPEGs.
+
+For every seed, the methods below run through ``./run.sh`` on ONE partition and ONE client
+sampling sequence (both depend only on the seed): FedAvg, FedDF (uniform), n_k-only,
+variance (Fed-ET), entropy (FedHKT/FedDS), domain-aware (DaFKD weighting) and FedGO. FedGO runs
+first and trains the generator and the discriminators; the domain-aware run reuses them
+(``strategy.generator.path`` / ``strategy.discriminator.path``), so both see the same ones.
+
+Runs are resumable: a run whose ``summary.json`` exists is skipped. Each finished run's summary
+and per-round metrics are copied to ``benchmarks/results/<tag>/`` (committed), and the table is
+rebuilt from there, so a long benchmark can be spread over several sessions.
+
+    .venv/bin/python benchmarks/fedgo_table3.py --seeds 0 1 2 [--tag cifar10-cpu] [k=v ...]
+    .venv/bin/python benchmarks/fedgo_table3.py --table-only [--tag cifar10-cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ARCHIVE = ROOT.parent / "shared" / "data" / "cifar10-jpg.tar.gz"
+DATA = ROOT / ".cache" / "cifar10-jpg"
+
+METHODS: dict[str, list[str]] = {
+    "fedavg": ["strategy.name=fedavg"],
+    "feddf": ["strategy.name=feddf", "strategy.weighting=uniform"],
+    "data_size": ["strategy.name=feddf", "strategy.weighting=data_size"],
+    "variance": ["strategy.name=feddf", "strategy.weighting=variance"],
+    "entropy": ["strategy.name=feddf", "strategy.weighting=entropy"],
+    "fedgo": ["strategy.name=fedgo", "strategy.weighting=fedgo"],
+    "domain": ["strategy.name=fedgo", "strategy.weighting=domain"],
+}
+DIAGNOSTICS = [
+    "uniform",
+    "data_size",
+    "variance",
+    "entropy",
+    "domain",
+    "fedgo",
+    "fedgo_sigmoid",
+    "oracle",
+]
+
+
+def ensure_data() -> Path:
+    if (DATA / "train").is_dir():
+        return DATA
+    if not ARCHIVE.is_file():
+        sys.exit(f"CIFAR-10 JPEGs not found: neither {DATA} nor {ARCHIVE}")
+    DATA.mkdir(parents=True, exist_ok=True)
+    print(f"unpacking {ARCHIVE} -> {DATA}", file=sys.stderr)
+    with tarfile.open(ARCHIVE) as tar:
+        tar.extractall(DATA, filter="data")
+    inner = [p for p in DATA.iterdir() if p.is_dir() and (p / "train").is_dir()]
+    if not (DATA / "train").is_dir() and inner:
+        for child in inner[0].iterdir():
+            child.rename(DATA / child.name)
+    return DATA
+
+
+def run_one(method: str, seed: int, args: argparse.Namespace, results: Path) -> None:
+    run_dir = ROOT / "outputs" / "bench" / args.tag / f"{method}-seed{seed}"
+    keep = results / f"{method}-seed{seed}"
+    if (keep / "summary.json").exists():
+        return
+    extra = []
+    if method == "domain":
+        fedgo_dir = ROOT / "outputs" / "bench" / args.tag / f"fedgo-seed{seed}"
+        extra = [
+            f"strategy.generator.path={fedgo_dir / 'generator.pt'}",
+            f"strategy.discriminator.path={fedgo_dir / 'discriminators.pt'}",
+        ]
+    cmd = [
+        str(ROOT / "run.sh"),
+        args.config,
+        f"data.path={DATA}",
+        f"seed={seed}",
+        *args.overrides,
+        *METHODS[method],
+        *extra,
+        f"output_dir={run_dir}",
+    ]
+    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    (run_dir / "run.log").parent.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        sys.exit(f"run failed ({run_dir / 'run.log'}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    keep.mkdir(parents=True, exist_ok=True)
+    for name in ("summary.json", "metrics.jsonl", "config.yaml", "prefl.json"):
+        if (run_dir / name).exists():
+            shutil.copy(run_dir / name, keep / name)
+
+
+def mean_sd(values: list[float], scale: float = 100.0) -> str:
+    if not values:
+        return "-"
+    m = statistics.mean(values) * scale
+    sd = statistics.stdev(values) * scale if len(values) > 1 else 0.0
+    return f"{m:.1f} ± {sd:.1f}"
+
+
+def table(results: Path) -> str:
+    rows = []
+    header = (
+        "| method | seeds | server acc final | server acc best | ensemble acc (last) "
+        "| avg-param acc (last) | server s/round |"
+    )
+    rows += [header, "|---|---|---|---|---|---|---|"]
+    diag: dict[str, list[float]] = {d: [] for d in DIAGNOSTICS}
+    server_time: dict[str, float] = {}
+    for method in METHODS:
+        runs = sorted(results.glob(f"{method}-seed*/summary.json"))
+        if not runs:
+            continue
+        finals, bests, ens, avg, times = [], [], [], [], []
+        for summary_path in runs:
+            summary = json.loads(summary_path.read_text())
+            metrics = [
+                json.loads(x)
+                for x in (summary_path.parent / "metrics.jsonl").read_text().splitlines()
+            ]
+            finals.append(summary["final_accuracy"])
+            bests.append(summary["best_accuracy"])
+            last = metrics[-1]
+            if "ensemble_test_accuracy" in last:
+                ens.append(last["ensemble_test_accuracy"])
+                avg.append(last["init_test_accuracy"])
+            per_round = [
+                r.get("teacher_time", 0) + r.get("distill_time", 0) + r.get("aggregate_time", 0)
+                for r in metrics[1:]
+            ]
+            times.append(statistics.mean(per_round) if per_round else 0.0)
+            if method in ("feddf", "fedgo"):
+                for d in DIAGNOSTICS:
+                    vals = [r[f"pl_acc_{d}"] for r in metrics[1:] if f"pl_acc_{d}" in r]
+                    if vals:
+                        diag[d].append(statistics.mean(vals))
+        server_time[method] = statistics.mean(times)
+        rows.append(
+            f"| {method} | {len(runs)} | {mean_sd(finals)} | {mean_sd(bests)} | {mean_sd(ens)} "
+            f"| {mean_sd(avg)} | {statistics.mean(times):.2f} |"
+        )
+    rows += [
+        "",
+        "Mean pseudo-label accuracy on the server set over rounds (FedDF and FedGO runs):",
+        "",
+        "| weighting | accuracy (%) |",
+        "|---|---|",
+    ]
+    rows += [f"| {d} | {mean_sd(v)} |" for d, v in diag.items() if v]
+    if "fedgo" in server_time and server_time.get("feddf"):
+        rows += [
+            "",
+            f"FedGO / FedDF server time per round: "
+            f"{server_time['fedgo'] / server_time['feddf']:.2f}",
+        ]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", default="conf/bench/cifar10-cpu.yaml")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--tag", default="cifar10-cpu")
+    parser.add_argument("--table-only", action="store_true")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    results = ROOT / "benchmarks" / "results" / args.tag
+    if not args.table_only:
+        ensure_data()
+        order = ["fedgo"] + [m for m in args.methods if m != "fedgo"]
+        for seed in args.seeds:
+            for method in order:
+                if method in args.methods or (method == "fedgo" and "domain" in args.methods):
+                    run_one(method, seed, args, results)
+    text = table(results)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "table.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
