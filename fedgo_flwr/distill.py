@@ -97,7 +97,7 @@ def view_batches(
 class TeacherBank:
     """Teacher logits on the distillation set: ``(K, V, N, C)``, built one model at a time."""
 
-    def __init__(self, data: ArrayDataset, *, augment: bool, batch_size: int = 512) -> None:
+    def __init__(self, data: ArrayDataset, *, augment: bool, batch_size: int = 128) -> None:
         self.data = data
         self.views = num_views(data, augment)
         self.batch_size = batch_size

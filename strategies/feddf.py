@@ -18,9 +18,10 @@ The ``feddf`` distillation protocol holds out ``val_fraction`` of it, with label
 stopping, as FedDF's reference code does; the ``fedgo`` protocol uses all of it, unlabeled.
 
 Per round it records: ``distill_loss``, ``distill_steps``, ``teacher_time`` (teacher logits
-and weights), ``distill_time``, ``init_test_accuracy``/``init_test_loss`` (the parameter
-average before distillation), ``ensemble_test_accuracy``/``ensemble_test_loss`` (the weighted
-ensemble of the round's client models on the test split) and, with ``diagnostics``,
+and weights), ``distill_time`` and, every ``ensemble_eval_every`` rounds and in the last,
+``init_test_accuracy``/``init_test_loss`` (the parameter average before distillation),
+``ensemble_test_accuracy``/``ensemble_test_loss`` (the weighted ensemble of the round's client
+models on the test split) and ``ensemble_eval_time``; with ``diagnostics``,
 ``pl_acc_<method>``: the pseudo-label accuracy on the server set under every available weighting
 and the label oracle, for the same client models (the server set's labels are known in
 simulation, never used for training).
@@ -62,9 +63,9 @@ class FedDFParams:
     entropy_temperature: float = 1.0
     init: str = "average"
     val_fraction: float = 0.0
-    ensemble_eval: bool = True
+    ensemble_eval_every: int = 1
     diagnostics: bool = True
-    teacher_batch_size: int = 512
+    teacher_batch_size: int = 128
     distill: DistillSettings = field(default_factory=DistillSettings)
 
     def __post_init__(self) -> None:
@@ -76,6 +77,8 @@ class FedDFParams:
             raise ValueError("val_fraction must be in [0, 1)")
         if self.distill.protocol == "feddf" and self.val_fraction == 0:
             raise ValueError("val_fraction must be > 0 for the feddf protocol (early stopping)")
+        if self.ensemble_eval_every < 0:
+            raise ValueError("ensemble_eval_every must be >= 0 (0: never)")
         if self.entropy_temperature <= 0 or self.teacher_batch_size < 1:
             raise ValueError("entropy_temperature must be > 0 and teacher_batch_size >= 1")
 
@@ -171,26 +174,33 @@ class FedDF(FedAvg):
             augment=self.params.distill.augment,
             batch_size=self.params.teacher_batch_size,
         )
-        test_logits = []
+        every = self.params.ensemble_eval_every
+        ensemble_eval = every > 0 and (server_round % every == 0 or server_round == self.cfg.rounds)
+        test_logits, eval_time = [], 0.0
         for reply in replies:  # one client model in memory at a time
             self.scratch.load_state_dict(self.to_state(reply.arrays))
             bank.add(self.scratch, device)
-            if self.params.ensemble_eval:
+            if ensemble_eval:
+                t_eval = time.perf_counter()
                 test_logits.append(
-                    predict_views(self.scratch, res.bundle.test, 1, 512, device)[:, :, :]
+                    predict_views(
+                        self.scratch, res.bundle.test, 1, self.params.teacher_batch_size, device
+                    )
                 )
+                eval_time += time.perf_counter() - t_eval
         logits = bank.logits
         distill_labels = self.distill_labels
         weights = self.weights(self.params.weighting, logits, replies, "distill", distill_labels)
         targets = pseudo_label_targets(logits, weights, self.params.distill.temperature)
-        metrics: dict[str, float] = {"teacher_time": time.perf_counter() - t0}
+        metrics: dict[str, float] = {"teacher_time": time.perf_counter() - t0 - eval_time}
 
         if self.params.diagnostics and distill_labels is not None:
             for suffix, name, params in self.diagnostic_weightings():
                 w = self.weights(name, logits[:, :1], replies, "distill", distill_labels, params)
                 pred = (w[:, 0].unsqueeze(-1) * logits[:, 0]).sum(0).argmax(-1)
                 metrics[f"pl_acc_{suffix}"] = (pred == distill_labels).float().mean().item()
-        if self.params.ensemble_eval:
+        if ensemble_eval:
+            t_eval = time.perf_counter()
             tl = torch.stack(test_logits)  # (K, 1, N_test, C)
             test_labels = torch.as_tensor(res.bundle.test.y)
             w = self.weights(self.params.weighting, tl, replies, "test", test_labels)
@@ -201,9 +211,10 @@ class FedDF(FedAvg):
             metrics["ensemble_test_loss"] = F.cross_entropy(mixed, test_labels).item()
 
         self.student.load_state_dict(self.to_state(init))
-        if self.params.ensemble_eval:
+        if ensemble_eval:
             loss, acc = evaluate(self.student, res.bundle.test, self.cfg.eval.batch_size, device)
             metrics.update(init_test_accuracy=acc, init_test_loss=loss)
+            metrics["ensemble_eval_time"] = eval_time + time.perf_counter() - t_eval
         result = distill(
             self.student,
             self.distill_set,

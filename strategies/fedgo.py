@@ -115,7 +115,11 @@ class FedGO(FedDF):
         shape = res.bundle.train.input_shape
         gp = self.params.generator
         generator = build_generator(
-            gp.name, gp.latent_dim, shape, seed=derive_seed(self.cfg.seed, "gen-init")
+            gp.name,
+            gp.latent_dim,
+            shape,
+            seed=derive_seed(self.cfg.seed, "gen-init"),
+            **gp.model_kwargs(),
         )
         t0 = time.perf_counter()
         if gp.path:
@@ -123,7 +127,9 @@ class FedGO(FedDF):
             report["generator"] = {"source": gp.path}
             log(INFO, "FedGO: generator loaded from %s", gp.path)
         else:
-            critic = build_critic(gp.name, shape, seed=derive_seed(self.cfg.seed, "critic-init"))
+            critic = build_critic(
+                gp.name, shape, seed=derive_seed(self.cfg.seed, "critic-init"), **gp.model_kwargs()
+            )
             server_set = res.bundle.train.subset(res.partition.server)
             log(INFO, "FedGO: training the WGAN-GP generator, %d steps", gp.steps)
             stats = train_wgan_gp(
