@@ -10,11 +10,13 @@ persistent state (``context.state``) across rounds and starts at zero.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from flwr.app import ArrayRecord
 
 from clients.base import ClientJob, FedAvgClient
-from fedgo_flwr.training import TrainStats, train_local
+from fedgo_flwr.training import TrainStats
 
 CONTROL_KEY = "control"  # the server's control variate c, sent with the model
 CONTROL_DELTA_KEY = "control_delta"  # the client's delta c_i, sent back
@@ -44,6 +46,17 @@ def scaffold_client_update(
 class ScaffoldClient(FedAvgClient):
     name = "scaffold"
 
+    def grad_correction(self, job: ClientJob) -> Callable[[torch.nn.Module], None]:
+        """Alg. 1 line 10: every local step uses ``g + c - c_i``."""
+        correction = self.correction
+
+        def correct(model: torch.nn.Module) -> None:
+            for name, p in model.named_parameters():
+                if p.grad is not None:
+                    p.grad.add_(correction[name])
+
+        return correct
+
     def train(self, job: ClientJob) -> tuple[TrainStats, dict[str, ArrayRecord]]:
         names = parameter_names(job.model)
         params = dict(job.model.named_parameters())
@@ -55,22 +68,8 @@ class ScaffoldClient(FedAvgClient):
             c_i = job.state[CLIENT_CONTROL_STATE].to_torch_state_dict()
         else:
             c_i = {k: torch.zeros_like(v) for k, v in x.items()}
-        correction = {k: (c[k] - c_i[k]).to(job.device) for k in names}
-
-        def correct(model: torch.nn.Module) -> None:
-            for name, p in model.named_parameters():
-                if p.grad is not None:
-                    p.grad.add_(correction[name])
-
-        stats = train_local(
-            job.model,
-            job.data,
-            job.cfg.train,
-            generator=job.generator,
-            device=job.device,
-            augment=job.cfg.data.augment,
-            grad_correction=correct,
-        )
+        self.correction = {k: (c[k] - c_i[k]).to(job.device) for k in names}
+        stats, _ = super().train(job)
         y = {k: v.detach().cpu() for k, v in job.model.named_parameters()}
         c_i_new, delta = scaffold_client_update(c_i, c, x, y, stats.steps, job.cfg.train.lr)
         job.state[CLIENT_CONTROL_STATE] = ArrayRecord(c_i_new)
