@@ -45,7 +45,13 @@ def validate_strategy_params(
             )
             continue
         kept[key] = value
-    instance = _build(cls, kept, "strategy.", err or _Checker({}), owner=name)
+    checker = err or _Checker({})
+    instance = _build(cls, kept, "strategy.", checker, owner=name)
+    try:
+        STRATEGIES[name].check_params(instance)
+    except ValueError as exc:
+        key, _, problem = str(exc).partition(" ")
+        checker.fail(f"strategy.{key}", getattr(instance, key, None), problem)
     return dataclasses.asdict(instance)
 
 

@@ -129,6 +129,10 @@ class FedAvg(FlowerFedAvg):
             self.cfg.seed,
         )
 
+    @classmethod
+    def check_params(cls, params: Any) -> None:
+        """Checks of ``Params`` that depend on the strategy class (raise ``ValueError``)."""
+
     def model_factory(self) -> nn.Module:
         """A fresh copy of the experiment's model (weights to be loaded by the caller)."""
         return copy.deepcopy(self._template)

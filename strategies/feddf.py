@@ -91,13 +91,17 @@ class FedDF(FedAvg):
     Params = FedDFParams
     uses_discriminators = False
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        if self.params.weighting in NEEDS_DISCRIMINATORS and not self.uses_discriminators:
+    @classmethod
+    def check_params(cls, params: FedDFParams) -> None:
+        if params.weighting in NEEDS_DISCRIMINATORS and not cls.uses_discriminators:
             raise ValueError(
-                f"strategy.weighting = '{self.params.weighting}' needs client discriminators: "
+                f"weighting '{params.weighting}' needs client discriminators: "
                 "use strategy.name=fedgo"
             )
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.check_params(self.params)
         res = self.resources
         if res is None:
             raise ValueError(f"{self.name} needs the server's data (ServerResources)")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import clients
-from fedgo_flwr.config import load_config
+from fedgo_flwr.config import ConfigError, load_config
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.task import sample_clients
 
@@ -50,14 +50,11 @@ def test_feddf_records_distillation_and_diagnostics(tmp_path):
     assert last["test_loss"] != pytest.approx(last["init_test_loss"], rel=1e-6)
 
 
-def test_feddf_uniform_with_fedgo_weighting_is_rejected():
-    with pytest.raises(ValueError, match="needs client discriminators"):
-        run_inprocess(
-            load_config(
-                ROOT / "conf/default.yaml",
-                [*TINY, "strategy.name=feddf", "strategy.weighting=fedgo"],
-            )
-        )
+def test_feddf_with_fedgo_weighting_is_rejected_before_the_run():
+    with pytest.raises(
+        ConfigError, match="strategy.weighting = 'fedgo': 'fedgo' needs client discriminators"
+    ):
+        load_config(ROOT / "conf/default.yaml", ["strategy.name=feddf", "strategy.weighting=fedgo"])
 
 
 def test_feddf_protocol_with_validation_split(tmp_path):
