@@ -1,0 +1,138 @@
+"""Diagnostic: how good would FedGO's weights be with an ideal generator?
+
+FedGO's optimal discriminator is D_k = p_k / (p_k + p_g) (Thm 3.6). With a poor generator p_g is
+far from every client's data, D_k is close to 1 on all real images and the odds carry little
+information about which client an image resembles. This script replays round 1 of a finished
+FedGO run (same seed, so the same sampled clients and the same client models) and compares the
+server set's pseudo-label accuracy under:
+
+- the run's own discriminators (trained against its generator, from ``discriminators.pt``);
+- "ideal" discriminators trained against samples of the server's unlabeled pool instead of a
+  generator, i.e. p_g = the data mixture. Diagnostic only: a deployment would never send server
+  data to clients;
+- uniform weights and the label oracle.
+
+    .venv/bin/python benchmarks/ideal_generator.py outputs/bench/cifar10-cpu/fedgo-seed0
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from clients import CLIENTS, ClientJob  # noqa: E402
+from fedgo_flwr.config import load_config  # noqa: E402
+from fedgo_flwr.distill import TeacherBank  # noqa: E402
+from fedgo_flwr.gan import build_discriminator, disc_logits_on, train_discriminator  # noqa: E402
+from fedgo_flwr.task import (  # noqa: E402
+    client_dataset,
+    load_bundle,
+    make_partition,
+    new_model,
+    sample_clients,
+)
+from fedgo_flwr.training import derive_seed, get_device, make_generator  # noqa: E402
+from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
+
+
+class PoolSampler(nn.Module):
+    """A stand-in generator that maps a latent code to a row of a fixed pool of images."""
+
+    def __init__(self, pool: torch.Tensor, latent_dim: int) -> None:
+        super().__init__()
+        self.register_buffer("pool", pool)
+        self.latent_dim = latent_dim
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        u = torch.special.ndtr(z[:, 0])  # uniform in (0, 1) for a standard normal z
+        idx = (u * len(self.pool)).long().clamp_(0, len(self.pool) - 1)
+        return self.pool[idx]
+
+
+def main(run_dir: str) -> None:
+    run = Path(run_dir)
+    cfg = load_config(run / "config.yaml")
+    params = cfg.strategy.params
+    device = get_device(cfg.device)
+    bundle = load_bundle(cfg.data)
+    partition = make_partition(cfg)
+    server = bundle.train.subset(partition.server)
+    x_server, y_server = server.to_tensors()
+
+    pids = sample_clients(cfg.seed, 1, cfg.data.num_clients, cfg.clients_per_round)
+    bank = TeacherBank(server, augment=False)
+    sizes = []
+    for pid in pids:  # round 1 exactly as in the run: same init, data and seeds
+        model = new_model(cfg, bundle)
+        data = client_dataset(cfg, pid)
+        job = ClientJob(
+            cfg, pid, 1, model, data, device, make_generator(cfg.seed, "train", 1, pid), None, None
+        )
+        CLIENTS["fedavg"]().train(job)
+        bank.add(model, device)
+        sizes.append(len(data))
+    logits = bank.logits[:, 0]
+    n = torch.tensor(sizes, dtype=torch.float64)
+    counts = torch.as_tensor(partition.histogram(bundle.train.y, bundle.train.num_classes))[pids]
+
+    shape = bundle.train.input_shape
+    saved = torch.load(run / "discriminators.pt", map_location="cpu")
+    own = []
+    for pid in pids:
+        disc = build_discriminator(params["discriminator"]["name"], shape)
+        disc.load_state_dict(saved[pid])
+        own.append(disc)
+    pool = PoolSampler(x_server, params["generator"]["latent_dim"])
+    ideal = []
+    for pid in pids:
+        disc = build_discriminator(
+            params["discriminator"]["name"], shape, seed=derive_seed(cfg.seed, "disc-init", pid)
+        )
+        train_discriminator(
+            disc,
+            pool,
+            client_dataset(cfg, pid),
+            epochs=params["discriminator"]["epochs"],
+            latent_dim=params["generator"]["latent_dim"],
+            generator=torch.Generator().manual_seed(derive_seed(cfg.seed, "ideal", pid)),
+            device=device,
+        )
+        ideal.append(disc)
+
+    def accuracy(name: str, disc_logits=None, **kw) -> float:
+        w = compute_weights(
+            name,
+            WeightingInputs(
+                logits=logits,
+                num_examples=n,
+                disc_logits=disc_logits,
+                labels=y_server,
+                class_counts=counts,
+            ),
+            **kw,
+        )
+        pred = (w.unsqueeze(-1) * logits).sum(0).argmax(-1)
+        return round(100 * (pred == y_server).double().mean().item(), 1)
+
+    z_own = disc_logits_on(own, x_server, device=device)
+    z_ideal = disc_logits_on(ideal, x_server, device=device)
+    report = {
+        "clients": pids,
+        "uniform": accuracy("uniform"),
+        "oracle": accuracy("oracle"),
+        "fedgo_run_discriminators_sigmoid": accuracy("fedgo", z_own, disc_mode="sigmoid"),
+        "fedgo_run_discriminators_double": accuracy("fedgo", z_own),
+        "fedgo_ideal_sigmoid": accuracy("fedgo", z_ideal, disc_mode="sigmoid"),
+        "fedgo_ideal_double": accuracy("fedgo", z_ideal),
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
