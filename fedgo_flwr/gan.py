@@ -524,6 +524,33 @@ def _disc_norm(name: str, norm: str) -> None:
         raise ValueError(f"discriminator {name!r}: norm must be 'none' or 'batch', got {norm!r}")
 
 
+def _disc_geometry(
+    name: str, input_shape: Sequence[int], norm: str, downsamples: int
+) -> tuple[tuple[int, ...], int, int, int]:
+    """Validate a conv discriminator's input; return ``(shape, C, H', W')`` after the
+    ``downsamples`` stride-2 4x4 convolutions."""
+    shape = _as_shape("discriminator", name, input_shape)
+    c, h, w = _image_shape("discriminator", name, shape)
+    _disc_norm(name, norm)
+    for _ in range(downsamples):
+        h, w = _conv_out(h, 4, 2, 1), _conv_out(w, 4, 2, 1)
+    if h < 1 or w < 1:
+        need = 2**downsamples
+        raise ValueError(f"discriminator {name!r} needs H, W >= {need}, got input_shape {shape}")
+    return shape, c, h, w
+
+
+def _dcgan_trunk(c: int, width: int, norm: str) -> list[nn.Module]:
+    """The first two bias-free DCGAN convolutions shared by ``cnn4`` and ``cnn_mlp``."""
+    return [
+        nn.Conv2d(c, width, 4, 2, 1, bias=False),
+        nn.LeakyReLU(_LEAK, inplace=True),
+        nn.Conv2d(width, width * 2, 4, 2, 1, bias=False),
+        nn.BatchNorm2d(width * 2) if norm == "batch" else nn.Identity(),
+        nn.LeakyReLU(_LEAK, inplace=True),
+    ]
+
+
 class CNN4Discriminator(nn.Module):
     """FedGO's default client discriminator, the "simple 4-layer CNN" (App. E.2, App. F.7.3 "CNN").
 
@@ -541,23 +568,12 @@ class CNN4Discriminator(nn.Module):
 
     def __init__(self, input_shape: Sequence[int], width: int = 64, norm: str = "none") -> None:
         super().__init__()
-        shape = _as_shape("discriminator", "cnn4", input_shape)
-        c, h, w = _image_shape("discriminator", "cnn4", shape)
-        _disc_norm("cnn4", norm)
-        for _ in range(3):
-            h, w = _conv_out(h, 4, 2, 1), _conv_out(w, 4, 2, 1)
-        if h < 1 or w < 1:
-            raise ValueError(f"discriminator 'cnn4' needs H, W >= 8, got input_shape {shape}")
+        shape, c, h, w = _disc_geometry("cnn4", input_shape, norm, 3)
         self.input_shape = shape
-        bn = norm == "batch"
         self.net = nn.Sequential(
-            nn.Conv2d(c, width, 4, 2, 1, bias=False),
-            nn.LeakyReLU(_LEAK, inplace=True),
-            nn.Conv2d(width, width * 2, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(width * 2) if bn else nn.Identity(),
-            nn.LeakyReLU(_LEAK, inplace=True),
+            *_dcgan_trunk(c, width, norm),
             nn.Conv2d(width * 2, width * 4, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(width * 4) if bn else nn.Identity(),
+            nn.BatchNorm2d(width * 4) if norm == "batch" else nn.Identity(),
             nn.LeakyReLU(_LEAK, inplace=True),
             nn.Conv2d(width * 4, 1, (h, w), 1, 0, bias=False),
         )
@@ -583,21 +599,9 @@ class CNNMLPDiscriminator(nn.Module):
 
     def __init__(self, input_shape: Sequence[int], width: int = 64, norm: str = "none") -> None:
         super().__init__()
-        shape = _as_shape("discriminator", "cnn_mlp", input_shape)
-        c, h, w = _image_shape("discriminator", "cnn_mlp", shape)
-        _disc_norm("cnn_mlp", norm)
-        for _ in range(2):
-            h, w = _conv_out(h, 4, 2, 1), _conv_out(w, 4, 2, 1)
-        if h < 1 or w < 1:
-            raise ValueError(f"discriminator 'cnn_mlp' needs H, W >= 4, got input_shape {shape}")
+        shape, c, h, w = _disc_geometry("cnn_mlp", input_shape, norm, 2)
         self.input_shape = shape
-        self.features = nn.Sequential(
-            nn.Conv2d(c, width, 4, 2, 1, bias=False),
-            nn.LeakyReLU(_LEAK, inplace=True),
-            nn.Conv2d(width, width * 2, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(width * 2) if norm == "batch" else nn.Identity(),
-            nn.LeakyReLU(_LEAK, inplace=True),
-        )
+        self.features = nn.Sequential(*_dcgan_trunk(c, width, norm))
         self.head = nn.Linear(width * 2 * h * w, 1, bias=False)
         _dcgan_init(self)
 
