@@ -32,6 +32,35 @@ free_port() {
   "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# The process groups of PID and of all its descendants.
+tree_groups() {
+  ps -eo pid=,ppid=,pgid= | awk -v root="$1" '
+    { parent[$1] = $2; group[$1] = $3 }
+    END {
+      keep[root] = 1
+      do {
+        grew = 0
+        for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; grew = 1 }
+      } while (grew)
+      for (p in keep) if (p in group) print group[p]
+    }' | sort -u
+}
+
+# Stop PID and every process group below it (TERM, then KILL after a grace period).
+stop_tree() {
+  local groups g
+  groups="$(tree_groups "$1")"
+  [[ -z "$groups" ]] && return 0
+  for g in $groups; do kill -TERM -- "-$g" 2>/dev/null || true; done
+  for _ in $(seq 1 20); do
+    local alive=0
+    for g in $groups; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
+    [[ "$alive" -eq 0 ]] && return 0
+    sleep 0.25
+  done
+  for g in $groups; do kill -KILL -- "-$g" 2>/dev/null || true; done
+}
+
 run_experiment() {
   local config="${1:-conf/default.yaml}"
   [[ $# -gt 0 ]] && shift
@@ -60,8 +89,11 @@ EOF
   setsid flower-superlink --simulation --insecure --disable-runtime-dependency-installation \
     --host 127.0.0.1 --port "$port" > "$log" 2>&1 &
   pid=$!
-  # Stop the SuperLink (and the ServerApp/simulation processes it started) on any exit.
-  trap 'kill -TERM -- -'"$pid"' 2>/dev/null || true; wait '"$pid"' 2>/dev/null || true' EXIT
+  # Stop the SuperLink and everything it started on any exit. Its SuperExec runs in a session
+  # of its own, with the simulation (ServerApp, Ray) under it: stop every descendant's group.
+  trap 'stop_tree '"$pid" EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
   for _ in $(seq 1 120); do
     if "$PY" -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$port)))"; then
       break

@@ -148,6 +148,36 @@ class ResourcesConfig:
             )
 
 
+FAULT_KINDS = ("crash", "hang", "nan", "shape", "exit")
+
+
+@dataclass
+class FaultSpec:
+    """A deliberate client failure, for testing how a run survives it.
+
+    The client with partition id ``partition`` misbehaves when it trains in round ``round``
+    (every round it trains if ``round`` is 0): ``crash`` raises an exception in the ClientApp
+    (the server gets an error reply), ``hang`` sleeps ``seconds`` before replying (longer than
+    ``round_timeout`` means no reply in time), ``nan`` replies non-finite weights, ``shape``
+    replies a wrongly shaped array, ``exit`` ends the ClientApp process at once (a hard crash;
+    in a Ray simulation this kills the worker, so use it in deployments).
+    """
+
+    partition: int = 0
+    round: int = 0
+    kind: str = "crash"
+    seconds: float = 60.0
+
+    def check(self, err: _Checker, key: str) -> None:
+        err.require(f"{key}.partition", self.partition, self.partition >= 0, "must be >= 0")
+        err.require(f"{key}.round", self.round, self.round >= 0, "must be >= 0 (0: every round)")
+        err.choice(f"{key}.kind", self.kind, FAULT_KINDS)
+        err.require(f"{key}.seconds", self.seconds, self.seconds >= 0, "must be >= 0")
+
+    def applies(self, partition_id: int, server_round: int) -> bool:
+        return self.partition == partition_id and self.round in (0, server_round)
+
+
 @dataclass
 class StrategyConfig:
     """Server algorithm by name plus its own parameters (flat keys beside ``name``)."""
@@ -167,6 +197,10 @@ class ExperimentConfig:
     min_clients: int = 1
     output_dir: str = "outputs/default"
     device: str = "auto"
+    round_timeout: float = 3600.0
+    checkpoint: bool = True
+    resume: bool = False
+    faults: list[FaultSpec] = field(default_factory=list)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -216,6 +250,17 @@ class ExperimentConfig:
         )
         err.require("output_dir", self.output_dir, bool(self.output_dir), "must not be empty")
         err.require(
+            "round_timeout", self.round_timeout, self.round_timeout > 0, "must be > 0 (seconds)"
+        )
+        for i, fault in enumerate(self.faults):
+            fault.check(err, f"faults[{i}]")
+            err.require(
+                f"faults[{i}].partition",
+                fault.partition,
+                fault.partition < self.data.num_clients,
+                f"must be < data.num_clients ({self.data.num_clients})",
+            )
+        err.require(
             "device",
             self.device,
             bool(DEVICE_PATTERN.match(self.device)),
@@ -243,6 +288,7 @@ class _Checker:
         self.sources = sources
 
     def source_of(self, key: str) -> str | None:
+        key = re.sub(r"\[\d+\]", "", key)
         while key:
             if key in self.sources:
                 return self.sources[key]
@@ -292,6 +338,15 @@ def _type_name(tp: Any) -> str:
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
+def _list_item_dataclass(tp: Any) -> type | None:
+    """``X`` if ``tp`` is ``list[X]`` with ``X`` a dataclass, else ``None``."""
+    if typing.get_origin(tp) is list:
+        (arg,) = typing.get_args(tp)
+        if dataclasses.is_dataclass(arg):
+            return arg
+    return None
+
+
 def _build(
     cls: type, raw: dict[str, Any], prefix: str, err: _Checker, owner: str | None = None
 ) -> Any:
@@ -321,6 +376,19 @@ def _build(
                 )
             err.fail(dotted, value, f"unknown key{hint}; known keys: {', '.join(names)}")
         tp = hints[key]
+        item_tp = _list_item_dataclass(tp)
+        if item_tp is not None:
+            if value is None:
+                value = []
+            if not isinstance(value, list):
+                err.fail(dotted, value, "must be a list of mappings")
+            items = []
+            for i, item in enumerate(value):
+                if not isinstance(item, Mapping):
+                    err.fail(f"{dotted}[{i}]", item, "must be a mapping of keys")
+                items.append(_build(item_tp, dict(item), f"{dotted}[{i}].", err))
+            kwargs[key] = items
+            continue
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, Mapping):
                 err.fail(dotted, value, "must be a mapping of keys")

@@ -3,7 +3,8 @@
 :class:`InProcessGrid` is a Flower ``Grid`` that hands each message straight to the ClientApp
 (``client_app(message, context)``) in this process, one node after another, keeping one
 ``Context`` (with its persistent ``state``) per node, and turns a handler's exception into an
-error reply as Flower's runtime does. Used for fast tests of strategy logic and to measure the
+error reply as Flower's runtime does. A reply whose handler took longer than ``timeout``
+seconds is dropped, as if the nodes had run in parallel and that reply came too late. Used for fast tests of strategy logic and to measure the
 simulation runtime's overhead (``benchmarks/overhead.py``); experiments should use ``./run.sh``.
 
 It sets Flower's process identity (``flwr.supercore.task_identity.TaskIdentity``: run, task and
@@ -12,6 +13,7 @@ node id), which message construction reads; that is an internal of the pinned Fl
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -54,6 +56,7 @@ class InProcessGrid(Grid):
         for msg in messages:
             node = msg.metadata.dst_node_id
             TaskIdentity.node_id = node
+            started = time.monotonic()
             try:
                 reply = self.client_app(msg, self.contexts[node])
             except Exception as exc:  # noqa: BLE001 - reported like Flower's runtime does
@@ -62,6 +65,8 @@ class InProcessGrid(Grid):
                 )
             finally:
                 TaskIdentity.node_id = SERVER_NODE_ID
+            if timeout is not None and time.monotonic() - started > timeout:
+                continue  # too late: the server has stopped waiting for this node
             replies.append(reply)
         return replies
 

@@ -46,13 +46,19 @@ class RunRecorder:
         self.last = self.start
 
     @classmethod
-    def create(cls, cfg: ExperimentConfig) -> RunRecorder:
+    def create(cls, cfg: ExperimentConfig, rows: list[dict[str, Any]] | None = None) -> RunRecorder:
+        """Start the run's files; ``rows`` are the metrics of a resumed run's earlier rounds."""
         out_dir = resolve_output_dir(cfg.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "config.yaml").write_text(cfg.to_yaml())
-        (out_dir / "metrics.jsonl").write_text("")
+        restored = [dict(r) for r in rows or []]
+        (out_dir / "metrics.jsonl").write_text(
+            "".join(json.dumps(_jsonable(r)) + "\n" for r in restored)
+        )
         (out_dir / "summary.json").unlink(missing_ok=True)
-        return cls(cfg, out_dir)
+        recorder = cls(cfg, out_dir)
+        recorder.rows = restored
+        return recorder
 
     def write_partition(self, info: dict[str, Any]) -> None:
         (self.out_dir / "partition.json").write_text(json.dumps(info))
@@ -60,6 +66,8 @@ class RunRecorder:
     def attach(self, strategy: Any, model: nn.Module, test: ArrayDataset, device) -> None:
         self.strategy, self.model, self.test, self.device = strategy, model, test, device
         self.start = self.last = time.perf_counter()
+        if self.rows:  # resumed: elapsed time goes on from the checkpoint's
+            self.start -= float(self.rows[-1].get("elapsed") or 0.0)
 
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> MetricRecord:
         """Centralised evaluation of the global model; appends one line to metrics.jsonl."""
@@ -97,7 +105,7 @@ class RunRecorder:
 
     def finish(self, arrays: ArrayRecord | None) -> dict[str, Any]:
         """Write summary.json (and the final model); return the summary."""
-        evaluated = [r for r in self.rows if not math.isnan(r["test_accuracy"])]
+        evaluated = [r for r in self.rows if not _missing(r["test_accuracy"])]
         best = max(evaluated, key=lambda r: r["test_accuracy"])
         rounds = [r for r in self.rows if r["round"] > 0]
         summary = {
@@ -127,6 +135,10 @@ class RunRecorder:
             self.out_dir,
         )
         return summary
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

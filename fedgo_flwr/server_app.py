@@ -16,12 +16,21 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, R
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
+from fedgo_flwr.checkpoint import (
+    Checkpoint,
+    capture_rng,
+    config_differences,
+    load_checkpoint,
+    new_run_token,
+    restore_rng,
+    save_checkpoint,
+)
 from fedgo_flwr.config import ExperimentConfig, load_config
-from fedgo_flwr.recorder import RunRecorder
+from fedgo_flwr.recorder import RunRecorder, resolve_output_dir
 from fedgo_flwr.task import load_bundle, make_partition, new_model
 from fedgo_flwr.training import get_device
 from strategies import STRATEGIES
-from strategies.fedavg import ServerResources
+from strategies.fedavg import ServerResources, to_numpy, to_record
 
 app = ServerApp()
 
@@ -108,9 +117,25 @@ def server_app_for(cfg: ExperimentConfig) -> ServerApp:
 
 
 def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
-    """Run one experiment end to end; return its summary (also in summary.json)."""
+    """Run one experiment end to end; return its summary (also in summary.json).
+
+    With ``resume: true`` and a ``checkpoint.pt`` in the run folder, the run continues after
+    the checkpoint's round (:mod:`fedgo_flwr.checkpoint`); otherwise it starts from round 1.
+    """
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
-    recorder = RunRecorder.create(cfg)
+    ckpt = None
+    if cfg.resume:
+        ckpt = load_checkpoint(resolve_output_dir(cfg.output_dir))
+        if ckpt is None:
+            log(INFO, "resume: no checkpoint in %s; starting from round 1", cfg.output_dir)
+        else:
+            changed = config_differences(ckpt.config, cfg)
+            if changed:
+                raise ValueError(
+                    f"cannot resume {cfg.output_dir}: the configuration differs from the "
+                    f"checkpointed run's in {', '.join(changed)}"
+                )
+    recorder = RunRecorder.create(cfg, ckpt.metrics if ckpt else None)
     log(
         INFO,
         "fedgo-flwr: experiment '%s', strategy %s, output %s",
@@ -128,14 +153,42 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     node_ids = discover_nodes(grid, cfg.data.num_clients)
     resources = ServerResources(bundle, partition, device, recorder.out_dir)
     strategy = STRATEGIES[cfg.strategy.name](cfg, node_ids, model, resources)
+    strategy.run_token = ckpt.run_token if ckpt else new_run_token()
+    initial = ArrayRecord(model.state_dict())
+    if ckpt is not None:
+        log(INFO, "resume: continuing %s after round %d", recorder.out_dir, ckpt.round)
+        strategy.resuming = True
+        strategy.load_state_dict(ckpt.strategy_state)
+        initial = to_record(ckpt.arrays)
     strategy.setup(grid)
     recorder.attach(strategy, model, bundle.test, device)
+    if ckpt is not None:
+        restore_rng(ckpt.rng)
+
+    def round_end(server_round: int, arrays: ArrayRecord) -> None:
+        if not cfg.checkpoint:
+            return
+        save_checkpoint(
+            recorder.out_dir,
+            Checkpoint(
+                round=server_round,
+                arrays=to_numpy(arrays),
+                strategy_state=strategy.state_dict(),
+                metrics=recorder.rows,
+                config=cfg.to_dict(),
+                run_token=strategy.run_token,
+                rng=capture_rng(),
+            ),
+        )
 
     result = strategy.start(
         grid=grid,
-        initial_arrays=ArrayRecord(model.state_dict()),
+        initial_arrays=initial,
         num_rounds=cfg.rounds,
+        timeout=cfg.round_timeout,
         train_config=ConfigRecord({}),
         evaluate_fn=recorder.evaluate,
+        first_round=ckpt.round + 1 if ckpt else 1,
+        round_end=round_end,
     )
     return recorder.finish(result.arrays if len(result.arrays) else None)

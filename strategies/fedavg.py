@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
@@ -43,6 +43,7 @@ from flwr.app import (
 )
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
+from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 from torch import nn
 
@@ -118,6 +119,7 @@ class FedAvg(FlowerFedAvg):
         self._template = copy.deepcopy(model).cpu()
         self.global_arrays: dict[str, np.ndarray] = {}
         self.last_round: dict[str, float | int] = {}  # read by the run recorder
+        self.run_token = ""  # names this run's client-state files (kept when resuming)
 
     def summary(self) -> None:
         log(INFO, "\t├──> %s, params %s", type(self).__name__, self.cfg.strategy.params)
@@ -140,6 +142,67 @@ class FedAvg(FlowerFedAvg):
     def setup(self, grid: Grid) -> None:
         """Work before round 1 (e.g. FedGO's discriminator round); nothing for FedAvg."""
 
+    # -- checkpointing ---------------------------------------------------------------------
+    resuming: bool = False  # set by the ServerApp when the run continues from a checkpoint
+
+    def state_dict(self) -> dict[str, Any]:
+        """Server-side state beyond the global model that a resumed run needs (picklable)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    # -- the round loop --------------------------------------------------------------------
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        *,
+        first_round: int = 1,
+        round_end: Callable[[int, ArrayRecord], None] | None = None,
+    ) -> Result:
+        """Flower's round loop (train, then centralised evaluation), resumable.
+
+        As :meth:`flwr.serverapp.strategy.Strategy.start`, without the federated evaluation
+        phase (this framework evaluates on the server), plus: rounds start at
+        ``first_round`` (a resumed run; the initial evaluation is skipped unless it is 1) and
+        ``round_end(round, arrays)`` runs after each round's evaluation (checkpointing).
+        """
+        name = type(self).__name__
+        log(INFO, "Starting %s strategy (rounds %d..%d)", name, first_round, num_rounds)
+        self.summary()
+        train_config = ConfigRecord() if train_config is None else train_config
+        result = Result()
+        arrays = initial_arrays
+        result.arrays = arrays
+        if evaluate_fn and first_round == 1:
+            res = evaluate_fn(0, arrays)
+            if res is not None:
+                result.evaluate_metrics_serverapp[0] = res
+        for server_round in range(first_round, num_rounds + 1):
+            log(INFO, "")
+            log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
+            messages = self.configure_train(server_round, arrays, ConfigRecord(train_config), grid)
+            replies = grid.send_and_receive(messages=messages, timeout=timeout)
+            agg_arrays, agg_metrics = self.aggregate_train(server_round, replies)
+            if agg_arrays is not None:
+                arrays = agg_arrays
+                result.arrays = arrays
+            if agg_metrics is not None:
+                result.train_metrics_clientapp[server_round] = agg_metrics
+            if evaluate_fn:
+                res = evaluate_fn(server_round, arrays)
+                if res is not None:
+                    result.evaluate_metrics_serverapp[server_round] = res
+            if round_end is not None:
+                round_end(server_round, arrays)
+        return result
+
     # -- sending ---------------------------------------------------------------------------
     def train_record(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
@@ -159,6 +222,7 @@ class FedAvg(FlowerFedAvg):
         config["server-round"] = server_round
         config["client-algorithm"] = self.client_algorithm
         config["experiment"] = json.dumps(self.cfg.to_dict(), sort_keys=True)
+        config["run-token"] = self.run_token
         record = self.train_record(server_round, arrays, config)
         self.sampled = pids
         return self._construct_messages(record, [self.node_ids[p] for p in pids], MessageType.TRAIN)
@@ -218,11 +282,21 @@ class FedAvg(FlowerFedAvg):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         accepted = self.accept_replies(replies)
-        missing = len(self.sampled) - len(replies)
+        answered = {msg.metadata.src_node_id for msg in replies}
+        silent = [p for p in self.sampled if self.node_ids[p] not in answered]
+        for pid in silent:
+            log(
+                WARNING,
+                "Round %d: client %d (node %d) sent no reply within round_timeout (%.0fs)",
+                server_round,
+                pid,
+                self.node_ids[pid],
+                self.cfg.round_timeout,
+            )
         self.last_round = {
             "clients_sampled": len(self.sampled),
             "clients_replied": len(accepted),
-            "clients_failed": self.rejected + max(missing, 0),
+            "clients_failed": self.rejected + len(silent),
         }
         if len(accepted) < self.cfg.min_clients:
             log(

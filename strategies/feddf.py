@@ -30,7 +30,9 @@ simulation, never used for training).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -123,6 +125,12 @@ class FedDF(FedAvg):
         self.scratch = self.model_factory()
         self.student = self.model_factory()
         self.previous: dict[str, np.ndarray] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"previous": self.previous}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.previous = state.get("previous")
 
     # -- weighting -------------------------------------------------------------------------
     def disc_logits(self, pids: list[int], split: str) -> Tensor | None:

@@ -114,6 +114,11 @@ class FedGO(FedDF):
         report: dict[str, object] = {}
         shape = res.bundle.train.input_shape
         gp = self.params.generator
+        gen_path, disc_path = gp.path, self.params.discriminator.path
+        saved_gen, saved_discs = res.out_dir / "generator.pt", res.out_dir / "discriminators.pt"
+        if self.resuming and saved_gen.is_file() and saved_discs.is_file():
+            # A resumed run reuses its own pre-FL results instead of redoing them.
+            gen_path, disc_path = str(saved_gen), str(saved_discs)
         generator = build_generator(
             gp.name,
             gp.latent_dim,
@@ -122,10 +127,10 @@ class FedGO(FedDF):
             **gp.model_kwargs(),
         )
         t0 = time.perf_counter()
-        if gp.path:
-            generator.load_state_dict(torch.load(gp.path, map_location="cpu"))
-            report["generator"] = {"source": gp.path}
-            log(INFO, "FedGO: generator loaded from %s", gp.path)
+        if gen_path:
+            generator.load_state_dict(torch.load(gen_path, map_location="cpu"))
+            report["generator"] = {"source": gen_path}
+            log(INFO, "FedGO: generator loaded from %s", gen_path)
         else:
             critic = build_critic(
                 gp.name, shape, seed=derive_seed(self.cfg.seed, "critic-init"), **gp.model_kwargs()
@@ -148,9 +153,10 @@ class FedGO(FedDF):
             report["generator"] = {"source": "trained on server data (G1)", **stats}
         generator.cpu()
         report["generator_time"] = time.perf_counter() - t0
-        torch.save(generator.state_dict(), res.out_dir / "generator.pt")
+        if not saved_gen.is_file() or gen_path != str(saved_gen):
+            torch.save(generator.state_dict(), saved_gen)
 
-        discs, disc_report = self._discriminators(grid, generator)
+        discs, disc_report = self._discriminators(grid, generator, disc_path)
         report.update(disc_report)
         if self.params.distill_data == "generated":
             self._use_generated_data(generator)
@@ -168,11 +174,12 @@ class FedGO(FedDF):
                 build_discriminator(self.params.discriminator.name, shape)
             ),
         }
-        (res.out_dir / "prefl.json").write_text(json.dumps(report, indent=2, default=float))
+        name = "prefl-resume.json" if self.resuming else "prefl.json"
+        (res.out_dir / name).write_text(json.dumps(report, indent=2, default=float))
         log(INFO, "FedGO pre-FL stage done: %s", json.dumps(report["bytes"]))
 
     def _discriminators(
-        self, grid: Grid, generator: torch.nn.Module
+        self, grid: Grid, generator: torch.nn.Module, path: str | None
     ) -> tuple[dict[int, torch.nn.Module], dict[str, object]]:
         """Collect D_k from every client (or load them); save them with the run."""
         res = self.resources
@@ -181,9 +188,9 @@ class FedGO(FedDF):
         shape = res.bundle.train.input_shape
         states: dict[int, dict[str, torch.Tensor]] = {}
         report: dict[str, object] = {}
-        if dp.path:
-            states = {int(k): v for k, v in torch.load(dp.path, map_location="cpu").items()}
-            report["discriminators"] = {"source": dp.path}
+        if path:
+            states = {int(k): v for k, v in torch.load(path, map_location="cpu").items()}
+            report["discriminators"] = {"source": path}
         else:
             config = ConfigRecord({"experiment": json.dumps(self.cfg.to_dict(), sort_keys=True)})
             content = RecordDict(
@@ -195,7 +202,12 @@ class FedGO(FedDF):
             ]
             t0 = time.perf_counter()
             per_client: dict[str, dict[str, float]] = {}
-            for reply in grid.send_and_receive(messages):
+            replies = list(grid.send_and_receive(messages, timeout=self.cfg.round_timeout))
+            answered = {reply.metadata.src_node_id for reply in replies}
+            for pid, node in sorted(self.node_ids.items()):
+                if node not in answered:
+                    log(WARNING, "FedGO: no discriminator from client %d (node %d)", pid, node)
+            for reply in replies:
                 node = reply.metadata.src_node_id
                 pid = self.partition_of.get(node, -1)
                 if reply.has_error() or "arrays" not in reply.content.array_records:

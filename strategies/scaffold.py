@@ -16,7 +16,9 @@ control variates are an approximation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
@@ -57,6 +59,12 @@ class Scaffold(FedAvg):
         record = super().train_record(server_round, arrays, config)
         record[CONTROL_KEY] = to_record(self.control)
         return record
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"control": self.control}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.control = state.get("control")
 
     def check_reply(self, content: RecordDict) -> str | None:
         if CONTROL_DELTA_KEY not in content.array_records:

@@ -429,7 +429,9 @@ def test_sample_is_reproducible_and_batch_size_independent() -> None:
     a = gan.sample(g, 10, generator=_gen(3), batch_size=4)
     b = gan.sample(g, 10, 8, generator=_gen(3), batch_size=256)
     assert a.shape == (10, 1, 8, 8) and a.dtype == torch.float32 and a.device.type == "cpu"
-    assert torch.equal(a, b)
+    # Same latent codes whatever the batch size; the convolutions may round differently per
+    # batch size (kernel blocking), so equal up to float error, not bit for bit.
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
     assert a.abs().max() <= 1.0
     assert not torch.equal(a, gan.sample(g, 10, generator=_gen(4)))
     assert g.training  # mode restored

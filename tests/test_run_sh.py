@@ -14,7 +14,12 @@ pytestmark = pytest.mark.slow
 
 
 def superlinks() -> set[str]:
-    out = subprocess.run(["pgrep", "-f", "flower-superlink"], capture_output=True, text=True)
+    """Pids of Flower server-side processes: SuperLinks, SuperExecs and simulations."""
+    out = subprocess.run(
+        ["pgrep", "-f", "flower-superlink|flower-superexec|flwr-simulation"],
+        capture_output=True,
+        text=True,
+    )
     return set(out.stdout.split())
 
 
@@ -69,3 +74,64 @@ def test_a_run_that_fails_inside_flower_exits_non_zero(tmp_path):
     assert proc.returncode == 1
     assert "the run failed" in proc.stderr
     assert "resnet18" in proc.stdout + proc.stderr
+
+
+def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
+    """Kill ``./run.sh`` (its whole process group) mid-run, resume it with ``resume=true``:
+    the SuperLink is gone after the kill, and the resumed run's metrics equal an uninterrupted
+    in-process run's (same ServerApp/ClientApp code, same seeds)."""
+    import signal
+    import time
+
+    from fedgo_flwr.checkpoint import load_checkpoint
+    from fedgo_flwr.config import load_config
+    from fedgo_flwr.inprocess import run_inprocess
+
+    tiny = ["rounds=5", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+    tiny.append("strategy.name=scaffold")  # client state (c_i) must survive the restart too
+    slow = "faults=[{partition: 0, round: 0, kind: hang, seconds: 1.5}]"  # slows rounds only
+    out = tmp_path / "run"
+    before = superlinks()
+    proc = subprocess.Popen(
+        [str(ROOT / "run.sh"), "conf/default.yaml", *tiny, slow, f"output_dir={out}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "FEDGO_WORKDIR": str(ROOT)},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            ckpt = load_checkpoint(out) if (out / "checkpoint.pt").exists() else None
+            if ckpt is not None and ckpt.round >= 2:
+                break
+            assert proc.poll() is None, "the run ended before it could be interrupted"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    time.sleep(2)
+    assert superlinks() <= before, "the killed run.sh left its SuperLink running"
+    assert not (out / "summary.json").exists()
+    stopped_at = load_checkpoint(out).round
+    assert 2 <= stopped_at < 5
+
+    proc2 = run_sh("conf/default.yaml", *tiny, "resume=true", f"output_dir={out}")
+    assert proc2.returncode == 0, (proc2.stdout + proc2.stderr)[-3000:]
+    assert f"continuing {out} after round {stopped_at}" in proc2.stdout + proc2.stderr
+
+    run_inprocess(
+        load_config(ROOT / "conf/default.yaml", [*tiny, f"output_dir={tmp_path / 'ref'}"])
+    )
+
+    def rows(path):
+        lines = (path / "metrics.jsonl").read_text().splitlines()
+        return [
+            {k: v for k, v in json.loads(x).items() if k != "elapsed" and "time" not in k}
+            for x in lines
+        ]
+
+    assert rows(out) == rows(tmp_path / "ref")

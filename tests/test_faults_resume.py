@@ -1,0 +1,196 @@
+"""Faults injected through the config, round timeouts, and resuming from a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedgo_flwr.checkpoint import load_checkpoint
+from fedgo_flwr.config import ConfigError, load_config
+from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.task import sample_clients
+from strategies.fedavg import FedAvg
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+FEDGO = [
+    "strategy.name=fedgo",
+    "strategy.distill.epochs=1",
+    "strategy.generator.steps=5",
+    "strategy.discriminator.epochs=1",
+]
+
+
+def config(tmp_path: Path, *overrides: str):
+    return load_config(
+        ROOT / "conf/default.yaml", ["rounds=2", *TINY, f"output_dir={tmp_path}", *overrides]
+    )
+
+
+def rows_of(path: Path) -> list[dict]:
+    return [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def without_timing(rows: list[dict]) -> list[dict]:
+    """Rows without wall-clock figures (``elapsed`` and every ``*time*`` key)."""
+    return [{k: v for k, v in r.items() if k != "elapsed" and "time" not in k} for r in rows]
+
+
+@pytest.fixture
+def flwr_log(caplog):
+    logger = logging.getLogger("flwr")
+    old = logger.propagate
+    logger.propagate = True
+    caplog.set_level(logging.WARNING, logger="flwr")
+    yield caplog
+    logger.propagate = old
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("crash", "injected fault: client"),
+        ("nan", "non-finite"),
+        ("shape", "shape"),
+    ],
+)
+def test_a_faulty_client_is_dropped_and_named(tmp_path, flwr_log, kind, reason):
+    bad = sample_clients(0, 2, 4, 2)[0]
+    cfg = config(
+        tmp_path, "strategy.name=feddf", f"faults=[{{partition: {bad}, round: 2, kind: {kind}}}]"
+    )
+    run_inprocess(cfg)
+    rows = rows_of(tmp_path)
+    assert rows[1]["clients_replied"] == 2 and rows[1]["clients_failed"] == 0
+    assert rows[2]["clients_replied"] == 1 and rows[2]["clients_failed"] == 1
+    assert np.isfinite(rows[2]["test_accuracy"])  # the bad reply was not averaged in
+    dropped = [r.getMessage() for r in flwr_log.records if "Dropping reply" in r.getMessage()]
+    assert len(dropped) == 1
+    assert f"client {bad} " in dropped[0] and reason in dropped[0]
+
+
+def test_a_client_that_hangs_past_the_timeout_is_left_out(tmp_path, flwr_log):
+    bad = sample_clients(0, 1, 4, 2)[1]
+    cfg = config(
+        tmp_path,
+        "rounds=1",
+        "round_timeout=0.5",
+        f"faults=[{{partition: {bad}, round: 1, kind: hang, seconds: 1.0}}]",
+    )
+    run_inprocess(cfg)
+    row = rows_of(tmp_path)[1]
+    assert row["clients_replied"] == 1 and row["clients_failed"] == 1
+    silent = [r.getMessage() for r in flwr_log.records if "no reply" in r.getMessage()]
+    assert len(silent) == 1 and f"client {bad} " in silent[0]
+
+
+def test_too_few_replies_keep_the_model(tmp_path):
+    pids = sample_clients(0, 1, 4, 2)
+    faults = ", ".join(f"{{partition: {p}, round: 1, kind: crash}}" for p in pids)
+    run_inprocess(config(tmp_path, "rounds=1", "min_clients=1", f"faults=[{faults}]"))
+    rows = rows_of(tmp_path)
+    assert rows[1]["clients_replied"] == 0 and rows[1]["clients_failed"] == 2
+    assert rows[1]["test_accuracy"] == rows[0]["test_accuracy"]
+
+
+def test_fault_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match=r"faults\[0\].kind = 'boom'"):
+        load_config(ROOT / "conf/default.yaml", ["faults=[{partition: 1, kind: boom}]"])
+    with pytest.raises(ConfigError, match=r"faults\[0\].partition = 20: must be < data.num"):
+        load_config(ROOT / "conf/default.yaml", ["faults=[{partition: 20}]"])
+
+
+class Interrupted(Exception):
+    pass
+
+
+def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *overrides: str):
+    """Run until ``stop_round`` raises mid-aggregation, then resume; return both outputs."""
+    cfg = config(tmp_path, "rounds=4", *overrides)
+    original = FedAvg.aggregate_train
+
+    def dying(self, server_round, replies):
+        if server_round == stop_round:
+            raise Interrupted
+        return original(self, server_round, replies)
+
+    with monkeypatch.context() as m:
+        m.setattr(FedAvg, "aggregate_train", dying)
+        with pytest.raises(Interrupted):
+            run_inprocess(cfg)
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt is not None and ckpt.round == stop_round - 1
+    assert not (tmp_path / "summary.json").exists()
+    run_inprocess(config(tmp_path, "rounds=4", "resume=true", *overrides))
+    return rows_of(tmp_path), torch.load(tmp_path / "model.pt")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["strategy.name=fedavg"],
+        ["strategy.name=scaffold"],
+        ["strategy.name=feddf", "strategy.distill.epochs=1", "strategy.init=previous"],
+        FEDGO,
+    ],
+    ids=["fedavg", "scaffold", "feddf", "fedgo"],
+)
+def test_resume_ends_with_the_same_metrics(tmp_path, monkeypatch, overrides):
+    run_inprocess(config(tmp_path / "straight", "rounds=4", *overrides))
+    straight = rows_of(tmp_path / "straight")
+    resumed, model = interrupted_then_resumed(tmp_path / "resumed", monkeypatch, 3, *overrides)
+    assert [r["round"] for r in resumed] == [0, 1, 2, 3, 4]
+    assert without_timing(resumed) == without_timing(straight)
+    reference = torch.load(tmp_path / "straight" / "model.pt")
+    for key, value in reference.items():
+        assert torch.equal(model[key], value), key
+    summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
+    assert summary["rounds"] == 4
+
+
+def test_scaffold_resume_needs_the_clients_saved_controls(tmp_path, monkeypatch):
+    """Without the clients' c_i files the resumed SCAFFOLD run diverges: they matter."""
+    run_inprocess(config(tmp_path / "straight", "rounds=4", "strategy.name=scaffold"))
+    straight = rows_of(tmp_path / "straight")
+    cfg = config(tmp_path / "lost", "rounds=4", "strategy.name=scaffold")
+    original = FedAvg.aggregate_train
+
+    def dying(self, server_round, replies):
+        if server_round == 3:
+            raise Interrupted
+        return original(self, server_round, replies)
+
+    monkeypatch.setattr(FedAvg, "aggregate_train", dying)
+    with pytest.raises(Interrupted):
+        run_inprocess(cfg)
+    monkeypatch.undo()
+    import shutil
+
+    shutil.rmtree(tmp_path / "lost" / "client-state")
+    run_inprocess(config(tmp_path / "lost", "rounds=4", "resume=true", "strategy.name=scaffold"))
+    lost = rows_of(tmp_path / "lost")
+    assert without_timing(lost)[:3] == without_timing(straight)[:3]
+    assert [r["test_loss"] for r in lost[3:]] != [r["test_loss"] for r in straight[3:]]
+
+
+def test_resume_refuses_a_changed_config(tmp_path):
+    run_inprocess(config(tmp_path, "rounds=1"))
+    with pytest.raises(ValueError, match=r"configuration differs .* data.alpha \(0.1 -> 0.5\)"):
+        run_inprocess(config(tmp_path, "rounds=2", "resume=true", "data.alpha=0.5"))
+
+
+def test_resume_without_checkpoint_starts_over(tmp_path):
+    run_inprocess(config(tmp_path, "rounds=1", "resume=true"))
+    assert [r["round"] for r in rows_of(tmp_path)] == [0, 1]
+
+
+def test_resume_extends_a_finished_run(tmp_path):
+    run_inprocess(config(tmp_path / "two", "rounds=2"))
+    run_inprocess(config(tmp_path / "two", "rounds=3", "resume=true"))
+    run_inprocess(config(tmp_path / "three", "rounds=3"))
+    assert without_timing(rows_of(tmp_path / "two")) == without_timing(rows_of(tmp_path / "three"))
