@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# A whole fedgo-flwr deployment on this machine, for trying the deployment path end to end:
+# TLS credentials, a SuperLink with SuperNode authentication, the K = data.num_clients SuperNode
+# keys registered, K SuperNodes (one process each, partition-id 0..K-1), one `flwr run` of the
+# experiment, then everything this script started is stopped again.
+#
+#   deploy/local-federation.sh CONFIG.yaml [dotted.key=value ...]
+#   deploy/local-federation.sh conf/fedavg.yaml rounds=2 data.num_clients=3 fraction=1.0
+#
+# Work files (credentials, FLWR_HOMEs, logs of every process) go to $FEDGO_DEPLOY_DIR
+# (default <repo>/.flwr/local-federation); credentials there are reused by later calls.
+# Exit status: 0 if the run wrote its summary.json, 2 for an invalid configuration, else 1.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${FEDGO_VENV:-$ROOT/.venv}"
+PY="$VENV/bin/python"
+DIR="${FEDGO_DEPLOY_DIR:-$ROOT/.flwr/local-federation}"
+CONNECTION=local-deploy
+
+if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
+  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+[[ -x "$PY" ]] || { echo "local-federation.sh: $PY not found (run ./run.sh --setup)" >&2; exit 2; }
+mkdir -p "$DIR"
+DIR="$(cd "$DIR" && pwd)"
+export PATH="$VENV/bin:$PATH"
+export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
+cd "$ROOT"
+
+# Validate the experiment first (nothing starts on a bad key) and get K and the output dir.
+prepared="$("$PY" -m fedgo_flwr.cli prepare "$@" --run-toml "$DIR/run-config.toml")" || exit 2
+K="$(sed -n 1p <<< "$prepared" | sed -n 's/.*num-supernodes=\([0-9]*\).*/\1/p')"
+OUT_DIR="$(sed -n 2p <<< "$prepared")"
+[[ -n "$K" && "$K" -gt 0 ]] || { echo "local-federation.sh: cannot read K" >&2; exit 1; }
+rm -f "$OUT_DIR/summary.json"
+
+CRED="$DIR/credentials"
+if [[ ! -f "$CRED/ca.crt" || ! -f "$CRED/supernode-keys/supernode-$((K - 1))" ]]; then
+  "$PY" "$ROOT/deploy/make-credentials.py" "$CRED" --supernodes "$K" --force
+fi
+
+free_port() {
+  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Stop PID and every process group below it: the SuperLink's and SuperNodes' SuperExecs run in
+# sessions of their own, with the ServerApp/ClientApp processes under them.
+tree_groups() {
+  ps -eo pid=,ppid=,pgid= | awk -v root="$1" '
+    { parent[$1] = $2; group[$1] = $3 }
+    END {
+      keep[root] = 1
+      do {
+        grew = 0
+        for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; grew = 1 }
+      } while (grew)
+      for (p in keep) if (p in group) print group[p]
+    }' | sort -u
+}
+PIDS=()
+stop_all() {
+  local groups="" g pid alive
+  for pid in ${PIDS[@]+"${PIDS[@]}"}; do groups+=" $(tree_groups "$pid")"; done
+  [[ -z "${groups// /}" ]] && return 0
+  for g in $groups; do kill -TERM -- "-$g" 2>/dev/null || true; done
+  for _ in $(seq 1 40); do
+    alive=0
+    for g in $groups; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
+    [[ "$alive" -eq 0 ]] && return 0
+    sleep 0.25
+  done
+  for g in $groups; do kill -KILL -- "-$g" 2>/dev/null || true; done
+}
+trap stop_all EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+PORT="$(free_port)"
+LOGS="$DIR/logs"
+mkdir -p "$LOGS"
+echo "local-federation: SuperLink on 127.0.0.1:$PORT (TLS, SuperNode auth), $K SuperNodes;" \
+  "logs in $LOGS" >&2
+FLWR_HOME="$DIR/superlink" setsid "$ROOT/deploy/superlink.sh" "$CRED" \
+  --host 127.0.0.1 --port "$PORT" > "$LOGS/superlink.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 120); do
+  "$PY" -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$PORT)))" \
+    && break
+  kill -0 "${PIDS[0]}" 2>/dev/null || {
+    echo "local-federation: the SuperLink failed to start; see $LOGS/superlink.log" >&2
+    exit 1
+  }
+  sleep 0.5
+done
+
+# The flwr CLI's connection: address plus the CA that signed the SuperLink's certificate.
+export FLWR_HOME="$DIR/cli"
+mkdir -p "$FLWR_HOME"
+cat > "$FLWR_HOME/config.toml" <<EOF
+[superlink]
+default = "$CONNECTION"
+
+[superlink.$CONNECTION]
+address = "127.0.0.1:$PORT"
+root-certificates = "$CRED/ca.crt"
+EOF
+
+for k in $(seq 0 $((K - 1))); do
+  flwr supernode register "$CRED/supernode-keys/supernode-$k.pub" "$CONNECTION" \
+    > "$LOGS/register-$k.log" 2>&1 || {
+    echo "local-federation: registering supernode-$k failed:" >&2
+    cat "$LOGS/register-$k.log" >&2
+    exit 1
+  }
+done
+
+for k in $(seq 0 $((K - 1))); do
+  FLWR_HOME="$DIR/supernode-$k" setsid "$ROOT/deploy/supernode.sh" \
+    --superlink "127.0.0.1:$PORT" --ca "$CRED/ca.crt" \
+    --key "$CRED/supernode-keys/supernode-$k" \
+    --partition "$k" --num-partitions "$K" --port "$(free_port)" \
+    > "$LOGS/supernode-$k.log" 2>&1 &
+  PIDS+=($!)
+done
+
+status=0
+flwr run . "$CONNECTION" --run-config "$DIR/run-config.toml" --stream || status=$?
+# `flwr run` exits 0 even when the ServerApp raised; the summary file is the proof of success.
+if [[ "$status" -eq 0 && ! -f "$OUT_DIR/summary.json" ]]; then
+  echo "local-federation: the run failed (no $OUT_DIR/summary.json); see the log above" >&2
+  status=1
+fi
+exit "$status"

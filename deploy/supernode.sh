@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Start one Flower SuperNode (client machine) of a fedgo-flwr deployment: TLS to the SuperLink,
+# authenticated with this node's private key. Its public key must be registered on the
+# SuperLink first (`flwr supernode register`); an unregistered key is refused (Flower logs
+# "Failed to activate SuperNode", "Exit Code: 305", and the process exits with status 1).
+# No per-run `uv sync`: dependencies come from this repo's .venv (./run.sh --setup).
+#
+#   deploy/supernode.sh --superlink HOST:PORT --ca CA_CRT --key PRIVATE_KEY \
+#       --partition K --num-partitions N [--data-path DIR] [--port PORT] [-- FLAGS...]
+#
+#   --superlink HOST:PORT  the SuperLink's address, as named in its certificate
+#   --ca CA_CRT            the deployment's ca.crt (verifies the SuperLink's certificate)
+#   --key PRIVATE_KEY      this node's key, e.g. supernode-keys/supernode-K
+#   --partition K          which client this node is (0 .. N-1): node config partition-id
+#   --num-partitions N     the federation size, = data.num_clients of the runs
+#   --data-path DIR        where this machine keeps the dataset (node config data-path; not
+#                          needed for the embedded digits / four_gaussians data)
+#   --port PORT            local Runtime API port of this SuperNode (default 9094; give each
+#                          SuperNode on the same machine its own)
+#   -- FLAGS...            passed on to flower-supernode unchanged
+#
+# Environment: FLWR_HOME (default: <repo>/.flwr/supernode-K), FEDGO_VENV (default
+# <repo>/.venv). Runs in the foreground (exec); stop it with Ctrl-C or SIGTERM.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${FEDGO_VENV:-$ROOT/.venv}"
+
+usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+SUPERLINK="" CA="" KEY="" PARTITION="" NUM="" DATA="" PORT=9094
+EXTRA=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --superlink) SUPERLINK="$2"; shift 2 ;;
+    --ca) CA="$2"; shift 2 ;;
+    --key) KEY="$2"; shift 2 ;;
+    --partition) PARTITION="$2"; shift 2 ;;
+    --num-partitions) NUM="$2"; shift 2 ;;
+    --data-path) DATA="$2"; shift 2 ;;
+    --port) PORT="$2"; shift 2 ;;
+    --) shift; EXTRA+=("$@"); break ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "supernode.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+for name in SUPERLINK CA KEY PARTITION NUM; do
+  [[ -n "${!name}" ]] || { echo "supernode.sh: missing argument for $name" >&2; usage >&2; exit 2; }
+done
+[[ "$PARTITION" =~ ^[0-9]+$ && "$NUM" =~ ^[0-9]+$ && "$PARTITION" -lt "$NUM" ]] || {
+  echo "supernode.sh: need 0 <= --partition < --num-partitions" >&2
+  exit 2
+}
+for f in "$CA" "$KEY"; do
+  [[ -f "$f" ]] || { echo "supernode.sh: $f not found" >&2; exit 2; }
+done
+[[ -x "$VENV/bin/flower-supernode" ]] || {
+  echo "supernode.sh: $VENV/bin/flower-supernode not found (run ./run.sh --setup)" >&2
+  exit 2
+}
+
+NODE_CONFIG="partition-id=$PARTITION num-partitions=$NUM"
+if [[ -n "$DATA" ]]; then
+  DATA="$(cd "$DATA" && pwd)"  # absolute; must exist on this machine
+  NODE_CONFIG+=" data-path=\"$DATA\""
+fi
+
+export FLWR_HOME="${FLWR_HOME:-$ROOT/.flwr/supernode-$PARTITION}"
+export PATH="$VENV/bin:$PATH"
+mkdir -p "$FLWR_HOME"
+
+exec flower-supernode \
+  --superlink "$SUPERLINK" \
+  --root-certificates "$CA" \
+  --auth-supernode-private-key "$KEY" \
+  --node-config "$NODE_CONFIG" \
+  --port "$PORT" \
+  ${EXTRA[@]+"${EXTRA[@]}"}
