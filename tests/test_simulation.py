@@ -86,3 +86,29 @@ def test_same_seed_same_metrics(tmp_path):
     second, _ = simulate(tmp_path / "b", "strategy.name=scaffold")
     keys = ("test_accuracy", "test_loss", "train_loss")
     assert [[r.get(k) for k in keys] for r in first] == [[r.get(k) for k in keys] for r in second]
+
+
+def test_faulty_clients_are_survived_under_ray(tmp_path):
+    """Under the Ray runtime: round 1 a client crashes and another replies NaN weights; round 2
+    a client hangs past ``round_timeout``. Each round completes with the rest; FedDF's weights
+    cover only the clients that replied."""
+    from fedgo_flwr.task import sample_clients
+
+    r1, r2 = sample_clients(0, 1, 4, 2), sample_clients(0, 2, 4, 2)
+    faults = (
+        f"faults=[{{partition: {r1[0]}, round: 1, kind: crash}}, "
+        f"{{partition: {r1[1]}, round: 1, kind: nan}}, "
+        f"{{partition: {r2[0]}, round: 2, kind: hang, seconds: 50}}]"
+    )
+    rows, _ = simulate(
+        tmp_path,
+        "strategy.name=feddf",
+        "strategy.distill.epochs=1",
+        "round_timeout=40",  # generous: Ray workers load their data in their first call
+        faults,
+    )
+    assert rows[1]["clients_replied"] == 0 and rows[1]["clients_failed"] == 2
+    assert rows[1]["test_accuracy"] == rows[0]["test_accuracy"]  # nothing usable: model kept
+    assert rows[2]["clients_replied"] == 1 and rows[2]["clients_failed"] == 1
+    assert rows[2]["distill_steps"] > 0
+    assert rows[2]["test_accuracy"] != rows[1]["test_accuracy"]
