@@ -1,8 +1,8 @@
 """Parameter aggregation and client-reply checks (NumPy/PyTorch, no Flower types).
 
 Arrays are plain ``dict[str, np.ndarray]`` here; strategies convert from and to Flower's
-``ArrayRecord`` at their edge. Averages accumulate in float64 and are cast back to each array's
-own dtype (integer buffers such as BatchNorm's ``num_batches_tracked`` are rounded).
+``ArrayRecord`` at their edge. Averages accumulate in extended precision and are cast back to
+each array's own dtype (integer buffers such as BatchNorm's ``num_batches_tracked`` are rounded).
 """
 
 from __future__ import annotations
@@ -14,6 +14,44 @@ import numpy as np
 Arrays = Mapping[str, np.ndarray]
 
 
+class RunningAverage:
+    """``sum_k w_k a_k / sum_k w_k``, accumulated one array set at a time.
+
+    Memory is one model's worth of accumulators, whatever the number of clients, so a server
+    can fold each reply in as it arrives and let it go. Sums are kept in ``np.longdouble``
+    (80-bit on x86-64 Linux; float64 elsewhere), so the result, cast back to each array's dtype,
+    does not depend on the order the replies arrived in except in rare last-bit cases.
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, np.ndarray] | None = None
+        self.like: dict[str, np.ndarray] = {}
+        self.total = 0.0
+        self.count = 0
+
+    def add(self, arrays: Arrays, weight: float) -> None:
+        w = float(weight)
+        if not np.isfinite(w) or w < 0:
+            raise ValueError(f"weight must be finite and non-negative, got {weight}")
+        if self.sums is None:
+            self.like = {k: np.asarray(v) for k, v in arrays.items()}
+            self.sums = {k: np.zeros(np.shape(v), dtype=np.longdouble) for k, v in arrays.items()}
+        elif set(arrays) != set(self.sums):
+            raise ValueError("array sets have different keys")
+        for key, acc in self.sums.items():
+            acc += np.longdouble(w) * np.asarray(arrays[key], dtype=np.longdouble)
+        self.total += w
+        self.count += 1
+
+    def result(self) -> dict[str, np.ndarray]:
+        if self.sums is None:
+            raise ValueError("nothing to average: no arrays")
+        if self.total <= 0:
+            raise ValueError("weights must not all be zero")
+        total = np.longdouble(self.total)
+        return {k: _cast_like(acc / total, self.like[k]) for k, acc in self.sums.items()}
+
+
 def weighted_average(arrays: Sequence[Arrays], weights: Sequence[float]) -> dict[str, np.ndarray]:
     """``sum_k w_k a_k / sum_k w_k`` key by key (FedAvg, McMahan et al. 2017, Alg. 1)."""
     if not arrays:
@@ -23,14 +61,10 @@ def weighted_average(arrays: Sequence[Arrays], weights: Sequence[float]) -> dict
     w = np.asarray(weights, dtype=np.float64)
     if np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
         raise ValueError(f"weights must be finite, non-negative and not all zero: {weights}")
-    w = w / w.sum()
-    out: dict[str, np.ndarray] = {}
-    for key, first in arrays[0].items():
-        acc = np.zeros(first.shape, dtype=np.float64)
-        for a, wk in zip(arrays, w, strict=True):
-            acc += wk * np.asarray(a[key], dtype=np.float64)
-        out[key] = _cast_like(acc, first)
-    return out
+    avg = RunningAverage()
+    for a, wk in zip(arrays, w, strict=True):
+        avg.add(a, wk)
+    return avg.result()
 
 
 def _cast_like(value: np.ndarray, like: np.ndarray) -> np.ndarray:

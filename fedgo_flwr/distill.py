@@ -95,22 +95,27 @@ def view_batches(
 
 
 class TeacherBank:
-    """Teacher logits on the distillation set: ``(K, V, N, C)``, built one model at a time."""
+    """Teacher logits on the distillation set: ``(K, V, N, C)``, built one model at a time.
+
+    With ``key``s (e.g. partition ids) the teachers are stacked in key order, whatever order
+    they were added in (replies arrive in any order; the result must not depend on it).
+    """
 
     def __init__(self, data: ArrayDataset, *, augment: bool, batch_size: int = 128) -> None:
         self.data = data
         self.views = num_views(data, augment)
         self.batch_size = batch_size
-        self._logits: list[Tensor] = []
+        self._logits: list[tuple[int, Tensor]] = []
 
     @torch.no_grad()
-    def add(self, model: nn.Module, device: torch.device) -> None:
-        """Append ``model``'s logits on every view (eval mode); the model can be dropped after."""
-        self._logits.append(predict_views(model, self.data, self.views, self.batch_size, device))
+    def add(self, model: nn.Module, device: torch.device, key: int | None = None) -> None:
+        """Add ``model``'s logits on every view (eval mode); the model can be dropped after."""
+        logits = predict_views(model, self.data, self.views, self.batch_size, device)
+        self._logits.append((len(self._logits) if key is None else key, logits))
 
     @property
     def logits(self) -> Tensor:
-        return torch.stack(self._logits)
+        return torch.stack([t for _, t in sorted(self._logits, key=lambda kt: kt[0])])
 
     def __len__(self) -> int:
         return len(self._logits)

@@ -4,8 +4,11 @@
 (``client_app(message, context)``) in this process, one node after another, keeping one
 ``Context`` (with its persistent ``state``) per node, and turns a handler's exception into an
 error reply as Flower's runtime does. A reply whose handler took longer than ``timeout``
-seconds is dropped, as if the nodes had run in parallel and that reply came too late. Used for fast tests of strategy logic and to measure the
-simulation runtime's overhead (``benchmarks/overhead.py``); experiments should use ``./run.sh``.
+seconds is dropped, as if the nodes had run in parallel and that reply came too late.
+:meth:`InProcessGrid.stream` yields replies one at a time, like
+:func:`fedgo_flwr.replies.stream_replies` on a real grid. Used for fast tests of strategy logic
+and to measure the simulation runtime's overhead (``benchmarks/overhead.py``); experiments
+should use ``./run.sh``.
 
 It sets Flower's process identity (``flwr.supercore.task_identity.TaskIdentity``: run, task and
 node id), which message construction reads; that is an internal of the pinned Flower 1.41.
@@ -14,7 +17,7 @@ node id), which message construction reads; that is an internal of the pinned Fl
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -52,8 +55,13 @@ class InProcessGrid(Grid):
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
-        replies = []
-        for msg in messages:
+        return list(self.stream(messages, timeout=timeout))
+
+    def stream(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterator[Message]:
+        """Serve the messages one node after another, yielding each reply when it is made."""
+        for msg in list(messages):
             node = msg.metadata.dst_node_id
             TaskIdentity.node_id = node
             started = time.monotonic()
@@ -67,8 +75,7 @@ class InProcessGrid(Grid):
                 TaskIdentity.node_id = SERVER_NODE_ID
             if timeout is not None and time.monotonic() - started > timeout:
                 continue  # too late: the server has stopped waiting for this node
-            replies.append(reply)
-        return replies
+            yield reply
 
     # The rest of the Grid interface is not needed by strategies that use send_and_receive.
     def set_run(self, run: Any) -> None:

@@ -14,8 +14,12 @@ Differences from ``flwr.serverapp.strategy.FedAvg``, which this class extends:
 - The training message carries the experiment config and the name of the client algorithm.
 - Evaluation is centralised (server side, every round); no federated evaluation round.
 
+- Replies are folded in one at a time as they arrive (:func:`fedgo_flwr.replies.stream_replies`):
+  each accepted reply goes to :meth:`absorb` (FedAvg adds it to a running average) and its
+  arrays are then let go, so the server's memory does not grow with the number of clients.
+
 Subclasses override only what differs: :meth:`train_record` (what is sent),
-:meth:`aggregate` (how accepted replies become the next model) and
+:meth:`absorb` / :meth:`aggregate` (how accepted replies become the next model) and
 :meth:`check_reply` (extra reply checks).
 """
 
@@ -47,10 +51,11 @@ from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 from torch import nn
 
-from fedgo_flwr.aggregation import check_arrays, weighted_average
+from fedgo_flwr.aggregation import RunningAverage, check_arrays
 from fedgo_flwr.config import ExperimentConfig, build_section
 from fedgo_flwr.data import DataBundle
 from fedgo_flwr.partition import Partition
+from fedgo_flwr.replies import stream_replies
 from fedgo_flwr.task import sample_clients
 
 
@@ -188,7 +193,7 @@ class FedAvg(FlowerFedAvg):
             log(INFO, "")
             log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
             messages = self.configure_train(server_round, arrays, ConfigRecord(train_config), grid)
-            replies = grid.send_and_receive(messages=messages, timeout=timeout)
+            replies = stream_replies(grid, messages, timeout)
             agg_arrays, agg_metrics = self.aggregate_train(server_round, replies)
             if agg_arrays is not None:
                 arrays = agg_arrays
@@ -232,32 +237,25 @@ class FedAvg(FlowerFedAvg):
         """Extra checks of a subclass; return why the reply is unusable, or ``None``."""
         return None
 
-    def accept_replies(self, replies: Iterable[Message]) -> list[Reply]:
-        """Unpack the usable replies; log and drop the others."""
-        accepted: list[Reply] = []
-        self.rejected = 0
-        for msg in replies:
-            node = msg.metadata.src_node_id
-            pid = self.partition_of.get(node, -1)
-            reason = self._reply_problem(msg)
-            if reason is not None:
-                self.rejected += 1
-                log(WARNING, "Dropping reply of client %d (node %d): %s", pid, node, reason)
-                continue
-            content = msg.content
-            metrics = dict(content["metrics"])
-            accepted.append(
-                Reply(
-                    node_id=node,
-                    partition_id=pid,
-                    num_examples=int(metrics["num-examples"]),
-                    arrays=to_numpy(content[self.arrayrecord_key]),
-                    metrics=metrics,
-                    content=content,
-                )
-            )
-        accepted.sort(key=lambda r: r.partition_id)  # arrival order must not matter
-        return accepted
+    def accept(self, msg: Message) -> Reply | None:
+        """Unpack a usable reply; log and drop (``None``) an unusable one."""
+        node = msg.metadata.src_node_id
+        pid = self.partition_of.get(node, -1)
+        reason = self._reply_problem(msg)
+        if reason is not None:
+            self.rejected += 1
+            log(WARNING, "Dropping reply of client %d (node %d): %s", pid, node, reason)
+            return None
+        content = msg.content
+        metrics = dict(content["metrics"])
+        return Reply(
+            node_id=node,
+            partition_id=pid,
+            num_examples=int(metrics["num-examples"]),
+            arrays=to_numpy(content[self.arrayrecord_key]),
+            metrics=metrics,
+            content=content,
+        )
 
     def _reply_problem(self, msg: Message) -> str | None:
         if msg.has_error():
@@ -273,16 +271,39 @@ class FedAvg(FlowerFedAvg):
         problem = check_arrays(to_numpy(content[self.arrayrecord_key]), self.global_arrays)
         return problem or self.check_reply(content)
 
+    def begin_round(self, server_round: int) -> None:
+        """Reset what :meth:`absorb` accumulates."""
+        self.running = RunningAverage()
+
+    def absorb(self, server_round: int, reply: Reply) -> None:
+        """Fold one accepted reply in; its arrays are dropped afterwards."""
+        self.running.add(reply.arrays, reply.num_examples)
+
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
-        """FedAvg: the n_k-weighted average of the client models."""
-        return weighted_average([r.arrays for r in replies], [r.num_examples for r in replies])
+        """FedAvg: the n_k-weighted average of the client models (``replies`` hold metadata
+        only, sorted by partition id; the arrays went through :meth:`absorb`)."""
+        return self.running.result()
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = list(replies)
-        accepted = self.accept_replies(replies)
-        answered = {msg.metadata.src_node_id for msg in replies}
+        self.rejected = 0
+        self.begin_round(server_round)
+        accepted: list[Reply] = []
+        answered: set[int] = set()
+        t_absorb = 0.0
+        for msg in replies:  # as they arrive; one reply's arrays in memory at a time
+            answered.add(msg.metadata.src_node_id)
+            reply = self.accept(msg)
+            del msg
+            if reply is None:
+                continue
+            t0 = time.perf_counter()
+            self.absorb(server_round, reply)
+            t_absorb += time.perf_counter() - t0
+            reply.arrays, reply.content = {}, RecordDict()  # let the model go
+            accepted.append(reply)
+        accepted.sort(key=lambda r: r.partition_id)  # arrival order must not matter
         silent = [p for p in self.sampled if self.node_ids[p] not in answered]
         for pid in silent:
             log(
@@ -309,7 +330,7 @@ class FedAvg(FlowerFedAvg):
             return None, MetricRecord(self.last_round)
         t0 = time.perf_counter()
         arrays = self.aggregate(server_round, accepted)
-        self.last_round["aggregate_time"] = time.perf_counter() - t0
+        self.last_round["aggregate_time"] = time.perf_counter() - t0 + t_absorb
         self.last_round.update(client_metrics(accepted))
         return to_record(arrays), MetricRecord(self.last_round)
 

@@ -39,7 +39,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedgo_flwr.aggregation import weighted_average
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import (
     DistillSettings,
@@ -173,38 +172,52 @@ class FedDF(FedAvg):
         return [(n, n, None) for n in ("uniform", "data_size", "variance", "entropy", "oracle")]
 
     # -- aggregation -----------------------------------------------------------------------
-    def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
-        res = self.resources
-        assert res is not None
-        device = res.device
-        average = weighted_average([r.arrays for r in replies], [r.num_examples for r in replies])
-        init = average if self.params.init == "average" or self.previous is None else self.previous
-
-        t0 = time.perf_counter()
-        bank = TeacherBank(
+    def begin_round(self, server_round: int) -> None:
+        super().begin_round(server_round)
+        self.bank = TeacherBank(
             self.distill_set,
             augment=self.params.distill.augment,
             batch_size=self.params.teacher_batch_size,
         )
         every = self.params.ensemble_eval_every
-        ensemble_eval = every > 0 and (server_round % every == 0 or server_round == self.cfg.rounds)
-        test_logits, eval_time = [], 0.0
-        for reply in replies:  # one client model in memory at a time
-            self.scratch.load_state_dict(self.to_state(reply.arrays))
-            bank.add(self.scratch, device)
-            if ensemble_eval:
-                t_eval = time.perf_counter()
-                test_logits.append(
-                    predict_views(
-                        self.scratch, res.bundle.test, 1, self.params.teacher_batch_size, device
-                    )
-                )
-                eval_time += time.perf_counter() - t_eval
+        self.ensemble_eval = every > 0 and (
+            server_round % every == 0 or server_round == self.cfg.rounds
+        )
+        self.test_logits: dict[int, Tensor] = {}
+        self.teacher_time = self.eval_time = 0.0
+
+    def absorb(self, server_round: int, reply: Reply) -> None:
+        """Add the model to the running average and turn it into teacher logits; the model
+        itself is not kept (one client model in memory at a time)."""
+        super().absorb(server_round, reply)
+        res = self.resources
+        assert res is not None
+        t0 = time.perf_counter()
+        self.scratch.load_state_dict(self.to_state(reply.arrays))
+        self.bank.add(self.scratch, res.device, key=reply.partition_id)
+        self.teacher_time += time.perf_counter() - t0
+        if self.ensemble_eval:
+            t0 = time.perf_counter()
+            self.test_logits[reply.partition_id] = predict_views(
+                self.scratch, res.bundle.test, 1, self.params.teacher_batch_size, res.device
+            )
+            self.eval_time += time.perf_counter() - t0
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
+        res = self.resources
+        assert res is not None
+        device = res.device
+        average = self.running.result()
+        init = average if self.params.init == "average" or self.previous is None else self.previous
+        ensemble_eval, eval_time = self.ensemble_eval, self.eval_time
+
+        t0 = time.perf_counter()
+        bank = self.bank
         logits = bank.logits
         distill_labels = self.distill_labels
         weights = self.weights(self.params.weighting, logits, replies, "distill", distill_labels)
         targets = pseudo_label_targets(logits, weights, self.params.distill.temperature)
-        metrics: dict[str, float] = {"teacher_time": time.perf_counter() - t0 - eval_time}
+        metrics = {"teacher_time": self.teacher_time + time.perf_counter() - t0}
 
         if self.params.diagnostics and distill_labels is not None:
             for suffix, name, params in self.diagnostic_weightings():
@@ -213,7 +226,7 @@ class FedDF(FedAvg):
                 metrics[f"pl_acc_{suffix}"] = (pred == distill_labels).float().mean().item()
         if ensemble_eval:
             t_eval = time.perf_counter()
-            tl = torch.stack(test_logits)  # (K, 1, N_test, C)
+            tl = torch.stack([self.test_logits[r.partition_id] for r in replies])  # (K,1,N,C)
             test_labels = torch.as_tensor(res.bundle.test.y)
             w = self.weights(self.params.weighting, tl, replies, "test", test_labels)
             mixed = (w.unsqueeze(-1) * tl).sum(0)[0]
@@ -241,6 +254,7 @@ class FedDF(FedAvg):
             distill_loss=result.loss, distill_steps=result.steps, distill_time=result.seconds
         )
         self.last_round.update(metrics)
+        self.bank, self.test_logits = None, {}
         out = {k: v.detach().cpu().numpy() for k, v in self.student.state_dict().items()}
         self.previous = out
         return out

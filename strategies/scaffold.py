@@ -24,7 +24,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from clients.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
-from fedgo_flwr.aggregation import check_arrays, weighted_average
+from fedgo_flwr.aggregation import RunningAverage, check_arrays
 from strategies.fedavg import FedAvg, Reply, to_numpy, to_record
 
 
@@ -72,13 +72,26 @@ class Scaffold(FedAvg):
         assert self.control is not None
         return check_arrays(to_numpy(content[CONTROL_DELTA_KEY]), self.control, CONTROL_DELTA_KEY)
 
+    def begin_round(self, server_round: int) -> None:
+        self.param_avg = RunningAverage()  # uniform (the paper) or n_k-weighted
+        self.buffer_avg = RunningAverage()  # BatchNorm statistics: n_k-weighted, as FedAvg
+        self.delta_sums: dict[str, np.ndarray] = {}
+
+    def absorb(self, server_round: int, reply: Reply) -> None:
+        assert self.control is not None
+        params = {k: v for k, v in reply.arrays.items() if k in self.control}
+        buffers = {k: v for k, v in reply.arrays.items() if k not in self.control}
+        self.param_avg.add(params, reply.num_examples if self.params.weighted else 1.0)
+        if buffers:
+            self.buffer_avg.add(buffers, reply.num_examples)
+        for key, delta in to_numpy(reply.content[CONTROL_DELTA_KEY]).items():
+            acc = self.delta_sums.setdefault(key, np.zeros(delta.shape, dtype=np.longdouble))
+            acc += delta.astype(np.longdouble)
+
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
         assert self.control is not None
-        weights = [r.num_examples if self.params.weighted else 1.0 for r in replies]
-        averaged = weighted_average([r.arrays for r in replies], weights)
-        buffers_avg = weighted_average(
-            [r.arrays for r in replies], [r.num_examples for r in replies]
-        )
+        averaged = self.param_avg.result()
+        buffers_avg = self.buffer_avg.result() if self.buffer_avg.count else {}
         out: dict[str, np.ndarray] = {}
         for key, x in self.global_arrays.items():
             if key in self.control:
@@ -87,8 +100,7 @@ class Scaffold(FedAvg):
             else:
                 out[key] = buffers_avg[key]
         num_clients = self.cfg.data.num_clients
-        deltas = [to_numpy(r.content[CONTROL_DELTA_KEY]) for r in replies]
         for key in self.control:
-            total = np.sum([d[key].astype(np.float64) for d in deltas], axis=0)
+            total = self.delta_sums[key].astype(np.float64)
             self.control[key] = (self.control[key] + total / num_clients).astype(np.float32)
         return out
