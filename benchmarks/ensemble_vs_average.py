@@ -61,7 +61,8 @@ def main() -> None:
     device = get_device(cfg.device)
     bundle = load_bundle(cfg.data)
     partition = make_partition(cfg)
-    hist = torch.tensor(np.asarray(partition.histogram(bundle.train.y, bundle.train.num_classes)), dtype=torch.float32)  # (K, C)
+    counts = partition.histogram(bundle.train.y, bundle.train.num_classes)
+    hist = torch.tensor(np.asarray(counts), dtype=torch.float32)  # (K, C)
     test = bundle.test
     if args.test_size:
         test = test.subset(stratified_subset(test.y, args.test_size))
@@ -78,8 +79,15 @@ def main() -> None:
             local.load_state_dict({k: torch.from_numpy(v) for k, v in glob.items()})
             data = client_dataset(cfg, pid)
             job = ClientJob(
-                cfg, pid, rnd, local, data, device,
-                make_generator(cfg.seed, "train", rnd, pid), None, None,
+                cfg,
+                pid,
+                rnd,
+                local,
+                data,
+                device,
+                make_generator(cfg.seed, "train", rnd, pid),
+                None,
+                None,
             )
             CLIENTS["fedavg"]().train(job)
             states.append({k: v.detach().cpu().numpy() for k, v in local.state_dict().items()})
@@ -103,8 +111,12 @@ def main() -> None:
             "logit_norm": float(lg.norm(dim=-1).mean()),
             "seconds": time.perf_counter() - t0,
         }
-        print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
-                       for k, v in row.items()), flush=True)
+        print(
+            " ".join(
+                f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+            ),
+            flush=True,
+        )
         if out:
             out.write(json.dumps(row) + "\n")
             out.flush()
