@@ -27,8 +27,6 @@ from pathlib import Path
 
 import pytest
 
-from fedgo_flwr.config import ExperimentConfig
-
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 pytestmark = [
@@ -41,8 +39,6 @@ pytestmark = [
 
 K = 3
 CONNECTION = "deploy-test"
-FIELDS = {f.name for f in dataclasses.fields(ExperimentConfig)}
-HAS_FAULTS = {"faults", "round_timeout"} <= FIELDS
 # round_timeout of the run where a SuperNode is killed: that round lasts this long; the healthy
 # rounds take 10-25 s on 2 loaded cores (a ClientApp process is started for every message).
 TIMEOUT = 40
@@ -404,14 +400,8 @@ def test_fedavg_over_tls_survives_a_crash_and_a_killed_supernode(federation):
 
     SuperNode 2 is killed (with its SuperExec and ClientApps) as soon as round 1 is evaluated,
     so it never answers round 2; the server waits ``round_timeout`` and goes on with the rest.
-    Runs last: the federation has two SuperNodes afterwards. Without the ``faults`` and
-    ``round_timeout`` keys (older configs) this is a plain FedAvg run.
+    Runs last: the federation has two SuperNodes afterwards.
     """
-    if not HAS_FAULTS:
-        result = federation.run("fedavg", "conf/fedavg.yaml", TINY)
-        check_rounds(result, [K, K])
-        return
-
     victim = federation.procs["supernode-2"]
     killed: set[int] = set()
 
