@@ -28,38 +28,8 @@ setup() {
   echo "$want" > "$stamp"
 }
 
-free_port() {
-  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# The process groups of PID and of all its descendants.
-tree_groups() {
-  ps -eo pid=,ppid=,pgid= | awk -v root="$1" '
-    { parent[$1] = $2; group[$1] = $3 }
-    END {
-      keep[root] = 1
-      do {
-        grew = 0
-        for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; grew = 1 }
-      } while (grew)
-      for (p in keep) if (p in group) print group[p]
-    }' | sort -u
-}
-
-# Stop PID and every process group below it (TERM, then KILL after a grace period).
-stop_tree() {
-  local groups g
-  groups="$(tree_groups "$1")"
-  [[ -z "$groups" ]] && return 0
-  for g in $groups; do kill -TERM -- "-$g" 2>/dev/null || true; done
-  for _ in $(seq 1 20); do
-    local alive=0
-    for g in $groups; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
-    [[ "$alive" -eq 0 ]] && return 0
-    sleep 0.25
-  done
-  for g in $groups; do kill -KILL -- "-$g" 2>/dev/null || true; done
-}
+# shellcheck source=deploy/proc.sh
+source "$ROOT/deploy/proc.sh"  # free_port, stop_tree
 
 run_experiment() {
   local config="${1:-conf/default.yaml}"
@@ -75,7 +45,7 @@ run_experiment() {
   rm -f "$out_dir/summary.json"
 
   local port log pid status=0
-  port="$(free_port)"
+  port="$(free_port "$PY")"
   log="$FLWR_HOME/superlink.log"
   mkdir -p "$FLWR_HOME"
   cat > "$FLWR_HOME/config.toml" <<EOF

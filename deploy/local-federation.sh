@@ -41,43 +41,17 @@ if [[ ! -f "$CRED/ca.crt" || ! -f "$CRED/supernode-keys/supernode-$((K - 1))" ]]
   "$PY" "$ROOT/deploy/make-credentials.py" "$CRED" --supernodes "$K" --force
 fi
 
-free_port() {
-  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# Stop PID and every process group below it: the SuperLink's and SuperNodes' SuperExecs run in
-# sessions of their own, with the ServerApp/ClientApp processes under them.
-tree_groups() {
-  ps -eo pid=,ppid=,pgid= | awk -v root="$1" '
-    { parent[$1] = $2; group[$1] = $3 }
-    END {
-      keep[root] = 1
-      do {
-        grew = 0
-        for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; grew = 1 }
-      } while (grew)
-      for (p in keep) if (p in group) print group[p]
-    }' | sort -u
-}
+# shellcheck source=proc.sh
+source "$ROOT/deploy/proc.sh"  # free_port, stop_tree
 PIDS=()
 stop_all() {
-  local groups="" g pid alive
-  for pid in ${PIDS[@]+"${PIDS[@]}"}; do groups+=" $(tree_groups "$pid")"; done
-  [[ -z "${groups// /}" ]] && return 0
-  for g in $groups; do kill -TERM -- "-$g" 2>/dev/null || true; done
-  for _ in $(seq 1 40); do
-    alive=0
-    for g in $groups; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
-    [[ "$alive" -eq 0 ]] && return 0
-    sleep 0.25
-  done
-  for g in $groups; do kill -KILL -- "-$g" 2>/dev/null || true; done
+  stop_tree ${PIDS[@]+"${PIDS[@]}"}
 }
 trap stop_all EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-PORT="$(free_port)"
+PORT="$(free_port "$PY")"
 LOGS="$DIR/logs"
 mkdir -p "$LOGS"
 echo "local-federation: SuperLink on 127.0.0.1:$PORT (TLS, SuperNode auth), $K SuperNodes;" \
@@ -120,7 +94,7 @@ for k in $(seq 0 $((K - 1))); do
   FLWR_HOME="$DIR/supernode-$k" setsid "$ROOT/deploy/supernode.sh" \
     --superlink "127.0.0.1:$PORT" --ca "$CRED/ca.crt" \
     --key "$CRED/supernode-keys/supernode-$k" \
-    --partition "$k" --num-partitions "$K" --port "$(free_port)" \
+    --partition "$k" --num-partitions "$K" --port "$(free_port "$PY")" \
     > "$LOGS/supernode-$k.log" 2>&1 &
   PIDS+=($!)
 done
