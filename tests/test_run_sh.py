@@ -23,6 +23,33 @@ def superlinks() -> set[str]:
     return set(out.stdout.split())
 
 
+def descendants(root: int) -> dict[int, str]:
+    """Every live process below ``root`` (pid -> command line), across sessions."""
+    out = subprocess.run(
+        ["ps", "-ewwo", "pid=,ppid=,stat=,args="], capture_output=True, text=True
+    ).stdout
+    children: dict[int, list[tuple[int, str]]] = {}
+    for line in out.splitlines():
+        pid, ppid, stat, *cmd = line.split(maxsplit=3)
+        if not stat.startswith("Z"):
+            children.setdefault(int(ppid), []).append((int(pid), " ".join(cmd)))
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for pid, cmd in children.get(todo.pop(), []):
+            found[pid] = cmd
+            todo.append(pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def run_sh(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(ROOT / "run.sh"), *args],
@@ -91,7 +118,6 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     tiny.append("strategy.name=scaffold")  # client state (c_i) must survive the restart too
     slow = "faults=[{partition: 0, round: 0, kind: hang, seconds: 1.5}]"  # slows rounds only
     out = tmp_path / "run"
-    before = superlinks()
     proc = subprocess.Popen(
         [str(ROOT / "run.sh"), "conf/default.yaml", *tiny, slow, f"output_dir={out}"],
         cwd=ROOT,
@@ -108,13 +134,16 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
                 break
             assert proc.poll() is None, "the run ended before it could be interrupted"
             time.sleep(0.2)
+        tree = descendants(proc.pid)  # run.sh's SuperLink, SuperExec, simulation, Ray, ...
+        assert any("flwr-simulation" in cmd for cmd in tree.values()), tree
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     time.sleep(2)
-    assert superlinks() <= before, "the killed run.sh left its SuperLink running"
+    left = {pid: cmd for pid, cmd in tree.items() if alive(pid)}
+    assert not left, f"the killed run.sh left processes running: {left}"
     assert not (out / "summary.json").exists()
     stopped_at = load_checkpoint(out).round
     assert 2 <= stopped_at < 5
