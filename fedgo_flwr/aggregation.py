@@ -68,9 +68,11 @@ def weighted_average(arrays: Sequence[Arrays], weights: Sequence[float]) -> dict
 
 
 def _cast_like(value: np.ndarray, like: np.ndarray) -> np.ndarray:
+    # np.asarray: arithmetic on a 0-d array (BatchNorm's num_batches_tracked) gives a NumPy
+    # scalar, which torch.from_numpy and Flower's Array do not take.
     if np.issubdtype(like.dtype, np.integer):
-        return np.rint(value).astype(like.dtype)
-    return value.astype(like.dtype)
+        return np.asarray(np.rint(value).astype(like.dtype))
+    return np.asarray(value.astype(like.dtype))
 
 
 def check_arrays(received: Arrays, reference: Arrays, what: str = "arrays") -> str | None:

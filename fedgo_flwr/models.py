@@ -12,6 +12,8 @@ Models:
 
 * ``"cnn"``: small CPU-friendly CNN (the project default), :class:`SmallCNN`. On a vector
   input ``(D,)`` it falls back to the ``"mlp"`` model.
+* ``"cnn_bn"``: the same CNN with BatchNorm after each convolution.
+* ``"resnet8"``: CIFAR ResNet-8 with BatchNorm (FedDF's model), :func:`resnet8`.
 * ``"mlp"``: 3-layer MLP on the flattened input, :class:`MLP`. Works on any input shape.
 * ``"resnet18"``: CIFAR ResNet-18, :func:`resnet18`.
 * ``"vgg11_bn"``: CIFAR VGG-11 with BatchNorm, :class:`VGG`.
@@ -51,11 +53,20 @@ __all__ = [
     "SmallCNN",
     "build_model",
     "count_parameters",
+    "resnet8",
     "resnet18",
     "resnet50",
 ]
 
-MODEL_NAMES: tuple[str, ...] = ("cnn", "mlp", "resnet18", "vgg11_bn", "resnet50")
+MODEL_NAMES: tuple[str, ...] = (
+    "cnn",
+    "cnn_bn",
+    "mlp",
+    "resnet8",
+    "resnet18",
+    "vgg11_bn",
+    "resnet50",
+)
 """Names accepted by :func:`build_model`."""
 
 VGG11_CFG: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
@@ -117,19 +128,29 @@ class SmallCNN(nn.Module):
     from 1x1 inputs upwards. On (3, 32, 32) with 10 classes it has 151,882 parameters; on
     (1, 8, 8) (feature maps 2x2 before the head) 53,002.
 
+    With ``batch_norm=True`` (model ``"cnn_bn"``) each convolution is followed by a BatchNorm
+    layer, as in the BN networks both FedDF and FedGO use; the layer names of the convolutions
+    and the head are then different from the plain CNN's.
+
     Args:
         in_channels: number of input channels ``C``.
         height: input height ``H``.
         width: input width ``W``.
         num_classes: number of output logits.
+        batch_norm: insert ``BatchNorm2d`` between each convolution and its ReLU.
     """
 
-    def __init__(self, in_channels: int, height: int, width: int, num_classes: int) -> None:
+    def __init__(
+        self, in_channels: int, height: int, width: int, num_classes: int, batch_norm: bool = False
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         h, w, c_in = height, width, in_channels
         for c_out in (32, 64):
-            layers += [nn.Conv2d(c_in, c_out, kernel_size=3, padding=1), nn.ReLU(inplace=True)]
+            layers.append(nn.Conv2d(c_in, c_out, kernel_size=3, padding=1, bias=not batch_norm))
+            if batch_norm:
+                layers.append(nn.BatchNorm2d(c_out))
+            layers.append(nn.ReLU(inplace=True))
             kernel = _pool_kernel(h, w)
             if kernel is None:
                 layers.append(nn.Identity())
@@ -217,20 +238,23 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    """CIFAR ResNet (He et al., "Deep Residual Learning for Image Recognition", CVPR 2016),
-    following kuangliu/pytorch-cifar ``models/resnet.py`` as used by FedGO (Jang et al.,
-    ICML 2025, App. E.2 / F.4).
+    """CIFAR ResNet (He et al., "Deep Residual Learning for Image Recognition", CVPR 2016).
 
-    Stem: 3x3 stride-1 conv with 64 channels + BatchNorm + ReLU, no max-pool. Four stages of
-    ``num_blocks`` blocks with widths 64/128/256/512 (strides 1/2/2/2), global average pooling
-    (adaptive, so any input size >= 1x1 works; on 32x32 this equals kuangliu's
-    ``avg_pool2d(out, 4)``), and a linear head.
+    With the default widths 64/128/256/512 this follows kuangliu/pytorch-cifar
+    ``models/resnet.py`` as used by FedGO (Jang et al., ICML 2025, App. E.2 / F.4): a 3x3
+    stride-1 stem with ``widths[0]`` channels + BatchNorm + ReLU, no max-pool, one stage of
+    ``num_blocks[i]`` blocks per width (stride 1 for the first stage, 2 after), global average
+    pooling (adaptive, so any input size >= 1x1 works; on 32x32 this equals kuangliu's
+    ``avg_pool2d(out, 4)``), and a linear head. With widths 16/32/64 and one basic block per
+    stage it is the 6n+2 CIFAR ResNet-8 of He et al. Sec. 4.2 that FedDF (Lin et al.,
+    NeurIPS 2020, Sec. 4.1) uses as its workhorse.
 
     Args:
         block: :class:`BasicBlock` or :class:`Bottleneck`.
         num_blocks: number of blocks per stage, e.g. ``(2, 2, 2, 2)`` for ResNet-18.
         in_channels: number of input channels.
         num_classes: number of output logits.
+        widths: channel width of each stage (same length as ``num_blocks``).
     """
 
     def __init__(
@@ -239,19 +263,23 @@ class ResNet(nn.Module):
         num_blocks: Sequence[int],
         in_channels: int = 3,
         num_classes: int = 10,
+        widths: Sequence[int] = (64, 128, 256, 512),
     ) -> None:
         super().__init__()
-        if len(num_blocks) != 4:
-            raise ValueError(f"ResNet needs 4 stages, got num_blocks={tuple(num_blocks)}")
-        self.in_planes = 64
-        self.conv1 = nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        self.layer1 = self._make_layer(block, 64, num_blocks[0], stride=1)
-        self.layer2 = self._make_layer(block, 128, num_blocks[1], stride=2)
-        self.layer3 = self._make_layer(block, 256, num_blocks[2], stride=2)
-        self.layer4 = self._make_layer(block, 512, num_blocks[3], stride=2)
+        if len(num_blocks) != len(widths) or not num_blocks:
+            raise ValueError(
+                f"ResNet needs one width per stage, got num_blocks={tuple(num_blocks)} "
+                f"and widths={tuple(widths)}"
+            )
+        self.num_stages = len(widths)
+        self.in_planes = widths[0]
+        self.conv1 = nn.Conv2d(in_channels, widths[0], 3, stride=1, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        for i, (planes, n) in enumerate(zip(widths, num_blocks, strict=True)):
+            stage = self._make_layer(block, planes, n, stride=1 if i == 0 else 2)
+            setattr(self, f"layer{i + 1}", stage)
         self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.linear = nn.Linear(512 * block.expansion, num_classes)
+        self.linear = nn.Linear(widths[-1] * block.expansion, num_classes)
 
     def _make_layer(
         self, block: type[BasicBlock] | type[Bottleneck], planes: int, n: int, stride: int
@@ -265,9 +293,19 @@ class ResNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return logits ``(N, num_classes)`` for images ``x`` of shape ``(N, C, H, W)``."""
         out = torch.relu(self.bn1(self.conv1(x)))
-        out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
+        for i in range(self.num_stages):
+            out = getattr(self, f"layer{i + 1}")(out)
         out = torch.flatten(self.avgpool(out), 1)
         return self.linear(out)
+
+
+def resnet8(in_channels: int = 3, num_classes: int = 10) -> ResNet:
+    """CIFAR ResNet-8 (6n+2 with n = 1, widths 16/32/64, BatchNorm), FedDF's model
+    (Lin et al., NeurIPS 2020, Sec. 4.1). 78,042 parameters for 3 input channels and 10
+    classes."""
+    return ResNet(
+        BasicBlock, (1, 1, 1), in_channels=in_channels, num_classes=num_classes, widths=(16, 32, 64)
+    )
 
 
 def resnet18(in_channels: int = 3, num_classes: int = 10) -> ResNet:
@@ -413,8 +451,10 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
         )
         raise ValueError(f"model {name!r} needs an image input_shape (C, H, W), got {shape}{hint}")
     c, h, w = shape
-    if name == "cnn":
-        return SmallCNN(c, h, w, num_classes)
+    if name in ("cnn", "cnn_bn"):
+        return SmallCNN(c, h, w, num_classes, batch_norm=name == "cnn_bn")
+    if name == "resnet8":
+        return resnet8(in_channels=c, num_classes=num_classes)
     if name == "resnet18":
         return resnet18(in_channels=c, num_classes=num_classes)
     if name == "vgg11_bn":

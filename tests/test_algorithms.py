@@ -22,6 +22,8 @@ def test_weighted_average_matches_hand_computation_and_keeps_dtypes():
     out = weighted_average([a, b], [1, 3])
     np.testing.assert_allclose(out["w"], [2.5, 5.0])
     assert out["w"].dtype == np.float32 and out["n"].dtype == np.int64 and out["n"] == 18
+    # 0-d buffers (BatchNorm's num_batches_tracked) stay arrays that torch can load.
+    assert isinstance(out["n"], np.ndarray) and torch.from_numpy(out["n"]).item() == 18
     with pytest.raises(ValueError):
         weighted_average([a, b], [0, 0])
 

@@ -92,7 +92,7 @@ def test_unknown_name_raises_and_lists_names() -> None:
         assert name in str(info.value)
 
 
-@pytest.mark.parametrize("name", ["resnet18", "vgg11_bn", "resnet50"])
+@pytest.mark.parametrize("name", ["resnet8", "resnet18", "vgg11_bn", "resnet50"])
 @pytest.mark.parametrize("shape", [(2,), (8, 8), (1, 1, 8, 8)])
 def test_incompatible_shape_raises(name: str, shape: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match=name) as info:
@@ -121,7 +121,7 @@ def test_mlp_accepts_any_shape() -> None:
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 5), (2, 3, 3)])
 def test_tiny_images(shape: tuple[int, ...]) -> None:
-    for name in ("cnn", "vgg11_bn", "resnet18"):
+    for name in ("cnn", "cnn_bn", "vgg11_bn", "resnet8", "resnet18"):
         model = build_model(name, shape, 4).eval()
         with torch.no_grad():
             assert model(torch.randn(BATCH, *shape)).shape == (BATCH, 4)
@@ -134,6 +134,25 @@ def test_cnn_default_is_small() -> None:
 def test_resnet18_parameter_count_matches_paper_variant() -> None:
     n = count_parameters(build_model("resnet18", (3, 32, 32), NUM_CLASSES))
     assert abs(n - 11_173_962) <= 0.01 * 11_173_962
+
+
+def test_resnet8_is_feddf_size_with_batch_norm() -> None:
+    # FedDF's CIFAR ResNet-8: 6n+2 with n = 1, widths 16/32/64, about 78k parameters.
+    model = build_model("resnet8", (3, 32, 32), NUM_CLASSES)
+    assert count_parameters(model) == 78_042
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert len(bns) == 9  # stem, 2 per block, and the two projection shortcuts
+
+
+def test_cnn_bn_adds_batch_norm_to_the_small_cnn() -> None:
+    plain = build_model("cnn", (3, 32, 32), NUM_CLASSES)
+    bn = build_model("cnn_bn", (3, 32, 32), NUM_CLASSES)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in plain.modules())
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in bn.modules()) == 2
+    # Convolution biases are dropped (BN has its own shift): 32 + 64 fewer, 2 x (32 + 64) more.
+    assert count_parameters(bn) == count_parameters(plain) + 96
+    # Batch statistics are buffers that FedAvg averages with the weights.
+    assert any("running_mean" in k for k in bn.state_dict())
 
 
 def test_count_parameters_trainable_only() -> None:
