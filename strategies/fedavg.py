@@ -91,7 +91,9 @@ def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
 
 
 def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+    # np.asarray(order="C"), not np.ascontiguousarray, which turns a 0-d array (BatchNorm's
+    # num_batches_tracked) into shape (1,).
+    return ArrayRecord({k: Array(np.asarray(v, order="C")) for k, v in arrays.items()})
 
 
 class FedAvg(FlowerFedAvg):

@@ -50,6 +50,20 @@ def test_feddf_records_distillation_and_diagnostics(tmp_path):
     assert last["test_loss"] != pytest.approx(last["init_test_loss"], rel=1e-6)
 
 
+@pytest.mark.parametrize("strategy", ["fedavg", "feddf"])
+def test_batch_norm_model_runs_and_its_buffers_are_averaged(tmp_path, strategy):
+    # BatchNorm buffers (running statistics, the 0-d num_batches_tracked) travel with the
+    # weights and are averaged too; the saved model loads back into the architecture.
+    rows = run(tmp_path, "model.name=cnn_bn", f"strategy.name={strategy}")
+    assert len(rows) == 3 and all(np.isfinite(r["test_loss"]) for r in rows)
+    state = torch.load(tmp_path / "model.pt")
+    tracked = [v for k, v in state.items() if k.endswith("num_batches_tracked")]
+    assert tracked and all(t.ndim == 0 and int(t) > 0 for t in tracked)
+    from fedgo_flwr.models import build_model
+
+    build_model("cnn_bn", (1, 8, 8), 10).load_state_dict(state)
+
+
 def test_feddf_with_fedgo_weighting_is_rejected_before_the_run():
     with pytest.raises(
         ConfigError, match="strategy.weighting = 'fedgo': 'fedgo' needs client discriminators"
