@@ -31,10 +31,24 @@ setup() {
 # shellcheck source=deploy/proc.sh
 source "$ROOT/deploy/proc.sh"  # free_port, stop_tree
 
+# EXIT trap of a run: stop `flwr run` (it shares this script's process group, so by pid) and
+# the SuperLink with everything below it; remove the Flower home unless the run failed.
+cleanup() {
+  trap '' INT TERM  # a second Ctrl-C must not cut the clean-up short
+  if [[ -n "${FLWR_PID:-}" ]]; then kill "$FLWR_PID" 2>/dev/null || true; fi
+  stop_tree "$SUPERLINK_PID" ${FLWR_PID:-}
+  if [[ -f "$OUT_DIR/summary.json" ]]; then rm -rf "$FLWR_HOME"; fi
+}
+
 run_experiment() {
   local config="${1:-conf/default.yaml}"
   [[ $# -gt 0 ]] && shift
-  export FLWR_HOME="$ROOT/.flwr"
+  # A Flower home of this invocation's own: `flwr run` reads the SuperLink address from
+  # $FLWR_HOME/config.toml, so runs started side by side must not share one.
+  mkdir -p "$ROOT/.flwr"
+  export FLWR_HOME
+  FLWR_HOME="$(mktemp -d "$ROOT/.flwr/run.XXXXXX")"
+  trap 'rm -rf "$FLWR_HOME"' EXIT
   export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
   export PATH="$VENV/bin:$PATH"
   local run_toml="$FLWR_HOME/run-config.toml" prepared federation out_dir
@@ -45,9 +59,9 @@ run_experiment() {
   rm -f "$out_dir/summary.json"
 
   local port log pid status=0
+  FLWR_PID=""  # globals, for the EXIT trap (cleanup)
   port="$(free_port "$PY")"
   log="$FLWR_HOME/superlink.log"
-  mkdir -p "$FLWR_HOME"
   cat > "$FLWR_HOME/config.toml" <<EOF
 [superlink]
 default = "fedgo"
@@ -61,7 +75,8 @@ EOF
   pid=$!
   # Stop the SuperLink and everything it started on any exit. Its SuperExec runs in a session
   # of its own, with the simulation (ServerApp, Ray) under it: stop every descendant's group.
-  trap 'stop_tree '"$pid" EXIT
+  SUPERLINK_PID="$pid" OUT_DIR="$out_dir"
+  trap cleanup EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
   for _ in $(seq 1 120); do
@@ -74,10 +89,16 @@ EOF
     fi
     sleep 0.5
   done
-  flwr run . fedgo --run-config "$run_toml" --federation-config "$federation" --stream || status=$?
+  # In the background, so that a TERM to this script is handled at once (bash runs traps only
+  # between commands, and `wait` is one).
+  flwr run . fedgo --run-config "$run_toml" --federation-config "$federation" --stream &
+  FLWR_PID=$!
+  wait "$FLWR_PID" || status=$?
+  FLWR_PID=""
   # `flwr run` exits 0 even when the ServerApp raised; the summary file is the proof of success.
   if [[ "$status" -eq 0 && ! -f "$out_dir/summary.json" ]]; then
-    echo "fedgo-flwr: the run failed (no $out_dir/summary.json); see the log above" >&2
+    echo "fedgo-flwr: the run failed (no $out_dir/summary.json); see the log above." \
+      "Flower's logs are in $FLWR_HOME" >&2
     status=1
   fi
   exit "$status"

@@ -24,10 +24,12 @@ tree_groups() {
 }
 
 # stop_tree PID...: TERM every process group at or below the PIDs; KILL what is left after 10 s.
+# The caller's own process group is left alone (a child it started with `&` shares it).
 stop_tree() {
   [[ $# -eq 0 ]] && return 0
-  local groups g alive
-  groups="$(tree_groups "$@")"
+  local groups g alive own
+  own="$(ps -o pgid= -p $$ | tr -d ' ')"
+  groups="$(tree_groups "$@" | grep -vx "$own" || true)"
   [[ -z "$groups" ]] && return 0
   for g in $groups; do kill -TERM -- "-$g" 2>/dev/null || true; done
   for _ in $(seq 1 40); do

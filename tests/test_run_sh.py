@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,14 +14,24 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def superlinks() -> set[str]:
-    """Pids of Flower server-side processes: SuperLinks, SuperExecs and simulations."""
+def flower_processes(tag: str) -> set[int]:
+    """Live Flower server-side processes (SuperLinks, SuperExecs, simulations) started by the
+    run.sh call tagged ``tag``: they inherit its environment. Other runs on the machine (a
+    benchmark, another test session) are not counted."""
     out = subprocess.run(
         ["pgrep", "-f", "flower-superlink|flower-superexec|flwr-simulation"],
         capture_output=True,
         text=True,
     )
-    return set(out.stdout.split())
+    found = set()
+    for pid in map(int, out.stdout.split()):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"FEDGO_TEST_TAG={tag}".encode() in env and alive(pid):
+            found.add(pid)
+    return found
 
 
 def descendants(root: int) -> dict[int, str]:
@@ -50,29 +61,31 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def run_sh(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_sh(*args: str, timeout: float = 600, tag: str = "") -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(ROOT / "run.sh"), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "FEDGO_WORKDIR": str(ROOT)},
+        env={**os.environ, "FEDGO_WORKDIR": str(ROOT), "FEDGO_TEST_TAG": tag},
     )
 
 
 def test_bad_config_fails_fast_without_starting_anything(tmp_path):
-    before = superlinks()
-    proc = run_sh("conf/default.yaml", "data.alpha=-1", f"output_dir={tmp_path}", timeout=120)
+    tag = uuid.uuid4().hex
+    proc = run_sh(
+        "conf/default.yaml", "data.alpha=-1", f"output_dir={tmp_path}", timeout=120, tag=tag
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "data.alpha = -1.0: must be > 0" in proc.stderr
     assert "override 'data.alpha=-1'" in proc.stderr
-    assert superlinks() <= before
+    assert not flower_processes(tag)
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
 def test_run_sh_runs_flwr_run_end_to_end_and_stops_its_superlink(tmp_path):
-    before = superlinks()
+    tag = uuid.uuid4().hex
     proc = run_sh(
         "conf/fedprox.yaml",
         "rounds=2",
@@ -80,6 +93,7 @@ def test_run_sh_runs_flwr_run_end_to_end_and_stops_its_superlink(tmp_path):
         "fraction=0.5",
         "train.local_epochs=1",
         f"output_dir={tmp_path}",
+        tag=tag,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -87,7 +101,10 @@ def test_run_sh_runs_flwr_run_end_to_end_and_stops_its_superlink(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert "done: final accuracy" in proc.stdout + proc.stderr
-    assert superlinks() <= before, "run.sh left its SuperLink running"
+    assert not flower_processes(tag), "run.sh left its SuperLink running"
+    # Its private Flower home (SuperLink address, run config, logs) is removed after success.
+    homes = [p.parent for p in (ROOT / ".flwr").glob("run.*/run-config.toml")]
+    assert not [h for h in homes if str(tmp_path) in (h / "run-config.toml").read_text()]
 
 
 def test_a_run_that_fails_inside_flower_exits_non_zero(tmp_path):
@@ -100,6 +117,9 @@ def test_a_run_that_fails_inside_flower_exits_non_zero(tmp_path):
     )
     assert proc.returncode == 1
     assert "the run failed" in proc.stderr
+    # A failed run keeps its Flower home, and says where, for the SuperLink's log.
+    kept = Path(proc.stderr.split("Flower's logs are in ")[1].split()[0])
+    assert (kept / "superlink.log").is_file()
     assert "resnet18" in proc.stdout + proc.stderr
 
 
