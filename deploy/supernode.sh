@@ -61,7 +61,8 @@ done
 
 NODE_CONFIG="partition-id=$PARTITION num-partitions=$NUM"
 if [[ -n "$DATA" ]]; then
-  DATA="$(cd "$DATA" && pwd)"  # absolute; must exist on this machine
+  [[ -d "$DATA" ]] || { echo "supernode.sh: --data-path $DATA is not a directory on this machine" >&2; exit 2; }
+  DATA="$(cd "$DATA" && pwd)"  # absolute
   NODE_CONFIG+=" data-path=\"$DATA\""
 fi
 
