@@ -385,8 +385,15 @@ def test_only_registered_supernodes_join(federation):
 
 
 def test_fedgo_over_tls(federation):
-    result = federation.run("fedgo", "conf/fedgo.yaml", [*TINY, *TINY_FEDGO])
-    check_rounds(result, [K, K])
+    """FedGO end to end; in round 2 client 0 sends NaN weights, which are rejected, and the
+    distillation weights cover the two clients that replied."""
+    result = federation.run(
+        "fedgo",
+        "conf/fedgo.yaml",
+        [*TINY, *TINY_FEDGO, "faults=[{partition: 0, round: 2, kind: nan}]"],
+    )
+    check_rounds(result, [K, K - 1])
+    assert re.search(r"Dropping reply of client 0 \(node \d+\): .*non-finite", result.log)
     assert result.summary["strategy"] == "fedgo"
     prefl = json.loads((result.out_dir / "prefl.json").read_text())
     assert sorted(prefl["discriminators"]) == [str(k) for k in range(K)]
