@@ -1,0 +1,113 @@
+"""Diagnostic: do a FedGO run's discriminators tell the clients apart?
+
+FedGO's weights w_k(x) = n_k Phi_k(x) / sum_i n_i Phi_i(x) are near-optimal when each
+discriminator approaches D_k = p_k / (p_k + p_g) (Jang et al., ICML 2025, Thm 3.6). Under label
+skew, p_k(x) / p(x) is then the share of x's class in client k's data, so the odds rank a
+sample of client k's own classes above one of a class k never saw. This script measures that
+directly on the server's (labelled, for diagnostics only) set, for all K discriminators of a
+finished run, with no client model involved:
+
+- ``auc_own_vs_unseen``: per client, the probability that z_k(x) is larger on an image of a class
+  holding >= 10% of k's data than on an image of a class k holds no example of (ROC AUC; 0.5 =
+  no separation, 1 = perfect). Mean and range over the clients;
+- ``weight_on_knowing_clients``: the mean over server images of the total weight, over all K
+  clients, that falls on clients holding at least one training example of the image's class,
+  for n_k-only weights, FedGO's double and single sigmoid, and the label oracle (which puts all
+  of it there);
+- ``mean_sigmoid`` and the share above 0.99: how saturated the discriminators are.
+
+    .venv/bin/python benchmarks/discriminator_separation.py outputs/bench/<tag>/fedgo-seed0
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.metrics import roc_auc_score
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fedgo_flwr.config import load_config  # noqa: E402
+from fedgo_flwr.gan import build_discriminator, disc_logits_on  # noqa: E402
+from fedgo_flwr.task import load_bundle, make_partition  # noqa: E402
+from fedgo_flwr.training import get_device  # noqa: E402
+from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
+
+OWN_SHARE = 0.10
+
+
+def main(run_dir: str) -> dict:
+    run = Path(run_dir)
+    cfg = load_config(run / "config.yaml")
+    params = cfg.strategy.params
+    bundle = load_bundle(cfg.data)
+    partition = make_partition(cfg)
+    server = bundle.train.subset(partition.server)
+    x, y = server.to_tensors()
+    counts = torch.as_tensor(
+        np.asarray(partition.histogram(bundle.train.y, bundle.train.num_classes)),
+        dtype=torch.float64,
+    )  # (K, C)
+    sizes = counts.sum(1)
+    saved = torch.load(run / "discriminators.pt", map_location="cpu")
+    k_all = sorted(saved)
+    discs = []
+    for pid in k_all:
+        disc = build_discriminator(params["discriminator"]["name"], bundle.train.input_shape)
+        disc.load_state_dict(saved[pid])
+        discs.append(disc)
+    z = disc_logits_on(discs, x, device=get_device(cfg.device))  # (K, N)
+
+    aucs = []
+    for row, pid in enumerate(k_all):
+        share = counts[pid] / sizes[pid]
+        own = share[y] >= OWN_SHARE
+        unseen = counts[pid][y] == 0
+        if own.any() and unseen.any():
+            keep = own | unseen
+            aucs.append(roc_auc_score(own[keep].numpy(), z[row][keep].numpy()))
+
+    inputs = WeightingInputs(
+        logits=torch.zeros(len(k_all), len(y), bundle.train.num_classes),
+        num_examples=sizes[k_all],
+        disc_logits=z,
+        labels=y,
+        class_counts=counts[k_all],
+    )
+    knows = (counts[k_all][:, y] > 0).double()  # (K, N): client k holds x's class
+
+    def mass(name: str, **kw) -> float:
+        w = compute_weights(name, inputs, **kw).double()  # (K, N)
+        return round(100 * (w * knows).sum(0).mean().item(), 1)
+
+    sig = torch.sigmoid(z)
+    report = {
+        "run": str(run),
+        "clients": len(k_all),
+        "server_images": len(y),
+        "auc_own_vs_unseen": {
+            "mean": round(statistics.mean(aucs), 3),
+            "min": round(min(aucs), 3),
+            "max": round(max(aucs), 3),
+            "clients": len(aucs),
+        },
+        "weight_on_knowing_clients_pct": {
+            "data_size": mass("data_size"),
+            "fedgo_double_sigmoid": mass("fedgo"),
+            "fedgo_single_sigmoid": mass("fedgo", disc_mode="sigmoid"),
+            "oracle": mass("oracle"),
+        },
+        "mean_sigmoid": round(sig.mean().item(), 3),
+        "share_sigmoid_above_0.99": round((sig > 0.99).double().mean().item(), 3),
+    }
+    print(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
