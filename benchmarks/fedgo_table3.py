@@ -73,16 +73,16 @@ def run_one(method: str, seed: int, args: argparse.Namespace, results: Path) -> 
     if (keep / "summary.json").exists():
         return
     extra = []
-    fedgo_dir = ROOT / "outputs" / "bench" / args.tag / f"fedgo-seed{seed}"
-    if method == "domain" and (fedgo_dir / "discriminators.pt").exists():
-        extra = [
-            f"strategy.generator.path={fedgo_dir / 'generator.pt'}",
-            f"strategy.discriminator.path={fedgo_dir / 'discriminators.pt'}",
-        ]
-    elif method == "domain":
-        # The FedGO run's outputs are gone (only its summary was kept): train the generator and
-        # discriminators again, from the same seed and data.
-        print(f"note: {fedgo_dir} has no discriminators; domain trains its own", file=sys.stderr)
+    if method == "domain":
+        fedgo_dir = ROOT / "outputs" / "bench" / args.tag / f"fedgo-seed{seed}"
+        if (fedgo_dir / "discriminators.pt").exists():
+            extra = [
+                f"strategy.generator.path={fedgo_dir / 'generator.pt'}",
+                f"strategy.discriminator.path={fedgo_dir / 'discriminators.pt'}",
+            ]
+        else:  # only the FedGO run's summary was kept: train them again (same seed and data)
+            note = f"note: {fedgo_dir} has no discriminators; domain trains its own"
+            print(note, file=sys.stderr)
     cmd = [
         str(ROOT / "run.sh"),
         args.config,
