@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, R
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
+from fedgo_flwr import shutdown
 from fedgo_flwr.checkpoint import (
     Checkpoint,
     capture_rng,
@@ -123,6 +124,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     the checkpoint's round (:mod:`fedgo_flwr.checkpoint`); otherwise it starts from round 1.
     """
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
+    shutdown.watch()
     ckpt = None
     if cfg.resume:
         ckpt = load_checkpoint(resolve_output_dir(cfg.output_dir))

@@ -56,6 +56,7 @@ from fedgo_flwr.config import ExperimentConfig, build_section
 from fedgo_flwr.data import DataBundle
 from fedgo_flwr.partition import Partition
 from fedgo_flwr.replies import stream_replies
+from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.task import sample_clients
 
 
@@ -197,6 +198,8 @@ class FedAvg(FlowerFedAvg):
             messages = self.configure_train(server_round, arrays, ConfigRecord(train_config), grid)
             replies = stream_replies(grid, messages, timeout)
             agg_arrays, agg_metrics = self.aggregate_train(server_round, replies)
+            # Clients that died with a Ctrl-C/TERM must not make a round (fedgo_flwr.shutdown).
+            raise_if_stopping(f"round {server_round}")
             if agg_arrays is not None:
                 arrays = agg_arrays
                 result.arrays = arrays
@@ -207,6 +210,7 @@ class FedAvg(FlowerFedAvg):
                 if res is not None:
                     result.evaluate_metrics_serverapp[server_round] = res
             if round_end is not None:
+                raise_if_stopping(f"round {server_round}'s checkpoint")
                 round_end(server_round, arrays)
         return result
 

@@ -55,6 +55,7 @@ from fedgo_flwr.gan import (
     sample,
     train_wgan_gp,
 )
+from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.training import derive_seed
 from fedgo_flwr.weighting import DISC_MODES
 from strategies.feddf import FedDF, FedDFParams
@@ -218,6 +219,7 @@ class FedGO(FedDF):
                 per_client[str(pid)] = dict(reply.content["metrics"])
             report["discriminator_round_time"] = time.perf_counter() - t0
             report["discriminators"] = per_client
+            raise_if_stopping("the discriminators")  # some may have died with the stop
             torch.save(states, res.out_dir / "discriminators.pt")
         discs: dict[int, torch.nn.Module] = {}
         for pid, state in states.items():

@@ -178,6 +178,51 @@ def test_scaffold_resume_needs_the_clients_saved_controls(tmp_path, monkeypatch)
     assert [r["test_loss"] for r in lost[3:]] != [r["test_loss"] for r in straight[3:]]
 
 
+@pytest.fixture
+def clean_stop():
+    from fedgo_flwr import shutdown
+
+    shutdown.reset()
+    yield shutdown
+    shutdown.reset()
+
+
+def test_a_client_killed_by_the_stop_makes_no_round(tmp_path, monkeypatch, clean_stop):
+    """Ctrl-C kills the clients and the server together: the round whose client died with the
+    stop is not recorded (no metrics row, no checkpoint), so the resumed run matches an
+    uninterrupted one. Without the stop, the same failure is an ordinary dropped client."""
+    import fedgo_flwr.client_app as client_app
+    from fedgo_flwr.shutdown import RunStopped
+
+    scaffold = ["rounds=4", "strategy.name=scaffold"]
+    run_inprocess(config(tmp_path / "straight", *scaffold))
+    original = client_app.inject_fault
+    with_stop = [True]
+
+    def killed_in_round_3(cfg, pid, server_round, stage):
+        if server_round == 3 and stage == "before" and pid == sample_clients(0, 3, 4, 2)[0]:
+            if with_stop[0]:
+                clean_stop.request_stop()  # what Flower's exit handler does on TERM
+            raise RuntimeError("worker killed")
+        return original(cfg, pid, server_round, stage)
+
+    monkeypatch.setattr(client_app, "inject_fault", killed_in_round_3)
+    with pytest.raises(RunStopped, match="round 3 not recorded"):
+        run_inprocess(config(tmp_path / "killed", *scaffold))
+    assert load_checkpoint(tmp_path / "killed").round == 2
+    assert [r["round"] for r in rows_of(tmp_path / "killed")] == [0, 1, 2]
+
+    clean_stop.reset()  # no stop this time: the same death is a dropped client
+    with_stop[0] = False
+    run_inprocess(config(tmp_path / "dropped", *scaffold))
+    assert rows_of(tmp_path / "dropped")[3]["clients_failed"] == 1
+
+    monkeypatch.undo()
+    run_inprocess(config(tmp_path / "killed", *scaffold, "resume=true"))
+    straight = without_timing(rows_of(tmp_path / "straight"))
+    assert without_timing(rows_of(tmp_path / "killed")) == straight
+
+
 def test_resume_refuses_a_changed_config(tmp_path):
     run_inprocess(config(tmp_path, "rounds=1"))
     with pytest.raises(ValueError, match=r"configuration differs .* data.alpha \(0.1 -> 0.5\)"):

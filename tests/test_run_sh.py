@@ -138,11 +138,12 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     tiny.append("strategy.name=scaffold")  # client state (c_i) must survive the restart too
     slow = "faults=[{partition: 0, round: 0, kind: hang, seconds: 1.5}]"  # slows rounds only
     out = tmp_path / "run"
+    killed_log = (tmp_path / "killed.log").open("w")
     proc = subprocess.Popen(
         [str(ROOT / "run.sh"), "conf/default.yaml", *tiny, slow, f"output_dir={out}"],
         cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=killed_log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
         env={**os.environ, "FEDGO_WORKDIR": str(ROOT)},
     )
