@@ -164,6 +164,7 @@ def table(results: Path) -> str:
         "|---|---|",
     ]
     rows += [f"| {d} | {mean_sd(v)} |" for d, v in diag.items() if v]
+    rows += ["", *figure2(results)]
     if "fedgo" in server_time and server_time.get("feddf"):
         rows += [
             "",
@@ -171,6 +172,55 @@ def table(results: Path) -> str:
             f"{server_time['fedgo'] / server_time['feddf']:.2f}",
         ]
     return "\n".join(rows)
+
+
+def figure2(results: Path) -> list[str]:
+    """The shape of FedGO's Fig. 2: accuracy of each weighting's ensemble, round by round.
+
+    Two views: the ensemble test accuracy each distillation run reports on its own round's
+    client models (the paper's figure; each run has its own trajectory), and the pseudo-label
+    accuracy on the server set of every weighting on the SAME client models (the FedGO runs'
+    diagnostics: no trajectory noise between methods).
+    """
+    ens: dict[str, dict[int, list[float]]] = {}
+    for method in METHODS:
+        for path in sorted(results.glob(f"{method}-seed*/metrics.jsonl")):
+            for row in map(json.loads, path.read_text().splitlines()):
+                if "ensemble_test_accuracy" in row:
+                    per = ens.setdefault(method, {}).setdefault(row["round"], [])
+                    per.append(row["ensemble_test_accuracy"])
+    out: list[str] = []
+    if ens:
+        rounds = sorted({r for per in ens.values() for r in per})
+        out += [
+            "Ensemble test accuracy (%) by round, each run's own client models (Fig. 2):",
+            "",
+            "| method | " + " | ".join(f"round {r}" for r in rounds) + " |",
+            "|---|" + "---|" * len(rounds),
+        ]
+        for method, per in ens.items():
+            cells = [mean_sd(per[r]) if r in per else "-" for r in rounds]
+            out.append(f"| {method} | " + " | ".join(cells) + " |")
+        out.append("")
+    same: dict[str, dict[int, list[float]]] = {}
+    for path in sorted(results.glob("fedgo-seed*/metrics.jsonl")):
+        for row in map(json.loads, path.read_text().splitlines()[1:]):
+            for d in DIAGNOSTICS:
+                if f"pl_acc_{d}" in row:
+                    same.setdefault(d, {}).setdefault(row["round"], []).append(row[f"pl_acc_{d}"])
+    if same:
+        rounds = sorted({r for per in same.values() for r in per})
+        out += [
+            "Pseudo-label accuracy (%) on the server set by round, every weighting on the same "
+            "client models (the FedGO runs):",
+            "",
+            "| weighting | " + " | ".join(f"r{r}" for r in rounds) + " |",
+            "|---|" + "---|" * len(rounds),
+        ]
+        for d, per in same.items():
+            cells = [f"{100 * statistics.mean(per[r]):.1f}" if r in per else "-" for r in rounds]
+            out.append(f"| {d} | " + " | ".join(cells) + " |")
+    return out
 
 
 def main() -> None:
