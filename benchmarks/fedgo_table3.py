@@ -114,7 +114,20 @@ def mean_sd(values: list[float], scale: float = 100.0) -> str:
     return f"{m:.1f} ± {sd:.1f}"
 
 
+def finished_runs(results: Path) -> dict[str, list[tuple[str, dict, list[dict]]]]:
+    """Every finished run, read once: method -> [(seed folder suffix, summary, metric rows)]."""
+    runs: dict[str, list[tuple[str, dict, list[dict]]]] = {}
+    for method in METHODS:
+        for summary_path in sorted(results.glob(f"{method}-seed*/summary.json")):
+            summary = json.loads(summary_path.read_text())
+            lines = (summary_path.parent / "metrics.jsonl").read_text().splitlines()
+            seed = summary_path.parent.name.split("-")[-1]
+            runs.setdefault(method, []).append((seed, summary, [json.loads(x) for x in lines]))
+    return runs
+
+
 def table(results: Path) -> str:
+    runs = finished_runs(results)
     rows = []
     header = (
         "| method | seeds | server acc final | server acc best | ensemble acc (last) "
@@ -123,17 +136,9 @@ def table(results: Path) -> str:
     rows += [header, "|---|---|---|---|---|---|---|"]
     diag: dict[str, list[float]] = {d: [] for d in DIAGNOSTICS}
     server_time: dict[str, dict[str, float]] = {}  # method -> seed folder -> s/round
-    for method in METHODS:
-        runs = sorted(results.glob(f"{method}-seed*/summary.json"))
-        if not runs:
-            continue
+    for method, method_runs in runs.items():
         finals, bests, ens, avg, times = [], [], [], [], []
-        for summary_path in runs:
-            summary = json.loads(summary_path.read_text())
-            metrics = [
-                json.loads(x)
-                for x in (summary_path.parent / "metrics.jsonl").read_text().splitlines()
-            ]
+        for seed, summary, metrics in method_runs:
             finals.append(summary["final_accuracy"])
             bests.append(summary["best_accuracy"])
             last = metrics[-1]
@@ -146,7 +151,6 @@ def table(results: Path) -> str:
                 r.get("aggregate_time", 0) - r.get("ensemble_eval_time", 0) for r in metrics[1:]
             ]
             times.append(statistics.mean(per_round) if per_round else 0.0)
-            seed = summary_path.parent.name.split("-")[-1]
             server_time.setdefault(method, {})[seed] = times[-1]
             if method in ("feddf", "fedgo"):
                 for d in DIAGNOSTICS:
@@ -154,8 +158,8 @@ def table(results: Path) -> str:
                     if vals:
                         diag[d].append(statistics.mean(vals))
         rows.append(
-            f"| {method} | {len(runs)} | {mean_sd(finals)} | {mean_sd(bests)} | {mean_sd(ens)} "
-            f"| {mean_sd(avg)} | {statistics.mean(times):.2f} |"
+            f"| {method} | {len(method_runs)} | {mean_sd(finals)} | {mean_sd(bests)} "
+            f"| {mean_sd(ens)} | {mean_sd(avg)} | {statistics.mean(times):.2f} |"
         )
     rows += [
         "",
@@ -165,7 +169,7 @@ def table(results: Path) -> str:
         "|---|---|",
     ]
     rows += [f"| {d} | {mean_sd(v)} |" for d, v in diag.items() if v]
-    rows += ["", *figure2(results)]
+    rows += ["", *figure2(runs)]
     fedgo, feddf = server_time.get("fedgo", {}), server_time.get("feddf", {})
     both = [seed for seed in fedgo if feddf.get(seed)]
     if both:  # per seed: a run that shared the cores shows up as an outlier
@@ -174,7 +178,7 @@ def table(results: Path) -> str:
     return "\n".join(rows)
 
 
-def figure2(results: Path) -> list[str]:
+def figure2(runs: dict[str, list[tuple[str, dict, list[dict]]]]) -> list[str]:
     """The shape of FedGO's Fig. 2: accuracy of each weighting's ensemble, round by round.
 
     Two views: the ensemble test accuracy each distillation run reports on its own round's
@@ -183,9 +187,9 @@ def figure2(results: Path) -> list[str]:
     diagnostics: no trajectory noise between methods).
     """
     ens: dict[str, dict[int, list[float]]] = {}
-    for method in METHODS:
-        for path in sorted(results.glob(f"{method}-seed*/metrics.jsonl")):
-            for row in map(json.loads, path.read_text().splitlines()):
+    for method, method_runs in runs.items():
+        for _, _, metrics in method_runs:
+            for row in metrics:
                 if "ensemble_test_accuracy" in row:
                     per = ens.setdefault(method, {}).setdefault(row["round"], [])
                     per.append(row["ensemble_test_accuracy"])
@@ -203,8 +207,8 @@ def figure2(results: Path) -> list[str]:
             out.append(f"| {method} | " + " | ".join(cells) + " |")
         out.append("")
     same: dict[str, dict[int, list[float]]] = {}
-    for path in sorted(results.glob("fedgo-seed*/metrics.jsonl")):
-        for row in map(json.loads, path.read_text().splitlines()[1:]):
+    for _, _, metrics in runs.get("fedgo", []):
+        for row in metrics[1:]:
             for d in DIAGNOSTICS:
                 if f"pl_acc_{d}" in row:
                     same.setdefault(d, {}).setdefault(row["round"], []).append(row[f"pl_acc_{d}"])

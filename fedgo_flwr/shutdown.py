@@ -36,18 +36,13 @@ def watch() -> None:
             return
         from flwr.supercore.exit import add_exit_handler
 
-        add_exit_handler(_stopping.set, run_before_force_exit=True)
+        add_exit_handler(request_stop, run_before_force_exit=True)
         _watching = True
 
 
 def request_stop() -> None:
     """Mark the process as stopping (what Flower's exit handler does; also for tests)."""
     _stopping.set()
-
-
-def stopping() -> bool:
-    """Whether a stop has begun in this process."""
-    return _stopping.is_set()
 
 
 def raise_if_stopping(what: str) -> None:

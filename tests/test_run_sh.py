@@ -162,6 +162,7 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        killed_log.close()
     time.sleep(2)
     left = {pid: cmd for pid, cmd in tree.items() if alive(pid)}
     assert not left, f"the killed run.sh left processes running: {left}"
