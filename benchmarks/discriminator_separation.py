@@ -16,11 +16,16 @@ finished run, with no client model involved:
   of it there);
 - ``mean_sigmoid`` and the share above 0.99: how saturated the discriminators are.
 
-    .venv/bin/python benchmarks/discriminator_separation.py outputs/bench/<tag>/fedgo-seed0
+    .venv/bin/python benchmarks/discriminator_separation.py outputs/bench/<tag>/fedgo-seed0 \
+        [--save benchmarks/results/<tag>/fedgo-seed0/separation.json]
+
+With ``--save`` the report is also written as JSON; ``fedgo_table3.py`` puts the reports it
+finds next to the FedGO runs' summaries into ``table.md``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -41,8 +46,11 @@ from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
 OWN_SHARE = 0.10
 
 
-def main(run_dir: str) -> dict:
+def separation(run_dir: str) -> dict:
+    """The report above for the finished FedGO run in ``run_dir`` (needs its discriminators.pt)."""
     run = Path(run_dir)
+    if not (run / "discriminators.pt").is_file():
+        sys.exit(f"{run / 'discriminators.pt'} not found: give the output folder of a FedGO run")
     cfg = load_config(run / "config.yaml")
     params = cfg.strategy.params
     bundle = load_bundle(cfg.data)
@@ -105,9 +113,21 @@ def main(run_dir: str) -> dict:
         "mean_sigmoid": round(sig.mean().item(), 3),
         "share_sigmoid_above_0.99": round((sig > 0.99).double().mean().item(), 3),
     }
-    print(json.dumps(report, indent=2))
     return report
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir", help="output folder of a finished FedGO run")
+    parser.add_argument("--save", type=Path, help="also write the report to this JSON file")
+    args = parser.parse_args()
+    report = separation(args.run_dir)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.save:
+        args.save.parent.mkdir(parents=True, exist_ok=True)
+        args.save.write_text(text + "\n")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

@@ -131,7 +131,7 @@ def table(results: Path) -> str:
     rows = []
     header = (
         "| method | seeds | server acc final | server acc best | ensemble acc (last) "
-        "| avg-param acc (last) | server s/round |"
+        "| avg-param acc (last) | server s/round (median of seeds) |"
     )
     rows += [header, "|---|---|---|---|---|---|---|"]
     diag: dict[str, list[float]] = {d: [] for d in DIAGNOSTICS}
@@ -159,7 +159,7 @@ def table(results: Path) -> str:
                         diag[d].append(statistics.mean(vals))
         rows.append(
             f"| {method} | {len(method_runs)} | {mean_sd(finals)} | {mean_sd(bests)} "
-            f"| {mean_sd(ens)} | {mean_sd(avg)} | {statistics.mean(times):.2f} |"
+            f"| {mean_sd(ens)} | {mean_sd(avg)} | {statistics.median(times):.2f} |"
         )
     rows += [
         "",
@@ -173,9 +173,41 @@ def table(results: Path) -> str:
     fedgo, feddf = server_time.get("fedgo", {}), server_time.get("feddf", {})
     both = [seed for seed in fedgo if feddf.get(seed)]
     if both:  # per seed: a run that shared the cores shows up as an outlier
-        ratios = ", ".join(f"{seed} {fedgo[seed] / feddf[seed]:.2f}" for seed in both)
-        rows += ["", f"FedGO / FedDF server time per round, by seed: {ratios}"]
+        ratio = {seed: fedgo[seed] / feddf[seed] for seed in both}
+        by_seed = ", ".join(f"{seed} {r:.2f}" for seed, r in ratio.items())
+        rows += [
+            "",
+            f"FedGO / FedDF server time per round, by seed: {by_seed} "
+            f"(median {statistics.median(ratio.values()):.2f})",
+        ]
+    rows += separation_rows(results)
     return "\n".join(rows)
+
+
+def separation_rows(results: Path) -> list[str]:
+    """The FedGO runs' discriminator-separation reports (``discriminator_separation.py --save``)."""
+    reports = sorted(results.glob("fedgo-seed*/separation.json"))
+    if not reports:
+        return []
+    rows = [
+        "",
+        "Do the FedGO runs' discriminators tell clients apart? (`discriminator_separation.py`; "
+        "weight on the clients that hold the image's class, %)",
+        "",
+        "| seed | AUC own vs unseen class (min-max) | n_k | FedGO | FedGO single sigmoid "
+        "| oracle | mean sigmoid | sigmoid > 0.99 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for path in reports:
+        r = json.loads(path.read_text())
+        auc, w = r["auc_own_vs_unseen"], r["weight_on_knowing_clients_pct"]
+        rows.append(
+            f"| {path.parent.name.split('-')[-1]} | {auc['mean']:.3f} ({auc['min']:.3f}-"
+            f"{auc['max']:.3f}) | {w['data_size']} | {w['fedgo_double_sigmoid']} "
+            f"| {w['fedgo_single_sigmoid']} | {w['oracle']} | {r['mean_sigmoid']:.3f} "
+            f"| {100 * r['share_sigmoid_above_0.99']:.1f}% |"
+        )
+    return rows
 
 
 def figure2(runs: dict[str, list[tuple[str, dict, list[dict]]]]) -> list[str]:
