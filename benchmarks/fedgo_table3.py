@@ -114,6 +114,11 @@ def mean_sd(values: list[float], scale: float = 100.0) -> str:
     return f"{m:.1f} ± {sd:.1f}"
 
 
+def seed_of(run_folder: Path) -> str:
+    """``"seed0"`` for a run folder ``<method>-seed0``."""
+    return run_folder.name.split("-")[-1]
+
+
 def finished_runs(results: Path) -> dict[str, list[tuple[str, dict, list[dict]]]]:
     """Every finished run, read once: method -> [(seed folder suffix, summary, metric rows)]."""
     runs: dict[str, list[tuple[str, dict, list[dict]]]] = {}
@@ -121,7 +126,7 @@ def finished_runs(results: Path) -> dict[str, list[tuple[str, dict, list[dict]]]
         for summary_path in sorted(results.glob(f"{method}-seed*/summary.json")):
             summary = json.loads(summary_path.read_text())
             lines = (summary_path.parent / "metrics.jsonl").read_text().splitlines()
-            seed = summary_path.parent.name.split("-")[-1]
+            seed = seed_of(summary_path.parent)
             runs.setdefault(method, []).append((seed, summary, [json.loads(x) for x in lines]))
     return runs
 
@@ -137,7 +142,8 @@ def table(results: Path) -> str:
     diag: dict[str, list[float]] = {d: [] for d in DIAGNOSTICS}
     server_time: dict[str, dict[str, float]] = {}  # method -> seed folder -> s/round
     for method, method_runs in runs.items():
-        finals, bests, ens, avg, times = [], [], [], [], []
+        finals, bests, ens, avg = [], [], [], []
+        times = server_time.setdefault(method, {})
         for seed, summary, metrics in method_runs:
             finals.append(summary["final_accuracy"])
             bests.append(summary["best_accuracy"])
@@ -150,8 +156,7 @@ def table(results: Path) -> str:
             per_round = [
                 r.get("aggregate_time", 0) - r.get("ensemble_eval_time", 0) for r in metrics[1:]
             ]
-            times.append(statistics.mean(per_round) if per_round else 0.0)
-            server_time.setdefault(method, {})[seed] = times[-1]
+            times[seed] = statistics.mean(per_round) if per_round else 0.0
             if method in ("feddf", "fedgo"):
                 for d in DIAGNOSTICS:
                     vals = [r[f"pl_acc_{d}"] for r in metrics[1:] if f"pl_acc_{d}" in r]
@@ -159,7 +164,7 @@ def table(results: Path) -> str:
                         diag[d].append(statistics.mean(vals))
         rows.append(
             f"| {method} | {len(method_runs)} | {mean_sd(finals)} | {mean_sd(bests)} "
-            f"| {mean_sd(ens)} | {mean_sd(avg)} | {statistics.median(times):.2f} |"
+            f"| {mean_sd(ens)} | {mean_sd(avg)} | {statistics.median(times.values()):.2f} |"
         )
     rows += [
         "",
@@ -202,7 +207,7 @@ def separation_rows(results: Path) -> list[str]:
         r = json.loads(path.read_text())
         auc, w = r["auc_own_vs_unseen"], r["weight_on_knowing_clients_pct"]
         rows.append(
-            f"| {path.parent.name.split('-')[-1]} | {auc['mean']:.3f} ({auc['min']:.3f}-"
+            f"| {seed_of(path.parent)} | {auc['mean']:.3f} ({auc['min']:.3f}-"
             f"{auc['max']:.3f}) | {w['data_size']} | {w['fedgo_double_sigmoid']} "
             f"| {w['fedgo_single_sigmoid']} | {w['oracle']} | {r['mean_sigmoid']:.3f} "
             f"| {100 * r['share_sigmoid_above_0.99']:.1f}% |"
