@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from clients import CLIENTS, ClientJob  # noqa: E402
 from fedgo_flwr.aggregation import weighted_average  # noqa: E402
 from fedgo_flwr.config import load_config  # noqa: E402
+from fedgo_flwr.rng import make_rng  # noqa: E402
 from fedgo_flwr.task import (  # noqa: E402
     client_dataset,
     load_bundle,
@@ -41,7 +42,7 @@ from fedgo_flwr.task import (  # noqa: E402
     sample_clients,
     stratified_subset,
 )
-from fedgo_flwr.training import get_device, make_generator, predict_logits  # noqa: E402
+from fedgo_flwr.training import get_device, predict_logits  # noqa: E402
 
 
 def acc(logits: torch.Tensor, y: torch.Tensor) -> float:
@@ -85,7 +86,7 @@ def main() -> None:
                 local,
                 data,
                 device,
-                make_generator(cfg.seed, "train", rnd, pid),
+                make_rng(cfg.seed, "train", rnd, pid),
                 None,
                 None,
             )

@@ -30,6 +30,7 @@ from clients import CLIENTS, ClientJob  # noqa: E402
 from fedgo_flwr.config import load_config  # noqa: E402
 from fedgo_flwr.distill import TeacherBank  # noqa: E402
 from fedgo_flwr.gan import build_discriminator, disc_logits_on, train_discriminator  # noqa: E402
+from fedgo_flwr.rng import derive_seed, make_rng  # noqa: E402
 from fedgo_flwr.task import (  # noqa: E402
     client_dataset,
     load_bundle,
@@ -37,7 +38,7 @@ from fedgo_flwr.task import (  # noqa: E402
     new_model,
     sample_clients,
 )
-from fedgo_flwr.training import derive_seed, get_device, make_generator  # noqa: E402
+from fedgo_flwr.training import get_device  # noqa: E402
 from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
 
 
@@ -72,7 +73,7 @@ def main(run_dir: str) -> None:
         model = new_model(cfg, bundle)
         data = client_dataset(cfg, pid)
         job = ClientJob(
-            cfg, pid, 1, model, data, device, make_generator(cfg.seed, "train", 1, pid), None, None
+            cfg, pid, 1, model, data, device, make_rng(cfg.seed, "train", 1, pid), None, None
         )
         CLIENTS["fedavg"]().train(job)
         bank.add(model, device)
@@ -100,7 +101,7 @@ def main(run_dir: str) -> None:
             client_dataset(cfg, pid),
             epochs=params["discriminator"]["epochs"],
             latent_dim=params["generator"]["latent_dim"],
-            generator=torch.Generator().manual_seed(derive_seed(cfg.seed, "ideal", pid)),
+            rng=make_rng(cfg.seed, "ideal", pid),
             device=device,
         )
         ideal.append(disc)

@@ -109,7 +109,7 @@ def main() -> None:
         targets,
         settings,
         server_round=1,
-        generator=torch.Generator().manual_seed(1),
+        rng=torch.Generator().manual_seed(1),
         device=CPU,
     )
     cached_s = time.perf_counter() - t0

@@ -30,7 +30,7 @@ class ClientJob:
     model: nn.Module  # already holds the received global weights
     data: ArrayDataset
     device: torch.device
-    generator: torch.Generator  # seeded from (seed, round, partition id)
+    rng: torch.Generator  # seeded from (seed, round, partition id)
     content: RecordDict  # the incoming message content (extra records of the strategy)
     state: RecordDict  # the node's persistent state across rounds (Flower ``context.state``)
 
@@ -54,7 +54,7 @@ class FedAvgClient:
             job.model,
             job.data,
             job.cfg.train,
-            generator=job.generator,
+            rng=job.rng,
             device=job.device,
             augment=job.cfg.data.augment,
             regularizer=self.regularizer(job),

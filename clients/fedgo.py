@@ -23,7 +23,7 @@ from fedgo_flwr.gan import (
     build_generator,
     train_discriminator,
 )
-from fedgo_flwr.training import derive_seed
+from fedgo_flwr.rng import derive_seed, make_rng
 
 GENERATOR_KEY = "generator"
 DISCRIMINATOR_MESSAGE = "train.discriminator"
@@ -119,7 +119,7 @@ def train_client_discriminator(
     disc = build_discriminator(
         gs.discriminator.name, shape, seed=derive_seed(cfg.seed, "disc-init", partition_id)
     )
-    gen_rng = torch.Generator().manual_seed(derive_seed(cfg.seed, "disc", partition_id))
+    gen_rng = make_rng(cfg.seed, "disc", partition_id)
     stats = train_discriminator(
         disc,
         gen,
@@ -128,7 +128,7 @@ def train_client_discriminator(
         batch_size=gs.discriminator.batch_size,
         lr=gs.discriminator.lr,
         latent_dim=gs.generator.latent_dim,
-        generator=gen_rng,
+        rng=gen_rng,
         device=device,
         augment=cfg.data.augment,
         loss=gs.discriminator.loss,

@@ -25,8 +25,9 @@ from flwr.supercore import log
 from clients import CLIENTS, ClientJob
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.recorder import resolve_output_dir
+from fedgo_flwr.rng import make_rng
 from fedgo_flwr.task import client_dataset, load_bundle, new_model
-from fedgo_flwr.training import get_device, make_generator
+from fedgo_flwr.training import get_device
 
 app = ClientApp()
 
@@ -156,7 +157,7 @@ def train(msg: Message, context: Context) -> Message:
         model=model,
         data=data,
         device=get_device(cfg.device),
-        generator=make_generator(cfg.seed, "train", server_round, pid),
+        rng=make_rng(cfg.seed, "train", server_round, pid),
         content=msg.content,
         state=context.state,
     )

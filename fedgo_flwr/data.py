@@ -181,7 +181,7 @@ def batches(
     batch_size: int,
     *,
     shuffle: bool,
-    generator: torch.Generator | None = None,
+    rng: torch.Generator | None = None,
     augment: bool = False,
     drop_last: bool = False,
     device: torch.device | str = "cpu",
@@ -189,7 +189,7 @@ def batches(
     """Iterate once over ``ds`` in normalised ``(x, y)`` batches on ``device``.
 
     Randomness (the epoch permutation, then one flip mask per batch) is drawn only from
-    ``generator`` (torch's global generator if ``None``), so a freshly seeded generator reproduces
+    ``rng`` (torch's global RNG if ``None``), so a freshly seeded ``rng`` reproduces
     the exact same batches.  With ``augment=True`` and ``ds.flip`` every image is flipped
     horizontally with probability 0.5, vectorised on the batch.  No ``DataLoader`` is used: the
     ``uint8`` batch is gathered with numpy fancy indexing, moved to ``device`` and normalised there.
@@ -198,7 +198,7 @@ def batches(
         ds: The dataset.
         batch_size: Samples per batch (``>= 1``); the last batch may be smaller.
         shuffle: Visit samples in a random order (otherwise in index order).
-        generator: CPU ``torch.Generator`` for shuffling and flips.
+        rng: CPU ``torch.Generator`` for shuffling and flips.
         augment: Apply random horizontal flips (only if ``ds.flip`` and ``ds`` holds images).
         drop_last: Skip a final incomplete batch.
         device: Device of the yielded tensors.
@@ -209,7 +209,7 @@ def batches(
         ds,
         int(batch_size),
         shuffle,
-        generator,
+        rng,
         augment and ds.flip and ds.is_image,
         drop_last,
         device,
@@ -220,7 +220,7 @@ def _iter_batches(
     ds: ArrayDataset,
     batch_size: int,
     shuffle: bool,
-    generator: torch.Generator | None,
+    rng: torch.Generator | None,
     flip: bool,
     drop_last: bool,
     device: torch.device | str,
@@ -228,7 +228,7 @@ def _iter_batches(
     n = len(ds)
     dev = torch.device(device)
     if shuffle:
-        order = torch.randperm(n, generator=generator).numpy()
+        order = torch.randperm(n, generator=rng).numpy()
     else:
         order = np.arange(n, dtype=np.int64)
     for start in range(0, n, batch_size):
@@ -239,7 +239,7 @@ def _iter_batches(
         yb = torch.from_numpy(_writable(ds.y[idx])).to(dev, non_blocking=True)
         xb = _normalise(xb)
         if flip:
-            mask = (torch.rand(idx.size, generator=generator) < 0.5).to(dev)
+            mask = (torch.rand(idx.size, generator=rng) < 0.5).to(dev)
             xb = torch.where(mask[:, None, None, None], xb.flip(-1), xb)
         yield xb, yb
 

@@ -181,7 +181,7 @@ def distill(
     settings: DistillSettings,
     *,
     server_round: int,
-    generator: torch.Generator,
+    rng: torch.Generator,
     device: torch.device,
     validate: Callable[[nn.Module], float] | None = None,
 ) -> DistillResult:
@@ -197,8 +197,8 @@ def distill(
     n = len(data)
 
     def draw(size: int) -> tuple[Tensor, Tensor | None]:
-        idx = torch.randperm(n, generator=generator)[:size]
-        flip = torch.rand(len(idx), generator=generator) < 0.5 if views == 2 else None
+        idx = torch.randperm(n, generator=rng)[:size]
+        flip = torch.rand(len(idx), generator=rng) < 0.5 if views == 2 else None
         return idx, flip
 
     if settings.protocol == "fedgo":

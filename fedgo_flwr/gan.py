@@ -830,13 +830,13 @@ def count_bytes(module: nn.Module) -> int:
     return int(params + buffers)
 
 
-def _latent(n: int, latent_dim: int, generator: torch.Generator, device: torch.device) -> Tensor:
-    """``n`` standard-normal latent codes drawn on the CPU from ``generator``, then moved."""
-    return torch.randn(n, latent_dim, generator=generator).to(device)
+def _latent(n: int, latent_dim: int, rng: torch.Generator, device: torch.device) -> Tensor:
+    """``n`` standard-normal latent codes drawn on the CPU from ``rng``, then moved."""
+    return torch.randn(n, latent_dim, generator=rng).to(device)
 
 
-def _latent_dim(generator_model: nn.Module, latent_dim: int | None) -> int:
-    value = latent_dim if latent_dim is not None else getattr(generator_model, "latent_dim", None)
+def _latent_dim(generator: nn.Module, latent_dim: int | None) -> int:
+    value = latent_dim if latent_dim is not None else getattr(generator, "latent_dim", None)
     if value is None or int(value) != value or int(value) < 1:
         raise ValueError(
             "latent_dim must be given (an int >= 1) when the generator has no 'latent_dim' "
@@ -862,7 +862,7 @@ def _frozen(*modules: nn.Module) -> Iterator[None]:
 def _infinite_batches(
     data: ArrayDataset,
     batch_size: int,
-    generator: torch.Generator,
+    rng: torch.Generator,
     augment: bool,
     device: torch.device,
 ) -> Iterator[Tensor]:
@@ -873,7 +873,7 @@ def _infinite_batches(
             data,
             batch_size,
             shuffle=True,
-            generator=generator,
+            rng=rng,
             augment=augment,
             drop_last=drop_last,
             device=device,
@@ -897,13 +897,13 @@ def interpolate_gradient_norms(
     real: Tensor,
     fake: Tensor,
     *,
-    generator: torch.Generator,
+    rng: torch.Generator,
     create_graph: bool = True,
 ) -> Tensor:
     """``‖∇_x̂ D(x̂)‖₂`` per sample at ``x̂ = real + α (fake - real)``, ``α ~ U[0, 1]`` per sample.
 
     The interpolates of Gulrajani et al. (2017), Alg. 1 (one ``α`` per sample, drawn on the CPU
-    from ``generator``). With ``create_graph=True`` the norms can be back-propagated to the critic's
+    from ``rng``). With ``create_graph=True`` the norms can be back-propagated to the critic's
     parameters (double back-prop), as the penalty needs.
 
     Returns:
@@ -912,7 +912,7 @@ def interpolate_gradient_norms(
     if real.shape != fake.shape:
         raise ValueError(f"real and fake must have the same shape, got {real.shape}, {fake.shape}")
     n = real.shape[0]
-    alpha = torch.rand(n, generator=generator).to(device=real.device, dtype=real.dtype)
+    alpha = torch.rand(n, generator=rng).to(device=real.device, dtype=real.dtype)
     alpha = alpha.view(n, *([1] * (real.dim() - 1)))
     x_hat = (real.detach() + alpha * (fake.detach() - real.detach())).requires_grad_(True)
     scores = critic(x_hat)
@@ -923,19 +923,19 @@ def interpolate_gradient_norms(
 
 
 def gradient_penalty(
-    critic: nn.Module, real: Tensor, fake: Tensor, *, generator: torch.Generator
+    critic: nn.Module, real: Tensor, fake: Tensor, *, rng: torch.Generator
 ) -> Tensor:
     """WGAN-GP penalty ``E[(‖∇_x̂ D(x̂)‖₂ - 1)²]`` on interpolates (without the factor ``λ``).
 
     Zero for a critic whose gradient has unit norm everywhere (e.g. ``D(x) = wᵀx + b`` with
     ``‖w‖ = 1``); always finite and non-negative. Differentiable w.r.t. the critic's parameters.
     """
-    norms = interpolate_gradient_norms(critic, real, fake, generator=generator)
+    norms = interpolate_gradient_norms(critic, real, fake, rng=rng)
     return ((norms - 1.0) ** 2).mean()
 
 
 def train_wgan_gp(
-    generator_model: nn.Module,
+    generator: nn.Module,
     critic: nn.Module,
     data: ArrayDataset,
     *,
@@ -945,13 +945,13 @@ def train_wgan_gp(
     betas: tuple[float, float] = (0.0, 0.9),
     n_critic: int = 5,
     gp_lambda: float = 10.0,
-    generator: torch.Generator,
+    rng: torch.Generator,
     device: torch.device | str = "cpu",
     augment: bool = False,
     lr_decay: bool = False,
     log_every: int | None = None,
 ) -> dict[str, float]:
-    """Train ``generator_model`` against ``critic`` with WGAN-GP (Gulrajani et al., 2017, Alg. 1).
+    """Train ``generator`` against ``critic`` with WGAN-GP (Gulrajani et al., 2017, Alg. 1).
 
     FedGO's (G1) generator (Sec. 3.2; App. E.2: Adam, lr 2e-4, ``(β1, β2) = (0, 0.9)``, batch 64,
     100,000 generator steps, "the generator was updated every 5 steps of the discriminator", ``λ =
@@ -962,7 +962,7 @@ def train_wgan_gp(
     statistics, as in the official code).
 
     Args:
-        generator_model: Generator with a ``latent_dim`` attribute (see :func:`build_generator`).
+        generator: Generator with a ``latent_dim`` attribute (see :func:`build_generator`).
         critic: WGAN-GP critic (see :func:`build_critic`); must not use BatchNorm.
         data: Real samples; ``data.x`` is normalised by :func:`fedgo_flwr.data.batches` (images to
             ``[-1, 1]``; feature vectors unchanged). Labels are ignored.
@@ -972,7 +972,7 @@ def train_wgan_gp(
         betas: Adam betas of both models.
         n_critic: Critic steps per generator step.
         gp_lambda: Gradient penalty coefficient ``λ``.
-        generator: The only source of randomness (batch order, flips, ``z``, ``α``).
+        rng: The only source of randomness (batch order, flips, ``z``, ``α``).
         device: Where to train.
         augment: Random horizontal flips of real images (if ``data.flip``). The paper flips client
             and server data (App. E.2, "Details for Dataset") but does not say so for the GAN.
@@ -991,12 +991,12 @@ def train_wgan_gp(
     n_critic = _check_positive_int("n_critic", n_critic)
     if len(data) == 0:
         raise ValueError("train_wgan_gp needs a non-empty data set")
-    latent_dim = _latent_dim(generator_model, None)
+    latent_dim = _latent_dim(generator, None)
     dev = torch.device(device)
     start = time.perf_counter()
-    generator_model.to(dev).train()
+    generator.to(dev).train()
     critic.to(dev).train()
-    opt_g = torch.optim.Adam(generator_model.parameters(), lr=lr, betas=betas)
+    opt_g = torch.optim.Adam(generator.parameters(), lr=lr, betas=betas)
     opt_d = torch.optim.Adam(critic.parameters(), lr=lr, betas=betas)
     scheds: list[torch.optim.lr_scheduler.LambdaLR] = []
     if lr_decay and steps > 0:
@@ -1004,7 +1004,7 @@ def train_wgan_gp(
             torch.optim.lr_scheduler.LambdaLR(opt, lambda i: max(0.0, 1.0 - i / steps))
             for opt in (opt_g, opt_d)
         ]
-    real_iter = _infinite_batches(data, batch_size, generator, augment, dev)
+    real_iter = _infinite_batches(data, batch_size, rng, augment, dev)
     nan = float("nan")
     stats = {
         "critic_loss": nan,
@@ -1020,11 +1020,11 @@ def train_wgan_gp(
         for _ in range(n_critic):
             real = next(real_iter)
             with torch.no_grad():
-                fake = generator_model(_latent(real.shape[0], latent_dim, generator, dev))
+                fake = generator(_latent(real.shape[0], latent_dim, rng, dev))
             opt_d.zero_grad(set_to_none=True)
             d_real = critic(real).mean()
             d_fake = critic(fake).mean()
-            norms = interpolate_gradient_norms(critic, real, fake, generator=generator)
+            norms = interpolate_gradient_norms(critic, real, fake, rng=rng)
             gp = ((norms - 1.0) ** 2).mean()
             loss_d = d_fake - d_real + gp_lambda * gp
             loss_d.backward()
@@ -1032,7 +1032,7 @@ def train_wgan_gp(
         for p in critic_params:
             p.requires_grad_(False)
         opt_g.zero_grad(set_to_none=True)
-        loss_g = -critic(generator_model(_latent(batch_size, latent_dim, generator, dev))).mean()
+        loss_g = -critic(generator(_latent(batch_size, latent_dim, rng, dev))).mean()
         loss_g.backward()
         opt_g.step()
         for sched in scheds:
@@ -1072,7 +1072,7 @@ def train_wgan_gp(
 
 def train_discriminator(
     disc: nn.Module,
-    generator_model: nn.Module,
+    generator: nn.Module,
     data: ArrayDataset,
     *,
     epochs: int,
@@ -1080,7 +1080,7 @@ def train_discriminator(
     lr: float = 2e-4,
     betas: tuple[float, float] = (0.5, 0.999),
     latent_dim: int | None = None,
-    generator: torch.Generator,
+    rng: torch.Generator,
     device: torch.device | str = "cpu",
     augment: bool = False,
     loss: str = "sigmoid",
@@ -1115,14 +1115,14 @@ def train_discriminator(
 
     Args:
         disc: Discriminator with raw-logit output ``(N,)`` (see :func:`build_discriminator`).
-        generator_model: The server's generator ``G``; frozen (its train/eval mode is restored).
+        generator: The server's generator ``G``; frozen (its train/eval mode is restored).
         data: The client's local data (labels ignored), normalised by :func:`batches`.
         epochs: Passes over ``data`` (``E_d`` of Alg. 3; ``>= 0``).
         batch_size: Real batch size (fake batches have the same size).
         lr: Adam learning rate.
         betas: Adam betas.
-        latent_dim: Size of ``z``; defaults to ``generator_model.latent_dim``.
-        generator: The only source of randomness (batch order, flips, ``z``).
+        latent_dim: Size of ``z``; defaults to ``generator.latent_dim``.
+        rng: The only source of randomness (batch order, flips, ``z``).
         device: Where to train.
         augment: Random horizontal flips of real images (if ``data.flip``; App. E.2 flips client
             data, which this function leaves to the caller).
@@ -1140,11 +1140,11 @@ def train_discriminator(
         raise ValueError(
             f"unknown discriminator loss {loss!r}; expected one of {DISCRIMINATOR_LOSSES}"
         )
-    zdim = _latent_dim(generator_model, latent_dim)
+    zdim = _latent_dim(generator, latent_dim)
     dev = torch.device(device)
     start = time.perf_counter()
     disc.to(dev).train()
-    generator_model.to(dev)
+    generator.to(dev)
     opt = torch.optim.Adam(disc.parameters(), lr=lr, betas=betas)
     # A trailing batch of one sample would break BatchNorm (norm="batch"); drop it then.
     drop_last = len(data) % batch_size == 1 and len(data) > 1
@@ -1158,14 +1158,14 @@ def train_discriminator(
             data,
             batch_size,
             shuffle=True,
-            generator=generator,
+            rng=rng,
             augment=augment,
             drop_last=drop_last,
             device=dev,
         ):
             n = x_real.shape[0]
-            with _frozen(generator_model):
-                x_fake = generator_model(_latent(n, zdim, generator, dev))
+            with _frozen(generator):
+                x_fake = generator(_latent(n, zdim, rng, dev))
             opt.zero_grad(set_to_none=True)
             z_real = disc(x_real)
             z_fake = disc(x_fake)
@@ -1200,17 +1200,17 @@ def train_discriminator(
 
 
 def sample(
-    generator_model: nn.Module,
+    generator: nn.Module,
     n: int,
     latent_dim: int | None = None,
     *,
-    generator: torch.Generator,
+    rng: torch.Generator,
     device: torch.device | str = "cpu",
     batch_size: int = 256,
 ) -> Tensor:
     """Draw ``n`` samples ``G(z)`` reproducibly, e.g. the distillation set of scenario D2 (Sec 3.2).
 
-    All ``n`` latent codes are drawn up front on the CPU from ``generator`` and ``G`` runs in eval
+    All ``n`` latent codes are drawn up front on the CPU from ``rng`` and ``G`` runs in eval
     mode (BatchNorm running statistics) without gradients, so the result depends only on the
     generator's weights and the seed -- not on ``batch_size`` or ``device``. ``G``'s train/eval mode
     is restored afterwards.
@@ -1220,17 +1220,17 @@ def sample(
     """
     n = _check_positive_int("n", n, minimum=0)
     batch_size = _check_positive_int("batch_size", batch_size)
-    zdim = _latent_dim(generator_model, latent_dim)
+    zdim = _latent_dim(generator, latent_dim)
     dev = torch.device(device)
-    generator_model.to(dev)
-    z_all = torch.randn(n, zdim, generator=generator)
+    generator.to(dev)
+    z_all = torch.randn(n, zdim, generator=rng)
     outs: list[Tensor] = []
-    with _frozen(generator_model):
+    with _frozen(generator):
         for i in range(0, n, batch_size):
-            outs.append(generator_model(z_all[i : i + batch_size].to(dev)).float().cpu())
+            outs.append(generator(z_all[i : i + batch_size].to(dev)).float().cpu())
     if outs:
         return torch.cat(outs)
-    shape = getattr(generator_model, "output_shape", None)
+    shape = getattr(generator, "output_shape", None)
     return torch.empty(0, *shape) if shape is not None else torch.empty(0)
 
 

@@ -18,7 +18,7 @@ from fedgo_flwr.config import DataConfig, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, DataBundle, load_dataset
 from fedgo_flwr.models import build_model
 from fedgo_flwr.partition import Partition, dirichlet_partition
-from fedgo_flwr.training import derive_seed
+from fedgo_flwr.rng import derive_seed
 
 
 @functools.lru_cache(maxsize=4)

@@ -3,13 +3,13 @@
 Client algorithms customise local training through two hooks of :func:`train_local`:
 ``regularizer(model) -> Tensor`` adds a term to the loss (FedProx), and ``grad_correction(model)``
 edits gradients after ``backward`` (SCAFFOLD). Everything random is drawn from one
-``torch.Generator`` derived from ``(seed, round, client)`` by :func:`derive_seed`, so a run is
+``torch.Generator`` (an ``rng``) derived from ``(seed, round, client)`` by
+:func:`fedgo_flwr.rng.derive_seed`, so a run is
 reproducible on CPU.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,19 +33,6 @@ def get_device(preference: str = "auto") -> torch.device:
     if preference.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(f"device '{preference}' requested but CUDA is not available")
     return torch.device(preference)
-
-
-def derive_seed(*keys: int | str) -> int:
-    """A stable 63-bit seed from any tuple of keys, e.g. ``(seed, "train", round, client)``."""
-    digest = hashlib.sha256(repr(tuple(keys)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-def make_generator(*keys: int | str) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded by :func:`derive_seed` of ``keys``."""
-    gen = torch.Generator()
-    gen.manual_seed(derive_seed(*keys))
-    return gen
 
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -73,7 +60,7 @@ def train_local(
     data: ArrayDataset,
     cfg: TrainConfig,
     *,
-    generator: torch.Generator,
+    rng: torch.Generator,
     device: torch.device,
     augment: bool = True,
     regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
@@ -91,7 +78,7 @@ def train_local(
             data,
             cfg.batch_size,
             shuffle=True,
-            generator=generator,
+            rng=rng,
             augment=augment,
             drop_last=drop_last,
             device=device,

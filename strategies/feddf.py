@@ -48,7 +48,8 @@ from fedgo_flwr.distill import (
     predict_views,
     pseudo_label_targets,
 )
-from fedgo_flwr.training import evaluate, make_generator
+from fedgo_flwr.rng import make_rng
+from fedgo_flwr.training import evaluate
 from fedgo_flwr.weighting import WEIGHTING_NAMES, WeightingInputs, compute_weights
 from strategies.fedavg import FedAvg, Reply
 
@@ -246,7 +247,7 @@ class FedDF(FedAvg):
             targets,
             self.params.distill,
             server_round=server_round,
-            generator=make_generator(self.cfg.seed, "distill", server_round),
+            rng=make_rng(self.cfg.seed, "distill", server_round),
             device=device,
             validate=self.validate if self.val_set is not None else None,
         )

@@ -55,8 +55,8 @@ from fedgo_flwr.gan import (
     sample,
     train_wgan_gp,
 )
+from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.shutdown import raise_if_stopping
-from fedgo_flwr.training import derive_seed
 from fedgo_flwr.weighting import DISC_MODES
 from strategies.feddf import FedDF, FedDFParams
 
@@ -147,7 +147,7 @@ class FedGO(FedDF):
                 lr=gp.lr,
                 n_critic=gp.n_critic,
                 gp_lambda=gp.gp_lambda,
-                generator=torch.Generator().manual_seed(derive_seed(self.cfg.seed, "wgan")),
+                rng=make_rng(self.cfg.seed, "wgan"),
                 device=res.device,
                 augment=self.cfg.data.augment,
             )
@@ -234,12 +234,12 @@ class FedGO(FedDF):
 
     def _use_generated_data(self, generator: torch.nn.Module) -> None:
         """Scenario D2: G's samples, drawn once, replace the server data for distillation."""
-        gen_rng = torch.Generator().manual_seed(derive_seed(self.cfg.seed, "d2-samples"))
+        gen_rng = make_rng(self.cfg.seed, "d2-samples")
         x = sample(
             generator,
             self.params.generated_size,
             self.params.generator.latent_dim,
-            generator=gen_rng,
+            rng=gen_rng,
         )
         template = self.distill_set
         if template.x.dtype == np.uint8:

@@ -12,8 +12,9 @@ from clients.scaffold import scaffold_client_update
 from fedgo_flwr.aggregation import check_arrays, weighted_average
 from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.rng import make_rng
 from fedgo_flwr.task import sample_clients
-from fedgo_flwr.training import make_generator, train_local
+from fedgo_flwr.training import train_local
 
 
 def test_weighted_average_matches_hand_computation_and_keeps_dtypes():
@@ -70,7 +71,7 @@ def test_fedprox_large_mu_keeps_model_near_global():
             model,
             data,
             cfg,
-            generator=make_generator(0),
+            rng=make_rng(0),
             device=torch.device("cpu"),
             regularizer=reg,
         )
@@ -130,6 +131,6 @@ def test_local_training_is_reproducible():
     for _ in range(2):
         torch.manual_seed(1)
         model = nn.Linear(2, 2)
-        train_local(model, data, cfg, generator=make_generator(7, 1, 3), device=torch.device("cpu"))
+        train_local(model, data, cfg, rng=make_rng(7, 1, 3), device=torch.device("cpu"))
         outs.append(model.weight.detach().clone())
     torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)

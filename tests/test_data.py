@@ -120,7 +120,7 @@ def _image_dataset(n: int, flip: bool = True) -> ArrayDataset:
 def test_batches_cover_every_sample_once(shuffle: bool) -> None:
     ds = _id_dataset(103)
     g = torch.Generator().manual_seed(0)
-    got = list(batches(ds, 10, shuffle=shuffle, generator=g))
+    got = list(batches(ds, 10, shuffle=shuffle, rng=g))
     assert [len(yb) for _, yb in got] == [10] * 10 + [3]
     ids = torch.cat([xb[:, 0] for xb, _ in got]).long()
     assert sorted(ids.tolist()) == list(range(103))
@@ -128,7 +128,7 @@ def test_batches_cover_every_sample_once(shuffle: bool) -> None:
     for xb, yb in got:
         assert xb.dtype == torch.float32 and yb.dtype == torch.int64
         assert torch.equal(yb, xb[:, 0].long() % 3)
-    dropped = list(batches(ds, 10, shuffle=True, generator=g, drop_last=True))
+    dropped = list(batches(ds, 10, shuffle=True, rng=g, drop_last=True))
     assert [len(yb) for _, yb in dropped] == [10] * 10
 
 
@@ -139,7 +139,7 @@ def test_batches_reproducible_with_same_generator_seed() -> None:
         g = torch.Generator().manual_seed(seed)
         out = []
         for _ in range(2):  # two epochs from one generator
-            out += list(batches(ds, 16, shuffle=True, generator=g, augment=True))
+            out += list(batches(ds, 16, shuffle=True, rng=g, augment=True))
         return out
 
     a, b, c = run(7), run(7), run(8)
@@ -155,7 +155,7 @@ def test_flips_happen_only_when_allowed() -> None:
     assert float(ref.min()) == -1.0 and float(ref.max()) == 1.0
     g = torch.Generator().manual_seed(1)
     flipped = pos = 0
-    for xb, _ in batches(ds, 50, shuffle=False, generator=g, augment=True):
+    for xb, _ in batches(ds, 50, shuffle=False, rng=g, augment=True):
         orig = ref[pos : pos + len(xb)]
         same = (xb == orig).flatten(1).all(1)
         mirrored = (xb == orig.flip(-1)).flatten(1).all(1)

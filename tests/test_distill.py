@@ -113,7 +113,7 @@ def test_fedgo_protocol_student_learns_the_teacher():
         targets,
         settings,
         server_round=1,
-        generator=torch.Generator().manual_seed(0),
+        rng=torch.Generator().manual_seed(0),
         device=CPU,
     )
     assert res.steps == 30 * 4
@@ -134,7 +134,7 @@ def test_distillation_is_deterministic():
             targets,
             DistillSettings(epochs=2, batch_size=16),
             server_round=3,
-            generator=torch.Generator().manual_seed(5),
+            rng=torch.Generator().manual_seed(5),
             device=CPU,
         )
         outs.append(torch.cat([p.flatten() for p in student.parameters()]))
@@ -163,7 +163,7 @@ def test_feddf_protocol_keeps_the_best_student_and_stops_early():
         targets,
         settings,
         server_round=1,
-        generator=torch.Generator().manual_seed(0),
+        rng=torch.Generator().manual_seed(0),
         device=CPU,
         validate=validate,
     )
@@ -171,7 +171,5 @@ def test_feddf_protocol_keeps_the_best_student_and_stops_early():
     for k, v in student.state_dict().items():
         torch.testing.assert_close(v, initial[k])
     with pytest.raises(ValueError, match="validation"):
-        distill(
-            cnn(2), data, targets, settings, server_round=1, generator=torch.Generator(), device=CPU
-        )
+        distill(cnn(2), data, targets, settings, server_round=1, rng=torch.Generator(), device=CPU)
     assert math.isfinite(res.loss)

@@ -235,12 +235,12 @@ def test_gradient_penalty_is_zero_for_unit_norm_linear_critic() -> None:
     critic = _linear_critic([0.6, 0.8])  # ‖w‖ = 1: 1-Lipschitz with unit gradient everywhere
     real = torch.randn(64, 2, generator=_gen(0)) + 4
     fake = torch.randn(64, 2, generator=_gen(1))
-    norms = gan.interpolate_gradient_norms(critic, real, fake, generator=_gen(2))
+    norms = gan.interpolate_gradient_norms(critic, real, fake, rng=_gen(2))
     assert torch.allclose(norms, torch.ones(64), atol=1e-6)
-    gp = gan.gradient_penalty(critic, real, fake, generator=_gen(2)).item()
+    gp = gan.gradient_penalty(critic, real, fake, rng=_gen(2)).item()
     assert gp == pytest.approx(0.0, abs=1e-10)
     # Scaling the weight by 3 gives ‖∇D‖ = 3 and a penalty of (3 - 1)^2 = 4.
-    gp3 = gan.gradient_penalty(_linear_critic([1.8, 2.4]), real, fake, generator=_gen(2))
+    gp3 = gan.gradient_penalty(_linear_critic([1.8, 2.4]), real, fake, rng=_gen(2))
     assert gp3.item() == pytest.approx(4.0, rel=1e-5)
 
 
@@ -248,7 +248,7 @@ def test_gradient_penalty_is_finite_non_negative_and_differentiable() -> None:
     critic = gan.build_critic("dcgan", (1, 8, 8), seed=0, width=4)
     real = torch.rand(8, 1, 8, 8, generator=_gen(0)) * 2 - 1
     fake = torch.rand(8, 1, 8, 8, generator=_gen(1)) * 2 - 1
-    gp = gan.gradient_penalty(critic, real, fake, generator=_gen(3))
+    gp = gan.gradient_penalty(critic, real, fake, rng=_gen(3))
     assert gp.dim() == 0 and torch.isfinite(gp) and gp.item() >= 0.0
     gp.backward()
     # Every weight gets a finite gradient (the output bias does not affect ∇_x D, so it gets none).
@@ -264,12 +264,12 @@ def test_gradient_penalty_drives_gradient_norm_toward_one() -> None:
     for start in ([3.0, 4.0], [0.06, 0.08]):  # ‖w‖ = 5 and 0.1
         critic = _linear_critic(start)
         opt = torch.optim.SGD(critic.parameters(), lr=0.1)
-        before = gan.interpolate_gradient_norms(critic, real, fake, generator=_gen(1)).mean().item()
+        before = gan.interpolate_gradient_norms(critic, real, fake, rng=_gen(1)).mean().item()
         for _ in range(60):
             opt.zero_grad()
-            gan.gradient_penalty(critic, real, fake, generator=gen).backward()
+            gan.gradient_penalty(critic, real, fake, rng=gen).backward()
             opt.step()
-        after = gan.interpolate_gradient_norms(critic, real, fake, generator=_gen(1)).mean().item()
+        after = gan.interpolate_gradient_norms(critic, real, fake, rng=_gen(1)).mean().item()
         assert abs(after - 1.0) < 0.1 < abs(before - 1.0)
 
 
@@ -282,7 +282,7 @@ def _tiny_wgan(seed: int) -> tuple[nn.Module, nn.Module, dict[str, float]]:
     g = gan.build_generator("dcgan", 8, (1, 8, 8), seed=0, width=4)
     c = gan.build_critic("dcgan", (1, 8, 8), seed=1, width=4)
     stats = gan.train_wgan_gp(
-        g, c, _images((1, 8, 8), 40, seed=0), steps=3, batch_size=16, generator=_gen(seed)
+        g, c, _images((1, 8, 8), 40, seed=0), steps=3, batch_size=16, rng=_gen(seed)
     )
     return g, c, stats
 
@@ -304,13 +304,13 @@ def test_wgan_gp_zero_steps_and_validation() -> None:
     g = gan.build_generator("mlp", 2, (2,), hidden=4)
     c = gan.build_critic("mlp", (2,), hidden=4)
     before = {k: v.clone() for k, v in g.state_dict().items()}
-    stats = gan.train_wgan_gp(g, c, _gaussian((0, 0), 8, 0), steps=0, generator=_gen(0))
+    stats = gan.train_wgan_gp(g, c, _gaussian((0, 0), 8, 0), steps=0, rng=_gen(0))
     assert stats["steps"] == 0 and math.isnan(stats["critic_loss"])
     assert all(torch.equal(before[k], v) for k, v in g.state_dict().items())
     with pytest.raises(ValueError, match="steps"):
-        gan.train_wgan_gp(g, c, _gaussian((0, 0), 8, 0), steps=-1, generator=_gen(0))
+        gan.train_wgan_gp(g, c, _gaussian((0, 0), 8, 0), steps=-1, rng=_gen(0))
     with pytest.raises(ValueError, match="n_critic"):
-        gan.train_wgan_gp(g, c, _gaussian((0, 0), 8, 0), steps=1, n_critic=0, generator=_gen(0))
+        gan.train_wgan_gp(g, c, _gaussian((0, 0), 8, 0), steps=1, n_critic=0, rng=_gen(0))
 
 
 def test_wgan_gp_learns_a_shifted_gaussian() -> None:
@@ -318,9 +318,9 @@ def test_wgan_gp_learns_a_shifted_gaussian() -> None:
     target = torch.tensor([4.0, 4.0])
     g = gan.build_generator("mlp", 2, (2,), seed=1, hidden=32)
     c = gan.build_critic("mlp", (2,), seed=1, hidden=32)
-    before = float((gan.sample(g, 2000, generator=_gen(9)).mean(0) - target).norm())
-    stats = gan.train_wgan_gp(g, c, data, steps=300, lr=1e-3, lr_decay=True, generator=_gen(1))
-    after = float((gan.sample(g, 2000, generator=_gen(9)).mean(0) - target).norm())
+    before = float((gan.sample(g, 2000, rng=_gen(9)).mean(0) - target).norm())
+    stats = gan.train_wgan_gp(g, c, data, steps=300, lr=1e-3, lr_decay=True, rng=_gen(1))
+    after = float((gan.sample(g, 2000, rng=_gen(9)).mean(0) - target).norm())
     assert before > 5.0
     assert after < 0.25 * before, (before, after, stats)
 
@@ -338,7 +338,7 @@ def test_train_discriminator_is_deterministic_and_leaves_generator_untouched() -
     for _ in range(2):
         d = gan.build_discriminator("cnn4", (1, 8, 8), seed=3, width=4)
         stats = gan.train_discriminator(
-            d, g, data, epochs=1, batch_size=16, generator=_gen(11), augment=True
+            d, g, data, epochs=1, batch_size=16, rng=_gen(11), augment=True
         )
         runs.append((d, stats))
     assert _state_equal(runs[0][0], runs[1][0])
@@ -349,7 +349,7 @@ def test_train_discriminator_is_deterministic_and_leaves_generator_untouched() -
     assert all(torch.equal(g_before[k], v) for k, v in g.state_dict().items())
     assert g.training
     d_other = gan.build_discriminator("cnn4", (1, 8, 8), seed=3, width=4)
-    gan.train_discriminator(d_other, g, data, epochs=1, batch_size=16, generator=_gen(12))
+    gan.train_discriminator(d_other, g, data, epochs=1, batch_size=16, rng=_gen(12))
     assert not _state_equal(runs[0][0], d_other)
 
 
@@ -369,7 +369,7 @@ def test_discriminator_separates_data_from_a_fixed_generator(loss: str) -> None:
         _gaussian((3.0, 3.0), 512, seed=1),
         epochs=5,
         lr=1e-3,
-        generator=_gen(0),
+        rng=_gen(0),
         loss=loss,
     )
     assert stats["steps"] == 5 * 8
@@ -387,7 +387,7 @@ def test_client_discriminators_rank_their_own_data_first() -> None:
     for k, mean in enumerate(means):
         d = gan.build_discriminator("mlp", (2,), seed=k, hidden=32)
         gan.train_discriminator(
-            d, wide, _gaussian(mean, 512, seed=10 + k), epochs=10, lr=1e-3, generator=_gen(k)
+            d, wide, _gaussian(mean, 512, seed=10 + k), epochs=10, lr=1e-3, rng=_gen(k)
         )
         discs.append(d)
     xa = torch.from_numpy(_gaussian(means[0], 300, seed=20).x)
@@ -410,12 +410,10 @@ def test_train_discriminator_validation_and_zero_epochs() -> None:
     d = gan.build_discriminator("mlp", (2,), hidden=4)
     data = _gaussian((0.0, 0.0), 8, seed=0)
     with pytest.raises(ValueError, match="double_sigmoid"):
-        gan.train_discriminator(
-            d, ShiftedNormal((0, 0)), data, epochs=1, generator=_gen(0), loss="x"
-        )
+        gan.train_discriminator(d, ShiftedNormal((0, 0)), data, epochs=1, rng=_gen(0), loss="x")
     with pytest.raises(ValueError, match="latent_dim"):
-        gan.train_discriminator(d, nn.Identity(), data, epochs=1, generator=_gen(0))
-    stats = gan.train_discriminator(d, ShiftedNormal((0, 0)), data, epochs=0, generator=_gen(0))
+        gan.train_discriminator(d, nn.Identity(), data, epochs=1, rng=_gen(0))
+    stats = gan.train_discriminator(d, ShiftedNormal((0, 0)), data, epochs=0, rng=_gen(0))
     assert stats["steps"] == 0 and math.isnan(stats["loss"])
 
 
@@ -426,16 +424,16 @@ def test_train_discriminator_validation_and_zero_epochs() -> None:
 
 def test_sample_is_reproducible_and_batch_size_independent() -> None:
     g = gan.build_generator("dcgan", 8, (1, 8, 8), seed=0, width=4).train()
-    a = gan.sample(g, 10, generator=_gen(3), batch_size=4)
-    b = gan.sample(g, 10, 8, generator=_gen(3), batch_size=256)
+    a = gan.sample(g, 10, rng=_gen(3), batch_size=4)
+    b = gan.sample(g, 10, 8, rng=_gen(3), batch_size=256)
     assert a.shape == (10, 1, 8, 8) and a.dtype == torch.float32 and a.device.type == "cpu"
     # Same latent codes whatever the batch size; the convolutions may round differently per
     # batch size (kernel blocking), so equal up to float error, not bit for bit.
     torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
     assert a.abs().max() <= 1.0
-    assert not torch.equal(a, gan.sample(g, 10, generator=_gen(4)))
+    assert not torch.equal(a, gan.sample(g, 10, rng=_gen(4)))
     assert g.training  # mode restored
-    assert gan.sample(g, 0, generator=_gen(3)).shape == (0, 1, 8, 8)
+    assert gan.sample(g, 0, rng=_gen(3)).shape == (0, 1, 8, 8)
 
 
 def test_disc_logits_on_matches_direct_forward() -> None:
