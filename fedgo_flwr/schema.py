@@ -1,0 +1,205 @@
+"""Typed configuration sections built from plain mappings (a leaf module: stdlib only).
+
+Every configuration section of fedgo-flwr, core or an algorithm's own, is a dataclass whose name
+ends in ``Config``. :func:`build_section` turns a mapping (from YAML, JSON or overrides) into
+such a dataclass: unknown keys, wrong types and nested sections are checked field by field, and
+then each section's ``check(c)`` method checks its values with a :class:`Checker` that knows the
+section's dotted prefix, so every error names the exact key::
+
+    @dataclass
+    class FedProxConfig:
+        mu: float = 0.01
+
+        def check(self, c: Checker) -> None:
+            c.require("mu", self.mu >= 0, "must be >= 0")
+
+A failed check raises :class:`ConfigError` with the dotted key (``strategy.mu``), the value,
+the problem, and where the key came from (file or override) when the caller passed the
+``sources`` of the merged configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["Checker", "ConfigError", "build_section", "section_fields"]
+
+_UNSET: Any = object()
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, mistyped or out of range."""
+
+    def __init__(self, key: str, value: Any, problem: str, source: str | None = None) -> None:
+        self.key, self.value, self.problem, self.source = key, value, problem, source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{key} = {value!r}: {problem}")
+
+
+class Checker:
+    """Raises :class:`ConfigError` for a key of one section, naming the key's source.
+
+    ``prefix`` is the section's dotted path (``"strategy.distill."``) and ``obj`` the section
+    being checked: ``require("lr", ok, problem)`` reports ``<prefix>lr`` with ``obj.lr``.
+    """
+
+    def __init__(
+        self, sources: Mapping[str, str] | None = None, prefix: str = "", obj: Any = None
+    ) -> None:
+        self.sources: Mapping[str, str] = sources or {}
+        self.prefix = prefix
+        self.obj = obj
+
+    def at(self, prefix: str, obj: Any = None) -> Checker:
+        """A checker for the section ``obj`` at dotted path ``prefix`` (ending in ``.``)."""
+        return Checker(self.sources, prefix, obj)
+
+    def source_of(self, key: str) -> str | None:
+        """The file or override that set ``key`` (or its closest parent), if known."""
+        key = re.sub(r"\[\d+\]", "", key)
+        while key:
+            if key in self.sources:
+                return self.sources[key]
+            key = key.rpartition(".")[0]
+        return self.sources.get("")
+
+    def fail(self, name: str, problem: str, value: Any = _UNSET) -> typing.NoReturn:
+        """Raise for field ``name`` of this section (its value is read unless given)."""
+        if value is _UNSET:
+            value = getattr(self.obj, name, None)
+        key = f"{self.prefix}{name}"
+        raise ConfigError(key, value, problem, self.source_of(key))
+
+    def require(self, name: str, ok: bool, problem: str) -> None:
+        """Fail for field ``name`` unless ``ok``."""
+        if not ok:
+            self.fail(name, problem)
+
+    def choice(self, name: str, allowed: Iterable[str]) -> None:
+        """Fail unless field ``name`` is one of ``allowed``."""
+        allowed = tuple(allowed)
+        if getattr(self.obj, name, None) not in allowed:
+            self.fail(name, f"unknown; choose one of {', '.join(allowed)}")
+
+
+def section_fields(cls: type) -> list[str]:
+    """The field names of a section dataclass, in declaration order."""
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def build_section(
+    cls: type,
+    raw: Mapping[str, Any] | None,
+    prefix: str = "",
+    *,
+    owner: str | None = None,
+    checker: Checker | None = None,
+    sources: Mapping[str, str] | None = None,
+) -> Any:
+    """Build section dataclass ``cls`` from ``raw`` and check it, recursively.
+
+    Keys of ``raw`` must be fields of ``cls`` (the error suggests the closest one; with
+    ``owner`` it says whose parameters they are, e.g. a strategy's). Values are type-checked
+    against the annotations (``int`` is accepted for ``float``), nested dataclasses and lists of
+    dataclasses are built from mappings, and every built section's ``check(checker)`` runs,
+    innermost first.
+    """
+    checker = checker or Checker(sources)
+    raw = {} if raw is None else raw
+    at = checker.at(prefix)
+    if not isinstance(raw, Mapping):
+        at.fail(prefix.rstrip(".") or cls.__name__, "must be a mapping of keys", raw)
+    hints = typing.get_type_hints(cls)
+    names = section_fields(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            known = ", ".join(names) or "none"
+            if owner is not None:
+                at.fail(key, f"not a parameter of {owner}{hint} (its parameters: {known})", value)
+            at.fail(key, f"unknown key{hint}; known keys: {known}", value)
+        kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", checker)
+    section = cls(**kwargs)
+    check = getattr(section, "check", None)
+    if callable(check):
+        check(checker.at(prefix, section))
+    return section
+
+
+def _convert(tp: Any, value: Any, key: str, checker: Checker) -> Any:
+    """``value`` checked against annotation ``tp``; sections are built recursively."""
+    item = _list_item_section(tp)
+    if item is not None:
+        if value is None:
+            value = []
+        if not isinstance(value, list):
+            _fail(checker, key, value, "must be a list of mappings")
+        out = []
+        for i, entry in enumerate(value):
+            if not isinstance(entry, Mapping):
+                _fail(checker, f"{key}[{i}]", entry, "must be a mapping of keys")
+            out.append(build_section(item, entry, f"{key}[{i}].", checker=checker))
+        return out
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            _fail(checker, key, value, "must be a mapping of keys")
+        return build_section(tp, value, f"{key}.", checker=checker)
+    ok, cast = _type_ok(value, tp)
+    if not ok:
+        _fail(checker, key, value, f"must be {_type_name(tp)}, got {type(value).__name__}")
+    return cast
+
+
+def _fail(checker: Checker, key: str, value: Any, problem: str) -> typing.NoReturn:
+    raise ConfigError(key, value, problem, checker.source_of(key))
+
+
+def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
+    """Check ``value`` against a simple annotation; ints are accepted (and cast) for floats."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            ok, cast = _type_ok(value, arg)
+            if ok:
+                return True, cast
+        return False, value
+    if tp is type(None):
+        return value is None, value
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True, float(value)
+        return False, value
+    if tp is str:
+        return isinstance(value, str), value
+    if origin is dict or tp is dict:
+        return isinstance(value, Mapping), dict(value) if isinstance(value, Mapping) else value
+    return True, value
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is dict or tp is dict:
+        return "a mapping"
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _list_item_section(tp: Any) -> type | None:
+    """``X`` if ``tp`` is ``list[X]`` with ``X`` a dataclass, else ``None``."""
+    if typing.get_origin(tp) is list:
+        (arg,) = typing.get_args(tp)
+        if dataclasses.is_dataclass(arg):
+            return arg
+    return None
