@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fedgo_flwr.data import ArrayDataset  # noqa: E402
 from fedgo_flwr.distill import DistillSettings, TeacherBank, distill  # noqa: E402
-from fedgo_flwr.distill import pseudo_label_targets as targets_of  # noqa: E402
 from fedgo_flwr.models import build_model  # noqa: E402
 from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
+from fedgo_flwr.weighting import pseudo_labels as targets_of  # noqa: E402
 
 CPU = torch.device("cpu")
 

@@ -1,15 +1,19 @@
-"""The FedAvg client: local training from the received global model.
+"""The base of every client algorithm: what a client gets for one message, and local training.
 
-McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data",
-AISTATS 2017, Alg. 1 (ClientUpdate): E epochs of minibatch SGD on the local data, then the
-updated weights go back with the number of local examples. Every other client algorithm is a
-small subclass that overrides one hook (FL-bench style).
+A client algorithm (``clients/<name>.py``) subclasses :class:`ClientAlgorithm` and overrides only
+what differs (FL-bench style): a term added to the local loss (:meth:`~ClientAlgorithm.regularizer`,
+FedProx), an edit of the gradients (:meth:`~ClientAlgorithm.grad_correction`, SCAFFOLD) or the
+whole :meth:`~ClientAlgorithm.train` (extra records in the reply). Its own YAML parameters are a
+``Config`` dataclass, which the strategy declares as (part of) its own and sends with every
+message; the client reads only those. Message types beyond ``train`` that the algorithm handles
+(FedGO's ``train.discriminator``) are declared in ``messages``; the ClientApp registers them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from flwr.app import ArrayRecord, RecordDict
@@ -19,26 +23,43 @@ from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.training import TrainStats, train_local
 
+__all__ = ["ClientAlgorithm", "ClientJob", "EmptyConfig"]
+
+
+@dataclass
+class EmptyConfig:
+    """No parameters of its own."""
+
 
 @dataclass
 class ClientJob:
-    """Everything one client needs for one round of training."""
+    """Everything one client needs to answer one message."""
 
-    cfg: ExperimentConfig
+    cfg: ExperimentConfig  # the core experiment (no strategy's parameters)
+    params: Any  # the client algorithm's own Config, built from the message
     partition_id: int
     server_round: int
-    model: nn.Module  # already holds the received global weights
     data: ArrayDataset
     device: torch.device
-    rng: torch.Generator  # seeded from (seed, round, partition id)
+    rng: torch.Generator  # seeded from (seed, message, round, partition id)
     content: RecordDict  # the incoming message content (extra records of the strategy)
     state: RecordDict  # the node's persistent state across rounds (Flower ``context.state``)
+    model: nn.Module | None = None  # train messages: holds the received global weights
 
 
-class FedAvgClient:
-    """Plain local training; subclasses override :meth:`regularizer` or :meth:`train`."""
+class ClientAlgorithm:
+    """Local training from the received global model (FedAvg's ClientUpdate by default)."""
 
-    name = "fedavg"
+    name: ClassVar[str] = ""
+    """The algorithm's name: its module's name."""
+    Config: ClassVar[type] = EmptyConfig
+    """The client's own parameters (``strategy.<key>`` in YAML), a dataclass."""
+    messages: ClassVar[Mapping[str, str]] = {}
+    """Extra message types handled (``"train.<action>"``) -> name of the method that answers.
+
+    The method takes a :class:`ClientJob` (without a model) and returns the reply's extra
+    records and its metrics (``num-examples`` and ``partition-id`` are added by the ClientApp).
+    """
 
     def regularizer(self, job: ClientJob) -> Callable[[nn.Module], torch.Tensor] | None:
         """A term added to the local loss (``None``: plain cross-entropy)."""
@@ -50,6 +71,7 @@ class FedAvgClient:
 
     def train(self, job: ClientJob) -> tuple[TrainStats, dict[str, ArrayRecord]]:
         """Train ``job.model`` in place; return stats and extra ArrayRecords for the reply."""
+        assert job.model is not None
         stats = train_local(
             job.model,
             job.data,

@@ -1,8 +1,9 @@
-"""FedGO client, pre-FL stage: train a discriminator once against the server's generator.
+"""FedGO client: FedAvg's local training, and a discriminator trained once (pre-FL stage).
 
 Jang, Park, Lee, ICML 2025, Alg. 3 (App. D): client k receives the generator G, trains its
 discriminator D_k for ``epochs`` with the vanilla GAN loss (local data labelled 1, samples of
-the frozen G labelled 0) and sends D_k back. In the FL rounds the client trains as in FedAvg.
+the frozen G labelled 0) and sends D_k back (message ``train.discriminator``). In the FL rounds
+the client trains as in FedAvg.
 The discriminator outputs raw logits; the server turns them into odds (``fedgo_flwr.weighting``).
 """
 
@@ -10,11 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import ArrayRecord
 
-from fedgo_flwr.config import ExperimentConfig, build_section
-from fedgo_flwr.data import ArrayDataset
+from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.gan import (
     DISCRIMINATOR_LOSSES,
     DISCRIMINATOR_NAMES,
@@ -23,6 +22,7 @@ from fedgo_flwr.gan import (
     build_generator,
     train_discriminator,
 )
+from fedgo_flwr.messages import ARRAYS
 from fedgo_flwr.rng import derive_seed, make_rng
 
 GENERATOR_KEY = "generator"
@@ -93,45 +93,40 @@ class GanSettings:
     discriminator: DiscriminatorSettings = field(default_factory=DiscriminatorSettings)
 
 
-def gan_settings(cfg: ExperimentConfig) -> GanSettings:
-    params = cfg.strategy.params
-    return build_section(
-        GanSettings,
-        {"generator": params["generator"], "discriminator": params["discriminator"]},
-        "strategy.",
-    )
+class FedGOClient(ClientAlgorithm):
+    """FedAvg's local training in the rounds, plus the pre-FL discriminator (Alg. 3)."""
 
+    name = "fedgo"
+    Config = GanSettings
+    messages = {DISCRIMINATOR_MESSAGE: "train_discriminator"}
 
-def train_client_discriminator(
-    cfg: ExperimentConfig,
-    partition_id: int,
-    data: ArrayDataset,
-    content: RecordDict,
-    device: torch.device,
-) -> tuple[ArrayRecord, dict[str, float]]:
-    """Alg. 3 for one client: returns the discriminator's weights and training stats."""
-    gs = gan_settings(cfg)
-    shape = data.input_shape
-    gen = build_generator(
-        gs.generator.name, gs.generator.latent_dim, shape, **gs.generator.model_kwargs()
-    )
-    gen.load_state_dict(content[GENERATOR_KEY].to_torch_state_dict())
-    disc = build_discriminator(
-        gs.discriminator.name, shape, seed=derive_seed(cfg.seed, "disc-init", partition_id)
-    )
-    gen_rng = make_rng(cfg.seed, "disc", partition_id)
-    stats = train_discriminator(
-        disc,
-        gen,
-        data,
-        epochs=gs.discriminator.epochs,
-        batch_size=gs.discriminator.batch_size,
-        lr=gs.discriminator.lr,
-        latent_dim=gs.generator.latent_dim,
-        rng=gen_rng,
-        device=device,
-        augment=cfg.data.augment,
-        loss=gs.discriminator.loss,
-    )
-    disc.cpu()
-    return ArrayRecord(disc.state_dict()), {k: float(v) for k, v in stats.items()}
+    def train_discriminator(self, job: ClientJob) -> tuple[dict[str, ArrayRecord], dict]:
+        """Alg. 3 for one client: train D_k against the received generator, once per run."""
+        gs = job.params
+        shape = job.data.input_shape
+        gen = build_generator(
+            gs.generator.name, gs.generator.latent_dim, shape, **gs.generator.model_kwargs()
+        )
+        gen.load_state_dict(job.content[GENERATOR_KEY].to_torch_state_dict())
+        disc = build_discriminator(
+            gs.discriminator.name,
+            shape,
+            seed=derive_seed(job.cfg.seed, "disc-init", job.partition_id),
+        )
+        stats = train_discriminator(
+            disc,
+            gen,
+            job.data,
+            epochs=gs.discriminator.epochs,
+            batch_size=gs.discriminator.batch_size,
+            lr=gs.discriminator.lr,
+            latent_dim=gs.generator.latent_dim,
+            # The discriminator is trained once per run: its rng does not depend on a round.
+            rng=make_rng(job.cfg.seed, "disc", job.partition_id),
+            device=job.device,
+            augment=job.cfg.data.augment,
+            loss=gs.discriminator.loss,
+        )
+        disc.cpu()
+        metrics = {f"disc_{k}": float(v) for k, v in stats.items() if k != "num_examples"}
+        return {ARRAYS: ArrayRecord(disc.state_dict())}, metrics

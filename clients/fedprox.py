@@ -2,17 +2,29 @@
 
 Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, Eq. (2): each client
 minimises ``F_k(w) + mu/2 * ||w - w^t||^2`` where ``w^t`` is the received global model. ``mu``
-comes from ``strategy.mu`` in the YAML config.
+(:class:`FedProxConfig`) comes from ``strategy.mu`` in the YAML config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from clients.base import ClientJob, FedAvgClient
+from clients.base import ClientAlgorithm, ClientJob
+from fedgo_flwr.schema import Checker
+
+
+@dataclass
+class FedProxConfig:
+    """``mu``: weight of the proximal term (the FedGO paper's best value is 0.001)."""
+
+    mu: float = 0.01
+
+    def check(self, c: Checker) -> None:
+        c.require("mu", self.mu >= 0, "must be >= 0")
 
 
 def proximal_term(
@@ -29,12 +41,14 @@ def proximal_term(
     return term
 
 
-class FedProxClient(FedAvgClient):
+class FedProxClient(ClientAlgorithm):
     name = "fedprox"
+    Config = FedProxConfig
 
     def regularizer(self, job: ClientJob) -> Callable[[nn.Module], torch.Tensor] | None:
-        mu = float(job.cfg.strategy.params["mu"])
+        mu = job.params.mu
         if mu == 0:
             return None
+        assert job.model is not None
         frozen = [p.detach().clone() for p in job.model.parameters()]
         return proximal_term(frozen, mu)

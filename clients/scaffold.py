@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from flwr.app import ArrayRecord
 
-from clients.base import ClientJob, FedAvgClient
+from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.training import TrainStats
 
 CONTROL_KEY = "control"  # the server's control variate c, sent with the model
@@ -43,7 +43,7 @@ def scaffold_client_update(
     return new, {k: new[k] - c_i[k] for k in c_i}
 
 
-class ScaffoldClient(FedAvgClient):
+class ScaffoldClient(ClientAlgorithm):
     name = "scaffold"
 
     def grad_correction(self, job: ClientJob) -> Callable[[torch.nn.Module], None]:
@@ -58,6 +58,7 @@ class ScaffoldClient(FedAvgClient):
         return correct
 
     def train(self, job: ClientJob) -> tuple[TrainStats, dict[str, ArrayRecord]]:
+        assert job.model is not None
         names = parameter_names(job.model)
         params = dict(job.model.named_parameters())
         x = {k: params[k].detach().cpu().clone() for k in names}

@@ -13,13 +13,14 @@ import json
 import sys
 from pathlib import Path
 
-from fedgo_flwr.config import ConfigError, ExperimentConfig, load_config, resolve_config_path
+from fedgo_flwr.config import ConfigError, ExperimentConfig, resolve_config_path
 from fedgo_flwr.recorder import resolve_output_dir
+from strategies import load_experiment
 
 
 def _prepare(args: argparse.Namespace) -> int:
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_experiment(args.config, args.overrides)
         config_path = resolve_config_path(args.config)
         preflight(cfg)
     except ConfigError as exc:

@@ -1,19 +1,23 @@
 """The Flower ClientApp: message handlers that run a client algorithm from ``clients/``.
 
-The server sends the whole experiment config (JSON) in every training message, so a SuperNode
-needs only its ``partition-id`` (and optionally ``data-path``) in its node config. Handlers:
+The server sends the core experiment (JSON), the client algorithm's name and that algorithm's
+own parameters in every message (:mod:`fedgo_flwr.messages`), so a SuperNode needs only its
+``partition-id`` (and optionally ``data-path``) in its node config. Handlers:
 
-- ``query``: reply with the node's partition id and local dataset size (the server maps
-  partition ids to node ids with it, for seeded client sampling).
-- ``train.discriminator``: FedGO pre-FL stage (``clients/fedgo.py``).
+- ``query``: reply with the node's partition id (the server maps partition ids to node ids with
+  it, for seeded client sampling).
 - ``train``: load the global weights, train with the algorithm named in the message, reply with
   the weights, ``num-examples`` and training metrics (plus the algorithm's extra ArrayRecords).
+- every ``train.<action>`` a client algorithm declares in its ``messages`` (FedGO's
+  ``train.discriminator``), answered by the algorithm's method of that name.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from collections.abc import Callable
 from logging import WARNING
 from pathlib import Path
 
@@ -22,10 +26,13 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.supercore import log
 
-from clients import CLIENTS, ClientJob
+from clients import ClientAlgorithm, ClientJob, client_class
+from clients import available as available_clients
+from fedgo_flwr import messages as msgs
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.recorder import resolve_output_dir
 from fedgo_flwr.rng import make_rng
+from fedgo_flwr.schema import build_section
 from fedgo_flwr.task import client_dataset, load_bundle, new_model
 from fedgo_flwr.training import get_device
 
@@ -125,73 +132,101 @@ def save_state(context: Context, folder: Path | None, server_round: int) -> None
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Report this node's partition id (and the federation size, if its node config says)."""
-    metrics = {"partition-id": _partition_id(context)}
-    if "num-partitions" in context.node_config:
-        metrics["num-partitions"] = int(context.node_config["num-partitions"])
-    return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+    metrics = {msgs.PARTITION_ID: _partition_id(context)}
+    if msgs.NUM_PARTITIONS in context.node_config:
+        metrics[msgs.NUM_PARTITIONS] = int(context.node_config[msgs.NUM_PARTITIONS])
+    return Message(content=RecordDict({msgs.METRICS: MetricRecord(metrics)}), reply_to=msg)
+
+
+def _job(msg: Message, context: Context, message_type: str) -> tuple[ClientAlgorithm, ClientJob]:
+    """The client algorithm the message names and the job it is to do."""
+    config = msg.content[msgs.CONFIG]
+    cfg = ExperimentConfig.from_json(str(config[msgs.EXPERIMENT]))
+    algorithm = client_class(str(config[msgs.ALGORITHM]))
+    params = build_section(
+        algorithm.Config,
+        json.loads(str(config.get(msgs.CLIENT_PARAMS, "{}"))),
+        "strategy.",
+        owner=algorithm.name,
+    )
+    server_round = int(config.get(msgs.SERVER_ROUND, 0))
+    pid = _partition_id(context)
+    torch.set_num_threads(max(1, cfg.resources.client_cpus))
+    job = ClientJob(
+        cfg=cfg,
+        params=params,
+        partition_id=pid,
+        server_round=server_round,
+        data=client_dataset(cfg, pid, _data_path(context)),
+        device=get_device(cfg.device),
+        rng=make_rng(cfg.seed, message_type, server_round, pid),
+        content=msg.content,
+        state=context.state,
+    )
+    return algorithm(), job
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """One round of local training by the algorithm the server names."""
-    config = msg.content["config"]
-    cfg = ExperimentConfig.from_json(str(config["experiment"]))
-    algorithm = str(config["client-algorithm"])
-    if algorithm not in CLIENTS:
-        raise ValueError(f"unknown client algorithm '{algorithm}' (known: {', '.join(CLIENTS)})")
-    server_round = int(config["server-round"])
-    pid = _partition_id(context)
-    torch.set_num_threads(max(1, cfg.resources.client_cpus))
+    algorithm, job = _job(msg, context, "train")
+    cfg, pid, server_round = job.cfg, job.partition_id, job.server_round
     inject_fault(cfg, pid, server_round, "before")
-    state_dir = _state_dir(context, cfg, str(config.get("run-token", "")), pid)
+    state_dir = _state_dir(context, cfg, str(msg.content[msgs.CONFIG].get(msgs.RUN_TOKEN, "")), pid)
     restore_state(context, state_dir, server_round)
-
-    bundle = load_bundle(cfg.data, _data_path(context))
-    data = client_dataset(cfg, pid, _data_path(context))
-    model = new_model(cfg, bundle)
-    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    job = ClientJob(
-        cfg=cfg,
-        partition_id=pid,
-        server_round=server_round,
-        model=model,
-        data=data,
-        device=get_device(cfg.device),
-        rng=make_rng(cfg.seed, "train", server_round, pid),
-        content=msg.content,
-        state=context.state,
-    )
-    stats, extra = CLIENTS[algorithm]().train(job)
+    job.model = new_model(cfg, load_bundle(cfg.data, _data_path(context)))
+    job.model.load_state_dict(msg.content[msgs.ARRAYS].to_torch_state_dict())
+    stats, extra = algorithm.train(job)
     save_state(context, state_dir, server_round)
     metrics = MetricRecord(
         {
-            "num-examples": stats.num_examples,
+            msgs.NUM_EXAMPLES: stats.num_examples,
             "train_loss": stats.loss,
             "train_steps": stats.steps,
             "train_time": stats.seconds,
-            "partition-id": pid,
+            msgs.PARTITION_ID: pid,
         }
     )
-    model.cpu()
-    state = model.state_dict()
+    job.model.cpu()
+    state = job.model.state_dict()
     kind = inject_fault(cfg, pid, server_round, "after")
     if kind is not None:
         state = corrupt(state, kind)
-    content = RecordDict({"arrays": ArrayRecord(state), "metrics": metrics, **extra})
+    content = RecordDict({msgs.ARRAYS: ArrayRecord(state), msgs.METRICS: metrics, **extra})
     return Message(content=content, reply_to=msg)
 
 
-@app.train("discriminator")
-def train_discriminator(msg: Message, context: Context) -> Message:
-    """FedGO pre-FL stage: train this client's discriminator against the server's generator."""
-    from clients.fedgo import train_client_discriminator
+def _extra_handler(message_type: str) -> Callable[[Message, Context], Message]:
+    """A handler for a message type that client algorithms declare (``messages``)."""
 
-    cfg = ExperimentConfig.from_json(str(msg.content["config"]["experiment"]))
-    pid = _partition_id(context)
-    torch.set_num_threads(max(1, cfg.resources.client_cpus))
-    data = client_dataset(cfg, pid, _data_path(context))
-    arrays, stats = train_client_discriminator(cfg, pid, data, msg.content, get_device(cfg.device))
-    metrics = {"num-examples": len(data), "partition-id": pid}
-    metrics.update({f"disc_{k}": v for k, v in stats.items() if k != "num_examples"})
-    content = RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)})
-    return Message(content=content, reply_to=msg)
+    def handle(msg: Message, context: Context) -> Message:
+        algorithm, job = _job(msg, context, message_type)
+        method = algorithm.messages.get(message_type)
+        if method is None:
+            raise ValueError(f"client algorithm '{algorithm.name}' does not handle {message_type}")
+        records, metrics = getattr(algorithm, method)(job)
+        metrics = {msgs.NUM_EXAMPLES: len(job.data), msgs.PARTITION_ID: job.partition_id, **metrics}
+        return Message(
+            content=RecordDict({**records, msgs.METRICS: MetricRecord(metrics)}), reply_to=msg
+        )
+
+    return handle
+
+
+def _register_extra_messages() -> None:
+    """Register every ``train.<action>`` message that a client algorithm declares."""
+    for name in available_clients():
+        for message_type in client_class(name).messages:
+            category, _, action = message_type.partition(".")
+            if category != "train" or not action:
+                raise ValueError(
+                    f"clients/{name}.py declares message type '{message_type}'; "
+                    "extra messages must be 'train.<action>'"
+                )
+            if message_type not in _registered:
+                app.train(action)(_extra_handler(message_type))
+                _registered.add(message_type)
+
+
+_registered: set[str] = set()
+_register_extra_messages()

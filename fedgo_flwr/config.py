@@ -1,26 +1,25 @@
-"""Experiment configuration: YAML files, command-line overrides and validation.
+"""Experiment configuration: the core sections, YAML files and command-line overrides.
 
 One YAML file describes one experiment. A file may start from another with ``base: other.yaml``
 (resolved relative to the file); keys are merged recursively, the later file winning. Overrides
-``dotted.key=value`` (value parsed as YAML) are applied last. The whole result is validated before
-anything starts; the first problem stops the run with one :class:`ConfigError` naming the key, the
-bad value and where it came from (file or override).
+``dotted.key=value`` (value parsed as YAML) are applied last. :func:`load_config` validates the
+core sections below (built by :func:`fedgo_flwr.schema.build_section`); the first problem stops
+with one :class:`ConfigError` naming the key, the bad value and where it came from.
 
-The schema is the set of dataclasses below; every field is documented in README.md.
-Strategy-specific parameters (``strategy.mu`` for FedProx, ...) are declared by each strategy and
-validated by :func:`strategies.validate_strategy_params`.
+This module knows the core sections only. ``strategy:`` holds the algorithm's name and its own
+parameters as an unchecked mapping; the strategy package builds them, once, into the
+algorithm's typed ``Config`` (:func:`strategies.load_experiment`, which is what the apps call).
+``conf/base.yaml`` lists every core key with the default declared here (a test keeps them equal),
+and README.md documents each key.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import json
 import re
 import shlex
-import types
-import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,22 +27,28 @@ from typing import Any
 
 import yaml
 
+from fedgo_flwr.data import DATASET_NAMES
+from fedgo_flwr.models import MODEL_NAMES
+from fedgo_flwr.schema import Checker, ConfigError, build_section
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "EvalConfig",
+    "ExperimentConfig",
+    "FaultConfig",
+    "ModelConfig",
+    "ResourcesConfig",
+    "StrategyConfig",
+    "TrainConfig",
+    "load_config",
+    "parse_override",
+    "resolve_config_path",
+    "split_overrides",
+]
+
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 OPTIMIZERS = ("sgd", "adam")
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown, mistyped or out of range."""
-
-    def __init__(self, key: str, value: Any, problem: str, source: str | None = None) -> None:
-        self.key, self.value, self.problem, self.source = key, value, problem, source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}{key} = {value!r}: {problem}")
-
-
-# ------------------------------------------------------------------------------------------
-# Schema
-# ------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -60,27 +65,16 @@ class DataConfig:
     augment: bool = True
     train_subset: int | None = None
 
-    def check(self, err: _Checker) -> None:
-        from fedgo_flwr.data import DATASET_NAMES
-
-        err.choice("data.dataset", self.dataset, DATASET_NAMES)
-        err.require("data.num_clients", self.num_clients, self.num_clients >= 1, "must be >= 1")
-        err.require("data.alpha", self.alpha, self.alpha > 0, "must be > 0")
-        err.require(
-            "data.server_fraction",
-            self.server_fraction,
-            0 <= self.server_fraction < 1,
-            "must be in [0, 1)",
-        )
-        err.require(
-            "data.min_client_size", self.min_client_size, self.min_client_size >= 1, "must be >= 1"
-        )
+    def check(self, c: Checker) -> None:
+        c.choice("dataset", DATASET_NAMES)
+        c.require("num_clients", self.num_clients >= 1, "must be >= 1")
+        c.require("alpha", self.alpha > 0, "must be > 0")
+        c.require("server_fraction", 0 <= self.server_fraction < 1, "must be in [0, 1)")
+        c.require("min_client_size", self.min_client_size >= 1, "must be >= 1")
         if self.train_subset is not None:
-            err.require(
-                "data.train_subset", self.train_subset, self.train_subset >= 1, "must be >= 1"
-            )
+            c.require("train_subset", self.train_subset >= 1, "must be >= 1")
         if self.dataset == "imagefolder":
-            err.require("data.path", self.path, bool(self.path), "imagefolder needs data.path")
+            c.require("path", bool(self.path), "imagefolder needs data.path")
 
 
 @dataclass
@@ -89,30 +83,28 @@ class ModelConfig:
 
     name: str = "cnn"
 
-    def check(self, err: _Checker) -> None:
-        from fedgo_flwr.models import MODEL_NAMES
-
-        err.choice("model.name", self.name, MODEL_NAMES)
+    def check(self, c: Checker) -> None:
+        c.choice("name", MODEL_NAMES)
 
 
 @dataclass
 class TrainConfig:
     """Client-side local training (the same for every strategy unless it says otherwise)."""
 
-    local_epochs: int = 1
-    batch_size: int = 32
+    local_epochs: int = 5
+    batch_size: int = 16
     optimizer: str = "sgd"
     lr: float = 0.05
     momentum: float = 0.0
     weight_decay: float = 0.0
 
-    def check(self, err: _Checker) -> None:
-        err.require("train.local_epochs", self.local_epochs, self.local_epochs >= 1, "must be >= 1")
-        err.require("train.batch_size", self.batch_size, self.batch_size >= 1, "must be >= 1")
-        err.choice("train.optimizer", self.optimizer, OPTIMIZERS)
-        err.require("train.lr", self.lr, self.lr > 0, "must be > 0")
-        err.require("train.momentum", self.momentum, 0 <= self.momentum < 1, "must be in [0, 1)")
-        err.require("train.weight_decay", self.weight_decay, self.weight_decay >= 0, "must be >= 0")
+    def check(self, c: Checker) -> None:
+        c.require("local_epochs", self.local_epochs >= 1, "must be >= 1")
+        c.require("batch_size", self.batch_size >= 1, "must be >= 1")
+        c.choice("optimizer", OPTIMIZERS)
+        c.require("lr", self.lr > 0, "must be > 0")
+        c.require("momentum", 0 <= self.momentum < 1, "must be in [0, 1)")
+        c.require("weight_decay", self.weight_decay >= 0, "must be >= 0")
 
 
 @dataclass
@@ -122,9 +114,9 @@ class EvalConfig:
     batch_size: int = 512
     every: int = 1
 
-    def check(self, err: _Checker) -> None:
-        err.require("eval.batch_size", self.batch_size, self.batch_size >= 1, "must be >= 1")
-        err.require("eval.every", self.every, self.every >= 1, "must be >= 1")
+    def check(self, c: Checker) -> None:
+        c.require("batch_size", self.batch_size >= 1, "must be >= 1")
+        c.require("every", self.every >= 1, "must be >= 1")
 
 
 @dataclass
@@ -135,24 +127,18 @@ class ResourcesConfig:
     client_gpus: float = 0.0
     server_cpus: int | None = None
 
-    def check(self, err: _Checker) -> None:
-        err.require(
-            "resources.client_cpus", self.client_cpus, self.client_cpus >= 1, "must be >= 1"
-        )
-        err.require(
-            "resources.client_gpus", self.client_gpus, self.client_gpus >= 0, "must be >= 0"
-        )
+    def check(self, c: Checker) -> None:
+        c.require("client_cpus", self.client_cpus >= 1, "must be >= 1")
+        c.require("client_gpus", self.client_gpus >= 0, "must be >= 0")
         if self.server_cpus is not None:
-            err.require(
-                "resources.server_cpus", self.server_cpus, self.server_cpus >= 1, "must be >= 1"
-            )
+            c.require("server_cpus", self.server_cpus >= 1, "must be >= 1")
 
 
 FAULT_KINDS = ("crash", "hang", "nan", "shape", "exit")
 
 
 @dataclass
-class FaultSpec:
+class FaultConfig:
     """A deliberate client failure, for testing how a run survives it.
 
     The client with partition id ``partition`` misbehaves when it trains in round ``round``
@@ -168,11 +154,11 @@ class FaultSpec:
     kind: str = "crash"
     seconds: float = 60.0
 
-    def check(self, err: _Checker, key: str) -> None:
-        err.require(f"{key}.partition", self.partition, self.partition >= 0, "must be >= 0")
-        err.require(f"{key}.round", self.round, self.round >= 0, "must be >= 0 (0: every round)")
-        err.choice(f"{key}.kind", self.kind, FAULT_KINDS)
-        err.require(f"{key}.seconds", self.seconds, self.seconds >= 0, "must be >= 0")
+    def check(self, c: Checker) -> None:
+        c.require("partition", self.partition >= 0, "must be >= 0")
+        c.require("round", self.round >= 0, "must be >= 0 (0: every round)")
+        c.choice("kind", FAULT_KINDS)
+        c.require("seconds", self.seconds >= 0, "must be >= 0")
 
     def applies(self, partition_id: int, server_round: int) -> bool:
         return self.partition == partition_id and self.round in (0, server_round)
@@ -180,10 +166,23 @@ class FaultSpec:
 
 @dataclass
 class StrategyConfig:
-    """Server algorithm by name plus its own parameters (flat keys beside ``name``)."""
+    """Server algorithm by name plus its own parameters (flat keys beside ``name``).
+
+    ``params`` is the raw mapping until the strategy package builds it into the algorithm's
+    typed ``Config`` (:func:`strategies.load_experiment`); ``sources`` remembers which file or
+    override set each key, so the strategy's errors name it too.
+    """
 
     name: str = "fedavg"
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Any = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def raw_params(self) -> dict[str, Any]:
+        """The parameters as a plain mapping (typed or not)."""
+        if dataclasses.is_dataclass(self.params):
+            return dataclasses.asdict(self.params)
+        return dict(self.params)
 
 
 @dataclass
@@ -192,7 +191,7 @@ class ExperimentConfig:
 
     name: str = "default"
     seed: int = 0
-    rounds: int = 10
+    rounds: int = 40
     fraction: float = 0.4
     min_clients: int = 1
     output_dir: str = "outputs/default"
@@ -200,7 +199,7 @@ class ExperimentConfig:
     round_timeout: float = 3600.0
     checkpoint: bool = True
     resume: bool = False
-    faults: list[FaultSpec] = field(default_factory=list)
+    faults: list[FaultConfig] = field(default_factory=list)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -213,203 +212,69 @@ class ExperimentConfig:
         """Number of clients sampled each round: ``max(min_clients, floor(fraction * K))``."""
         return max(self.min_clients, int(self.fraction * self.data.num_clients + 1e-9))
 
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        params = out["strategy"].pop("params")
-        out["strategy"].update(params)
-        return out
+    def to_dict(self, strategy_params: bool = True) -> dict[str, Any]:
+        """Plain data; without ``strategy_params`` the strategy section holds its name only."""
+        out = {
+            f.name: dataclasses.asdict(getattr(self, f.name))
+            if dataclasses.is_dataclass(getattr(self, f.name))
+            else copy.deepcopy(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name not in ("strategy", "faults")
+        }
+        out["faults"] = [dataclasses.asdict(f) for f in self.faults]
+        out["strategy"] = {"name": self.strategy.name}
+        if strategy_params:
+            out["strategy"].update(self.strategy.raw_params)
+        return {f.name: out[f.name] for f in dataclasses.fields(self)}
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
+    def to_json(self, strategy_params: bool = True) -> str:
+        return json.dumps(self.to_dict(strategy_params), sort_keys=True)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> Any:
-        """Build and validate a config from a plain mapping (raises :class:`ConfigError`)."""
-        checker = _Checker(sources or {})
-        cfg = _build(cls, dict(raw), "", checker)
-        cfg.check(checker)
+    def from_dict(
+        cls, raw: Mapping[str, Any], sources: Mapping[str, str] | None = None
+    ) -> ExperimentConfig:
+        """Build and check the core sections of a plain mapping (raises :class:`ConfigError`).
+
+        The strategy's own parameters stay an unchecked mapping in ``strategy.params``.
+        """
+        checker = Checker(sources)
+        raw = dict(raw)
+        strategy = raw.pop("strategy", None)
+        strategy = {} if strategy is None else strategy
+        if not isinstance(strategy, Mapping):
+            checker.at("").fail("strategy", "must be a mapping of keys", strategy)
+        params = dict(strategy)
+        name = params.pop("name", StrategyConfig.name)
+        if not isinstance(name, str):
+            checker.at("strategy.").fail("name", "must be a str", name)
+        cfg = build_section(cls, raw, checker=checker)
+        cfg.strategy = StrategyConfig(name=name, params=params, sources=dict(sources or {}))
         return cfg
 
     @classmethod
     def from_json(cls, text: str) -> ExperimentConfig:
         return cls.from_dict(json.loads(text))
 
-    def check(self, err: _Checker) -> None:
-        err.require("seed", self.seed, self.seed >= 0, "must be >= 0")
-        err.require("rounds", self.rounds, self.rounds >= 1, "must be >= 1")
-        err.require("fraction", self.fraction, 0 < self.fraction <= 1, "must be in (0, 1]")
-        err.require("min_clients", self.min_clients, self.min_clients >= 1, "must be >= 1")
-        err.require(
-            "min_clients",
-            self.min_clients,
-            self.min_clients <= self.data.num_clients,
-            f"must be <= data.num_clients ({self.data.num_clients})",
-        )
-        err.require("output_dir", self.output_dir, bool(self.output_dir), "must not be empty")
-        err.require(
-            "round_timeout", self.round_timeout, self.round_timeout > 0, "must be > 0 (seconds)"
-        )
+    def check(self, c: Checker) -> None:
+        """Checks of the top-level keys and of what spans sections."""
+        k = self.data.num_clients
+        c.require("seed", self.seed >= 0, "must be >= 0")
+        c.require("rounds", self.rounds >= 1, "must be >= 1")
+        c.require("fraction", 0 < self.fraction <= 1, "must be in (0, 1]")
+        c.require("min_clients", self.min_clients >= 1, "must be >= 1")
+        c.require("min_clients", self.min_clients <= k, f"must be <= data.num_clients ({k})")
+        c.require("output_dir", bool(self.output_dir), "must not be empty")
+        c.require("round_timeout", self.round_timeout > 0, "must be > 0 (seconds)")
         for i, fault in enumerate(self.faults):
-            fault.check(err, f"faults[{i}]")
-            err.require(
-                f"faults[{i}].partition",
-                fault.partition,
-                fault.partition < self.data.num_clients,
-                f"must be < data.num_clients ({self.data.num_clients})",
+            c.at(f"faults[{i}].", fault).require(
+                "partition", fault.partition < k, f"must be < data.num_clients ({k})"
             )
-        err.require(
-            "device",
-            self.device,
-            bool(DEVICE_PATTERN.match(self.device)),
-            "must be auto, cpu, mps, cuda or cuda:N",
-        )
-        for sub in (self.data, self.model, self.train, self.eval, self.resources):
-            sub.check(err)
-        from strategies import STRATEGIES, validate_strategy_params
-
-        err.choice("strategy.name", self.strategy.name, tuple(STRATEGIES))
-        self.strategy.params = validate_strategy_params(
-            self.strategy.name, self.strategy.params, err
-        )
-
-
-# ------------------------------------------------------------------------------------------
-# Building dataclasses from mappings with type checks
-# ------------------------------------------------------------------------------------------
-
-
-class _Checker:
-    """Raises :class:`ConfigError` with the source (file or override) of the offending key."""
-
-    def __init__(self, sources: Mapping[str, str]) -> None:
-        self.sources = sources
-
-    def source_of(self, key: str) -> str | None:
-        key = re.sub(r"\[\d+\]", "", key)
-        while key:
-            if key in self.sources:
-                return self.sources[key]
-            key = key.rpartition(".")[0]
-        return self.sources.get("")
-
-    def fail(self, key: str, value: Any, problem: str) -> typing.NoReturn:
-        raise ConfigError(key, value, problem, self.source_of(key))
-
-    def require(self, key: str, value: Any, ok: bool, problem: str) -> None:
-        if not ok:
-            self.fail(key, value, problem)
-
-    def choice(self, key: str, value: Any, allowed: Iterable[str]) -> None:
-        allowed = tuple(allowed)
-        if value not in allowed:
-            self.fail(key, value, f"unknown; choose one of {', '.join(allowed)}")
-
-
-def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Check ``value`` against a simple annotation; ints are accepted (and cast) for floats."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            ok, cast = _type_ok(value, arg)
-            if ok:
-                return True, cast
-        return False, value
-    if tp is type(None):
-        return value is None, value
-    if tp is bool:
-        return isinstance(value, bool), value
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, float(value)
-        return False, value
-    if tp is str:
-        return isinstance(value, str), value
-    return True, value
-
-
-def _type_name(tp: Any) -> str:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
-
-
-def _list_item_dataclass(tp: Any) -> type | None:
-    """``X`` if ``tp`` is ``list[X]`` with ``X`` a dataclass, else ``None``."""
-    if typing.get_origin(tp) is list:
-        (arg,) = typing.get_args(tp)
-        if dataclasses.is_dataclass(arg):
-            return arg
-    return None
-
-
-def _build(
-    cls: type, raw: dict[str, Any], prefix: str, err: _Checker, owner: str | None = None
-) -> Any:
-    """Instantiate dataclass ``cls`` from ``raw``, checking keys and types recursively.
-
-    A ``ValueError`` raised by the dataclass itself (its range checks in ``__post_init__``)
-    becomes a :class:`ConfigError`; if its message starts with a field name, that field is named.
-    """
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs: dict[str, Any] = {}
-    if cls is StrategyConfig:
-        raw = dict(raw)
-        name = raw.pop("name", StrategyConfig.name)
-        if not isinstance(name, str):
-            err.fail(f"{prefix}name", name, "must be a str")
-        return StrategyConfig(name=name, params=raw)
-    for key, value in raw.items():
-        dotted = f"{prefix}{key}"
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-            if owner is not None:
-                known = ", ".join(names) or "none"
-                err.fail(
-                    dotted, value, f"not a parameter of {owner}{hint} (its parameters: {known})"
-                )
-            err.fail(dotted, value, f"unknown key{hint}; known keys: {', '.join(names)}")
-        tp = hints[key]
-        item_tp = _list_item_dataclass(tp)
-        if item_tp is not None:
-            if value is None:
-                value = []
-            if not isinstance(value, list):
-                err.fail(dotted, value, "must be a list of mappings")
-            items = []
-            for i, item in enumerate(value):
-                if not isinstance(item, Mapping):
-                    err.fail(f"{dotted}[{i}]", item, "must be a mapping of keys")
-                items.append(_build(item_tp, dict(item), f"{dotted}[{i}].", err))
-            kwargs[key] = items
-            continue
-        if dataclasses.is_dataclass(tp):
-            if not isinstance(value, Mapping):
-                err.fail(dotted, value, "must be a mapping of keys")
-            kwargs[key] = _build(tp, dict(value), f"{dotted}.", err)
-            continue
-        ok, cast = _type_ok(value, tp)
-        if not ok:
-            err.fail(dotted, value, f"must be {_type_name(tp)}, got {type(value).__name__}")
-        kwargs[key] = cast
-    try:
-        return cls(**kwargs)
-    except ValueError as exc:
-        field_name, _, rest = str(exc).partition(" ")
-        if field_name in names and rest:
-            err.fail(f"{prefix}{field_name}", kwargs.get(field_name, raw.get(field_name)), rest)
-        err.fail(prefix.rstrip(".") or cls.__name__, raw, str(exc))
-
-
-def build_section(cls: type, raw: Mapping[str, Any], prefix: str, owner: str | None = None) -> Any:
-    """Build a dataclass section defined outside this module (e.g. a strategy's ``Params``)."""
-    return _build(cls, dict(raw), prefix, _Checker({}), owner)
+        device_ok = bool(DEVICE_PATTERN.match(self.device))
+        c.require("device", device_ok, "must be auto, cpu, mps, cuda or cuda:N")
 
 
 # ------------------------------------------------------------------------------------------

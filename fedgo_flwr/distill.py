@@ -133,16 +133,6 @@ def predict_views(
     return torch.stack([torch.cat(p) for p in parts])
 
 
-def pseudo_label_targets(logits: Tensor, weights: Tensor, temperature: float = 1.0) -> Tensor:
-    """``softmax(sum_k w_k(x) f_k(x) / T)`` per view: logits ``(K,V,N,C)``, weights ``(K,V,N)``."""
-    if weights.shape != logits.shape[:3]:
-        raise ValueError(
-            f"weights {tuple(weights.shape)} do not match logits {tuple(logits.shape)}"
-        )
-    mixed = (weights.unsqueeze(-1) * logits).sum(0)
-    return F.softmax(mixed / temperature, dim=-1)
-
-
 @dataclass
 class DistillResult:
     """What a distillation run did."""

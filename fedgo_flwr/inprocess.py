@@ -6,7 +6,7 @@
 error reply as Flower's runtime does. A reply whose handler took longer than ``timeout``
 seconds is dropped, as if the nodes had run in parallel and that reply came too late.
 :meth:`InProcessGrid.stream` yields replies one at a time, like
-:func:`fedgo_flwr.replies.stream_replies` on a real grid. Used for fast tests of strategy logic
+:func:`fedgo_flwr.messages.stream_replies` on a real grid. Used for fast tests of strategy logic
 and to measure the simulation runtime's overhead (``benchmarks/overhead.py``); experiments
 should use ``./run.sh``.
 

@@ -26,12 +26,13 @@ from fedgo_flwr.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from fedgo_flwr.config import ExperimentConfig, load_config
+from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.messages import CONFIG, METRICS, NUM_PARTITIONS, PARTITION_ID, to_numpy, to_record
 from fedgo_flwr.recorder import RunRecorder, resolve_output_dir
 from fedgo_flwr.task import load_bundle, make_partition, new_model
 from fedgo_flwr.training import get_device
-from strategies import STRATEGIES
-from strategies.fedavg import ServerResources, to_numpy, to_record
+from strategies import load_experiment, resolve, strategy_class
+from strategies.base import ServerResources
 
 app = ServerApp()
 
@@ -42,7 +43,7 @@ def config_from_context(context: Context) -> ExperimentConfig:
     """The validated experiment named by the run config."""
     path = str(context.run_config.get("config", "") or "") or None
     overrides = str(context.run_config.get("overrides", "") or "")
-    return load_config(path, overrides, search_dirs=[APP_DIR])
+    return load_experiment(path, overrides, search_dirs=[APP_DIR])
 
 
 def discover_nodes(grid: Grid, num_clients: int, timeout: float = 600.0) -> dict[int, int]:
@@ -58,7 +59,7 @@ def discover_nodes(grid: Grid, num_clients: int, timeout: float = 600.0) -> dict
         if new:
             messages = [
                 Message(
-                    content=RecordDict({"config": ConfigRecord({})}),
+                    content=RecordDict({CONFIG: ConfigRecord({})}),
                     message_type=MessageType.QUERY,
                     dst_node_id=node,
                 )
@@ -71,9 +72,9 @@ def discover_nodes(grid: Grid, num_clients: int, timeout: float = 600.0) -> dict
                         f"node {node} failed to report its partition id: {reply.error.reason}"
                     )
                 asked.add(node)
-                info = reply.content["metrics"]
-                pid = int(info["partition-id"])
-                total = int(info.get("num-partitions", num_clients))
+                info = reply.content[METRICS]
+                pid = int(info[PARTITION_ID])
+                total = int(info.get(NUM_PARTITIONS, num_clients))
                 if total < num_clients:
                     raise RuntimeError(
                         f"the federation has {total} SuperNodes (num-partitions) but "
@@ -122,7 +123,9 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
 
     With ``resume: true`` and a ``checkpoint.pt`` in the run folder, the run continues after
     the checkpoint's round (:mod:`fedgo_flwr.checkpoint`); otherwise it starts from round 1.
+    The strategy's parameters are built here if ``cfg`` came without them typed.
     """
+    cfg = resolve(cfg)
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
     shutdown.watch()
     ckpt = None
@@ -154,7 +157,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
 
     node_ids = discover_nodes(grid, cfg.data.num_clients)
     resources = ServerResources(bundle, partition, device, recorder.out_dir)
-    strategy = STRATEGIES[cfg.strategy.name](cfg, node_ids, model, resources)
+    strategy = strategy_class(cfg.strategy.name)(cfg, node_ids, model, resources)
     strategy.run_token = ckpt.run_token if ckpt else new_run_token()
     initial = ArrayRecord(model.state_dict())
     if ckpt is not None:

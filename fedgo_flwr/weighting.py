@@ -59,17 +59,6 @@ __all__ = [
     "pseudo_labels",
 ]
 
-WEIGHTING_NAMES: tuple[str, ...] = (
-    "uniform",
-    "data_size",
-    "variance",
-    "entropy",
-    "domain",
-    "fedgo",
-    "oracle",
-)
-"""Names accepted by :func:`compute_weights`, in the order of the table above."""
-
 DISC_MODES: tuple[str, ...] = ("double_sigmoid", "sigmoid")
 """How a discriminator's raw output ``z`` becomes a probability ``D``.
 
@@ -424,15 +413,29 @@ def _oracle_weights(inputs: WeightingInputs) -> Tensor:
 # ------------------------------------------------------------------------------------------
 
 
+_PARAM_CHECKS: Mapping[str, Callable[[str, Any], Any]] = MappingProxyType(
+    {
+        "temperature": lambda method, value: _positive_float(method, "temperature", value),
+        "disc_mode": _disc_mode_param,
+    }
+)
+"""How each weighting parameter is checked: ``check(method, value) -> value`` or ``ValueError``."""
+
+
 @dataclass(frozen=True, eq=False)
 class WeightingMethod:
-    """One entry of the registry.
+    """One entry of the registry: everything the framework knows about a weighting.
 
     Attributes:
         name: registry key (one of :data:`WEIGHTING_NAMES`).
         fn: ``fn(inputs, **params) -> (K, N)`` float64 weights (un-cast).
-        requires: optional :class:`WeightingInputs` fields that must not be ``None``.
-        defaults: accepted keyword parameters and their defaults.
+        requires: optional :class:`WeightingInputs` fields that must not be ``None``
+            (``disc_logits``: client discriminators; ``labels``/``class_counts``: true labels,
+            simulation only). Strategies and config validation read this.
+        defaults: accepted keyword parameters and their defaults (YAML:
+            ``strategy.weighting_params``); each is checked by :data:`_PARAM_CHECKS`.
+        variants: extra parameter sets diagnosed beside the configured one, by suffix
+            (``pl_acc_<name>_<suffix>``).
         reference: where the formula comes from.
     """
 
@@ -440,7 +443,20 @@ class WeightingMethod:
     fn: Callable[..., Tensor]
     requires: tuple[str, ...]
     defaults: Mapping[str, Any]
+    variants: Mapping[str, Mapping[str, Any]]
     reference: str
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` checked and completed with the defaults (``ValueError`` names the problem)."""
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            accepted = list(self.defaults) or "none"
+            raise ValueError(
+                f"weighting method {self.name!r} got unknown parameter(s) {unknown}; "
+                f"accepted: {accepted}"
+            )
+        full = {**self.defaults, **params}
+        return {key: _PARAM_CHECKS[key](self.name, value) for key, value in full.items()}
 
 
 def _method(
@@ -449,9 +465,18 @@ def _method(
     requires: tuple[str, ...] = (),
     defaults: Mapping[str, Any] | None = None,
     reference: str = "",
+    variants: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> WeightingMethod:
-    """Build a :class:`WeightingMethod` with an immutable defaults mapping."""
-    return WeightingMethod(name, fn, requires, MappingProxyType(dict(defaults or {})), reference)
+    """Build a :class:`WeightingMethod` with immutable mappings."""
+    frozen_variants = {k: MappingProxyType(dict(v)) for k, v in (variants or {}).items()}
+    return WeightingMethod(
+        name,
+        fn,
+        requires,
+        MappingProxyType(dict(defaults or {})),
+        MappingProxyType(frozen_variants),
+        reference,
+    )
 
 
 WEIGHTING_METHODS: Mapping[str, WeightingMethod] = MappingProxyType(
@@ -481,6 +506,10 @@ WEIGHTING_METHODS: Mapping[str, WeightingMethod] = MappingProxyType(
                 _fedgo_weights,
                 requires=("disc_logits",),
                 defaults={"disc_mode": "double_sigmoid"},
+                variants={
+                    "sigmoid": {"disc_mode": "sigmoid"},
+                    "double_sigmoid": {"disc_mode": "double_sigmoid"},
+                },
                 reference="FedGO Thm 3.6 Eq. (9), Alg. 2, App. E.2",
             ),
             _method(
@@ -492,7 +521,15 @@ WEIGHTING_METHODS: Mapping[str, WeightingMethod] = MappingProxyType(
         )
     }
 )
-"""Read-only registry ``name -> WeightingMethod``; keys are exactly :data:`WEIGHTING_NAMES`."""
+"""Read-only registry ``name -> WeightingMethod``; keys are exactly :data:`WEIGHTING_NAMES`.
+
+Adding a weighting is one function and one entry here: configuration checks
+(``strategy.weighting``, ``strategy.weighting_params``), which strategies may use it
+(``requires``) and the pseudo-label diagnostics all read this registry.
+"""
+
+WEIGHTING_NAMES: tuple[str, ...] = tuple(WEIGHTING_METHODS)
+"""Names accepted by :func:`compute_weights`, in registry order."""
 
 
 def get_weighting(name: str) -> WeightingMethod:
@@ -532,13 +569,7 @@ def compute_weights(name: str, inputs: WeightingInputs, **params: Any) -> Tensor
                 f"weighting method {name!r} requires input {field_name!r}, which is missing "
                 f"(required inputs: {list(method.requires)})"
             )
-    unknown = sorted(set(params) - set(method.defaults))
-    if unknown:
-        accepted = list(method.defaults) or "none"
-        raise ValueError(
-            f"weighting method {name!r} got unknown parameter(s) {unknown}; accepted: {accepted}"
-        )
-    weights = method.fn(inputs, **{**method.defaults, **params})
+    weights = method.fn(inputs, **method.check_params(params))
     return weights.to(torch.float32)
 
 
@@ -548,33 +579,37 @@ def compute_weights(name: str, inputs: WeightingInputs, **params: Any) -> Tensor
 
 
 def _check_ensemble_shapes(logits: Tensor, weights: Tensor) -> None:
-    """Raise ``ValueError`` unless ``logits`` is ``(K, N, C)`` and ``weights`` is ``(K, N)``."""
-    if logits.dim() != 3:
-        raise ValueError(f"logits must have shape (K, N, C), got {tuple(logits.shape)}")
-    if tuple(weights.shape) != tuple(logits.shape[:2]):
+    """Raise ``ValueError`` unless ``weights`` is ``logits``' shape without its last axis."""
+    if logits.dim() < 3:
+        raise ValueError(f"logits must have shape (K, ..., N, C), got {tuple(logits.shape)}")
+    if tuple(weights.shape) != tuple(logits.shape[:-1]):
         raise ValueError(
-            f"weights must have shape (K, N) = {tuple(logits.shape[:2])} to match logits "
-            f"(K, N, C) = {tuple(logits.shape)}, got {tuple(weights.shape)} (shape mismatch)"
+            f"weights must have shape {tuple(logits.shape[:-1])} to match logits "
+            f"{tuple(logits.shape)}, got {tuple(weights.shape)} (shape mismatch)"
         )
 
 
 def ensemble_logits(logits: Tensor, weights: Tensor) -> Tensor:
-    """Return the weighted logit ensemble ``Σ_k w_k(x) f_k(x)``, shape ``(N, C)``.
+    """Return the weighted logit ensemble ``Σ_k w_k(x) f_k(x)``: ``(K, ..., N, C) -> (..., N, C)``.
 
     This is the argument of the softmax in FedGO Alg. 1/2 (AVGLOGITS of FedDF when ``w = 1/K``).
-    The result has the promoted floating dtype of ``logits`` and ``weights`` (at least float32).
+    ``logits`` is ``(K, N, C)``, or ``(K, V, N, C)`` with a leading view axis after ``K`` (the
+    augmentation views of :mod:`fedgo_flwr.distill`); ``weights`` has the same shape without
+    ``C``. The result has the promoted floating dtype of both (at least float32). The one
+    implementation of the ensemble: distillation targets, pseudo-label diagnostics and
+    ensemble evaluation all use it.
     """
     _check_ensemble_shapes(logits, weights)
     dtype = torch.promote_types(torch.promote_types(logits.dtype, weights.dtype), torch.float32)
     w = weights.to(device=logits.device, dtype=dtype)
-    return torch.einsum("kn,knc->nc", w, logits.to(dtype))
+    return (w.unsqueeze(-1) * logits.to(dtype)).sum(0)
 
 
 def pseudo_labels(logits: Tensor, weights: Tensor, temperature: float = 1.0) -> Tensor:
-    """Return the pseudo-label distribution ``softmax(Σ_k w_k(x) f_k(x) / T)``, shape ``(N, C)``.
+    """Return the pseudo-label distribution ``softmax(Σ_k w_k(x) f_k(x) / T)``: ``(..., N, C)``.
 
     FedGO Alg. 1/2: ``ỹ(u) = σ(Σ_k w_k(u) f(u; θ_k))``; the paper uses ``T = 1`` (no temperature,
-    like FedDF). Rows sum to 1.
+    like FedDF). Shapes as :func:`ensemble_logits`. Rows sum to 1.
     """
     tau = _positive_float("pseudo_labels", "temperature", temperature)
     return torch.softmax(ensemble_logits(logits, weights) / tau, dim=-1)

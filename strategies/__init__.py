@@ -1,66 +1,112 @@
-"""Server algorithms, one module per strategy; ``STRATEGIES`` maps YAML names to classes.
+"""Server algorithms, one module per strategy, found by name (``strategies/<name>.py``).
 
-Each strategy class names its client-side algorithm (``client_algorithm``, a key of
-``clients.CLIENTS``) and declares its YAML parameters as a dataclass ``Params``.
+Each module defines one strategy class (a subclass of :class:`strategies.base.Strategy`) whose
+``name`` is the module's name. The class names its client-side algorithm (``client_algorithm``,
+a module of ``clients/``) and declares its YAML parameters as a ``Config`` dataclass. Adding an
+algorithm is ``strategies/<x>.py`` + ``clients/<x>.py`` + ``conf/<x>.yaml``: nothing here lists
+them (the FL-bench convention).
+
+:func:`load_experiment` is how the apps read an experiment: the core sections come from
+:func:`fedgo_flwr.config.load_config`, then the strategy's own parameters are built, once, into
+its typed ``Config`` (``cfg.strategy.params``), which travels from there.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-from fedgo_flwr.config import _build, _Checker
-from strategies.fedavg import FedAvg
-from strategies.feddf import FedDF
-from strategies.fedgo import FedGO
-from strategies.fedprox import FedProx
-from strategies.scaffold import Scaffold
+from fedgo_flwr.config import ExperimentConfig, load_config
+from fedgo_flwr.plugins import load_class, module_names
+from fedgo_flwr.schema import Checker, ConfigError, build_section
+from strategies.base import Strategy
 
 log = logging.getLogger("fedgo_flwr")
 
-STRATEGIES: dict[str, type[FedAvg]] = {
-    cls.name: cls for cls in (FedAvg, FedProx, Scaffold, FedDF, FedGO)
-}
-
-
-def validate_strategy_params(
-    name: str, params: dict[str, Any], err: _Checker | None = None
-) -> dict[str, Any]:
-    """Check ``strategy.<key>`` values against the strategy's ``Params``; fill in defaults."""
-    cls = STRATEGIES[name].Params
-    own = {f.name for f in dataclasses.fields(cls)}
-    kept = {}
-    for key, value in params.items():
-        others = [
-            n
-            for n, c in STRATEGIES.items()
-            if key in {f.name for f in dataclasses.fields(c.Params)}
-        ]
-        if key not in own and others:
-            # Swapping strategy.name must be a one-line change: parameters that belong to
-            # other strategies are dropped (with a warning); unknown ones are still errors.
-            log.warning(
-                "strategy.%s ignored: a parameter of %s, not of %s", key, ", ".join(others), name
-            )
-            continue
-        kept[key] = value
-    checker = err or _Checker({})
-    instance = _build(cls, kept, "strategy.", checker, owner=name)
-    try:
-        STRATEGIES[name].check_params(instance)
-    except ValueError as exc:
-        key, _, problem = str(exc).partition(" ")
-        checker.fail(f"strategy.{key}", getattr(instance, key, None), problem)
-    return dataclasses.asdict(instance)
-
-
 __all__ = [
-    "STRATEGIES",
-    "FedAvg",
-    "FedDF",
-    "FedGO",
-    "FedProx",
-    "Scaffold",
-    "validate_strategy_params",
+    "ConfigError",
+    "Strategy",
+    "available",
+    "build_params",
+    "load_experiment",
+    "resolve",
+    "strategy_class",
 ]
+
+
+def available() -> list[str]:
+    """Names of every strategy module in this package."""
+    return module_names(sys.modules[__name__])
+
+
+def strategy_class(name: str) -> type[Strategy]:
+    """The strategy class of module ``strategies.<name>`` (``ValueError`` if there is none)."""
+    return load_class(sys.modules[__name__], name, Strategy, "strategy")
+
+
+def _others_with(key: str, name: str) -> list[str]:
+    """Strategies other than ``name`` that have a parameter ``key``."""
+    found = []
+    for other in available():
+        if other != name:
+            config = strategy_class(other).Config
+            if key in {f.name for f in dataclasses.fields(config)}:
+                found.append(other)
+    return found
+
+
+def build_params(cfg: ExperimentConfig) -> Any:
+    """``cfg.strategy.params`` built into the strategy's typed ``Config`` (once; idempotent).
+
+    Swapping ``strategy.name`` must be a one-line change, so parameters of *other* strategies
+    are dropped with a warning; a key no strategy knows is an error naming it.
+    """
+    strategy = cfg.strategy
+    checker = Checker(strategy.sources)
+    try:
+        cls = strategy_class(strategy.name)
+    except ValueError:
+        checker.at("strategy.").choice("name", available())
+        raise
+    if isinstance(strategy.params, cls.Config):
+        return strategy.params
+    own = {f.name for f in dataclasses.fields(cls.Config)}
+    kept = {}
+    for key, value in strategy.raw_params.items():
+        if key not in own:
+            others = _others_with(key, strategy.name)
+            if others:
+                log.warning(
+                    "strategy.%s ignored: a parameter of %s, not of %s",
+                    key,
+                    ", ".join(others),
+                    strategy.name,
+                )
+                continue
+        kept[key] = value
+    params = build_section(cls.Config, kept, "strategy.", owner=strategy.name, checker=checker)
+    cls.check_config(params, checker.at("strategy.", params))
+    return params
+
+
+def load_experiment(
+    path: str | Path | None = None,
+    overrides: str | Iterable[str] | None = None,
+    search_dirs: Iterable[Path] = (),
+) -> ExperimentConfig:
+    """Load, check and type a whole experiment (raises :class:`ConfigError`).
+
+    As :func:`fedgo_flwr.config.load_config`, then the strategy's parameters are built into its
+    ``Config`` and stored in ``cfg.strategy.params``.
+    """
+    return resolve(load_config(path, overrides, search_dirs))
+
+
+def resolve(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` with typed strategy parameters (built here if they are still a mapping)."""
+    cfg.strategy.params = build_params(cfg)
+    return cfg

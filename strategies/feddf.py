@@ -13,6 +13,9 @@ general form, and the weighting is chosen by name (``strategy.weighting``):
   Thm 3.4 under label skew): a simulation-only upper bound, never a deployable method;
 - ``fedgo`` and ``domain`` (DaFKD) need client discriminators: ``strategies/fedgo.py``.
 
+What a weighting needs and which parameters it takes (``strategy.weighting_params``) come from
+its entry in :data:`fedgo_flwr.weighting.WEIGHTING_METHODS`; this strategy only reads them.
+
 The distillation set is the server's unlabeled share of the training data (FedGO scenario D1).
 The ``feddf`` distillation protocol holds out ``val_fraction`` of it, with labels, for early
 stopping, as FedDF's reference code does; the ``fedgo`` protocol uses all of it, unlabeled.
@@ -22,8 +25,9 @@ and weights), ``distill_time`` and, every ``ensemble_eval_every`` rounds and in 
 ``init_test_accuracy``/``init_test_loss`` (the parameter average before distillation),
 ``ensemble_test_accuracy``/``ensemble_test_loss`` (the weighted ensemble of the round's client
 models on the test split) and ``ensemble_eval_time``; with ``diagnostics``,
-``pl_acc_<method>``: the pseudo-label accuracy on the server set under every available weighting
-and the label oracle, for the same client models (the server set's labels are known in
+``pl_acc_<method>``: the pseudo-label accuracy on the server set under every registered weighting
+whose inputs this strategy has (and each registered variant, ``pl_acc_<method>_<variant>``), the
+label oracle included, for the same client models (the server set's labels are known in
 simulation, never used for training).
 """
 
@@ -40,29 +44,36 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import (
-    DistillSettings,
-    TeacherBank,
-    distill,
-    num_views,
-    predict_views,
-    pseudo_label_targets,
-)
+from fedgo_flwr.distill import DistillSettings, TeacherBank, distill, num_views, predict_views
 from fedgo_flwr.rng import make_rng
+from fedgo_flwr.schema import Checker
 from fedgo_flwr.training import evaluate
-from fedgo_flwr.weighting import WEIGHTING_NAMES, WeightingInputs, compute_weights
-from strategies.fedavg import FedAvg, Reply
+from fedgo_flwr.weighting import (
+    WEIGHTING_METHODS,
+    WEIGHTING_NAMES,
+    WeightingInputs,
+    compute_weights,
+    ensemble_logits,
+    get_weighting,
+    pseudo_labels,
+)
+from strategies.base import Reply, Strategy
 
-NEEDS_DISCRIMINATORS = ("fedgo", "domain")
 INITS = ("average", "previous")
 
 
 @dataclass
-class FedDFParams:
-    """Parameters of the ensemble-distillation strategies (``strategy.<key>`` in YAML)."""
+class FedDFConfig:
+    """Parameters of the ensemble-distillation strategies (``strategy.<key>`` in YAML).
+
+    ``weighting_params``: parameters of weighting methods by method name, e.g.
+    ``{entropy: {temperature: 2}, fedgo: {disc_mode: sigmoid}}``; every method not named, and
+    every parameter not given, takes the registry's defaults. Keyed by method, so swapping
+    ``weighting`` stays a one-line change, and the diagnostics of each method use its settings.
+    """
 
     weighting: str = "uniform"
-    entropy_temperature: float = 1.0
+    weighting_params: dict[str, Any] = field(default_factory=dict)
     init: str = "average"
     val_fraction: float = 0.0
     ensemble_eval_every: int = 1
@@ -70,40 +81,51 @@ class FedDFParams:
     teacher_batch_size: int = 128
     distill: DistillSettings = field(default_factory=DistillSettings)
 
-    def __post_init__(self) -> None:
-        if self.weighting not in WEIGHTING_NAMES:
-            raise ValueError(f"weighting '{self.weighting}' unknown; choose {WEIGHTING_NAMES}")
-        if self.init not in INITS:
-            raise ValueError(f"init must be one of {', '.join(INITS)}")
-        if not 0 <= self.val_fraction < 1:
-            raise ValueError("val_fraction must be in [0, 1)")
-        if self.distill.protocol == "feddf" and self.val_fraction == 0:
-            raise ValueError("val_fraction must be > 0 for the feddf protocol (early stopping)")
-        if self.ensemble_eval_every < 0:
-            raise ValueError("ensemble_eval_every must be >= 0 (0: never)")
-        if self.entropy_temperature <= 0 or self.teacher_batch_size < 1:
-            raise ValueError("entropy_temperature must be > 0 and teacher_batch_size >= 1")
+    def check(self, c: Checker) -> None:
+        c.choice("weighting", WEIGHTING_NAMES)
+        per_method = c.at(f"{c.prefix}weighting_params.", self.weighting_params)
+        for name, params in self.weighting_params.items():
+            if name not in WEIGHTING_METHODS:
+                per_method.fail(
+                    name, f"not a weighting; choose one of {', '.join(WEIGHTING_NAMES)}"
+                )
+            if not isinstance(params, Mapping):
+                per_method.fail(name, "must be a mapping of the method's parameters")
+            try:
+                self.weighting_params[name] = get_weighting(name).check_params(params)
+            except ValueError as exc:
+                per_method.fail(name, str(exc))
+        c.choice("init", INITS)
+        c.require("val_fraction", 0 <= self.val_fraction < 1, "must be in [0, 1)")
+        if self.distill.protocol == "feddf":
+            c.require(
+                "val_fraction",
+                self.val_fraction > 0,
+                "must be > 0 for the feddf protocol (early stopping)",
+            )
+        c.require("ensemble_eval_every", self.ensemble_eval_every >= 0, "must be >= 0 (0: never)")
+        c.require("teacher_batch_size", self.teacher_batch_size >= 1, "must be >= 1")
 
 
-class FedDF(FedAvg):
+class FedDF(Strategy):
     """Ensemble distillation with a per-sample weighting chosen by name."""
 
     name = "feddf"
     client_algorithm = "fedavg"
-    Params = FedDFParams
+    Config = FedDFConfig
     uses_discriminators = False
 
     @classmethod
-    def check_params(cls, params: FedDFParams) -> None:
-        if params.weighting in NEEDS_DISCRIMINATORS and not cls.uses_discriminators:
-            raise ValueError(
-                f"weighting '{params.weighting}' needs client discriminators: "
-                "use strategy.name=fedgo"
+    def check_config(cls, config: FedDFConfig, c: Checker) -> None:
+        needs = get_weighting(config.weighting).requires
+        if "disc_logits" in needs and not cls.uses_discriminators:
+            c.fail(
+                "weighting",
+                f"'{config.weighting}' needs client discriminators: use strategy.name=fedgo",
             )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.check_params(self.params)
         res = self.resources
         if res is None:
             raise ValueError(f"{self.name} needs the server's data (ServerResources)")
@@ -144,33 +166,41 @@ class FedDF(FedAvg):
         replies: list[Reply],
         split: str,
         labels: Tensor | None,
-        params: dict | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> Tensor:
-        """``(K, V, N)`` weights of method ``name`` for teacher logits ``(K, V, N, C)``."""
-        pids = [r.partition_id for r in replies]
-        disc = self.disc_logits(pids, split)
+        """``(K, V, N)`` weights of method ``name`` for teacher logits ``(K, V, N, C)``.
+
+        ``params``: the method's parameters; by default its ``weighting_params`` (registry
+        defaults for what is not configured).
+        """
         if params is None:
-            params = {"temperature": self.params.entropy_temperature} if name == "entropy" else {}
-            if name in NEEDS_DISCRIMINATORS:
-                params = self.discriminator_params(name)
+            params = self.params.weighting_params.get(name, {})
+        needs = get_weighting(name).requires
+        pids = [r.partition_id for r in replies]
+        disc = self.disc_logits(pids, split) if "disc_logits" in needs else None
+        oracle = "labels" in needs
         per_view = []
         for v in range(logits.shape[1]):
             inputs = WeightingInputs(
                 logits=logits[:, v],
                 num_examples=torch.tensor([float(r.num_examples) for r in replies]),
                 disc_logits=None if disc is None else disc[:, v],
-                labels=labels if name == "oracle" else None,
-                class_counts=self.class_counts[pids] if name == "oracle" else None,
+                labels=labels if oracle else None,
+                class_counts=self.class_counts[pids] if oracle else None,
             )
             per_view.append(compute_weights(name, inputs, **params))
         return torch.stack(per_view, dim=1)
 
-    def discriminator_params(self, name: str) -> dict:
-        return {}
-
-    def diagnostic_weightings(self) -> list[tuple[str, str, dict | None]]:
-        """``(metric suffix, method, params or None for the configured ones)`` to diagnose."""
-        return [(n, n, None) for n in ("uniform", "data_size", "variance", "entropy", "oracle")]
+    def diagnostic_weightings(self) -> list[tuple[str, str, Mapping[str, Any] | None]]:
+        """``(metric suffix, method, params or None for the default)`` of every registered
+        weighting (and variant) whose inputs this strategy has."""
+        out: list[tuple[str, str, Mapping[str, Any] | None]] = []
+        for name, method in WEIGHTING_METHODS.items():
+            if "disc_logits" in method.requires and not self.uses_discriminators:
+                continue
+            out.append((name, name, None))
+            out.extend((f"{name}_{suffix}", name, v) for suffix, v in method.variants.items())
+        return out
 
     # -- aggregation -----------------------------------------------------------------------
     def begin_round(self, server_round: int) -> None:
@@ -217,20 +247,20 @@ class FedDF(FedAvg):
         logits = bank.logits
         distill_labels = self.distill_labels
         weights = self.weights(self.params.weighting, logits, replies, "distill", distill_labels)
-        targets = pseudo_label_targets(logits, weights, self.params.distill.temperature)
+        targets = pseudo_labels(logits, weights, self.params.distill.temperature)
         metrics = {"teacher_time": self.teacher_time + time.perf_counter() - t0}
 
         if self.params.diagnostics and distill_labels is not None:
             for suffix, name, params in self.diagnostic_weightings():
                 w = self.weights(name, logits[:, :1], replies, "distill", distill_labels, params)
-                pred = (w[:, 0].unsqueeze(-1) * logits[:, 0]).sum(0).argmax(-1)
+                pred = ensemble_logits(logits[:, 0], w[:, 0]).argmax(-1)
                 metrics[f"pl_acc_{suffix}"] = (pred == distill_labels).float().mean().item()
         if ensemble_eval:
             t_eval = time.perf_counter()
             tl = torch.stack([self.test_logits[r.partition_id] for r in replies])  # (K,1,N,C)
             test_labels = torch.as_tensor(res.bundle.test.y)
             w = self.weights(self.params.weighting, tl, replies, "test", test_labels)
-            mixed = (w.unsqueeze(-1) * tl).sum(0)[0]
+            mixed = ensemble_logits(tl[:, 0], w[:, 0])
             metrics["ensemble_test_accuracy"] = (
                 (mixed.argmax(-1) == test_labels).float().mean().item()
             )

@@ -17,7 +17,8 @@ Pre-FL stage (:meth:`FedGO.setup`, before round 1, once per run):
 Each round is FedDF's (``strategies/feddf.py``) with the weighting
 ``w_k(x) = n_k Φ_k(x) / Σ_{i∈A^t} n_i Φ_i(x)``, Φ = D/(1-D), over the round's participating
 clients (Thm 3.6, Eq. 9). The discriminator output is the paper's composition of two sigmoids
-(``disc_mode: double_sigmoid``, odds in (1, e)) by default, a single sigmoid as an option.
+(``weighting_params: {disc_mode: double_sigmoid}``, odds in (1, e)) by default, a single sigmoid
+as an option.
 The same stage serves the DaFKD-style ``domain`` weighting (``strategy.weighting: domain``).
 
 ``distill_data``: ``server`` distils on the server's unlabeled data (D1); ``generated`` on
@@ -35,7 +36,7 @@ from logging import INFO, WARNING
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
@@ -55,58 +56,51 @@ from fedgo_flwr.gan import (
     sample,
     train_wgan_gp,
 )
+from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS
 from fedgo_flwr.rng import derive_seed, make_rng
+from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
-from fedgo_flwr.weighting import DISC_MODES
-from strategies.feddf import FedDF, FedDFParams
+from fedgo_flwr.weighting import get_weighting
+from strategies.feddf import FedDF, FedDFConfig
 
 DISTILL_DATA = ("server", "generated")
 
 
 @dataclass
-class FedGOParams(FedDFParams):
-    """FedDF's parameters plus the generator, the discriminators and the odds' form."""
+class FedGOConfig(FedDFConfig):
+    """FedDF's parameters plus the generator, the discriminators and the distillation data.
+
+    ``generator`` and ``discriminator`` are also the clients' parameters (``clients/fedgo.py``).
+    """
 
     weighting: str = "fedgo"
-    disc_mode: str = "double_sigmoid"
     distill_data: str = "server"
     generated_size: int = 10_000
     generator: GeneratorSettings = field(default_factory=GeneratorSettings)
     discriminator: DiscriminatorSettings = field(default_factory=DiscriminatorSettings)
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.disc_mode not in DISC_MODES:
-            raise ValueError(f"disc_mode '{self.disc_mode}' unknown; choose {DISC_MODES}")
-        if self.distill_data not in DISTILL_DATA:
-            raise ValueError(f"distill_data '{self.distill_data}' unknown; choose {DISTILL_DATA}")
-        if self.generated_size < 1:
-            raise ValueError("generated_size must be >= 1")
-        if self.distill_data == "generated" and self.weighting == "oracle":
-            raise ValueError("weighting 'oracle' needs labels, which generated data lacks")
+    def check(self, c: Checker) -> None:
+        super().check(c)
+        c.choice("distill_data", DISTILL_DATA)
+        c.require("generated_size", self.generated_size >= 1, "must be >= 1")
+        if self.distill_data == "generated":
+            c.require(
+                "weighting",
+                "labels" not in get_weighting(self.weighting).requires,
+                f"'{self.weighting}' needs labels, which generated data lacks",
+            )
 
 
 class FedGO(FedDF):
     """FedDF with discriminator-odds weighting and FedGO's pre-FL stage."""
 
     name = "fedgo"
-    Params = FedGOParams
+    client_algorithm = "fedgo"
+    Config = FedGOConfig
     uses_discriminators = True
-
-    def discriminator_params(self, name: str) -> dict:
-        return {"disc_mode": self.params.disc_mode} if name == "fedgo" else {}
 
     def disc_logits(self, pids: list[int], split: str) -> torch.Tensor | None:
         return self._disc[split][pids]
-
-    def diagnostic_weightings(self) -> list[tuple[str, str, dict | None]]:
-        return [
-            *super().diagnostic_weightings(),
-            ("fedgo", "fedgo", None),
-            ("fedgo_sigmoid", "fedgo", {"disc_mode": "sigmoid"}),
-            ("fedgo_double_sigmoid", "fedgo", {"disc_mode": "double_sigmoid"}),
-            ("domain", "domain", None),
-        ]
 
     # -- pre-FL stage ----------------------------------------------------------------------
     def setup(self, grid: Grid) -> None:
@@ -193,14 +187,13 @@ class FedGO(FedDF):
             states = {int(k): v for k, v in torch.load(path, map_location="cpu").items()}
             report["discriminators"] = {"source": path}
         else:
-            config = ConfigRecord({"experiment": json.dumps(self.cfg.to_dict(), sort_keys=True)})
             content = RecordDict(
-                {GENERATOR_KEY: ArrayRecord(generator.state_dict()), "config": config}
+                {
+                    GENERATOR_KEY: ArrayRecord(generator.state_dict()),
+                    CONFIG: self.message_config(server_round=0),
+                }
             )
-            messages = [
-                Message(content=content, message_type=DISCRIMINATOR_MESSAGE, dst_node_id=node)
-                for node in self.node_ids.values()
-            ]
+            messages = self.messages_to(content, self.node_ids.values(), DISCRIMINATOR_MESSAGE)
             t0 = time.perf_counter()
             per_client: dict[str, dict[str, float]] = {}
             replies = list(grid.send_and_receive(messages, timeout=self.cfg.round_timeout))
@@ -211,12 +204,12 @@ class FedGO(FedDF):
             for reply in replies:
                 node = reply.metadata.src_node_id
                 pid = self.partition_of.get(node, -1)
-                if reply.has_error() or "arrays" not in reply.content.array_records:
+                if reply.has_error() or ARRAYS not in reply.content.array_records:
                     reason = reply.error.reason if reply.has_error() else "no arrays"
                     log(WARNING, "FedGO: no discriminator from client %d: %s", pid, reason)
                     continue
-                states[pid] = reply.content["arrays"].to_torch_state_dict()
-                per_client[str(pid)] = dict(reply.content["metrics"])
+                states[pid] = reply.content[ARRAYS].to_torch_state_dict()
+                per_client[str(pid)] = dict(reply.content[METRICS])
             report["discriminator_round_time"] = time.perf_counter() - t0
             report["discriminators"] = per_client
             raise_if_stopping("the discriminators")  # some may have died with the stop

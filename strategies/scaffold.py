@@ -25,25 +25,26 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from clients.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
 from fedgo_flwr.aggregation import RunningAverage, check_arrays
-from strategies.fedavg import FedAvg, Reply, to_numpy, to_record
+from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.schema import Checker
+from strategies.base import Reply, Strategy
 
 
 @dataclass
-class ScaffoldParams:
+class ScaffoldConfig:
     """``global_lr``: server step size lr_g; ``weighted``: n_k-weighted model update."""
 
     global_lr: float = 1.0
     weighted: bool = False
 
-    def __post_init__(self) -> None:
-        if self.global_lr <= 0:
-            raise ValueError("global_lr must be > 0")
+    def check(self, c: Checker) -> None:
+        c.require("global_lr", self.global_lr > 0, "must be > 0")
 
 
-class Scaffold(FedAvg):
+class Scaffold(Strategy):
     name = "scaffold"
     client_algorithm = "scaffold"
-    Params = ScaffoldParams
+    Config = ScaffoldConfig
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

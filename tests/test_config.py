@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from fedgo_flwr.cli import main as cli_main
-from fedgo_flwr.config import ConfigError, ExperimentConfig, load_config
+from fedgo_flwr.config import ConfigError, ExperimentConfig
+from strategies import load_experiment, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -23,7 +24,7 @@ def test_every_shipped_config_is_valid():
     files = sorted(CONF.rglob("*.yaml"))
     assert files, "conf/ holds no YAML files"
     for path in files:
-        cfg = load_config(path)
+        cfg = load_experiment(path)
         assert cfg.rounds >= 1, path
 
 
@@ -32,23 +33,25 @@ def test_base_chain_and_overrides(tmp_path):
     child = write(
         tmp_path, f"base: {base.name}\ndata: {{alpha: 0.2}}\nstrategy: {{name: fedprox}}\n"
     )
-    cfg = load_config(child, ["seed=3", "strategy.mu=0.1", "data.num_clients=5"])
+    cfg = load_experiment(child, ["seed=3", "strategy.mu=0.1", "data.num_clients=5"])
     assert (cfg.rounds, cfg.seed) == (3, 3)
     assert (cfg.data.alpha, cfg.data.num_clients) == (0.2, 5)
-    assert cfg.strategy.name == "fedprox" and cfg.strategy.params == {"mu": 0.1}
+    assert cfg.strategy.name == "fedprox" and cfg.strategy.raw_params == {"mu": 0.1}
 
 
 def test_swapping_strategy_is_one_override():
-    cfg = load_config(CONF / "default.yaml", "strategy.name=scaffold data.alpha=0.05 seed=3")
+    cfg = load_experiment(CONF / "default.yaml", "strategy.name=scaffold data.alpha=0.05 seed=3")
     assert cfg.strategy.name == "scaffold"
-    assert cfg.strategy.params == {"global_lr": 1.0, "weighted": False}  # defaults filled in
+    assert cfg.strategy.raw_params == {"global_lr": 1.0, "weighted": False}  # defaults filled in
     assert cfg.data.alpha == 0.05
 
 
 def test_roundtrip_through_json():
-    cfg = load_config(CONF / "fedprox.yaml")
+    cfg = load_experiment(CONF / "fedprox.yaml")
     again = ExperimentConfig.from_json(cfg.to_json())
-    assert again == cfg
+    assert again.strategy.params == {"mu": 0.01}  # the core config leaves them untyped
+    assert again.to_dict() == cfg.to_dict()
+    assert resolve(again) == cfg
 
 
 @pytest.mark.parametrize(
@@ -70,7 +73,7 @@ def test_roundtrip_through_json():
 )
 def test_bad_override_names_key_value_and_source(override, key, fragment):
     with pytest.raises(ConfigError) as info:
-        load_config(CONF / "default.yaml", [override])
+        load_experiment(CONF / "default.yaml", [override])
     err = info.value
     assert err.key == key
     assert fragment in str(err)
@@ -80,24 +83,24 @@ def test_bad_override_names_key_value_and_source(override, key, fragment):
 def test_bad_value_in_file_names_the_file(tmp_path):
     path = write(tmp_path, "base: " + str(CONF / "base.yaml") + "\ndata:\n  alpha: -0.5\n")
     with pytest.raises(ConfigError) as info:
-        load_config(path)
+        load_experiment(path)
     assert str(path) in str(info.value) and "data.alpha = -0.5" in str(info.value)
 
 
 def test_strategy_param_range_is_checked(tmp_path):
     path = write(tmp_path, "strategy: {name: fedprox, mu: -1}\n")
     with pytest.raises(ConfigError, match=r"strategy.mu = -1.0: must be >= 0"):
-        load_config(path)
+        load_experiment(path)
 
 
 def test_missing_file_and_bad_yaml(tmp_path):
     with pytest.raises(ConfigError, match="file not found"):
-        load_config(tmp_path / "nope.yaml")
+        load_experiment(tmp_path / "nope.yaml")
     bad = write(tmp_path, "rounds: [1,\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
-        load_config(bad)
+        load_experiment(bad)
     with pytest.raises(ConfigError, match="expected dotted.key=value"):
-        load_config(None, ["rounds"])
+        load_experiment(None, ["rounds"])
 
 
 def test_cli_prepare_fails_fast_with_exit_2(tmp_path, capsys):
@@ -118,13 +121,14 @@ def test_cli_prepare_writes_run_config(tmp_path, capsys):
     import tomllib
 
     run = tomllib.loads(run_toml.read_text())
-    assert load_config(run["config"], run["overrides"]).seed == 4
+    assert load_experiment(run["config"], run["overrides"]).seed == 4
 
 
 def test_swapping_strategy_drops_other_strategies_params(caplog):
-    cfg = load_config(CONF / "fedgo.yaml", ["strategy.name=fedavg"])
-    assert cfg.strategy.name == "fedavg" and cfg.strategy.params == {}
+    cfg = load_experiment(CONF / "fedgo.yaml", ["strategy.name=fedavg"])
+    assert cfg.strategy.name == "fedavg" and cfg.strategy.raw_params == {}
     assert "strategy.distill ignored" in caplog.text
-    cfg = load_config(CONF / "fedgo.yaml", ["strategy.name=feddf", "strategy.weighting=entropy"])
-    assert cfg.strategy.params["distill"]["epochs"] == 5  # shared parameters are kept
-    assert "generator" not in cfg.strategy.params
+    overrides = ["strategy.name=feddf", "strategy.weighting=entropy"]
+    cfg = load_experiment(CONF / "fedgo.yaml", overrides)
+    assert cfg.strategy.params.distill.epochs == 5  # shared parameters are kept
+    assert "generator" not in cfg.strategy.raw_params

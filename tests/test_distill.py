@@ -16,10 +16,9 @@ from fedgo_flwr.distill import (
     TeacherBank,
     _batch,
     distill,
-    pseudo_label_targets,
 )
 from fedgo_flwr.models import build_model
-from fedgo_flwr.weighting import WeightingInputs, compute_weights
+from fedgo_flwr.weighting import WeightingInputs, compute_weights, pseudo_labels
 
 CPU = torch.device("cpu")
 
@@ -54,7 +53,7 @@ def test_once_per_round_targets_equal_recomputing_teachers_on_the_augmented_batc
         ],
         dim=1,
     )
-    targets = pseudo_label_targets(logits, weights)
+    targets = pseudo_labels(logits, weights)
     torch.testing.assert_close(targets.sum(-1), torch.ones(2, len(data)))
 
     idx = torch.tensor([0, 5, 7, 11])
@@ -77,9 +76,9 @@ def test_one_hot_weights_reproduce_that_teachers_softmax():
     logits = torch.randn(3, 1, 5, 4)
     weights = torch.zeros(3, 1, 5)
     weights[1] = 1.0
-    torch.testing.assert_close(pseudo_label_targets(logits, weights), logits[1].softmax(-1))
+    torch.testing.assert_close(pseudo_labels(logits, weights), logits[1].softmax(-1))
     with pytest.raises(ValueError):
-        pseudo_label_targets(logits, torch.ones(3, 5))
+        pseudo_labels(logits, torch.ones(3, 5))
 
 
 def test_cosine_decay_across_rounds():
@@ -104,7 +103,7 @@ def test_fedgo_protocol_student_learns_the_teacher():
     teacher, student = cnn(1), cnn(2)
     bank = TeacherBank(data, augment=True)
     bank.add(teacher, CPU)
-    targets = pseudo_label_targets(bank.logits, torch.ones(1, 2, len(data)))
+    targets = pseudo_labels(bank.logits, torch.ones(1, 2, len(data)))
     before = agreement(student, teacher, data)
     settings = DistillSettings(epochs=30, batch_size=32, lr=3e-3, lr_decay=False)
     res = distill(
@@ -124,7 +123,7 @@ def test_distillation_is_deterministic():
     data = images()
     bank = TeacherBank(data, augment=True)
     bank.add(cnn(1), CPU)
-    targets = pseudo_label_targets(bank.logits, torch.ones(1, 2, len(data)))
+    targets = pseudo_labels(bank.logits, torch.ones(1, 2, len(data)))
     outs = []
     for _ in range(2):
         student = cnn(2)
@@ -145,7 +144,7 @@ def test_feddf_protocol_keeps_the_best_student_and_stops_early():
     data = images()
     bank = TeacherBank(data, augment=False)
     bank.add(cnn(1), CPU)
-    targets = pseudo_label_targets(bank.logits, torch.ones(1, 1, len(data)))
+    targets = pseudo_labels(bank.logits, torch.ones(1, 1, len(data)))
     student = cnn(2)
     initial = {k: v.clone() for k, v in student.state_dict().items()}
     calls = []

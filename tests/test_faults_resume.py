@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from fedgo_flwr.checkpoint import load_checkpoint
-from fedgo_flwr.config import ConfigError, load_config
+from fedgo_flwr.config import ConfigError
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.task import sample_clients
-from strategies.fedavg import FedAvg
+from strategies import load_experiment
+from strategies.base import Strategy
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
@@ -27,7 +28,7 @@ FEDGO = [
 
 
 def config(tmp_path: Path, *overrides: str):
-    return load_config(
+    return load_experiment(
         ROOT / "conf/default.yaml", ["rounds=2", *TINY, f"output_dir={tmp_path}", *overrides]
     )
 
@@ -100,9 +101,9 @@ def test_too_few_replies_keep_the_model(tmp_path):
 
 def test_fault_config_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"faults\[0\].kind = 'boom'"):
-        load_config(ROOT / "conf/default.yaml", ["faults=[{partition: 1, kind: boom}]"])
+        load_experiment(ROOT / "conf/default.yaml", ["faults=[{partition: 1, kind: boom}]"])
     with pytest.raises(ConfigError, match=r"faults\[0\].partition = 20: must be < data.num"):
-        load_config(ROOT / "conf/default.yaml", ["faults=[{partition: 20}]"])
+        load_experiment(ROOT / "conf/default.yaml", ["faults=[{partition: 20}]"])
 
 
 class Interrupted(Exception):
@@ -112,7 +113,7 @@ class Interrupted(Exception):
 def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *overrides: str):
     """Run until ``stop_round`` raises mid-aggregation, then resume; return both outputs."""
     cfg = config(tmp_path, "rounds=4", *overrides)
-    original = FedAvg.aggregate_train
+    original = Strategy.aggregate_train
 
     def dying(self, server_round, replies):
         if server_round == stop_round:
@@ -120,7 +121,7 @@ def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *over
         return original(self, server_round, replies)
 
     with monkeypatch.context() as m:
-        m.setattr(FedAvg, "aggregate_train", dying)
+        m.setattr(Strategy, "aggregate_train", dying)
         with pytest.raises(Interrupted):
             run_inprocess(cfg)
     ckpt = load_checkpoint(tmp_path)
@@ -158,14 +159,14 @@ def test_scaffold_resume_needs_the_clients_saved_controls(tmp_path, monkeypatch)
     run_inprocess(config(tmp_path / "straight", "rounds=4", "strategy.name=scaffold"))
     straight = rows_of(tmp_path / "straight")
     cfg = config(tmp_path / "lost", "rounds=4", "strategy.name=scaffold")
-    original = FedAvg.aggregate_train
+    original = Strategy.aggregate_train
 
     def dying(self, server_round, replies):
         if server_round == 3:
             raise Interrupted
         return original(self, server_round, replies)
 
-    monkeypatch.setattr(FedAvg, "aggregate_train", dying)
+    monkeypatch.setattr(Strategy, "aggregate_train", dying)
     with pytest.raises(Interrupted):
         run_inprocess(cfg)
     monkeypatch.undo()

@@ -9,17 +9,19 @@ import numpy as np
 import pytest
 import torch
 
-import clients
-from fedgo_flwr.config import ConfigError, load_config
+from clients.fedavg import FedAvgClient
+from clients.fedgo import FedGOClient
+from fedgo_flwr.config import ConfigError
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.task import sample_clients
+from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["rounds=2", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
 
 
 def run(tmp_path: Path, *overrides: str) -> list[dict]:
-    cfg = load_config(ROOT / "conf/default.yaml", [*TINY, f"output_dir={tmp_path}", *overrides])
+    cfg = load_experiment(ROOT / "conf/default.yaml", [*TINY, f"output_dir={tmp_path}", *overrides])
     run_inprocess(cfg)
     return [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
 
@@ -68,7 +70,9 @@ def test_feddf_with_fedgo_weighting_is_rejected_before_the_run():
     with pytest.raises(
         ConfigError, match="strategy.weighting = 'fedgo': 'fedgo' needs client discriminators"
     ):
-        load_config(ROOT / "conf/default.yaml", ["strategy.name=feddf", "strategy.weighting=fedgo"])
+        load_experiment(
+            ROOT / "conf/default.yaml", ["strategy.name=feddf", "strategy.weighting=fedgo"]
+        )
 
 
 def test_feddf_protocol_with_validation_split(tmp_path):
@@ -87,14 +91,14 @@ def test_feddf_protocol_with_validation_split(tmp_path):
 def test_a_crashing_client_is_survived(tmp_path, monkeypatch):
     """The first sampled client raises in every round; rounds complete with the other one."""
     crash = {r: sample_clients(0, r, 4, 2)[0] for r in (1, 2)}
-    original = clients.FedAvgClient.train
+    original = FedAvgClient.train
 
     def flaky(self, job):
         if job.partition_id == crash[job.server_round]:
             raise RuntimeError("injected crash")
         return original(self, job)
 
-    monkeypatch.setattr(clients.FedAvgClient, "train", flaky)
+    monkeypatch.setattr(FedAvgClient, "train", flaky)
     rows = run(tmp_path, "strategy.name=feddf", "strategy.distill.epochs=1", "data.alpha=1.0")
     for row in rows[1:]:
         assert row["clients_sampled"] == 2
@@ -174,20 +178,14 @@ def test_fedgo_on_generated_data(tmp_path):
 
 
 def test_missing_discriminator_gets_neutral_weight(tmp_path, monkeypatch):
-    import fedgo_flwr.client_app as client_app_module
+    original = FedGOClient.train_discriminator
 
-    original = client_app_module.train_discriminator
-
-    def flaky(msg, context):
-        if int(context.node_config["partition-id"]) == 2:
+    def flaky(self, job):
+        if job.partition_id == 2:
             raise RuntimeError("injected crash in the discriminator round")
-        return original(msg, context)
+        return original(self, job)
 
-    monkeypatch.setitem(
-        client_app_module.app._registered_funcs,
-        "train.discriminator",
-        lambda msg, ctx: flaky(msg, ctx),
-    )
+    monkeypatch.setattr(FedGOClient, "train_discriminator", flaky)
     rows = run(tmp_path, *FEDGO)
     prefl = json.loads((tmp_path / "prefl.json").read_text())
     assert prefl["missing_discriminators"] == [2]

@@ -131,8 +131,8 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     import time
 
     from fedgo_flwr.checkpoint import load_checkpoint
-    from fedgo_flwr.config import load_config
     from fedgo_flwr.inprocess import run_inprocess
+    from strategies import load_experiment
 
     tiny = ["rounds=5", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
     tiny.append("strategy.name=scaffold")  # client state (c_i) must survive the restart too
@@ -175,7 +175,7 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     assert f"continuing {out} after round {stopped_at}" in proc2.stdout + proc2.stderr
 
     run_inprocess(
-        load_config(ROOT / "conf/default.yaml", [*tiny, f"output_dir={tmp_path / 'ref'}"])
+        load_experiment(ROOT / "conf/default.yaml", [*tiny, f"output_dir={tmp_path / 'ref'}"])
     )
 
     def rows(path):

@@ -9,9 +9,9 @@ import pytest
 from flwr.simulation import run_simulation
 
 from fedgo_flwr.client_app import app as client_app
-from fedgo_flwr.config import load_config
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.server_app import server_app_for
+from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ TINY = [
 
 
 def simulate(tmp_path: Path, *overrides: str) -> tuple[list[dict], dict]:
-    cfg = load_config(ROOT / "conf/default.yaml", [*TINY, f"output_dir={tmp_path}", *overrides])
+    cfg = load_experiment(ROOT / "conf/default.yaml", [*TINY, f"output_dir={tmp_path}", *overrides])
     run_simulation(
         server_app=server_app_for(cfg),
         client_app=client_app,
@@ -64,7 +64,7 @@ def test_strategy_runs_end_to_end(tmp_path, strategy):
     if strategy in ("feddf", "fedgo"):
         assert rows[-1]["distill_steps"] > 0 and "ensemble_test_accuracy" in rows[-1]
     if strategy in ("scaffold", "fedgo"):  # stateful: the same run without Ray must agree
-        cfg = load_config(
+        cfg = load_experiment(
             ROOT / "conf/default.yaml",
             [
                 *TINY,

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from fedgo_flwr.aggregation import RunningAverage, weighted_average
-from fedgo_flwr.config import load_config
 from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.replies import stream_replies
+from fedgo_flwr.messages import stream_replies
+from strategies import load_experiment
 from strategies.feddf import FedDF
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ TINY = ["rounds=2", "data.num_clients=4", "train.local_epochs=1", "data.alpha=1.
 
 
 def run(tmp_path: Path, *overrides: str) -> list[dict]:
-    cfg = load_config(ROOT / "conf/default.yaml", [*TINY, f"output_dir={tmp_path}", *overrides])
+    cfg = load_experiment(ROOT / "conf/default.yaml", [*TINY, f"output_dir={tmp_path}", *overrides])
     run_inprocess(cfg)
     return [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
 

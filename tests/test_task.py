@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedgo_flwr.config import load_config
 from fedgo_flwr.task import client_dataset, load_bundle, make_partition, stratified_subset
+from strategies import load_experiment
 
 
 def test_stratified_subset_keeps_class_shares_and_ignores_the_seed():
@@ -17,8 +17,8 @@ def test_stratified_subset_keeps_class_shares_and_ignores_the_seed():
 
 
 def test_train_subset_shrinks_train_only_and_partition_covers_it():
-    full = load_bundle(load_config(None, []).data)
-    cfg = load_config(None, ["data.train_subset=600", "seed=3"])
+    full = load_bundle(load_experiment(None, []).data)
+    cfg = load_experiment(None, ["data.train_subset=600", "seed=3"])
     bundle = load_bundle(cfg.data)
     assert len(bundle.train) == 600 and len(bundle.test) == len(full.test)
     part = make_partition(cfg)

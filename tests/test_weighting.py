@@ -406,7 +406,7 @@ def test_zero_total_examples(name: str) -> None:
 def test_ensemble_shape_mismatch() -> None:
     with pytest.raises(ValueError, match="weights must have shape"):
         ensemble_logits(torch.randn(2, 3, 4), torch.ones(3, 2))
-    with pytest.raises(ValueError, match=r"logits must have shape \(K, N, C\)"):
+    with pytest.raises(ValueError, match=r"logits must have shape \(K, \.\.\., N, C\)"):
         pseudo_labels(torch.randn(2, 3), torch.ones(2, 3))
 
 

@@ -1,0 +1,85 @@
+"""What server and clients say to each other: record keys, message types, array conversion and
+the streaming of a round's replies.
+
+Every message of a round carries, in ``content``:
+
+- ``"arrays"`` (:data:`ARRAYS`): the model (server -> client: the global model; client -> server:
+  the trained one) or, in a strategy's extra message, the payload (FedGO's discriminator);
+- ``"config"`` (:data:`CONFIG`), server -> client: :data:`SERVER_ROUND`, :data:`ALGORITHM` (the
+  client algorithm, a module of ``clients/``), :data:`EXPERIMENT` (the core experiment as JSON,
+  without any strategy's parameters), :data:`CLIENT_PARAMS` (the client algorithm's own
+  parameters as JSON) and :data:`RUN_TOKEN` (names the client's state files);
+- ``"metrics"`` (:data:`METRICS`), client -> server: :data:`NUM_EXAMPLES`, :data:`PARTITION_ID` and
+  training metrics.
+
+Algorithms add records of their own (SCAFFOLD's control variates); their keys live with the
+algorithm (``clients/<x>.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Message
+from flwr.serverapp import Grid
+
+# Records of a message's content
+ARRAYS = "arrays"
+CONFIG = "config"
+METRICS = "metrics"
+
+# Keys of the server's ConfigRecord
+SERVER_ROUND = "server-round"
+ALGORITHM = "client-algorithm"
+EXPERIMENT = "experiment"
+CLIENT_PARAMS = "client-params"
+RUN_TOKEN = "run-token"
+
+# Keys of a client's MetricRecord
+NUM_EXAMPLES = "num-examples"
+PARTITION_ID = "partition-id"
+NUM_PARTITIONS = "num-partitions"
+
+
+def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """An ArrayRecord as plain NumPy arrays, key by key."""
+    return {k: v.numpy() for k, v in record.items()}
+
+
+def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
+    """NumPy arrays as an ArrayRecord (0-d arrays stay 0-d)."""
+    # np.asarray(order="C"), not np.ascontiguousarray, which turns a 0-d array (BatchNorm's
+    # num_batches_tracked) into shape (1,).
+    return ArrayRecord({k: Array(np.asarray(v, order="C")) for k, v in arrays.items()})
+
+
+def stream_replies(
+    grid: Grid, messages: Iterable[Message], timeout: float, poll_interval: float = 0.2
+) -> Iterator[Message]:
+    """Push ``messages``; yield their replies in arrival order until all came or ``timeout``.
+
+    Flower's ``Grid.send_and_receive`` returns only when every reply has come (or the timeout
+    has passed), holding all of them in memory, and the deployment grid polls the SuperLink
+    every 3 s. This yields each reply as soon as it is pulled, so a strategy can fold it in (add
+    it to a running average, turn it into teacher logits) and drop it while slower clients are
+    still training; it polls every ``poll_interval`` seconds. A grid with a ``stream`` method of
+    its own (:class:`fedgo_flwr.inprocess.InProcessGrid`) serves the messages itself.
+    """
+    own = getattr(grid, "stream", None)
+    if own is not None:
+        yield from own(messages, timeout=timeout)
+        return
+    pending = set(grid.push_messages(messages))
+    deadline = time.monotonic() + timeout
+    while pending:
+        for reply in grid.pull_messages(pending):
+            pending.discard(reply.metadata.reply_to_message_id)
+            yield reply
+        if not pending:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(poll_interval, left))

@@ -1,0 +1,371 @@
+"""The base of every fedgo-flwr strategy: the round loop, reply checks and the server's resources.
+
+:class:`Strategy` subclasses Flower's abstract ``flwr.serverapp.strategy.Strategy`` (not its
+``FedAvg``: nothing of FedAvg's sampling, message building or aggregation is used) and adds:
+
+- Seeded client sampling over partition ids (:func:`fedgo_flwr.task.sample_clients`), so every
+  strategy trains the same clients in the same round and a run is repeatable.
+- Training messages that carry the core experiment, the client algorithm's name and its own
+  parameters (:mod:`fedgo_flwr.messages`).
+- Replies folded in one at a time as they arrive (:func:`fedgo_flwr.messages.stream_replies`):
+  each accepted reply goes to :meth:`Strategy.absorb` and its arrays are let go, so the server's
+  memory does not grow with the number of clients.
+- Every reply checked on its own (error replies, missing, wrongly shaped or non-finite arrays, a
+  bad ``num-examples``); a bad reply is logged with its node and partition id and dropped, and
+  the round goes on if at least ``min_clients`` replied.
+- Centralised evaluation (server side); no federated evaluation round.
+- A resumable round loop (:meth:`Strategy.start`) that records nothing once a stop was asked for.
+
+The default aggregation is FedAvg's n_k-weighted average (McMahan et al., AISTATS 2017, Alg. 1).
+A strategy module (``strategies/<name>.py``) subclasses this and overrides only what differs:
+:meth:`~Strategy.train_record` (what is sent), :meth:`~Strategy.absorb` /
+:meth:`~Strategy.aggregate` (how accepted replies become the next model),
+:meth:`~Strategy.check_reply` (extra reply checks), :meth:`~Strategy.setup` (work before round
+1) and :meth:`~Strategy.state_dict` (what a resumed run needs).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+from flwr.serverapp.strategy import Strategy as FlowerStrategy
+from flwr.supercore import log
+from torch import nn
+
+from clients import client_class
+from clients.base import EmptyConfig
+from fedgo_flwr import messages as msgs
+from fedgo_flwr.aggregation import RunningAverage, check_arrays
+from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.data import DataBundle
+from fedgo_flwr.messages import stream_replies, to_numpy, to_record
+from fedgo_flwr.partition import Partition
+from fedgo_flwr.schema import Checker
+from fedgo_flwr.shutdown import raise_if_stopping
+from fedgo_flwr.task import sample_clients
+
+__all__ = ["Reply", "ServerResources", "Strategy", "client_metrics"]
+
+
+@dataclass
+class ServerResources:
+    """What the server holds besides the model: its data, partition, device and run folder."""
+
+    bundle: DataBundle
+    partition: Partition
+    device: torch.device
+    out_dir: Path
+
+
+@dataclass
+class Reply:
+    """An accepted client reply, unpacked."""
+
+    node_id: int
+    partition_id: int
+    num_examples: int
+    arrays: dict[str, np.ndarray]
+    metrics: dict[str, Any]
+    content: RecordDict
+
+
+class Strategy(FlowerStrategy):
+    """Seeded sampling, per-reply validation, streaming aggregation, resumable rounds."""
+
+    name: ClassVar[str] = ""
+    """The YAML name (``strategy.name``); equal to the module's name."""
+    client_algorithm: ClassVar[str] = "fedavg"
+    """The client algorithm: a module of ``clients/``."""
+    Config: ClassVar[type] = EmptyConfig
+    """The strategy's own YAML parameters (``strategy.<key>``), a dataclass."""
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        node_ids: Mapping[int, int],
+        model: nn.Module,
+        resources: ServerResources | None = None,
+    ):
+        if not isinstance(cfg.strategy.params, self.Config):
+            raise TypeError(
+                f"{type(self).__name__} needs cfg.strategy.params built into {self.Config.__name__}"
+                " (load the experiment with strategies.load_experiment or strategies.resolve)"
+            )
+        self.cfg = cfg
+        self.params: Any = cfg.strategy.params
+        self.node_ids = dict(node_ids)  # partition id -> node id
+        self.partition_of = {node: pid for pid, node in self.node_ids.items()}
+        self.param_names = [name for name, _ in model.named_parameters()]
+        self.resources = resources
+        self._template = copy.deepcopy(model).cpu()
+        self.global_arrays: dict[str, np.ndarray] = {}
+        self.sampled: list[int] = []
+        self.last_round: dict[str, float | int] = {}  # read by the run recorder
+        self.run_token = ""  # names this run's client-state files (kept when resuming)
+        self.resuming = False  # set by the ServerApp when the run continues from a checkpoint
+
+    @classmethod
+    def check_config(cls, config: Any, c: Checker) -> None:
+        """Checks of ``Config`` that depend on the strategy class (``c.fail`` names the key)."""
+
+    def summary(self) -> None:
+        log(INFO, "\t├──> %s, params %s", type(self).__name__, self.params)
+        log(
+            INFO,
+            "\t└──> Seeded sampling: %d of %d clients per round (seed %d)",
+            self.cfg.clients_per_round,
+            self.cfg.data.num_clients,
+            self.cfg.seed,
+        )
+
+    def model_factory(self) -> nn.Module:
+        """A fresh copy of the experiment's model (weights to be loaded by the caller)."""
+        return copy.deepcopy(self._template)
+
+    def setup(self, grid: Grid) -> None:
+        """Work before round 1 (e.g. FedGO's discriminator round); nothing by default."""
+
+    # -- checkpointing ---------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Server-side state beyond the global model that a resumed run needs (picklable)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    # -- the round loop --------------------------------------------------------------------
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        *,
+        first_round: int = 1,
+        round_end: Callable[[int, ArrayRecord], None] | None = None,
+    ) -> Result:
+        """Flower's round loop (train, then centralised evaluation), resumable.
+
+        As :meth:`flwr.serverapp.strategy.Strategy.start`, without the federated evaluation
+        phase (this framework evaluates on the server), plus: rounds start at
+        ``first_round`` (a resumed run; the initial evaluation is skipped unless it is 1) and
+        ``round_end(round, arrays)`` runs after each round's evaluation (checkpointing).
+        """
+        name = type(self).__name__
+        log(INFO, "Starting %s strategy (rounds %d..%d)", name, first_round, num_rounds)
+        self.summary()
+        train_config = ConfigRecord() if train_config is None else train_config
+        result = Result()
+        arrays = initial_arrays
+        result.arrays = arrays
+        if evaluate_fn and first_round == 1:
+            res = evaluate_fn(0, arrays)
+            if res is not None:
+                result.evaluate_metrics_serverapp[0] = res
+        for server_round in range(first_round, num_rounds + 1):
+            log(INFO, "")
+            log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
+            messages = self.configure_train(server_round, arrays, ConfigRecord(train_config), grid)
+            replies = stream_replies(grid, messages, timeout)
+            agg_arrays, agg_metrics = self.aggregate_train(server_round, replies)
+            # Clients that died with a Ctrl-C/TERM must not make a round (fedgo_flwr.shutdown).
+            raise_if_stopping(f"round {server_round}")
+            if agg_arrays is not None:
+                arrays = agg_arrays
+                result.arrays = arrays
+            if agg_metrics is not None:
+                result.train_metrics_clientapp[server_round] = agg_metrics
+            if evaluate_fn:
+                res = evaluate_fn(server_round, arrays)
+                if res is not None:
+                    result.evaluate_metrics_serverapp[server_round] = res
+            if round_end is not None:
+                raise_if_stopping(f"round {server_round}'s checkpoint")
+                round_end(server_round, arrays)
+        return result
+
+    # -- sending ---------------------------------------------------------------------------
+    def client_params(self) -> dict[str, Any]:
+        """The client algorithm's own parameters, taken from this strategy's ``Config``."""
+        fields = [f.name for f in dataclasses.fields(client_class(self.client_algorithm).Config)]
+        own = dataclasses.asdict(self.params)
+        return {key: own[key] for key in fields}
+
+    def message_config(self, server_round: int, config: ConfigRecord | None = None) -> ConfigRecord:
+        """The ConfigRecord of every message to clients (:mod:`fedgo_flwr.messages`)."""
+        config = ConfigRecord() if config is None else config
+        config[msgs.SERVER_ROUND] = server_round
+        config[msgs.ALGORITHM] = self.client_algorithm
+        config[msgs.EXPERIMENT] = self.cfg.to_json(strategy_params=False)
+        config[msgs.CLIENT_PARAMS] = json.dumps(self.client_params(), sort_keys=True)
+        config[msgs.RUN_TOKEN] = self.run_token
+        return config
+
+    @staticmethod
+    def messages_to(
+        content: RecordDict, node_ids: Iterable[int], message_type: str
+    ) -> list[Message]:
+        """One message of ``message_type`` with ``content`` for each node."""
+        return [
+            Message(content=content, message_type=message_type, dst_node_id=node)
+            for node in node_ids
+        ]
+
+    def train_record(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
+    ) -> RecordDict:
+        """The content sent to every sampled client (subclasses add their own records)."""
+        return RecordDict({msgs.ARRAYS: arrays, msgs.CONFIG: config})
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        self.global_arrays = to_numpy(arrays)
+        pids = sample_clients(
+            self.cfg.seed, server_round, self.cfg.data.num_clients, self.cfg.clients_per_round
+        )
+        log(INFO, "configure_train: clients %s", pids)
+        record = self.train_record(server_round, arrays, self.message_config(server_round, config))
+        self.sampled = pids
+        return self.messages_to(record, [self.node_ids[p] for p in pids], MessageType.TRAIN)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """No federated evaluation: the server evaluates (``RunRecorder.evaluate``)."""
+        return []
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        return None
+
+    # -- receiving -------------------------------------------------------------------------
+    def check_reply(self, content: RecordDict) -> str | None:
+        """Extra checks of a subclass; return why the reply is unusable, or ``None``."""
+        return None
+
+    def accept(self, msg: Message) -> Reply | None:
+        """Unpack a usable reply; log and drop (``None``) an unusable one."""
+        node = msg.metadata.src_node_id
+        pid = self.partition_of.get(node, -1)
+        reason = self._reply_problem(msg)
+        if reason is not None:
+            self.rejected += 1
+            log(WARNING, "Dropping reply of client %d (node %d): %s", pid, node, reason)
+            return None
+        content = msg.content
+        metrics = dict(content[msgs.METRICS])
+        return Reply(
+            node_id=node,
+            partition_id=pid,
+            num_examples=int(metrics[msgs.NUM_EXAMPLES]),
+            arrays=to_numpy(content[msgs.ARRAYS]),
+            metrics=metrics,
+            content=content,
+        )
+
+    def _reply_problem(self, msg: Message) -> str | None:
+        if msg.has_error():
+            return f"client error: {msg.error.reason}"
+        content = msg.content
+        if msgs.ARRAYS not in content.array_records:
+            return f"no ArrayRecord '{msgs.ARRAYS}'"
+        if msgs.METRICS not in content.metric_records:
+            return f"no MetricRecord '{msgs.METRICS}'"
+        n = content[msgs.METRICS].get(msgs.NUM_EXAMPLES)
+        if not isinstance(n, (int, float)) or n <= 0 or not np.isfinite(n):
+            return f"bad {msgs.NUM_EXAMPLES} {n!r}"
+        problem = check_arrays(to_numpy(content[msgs.ARRAYS]), self.global_arrays)
+        return problem or self.check_reply(content)
+
+    def begin_round(self, server_round: int) -> None:
+        """Reset what :meth:`absorb` accumulates."""
+        self.running = RunningAverage()
+
+    def absorb(self, server_round: int, reply: Reply) -> None:
+        """Fold one accepted reply in; its arrays are dropped afterwards."""
+        self.running.add(reply.arrays, reply.num_examples)
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
+        """The n_k-weighted average of the client models (``replies`` hold metadata only,
+        sorted by partition id; the arrays went through :meth:`absorb`)."""
+        return self.running.result()
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        self.rejected = 0
+        self.begin_round(server_round)
+        accepted: list[Reply] = []
+        answered: set[int] = set()
+        t_absorb = 0.0
+        for msg in replies:  # as they arrive; one reply's arrays in memory at a time
+            answered.add(msg.metadata.src_node_id)
+            reply = self.accept(msg)
+            del msg
+            if reply is None:
+                continue
+            t0 = time.perf_counter()
+            self.absorb(server_round, reply)
+            t_absorb += time.perf_counter() - t0
+            reply.arrays, reply.content = {}, RecordDict()  # let the model go
+            accepted.append(reply)
+        accepted.sort(key=lambda r: r.partition_id)  # arrival order must not matter
+        silent = [p for p in self.sampled if self.node_ids[p] not in answered]
+        for pid in silent:
+            log(
+                WARNING,
+                "Round %d: client %d (node %d) sent no reply within round_timeout (%.0fs)",
+                server_round,
+                pid,
+                self.node_ids[pid],
+                self.cfg.round_timeout,
+            )
+        self.last_round = {
+            "clients_sampled": len(self.sampled),
+            "clients_replied": len(accepted),
+            "clients_failed": self.rejected + len(silent),
+        }
+        if len(accepted) < self.cfg.min_clients:
+            log(
+                WARNING,
+                "Round %d: %d usable replies < min_clients %d; the global model is kept",
+                server_round,
+                len(accepted),
+                self.cfg.min_clients,
+            )
+            return None, MetricRecord(self.last_round)
+        t0 = time.perf_counter()
+        arrays = self.aggregate(server_round, accepted)
+        self.last_round["aggregate_time"] = time.perf_counter() - t0 + t_absorb
+        self.last_round.update(client_metrics(accepted))
+        return to_record(arrays), MetricRecord(self.last_round)
+
+
+def client_metrics(replies: list[Reply]) -> dict[str, float]:
+    """Example-weighted train loss; slowest and total client training time."""
+    n = np.array([r.num_examples for r in replies], dtype=np.float64)
+    loss = np.array([float(r.metrics.get("train_loss", np.nan)) for r in replies])
+    times = [float(r.metrics.get("train_time", 0.0)) for r in replies]
+    return {
+        "train_loss": float((n * loss).sum() / n.sum()),
+        "client_time_max": max(times),
+        "client_time_sum": float(sum(times)),
+    }
