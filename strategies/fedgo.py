@@ -46,12 +46,13 @@ from clients.fedgo import (
     GeneratorSettings,
 )
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import num_views, view_batches
+from fedgo_flwr.distill import num_views
 from fedgo_flwr.gan import (
     build_critic,
     build_discriminator,
     build_generator,
     count_bytes,
+    discriminator_logits,
     sample,
     train_wgan_gp,
 )
@@ -260,17 +261,13 @@ class FedGO(FedDF):
     ) -> torch.Tensor:
         """``(K, V, N)`` raw logits of every client's discriminator (0 where it is missing)."""
         assert self.resources is not None
-        out = torch.zeros(self.cfg.data.num_clients, views, len(data))
-        device = self.resources.device
-        for pid, disc in discs.items():
-            disc.to(device).eval()
-            with torch.no_grad():
-                parts: list[list[torch.Tensor]] = [[] for _ in range(views)]
-                for v, x in view_batches(data, views, 512, device):
-                    parts[v].append(disc(x).float().cpu().reshape(-1))
-            out[pid] = torch.stack([torch.cat(p) for p in parts])
-            disc.cpu()
-        return out
+        return discriminator_logits(
+            discs,
+            data,
+            views=views,
+            num_clients=self.cfg.data.num_clients,
+            device=self.resources.device,
+        )
 
 
 def discriminator_stats(z: torch.Tensor) -> dict[str, float]:
