@@ -39,12 +39,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from clients.fedgo import (
-    DISCRIMINATOR_MESSAGE,
-    GENERATOR_KEY,
-    DiscriminatorSettings,
-    GeneratorSettings,
-)
+from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import num_views
 from fedgo_flwr.gan import (
@@ -56,6 +51,7 @@ from fedgo_flwr.gan import (
     sample,
     train_wgan_gp,
 )
+from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.weighting import DISC_MODES
@@ -72,8 +68,8 @@ class FedGOParams(FedDFParams):
     disc_mode: str = "double_sigmoid"
     distill_data: str = "server"
     generated_size: int = 10_000
-    generator: GeneratorSettings = field(default_factory=GeneratorSettings)
-    discriminator: DiscriminatorSettings = field(default_factory=DiscriminatorSettings)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()

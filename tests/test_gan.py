@@ -3,7 +3,7 @@
 Covers the shapes/ranges of every model, the App. F.7.3 / Table 14 parameter counts, the gradient
 penalty, CPU determinism of both training loops, a 2-D WGAN-GP that learns a shifted Gaussian,
 client discriminators whose logits rank the clients correctly for FedGO's weighting (Eq. (9)),
-and the discriminators' logits on a data set (views, missing clients).
+the discriminators' logits on a data set (views, missing clients), and the GAN settings' checks.
 Everything is small: the whole file runs in a few seconds on 2 CPU cores.
 """
 
@@ -19,8 +19,10 @@ from torch import Tensor, nn
 from fedgo_flwr import gan
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import view_batches
-from fedgo_flwr.gan import networks, training
+from fedgo_flwr.gan import networks, settings, training
+from fedgo_flwr.gan.settings import DiscriminatorConfig, GanConfig, GeneratorConfig
 from fedgo_flwr.models import count_parameters
+from fedgo_flwr.schema import ConfigError, build_section
 from fedgo_flwr.weighting import WeightingInputs, compute_weights, discriminator_odds
 
 IMAGE_SHAPES = ((3, 32, 32), (1, 8, 8))
@@ -81,11 +83,11 @@ def _state_equal(a: nn.Module, b: nn.Module) -> bool:
 
 
 def test_package_reexports_the_public_api_of_its_modules() -> None:
-    public = set(networks.__all__) | set(training.__all__)
+    public = set(networks.__all__) | set(training.__all__) | set(settings.__all__)
     assert set(gan.__all__) == public
     for name in gan.__all__:
         assert getattr(gan, name) is getattr(
-            next(m for m in (networks, training) if name in m.__all__), name
+            next(m for m in (networks, training, settings) if name in m.__all__), name
         )
 
 
@@ -517,3 +519,68 @@ def test_discriminator_logits_rows_and_edge_cases() -> None:
         gan.discriminator_logits({-1: discs[1]}, data, num_clients=3)
     with pytest.raises(ValueError, match="views"):
         gan.discriminator_logits(discs, data, views=0)
+
+
+# ------------------------------------------------------------------------------------------
+# Settings (strategy.generator / strategy.discriminator)
+# ------------------------------------------------------------------------------------------
+
+
+def test_gan_settings_defaults_pass_their_checks() -> None:
+    cfg = build_section(GanConfig, {}, "strategy.")
+    assert cfg == GanConfig()
+    assert cfg.generator.name in gan.GENERATOR_NAMES
+    assert cfg.discriminator.name in gan.DISCRIMINATOR_NAMES
+    assert cfg.discriminator.loss in gan.DISCRIMINATOR_LOSSES
+    built = build_section(
+        GanConfig,
+        {"generator": {"name": "mlp", "steps": 0, "gp_lambda": 0}, "discriminator": {"lr": 1}},
+        "strategy.",
+    )
+    assert built.generator.steps == 0 and built.generator.gp_lambda == 0.0
+    assert built.discriminator.lr == 1.0
+
+
+def test_generator_model_kwargs() -> None:
+    assert GeneratorConfig(name="dcgan", width=16).model_kwargs() == {"width": 16}
+    assert GeneratorConfig(name="resnet", width=8).model_kwargs() == {"width": 8}
+    assert GeneratorConfig(name="mlp", width=16).model_kwargs() == {}
+
+
+@pytest.mark.parametrize(
+    ("cls", "key", "value"),
+    [
+        (GeneratorConfig, "name", "nope"),
+        (GeneratorConfig, "latent_dim", 0),
+        (GeneratorConfig, "width", 0),
+        (GeneratorConfig, "steps", -1),
+        (GeneratorConfig, "batch_size", 0),
+        (GeneratorConfig, "lr", 0.0),
+        (GeneratorConfig, "n_critic", 0),
+        (GeneratorConfig, "gp_lambda", -1),
+        (DiscriminatorConfig, "name", "nope"),
+        (DiscriminatorConfig, "epochs", 0),
+        (DiscriminatorConfig, "batch_size", 0),
+        (DiscriminatorConfig, "lr", -2e-4),
+        (DiscriminatorConfig, "loss", "nope"),
+    ],
+)
+def test_each_bad_gan_setting_names_its_own_key(cls: type, key: str, value: object) -> None:
+    section = "generator" if cls is GeneratorConfig else "discriminator"
+    with pytest.raises(ConfigError) as info:
+        build_section(cls, {key: value}, f"strategy.{section}.")
+    assert info.value.key == f"strategy.{section}.{key}"
+    assert info.value.value == value
+    # The same through the nested section, as the clients build it.
+    with pytest.raises(ConfigError) as nested:
+        build_section(GanConfig, {section: {key: value}}, "strategy.")
+    assert nested.value.key == f"strategy.{section}.{key}"
+
+
+def test_bad_gan_setting_message_names_key_value_and_choices() -> None:
+    with pytest.raises(
+        ConfigError, match=r"^strategy\.generator\.gp_lambda = -1\.0: must be >= 0$"
+    ):
+        build_section(GeneratorConfig, {"gp_lambda": -1}, "strategy.generator.")
+    with pytest.raises(ConfigError, match="cnn4, cnn_mlp, resnet8, mlp"):
+        build_section(DiscriminatorConfig, {"name": "cnn5"}, "strategy.discriminator.")

@@ -9,7 +9,9 @@ per client trained against it. This package holds, by what each part owns:
 * :mod:`fedgo_flwr.gan.networks` -- the architectures (generators, WGAN-GP critics, client
   discriminators with raw-logit output), their builders and name tuples, :func:`count_bytes`;
 * :mod:`fedgo_flwr.gan.training` -- WGAN-GP training and its gradient penalty, client
-  discriminator training (Alg. 3), sampling, and the discriminators' logits on a data set.
+  discriminator training (Alg. 3), sampling, and the discriminators' logits on a data set;
+* :mod:`fedgo_flwr.gan.settings` -- the generator / discriminator configuration sections that the
+  server and the clients share.
 
 The names below are re-exported here: ``from fedgo_flwr.gan import build_generator`` works.
 """
@@ -34,6 +36,7 @@ from fedgo_flwr.gan.networks import (
     count_bytes,
     upsampling_plan,
 )
+from fedgo_flwr.gan.settings import DiscriminatorConfig, GanConfig, GeneratorConfig
 from fedgo_flwr.gan.training import (
     DISCRIMINATOR_LOSSES,
     discriminator_logits,
@@ -53,6 +56,9 @@ __all__ = [
     "CNNMLPDiscriminator",
     "DCGANCritic",
     "DCGANGenerator",
+    "DiscriminatorConfig",
+    "GanConfig",
+    "GeneratorConfig",
     "MLPCritic",
     "MLPDiscriminator",
     "MLPGenerator",
