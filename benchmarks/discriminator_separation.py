@@ -38,7 +38,7 @@ from sklearn.metrics import roc_auc_score
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fedgo_flwr.config import load_config  # noqa: E402
-from fedgo_flwr.gan import build_discriminator, disc_logits_on  # noqa: E402
+from fedgo_flwr.gan import build_discriminator, discriminator_logits  # noqa: E402
 from fedgo_flwr.task import load_bundle, make_partition  # noqa: E402
 from fedgo_flwr.training import get_device  # noqa: E402
 from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
@@ -56,7 +56,7 @@ def separation(run_dir: str) -> dict:
     bundle = load_bundle(cfg.data)
     partition = make_partition(cfg)
     server = bundle.train.subset(partition.server)
-    x, y = server.to_tensors()
+    _, y = server.to_tensors()
     counts = torch.as_tensor(
         np.asarray(partition.histogram(bundle.train.y, bundle.train.num_classes)),
         dtype=torch.float64,
@@ -69,7 +69,8 @@ def separation(run_dir: str) -> dict:
         disc = build_discriminator(params["discriminator"]["name"], bundle.train.input_shape)
         disc.load_state_dict(saved[pid])
         discs.append(disc)
-    z = disc_logits_on(discs, x, device=get_device(cfg.device))  # (K, N)
+    z = discriminator_logits(dict(enumerate(discs)), server, device=get_device(cfg.device))
+    z = z[:, 0]  # (K, N): rows in k_all order
 
     aucs = []
     for row, pid in enumerate(k_all):

@@ -29,7 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from clients import CLIENTS, ClientJob  # noqa: E402
 from fedgo_flwr.config import load_config  # noqa: E402
 from fedgo_flwr.distill import TeacherBank  # noqa: E402
-from fedgo_flwr.gan import build_discriminator, disc_logits_on, train_discriminator  # noqa: E402
+from fedgo_flwr.gan import (  # noqa: E402
+    build_discriminator,
+    discriminator_logits,
+    train_discriminator,
+)
 from fedgo_flwr.rng import derive_seed, make_rng  # noqa: E402
 from fedgo_flwr.task import (  # noqa: E402
     client_dataset,
@@ -121,8 +125,8 @@ def main(run_dir: str) -> None:
         pred = (w.unsqueeze(-1) * logits).sum(0).argmax(-1)
         return round(100 * (pred == y_server).double().mean().item(), 1)
 
-    z_own = disc_logits_on(own, x_server, device=device)
-    z_ideal = disc_logits_on(ideal, x_server, device=device)
+    z_own = discriminator_logits(dict(enumerate(own)), server, device=device)[:, 0]  # (K, N)
+    z_ideal = discriminator_logits(dict(enumerate(ideal)), server, device=device)[:, 0]
     report = {
         "clients": pids,
         "uniform": accuracy("uniform"),

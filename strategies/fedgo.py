@@ -40,22 +40,19 @@ from flwr.app import ArrayRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from clients.fedgo import (
-    DISCRIMINATOR_MESSAGE,
-    GENERATOR_KEY,
-    DiscriminatorSettings,
-    GeneratorSettings,
-)
+from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import num_views, view_batches
+from fedgo_flwr.distill import num_views
 from fedgo_flwr.gan import (
     build_critic,
     build_discriminator,
     build_generator,
     count_bytes,
+    discriminator_logits,
     sample,
     train_wgan_gp,
 )
+from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
@@ -76,8 +73,8 @@ class FedGOConfig(FedDFConfig):
     weighting: str = "fedgo"
     distill_data: str = "server"
     generated_size: int = 10_000
-    generator: GeneratorSettings = field(default_factory=GeneratorSettings)
-    discriminator: DiscriminatorSettings = field(default_factory=DiscriminatorSettings)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
 
     def check(self, c: Checker) -> None:
         super().check(c)
@@ -253,17 +250,13 @@ class FedGO(FedDF):
     ) -> torch.Tensor:
         """``(K, V, N)`` raw logits of every client's discriminator (0 where it is missing)."""
         assert self.resources is not None
-        out = torch.zeros(self.cfg.data.num_clients, views, len(data))
-        device = self.resources.device
-        for pid, disc in discs.items():
-            disc.to(device).eval()
-            with torch.no_grad():
-                parts: list[list[torch.Tensor]] = [[] for _ in range(views)]
-                for v, x in view_batches(data, views, 512, device):
-                    parts[v].append(disc(x).float().cpu().reshape(-1))
-            out[pid] = torch.stack([torch.cat(p) for p in parts])
-            disc.cpu()
-        return out
+        return discriminator_logits(
+            discs,
+            data,
+            views=views,
+            num_clients=self.cfg.data.num_clients,
+            device=self.resources.device,
+        )
 
 
 def discriminator_stats(z: torch.Tensor) -> dict[str, float]:

@@ -1,8 +1,9 @@
 """Tests for :mod:`fedgo_flwr.gan` (FedGO pre-FL stage: WGAN-GP generator, client discriminators).
 
 Covers the shapes/ranges of every model, the App. F.7.3 / Table 14 parameter counts, the gradient
-penalty, CPU determinism of both training loops, a 2-D WGAN-GP that learns a shifted Gaussian, and
-client discriminators whose logits rank the clients correctly for FedGO's weighting (Eq. (9)).
+penalty, CPU determinism of both training loops, a 2-D WGAN-GP that learns a shifted Gaussian,
+client discriminators whose logits rank the clients correctly for FedGO's weighting (Eq. (9)),
+the discriminators' logits on a data set (views, missing clients), and the GAN settings' checks.
 Everything is small: the whole file runs in a few seconds on 2 CPU cores.
 """
 
@@ -17,6 +18,11 @@ from torch import Tensor, nn
 
 from fedgo_flwr import gan
 from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.distill import view_batches
+from fedgo_flwr.gan import networks, settings, training
+from fedgo_flwr.gan.settings import DiscriminatorConfig, GanConfig, GeneratorConfig
+from fedgo_flwr.models import count_parameters
+from fedgo_flwr.schema import ConfigError, build_section
 from fedgo_flwr.weighting import WeightingInputs, compute_weights, discriminator_odds
 
 IMAGE_SHAPES = ((3, 32, 32), (1, 8, 8))
@@ -74,6 +80,15 @@ def _state_equal(a: nn.Module, b: nn.Module) -> bool:
 # ------------------------------------------------------------------------------------------
 # Registries and shapes
 # ------------------------------------------------------------------------------------------
+
+
+def test_package_reexports_the_public_api_of_its_modules() -> None:
+    public = set(networks.__all__) | set(training.__all__) | set(settings.__all__)
+    assert set(gan.__all__) == public
+    for name in gan.__all__:
+        assert getattr(gan, name) is getattr(
+            next(m for m in (networks, training, settings) if name in m.__all__), name
+        )
 
 
 def test_name_tuples() -> None:
@@ -175,19 +190,19 @@ def test_discriminator_rejects_too_small_images(name: str) -> None:
 )
 def test_discriminator_parameter_counts_match_paper_table_14(name: str, expected: int) -> None:
     d = gan.build_discriminator(name, (3, 32, 32))
-    assert gan.count_parameters(d) == expected
+    assert count_parameters(d) == expected
     assert gan.count_bytes(d) == 4 * expected  # no buffers without BatchNorm
 
 
 def test_batchnorm_variant_adds_buffers_to_count_bytes() -> None:
     d = gan.build_discriminator("cnn4", (3, 32, 32), norm="batch")
-    params = gan.count_parameters(d)
+    params = count_parameters(d)
     assert params == 662_528 + 2 * (128 + 256)
     buffers = sum(b.numel() * b.element_size() for b in d.buffers())
     assert buffers > 0 and gan.count_bytes(d) == 4 * params + buffers
     # ResNet generator of gan_cifar_resnet.py: App. G's "4.61MB" generator.
     g = gan.build_generator("resnet", 128, (3, 32, 32))
-    assert gan.count_parameters(g) == 1_204_483
+    assert count_parameters(g) == 1_204_483
     assert 4.55 < gan.count_bytes(g) / 2**20 < 4.62
 
 
@@ -297,6 +312,8 @@ def test_wgan_gp_is_deterministic_given_the_generator_seed() -> None:
     assert s1["steps"] == 3 and s1["critic_steps"] == 15 and s1["seconds"] >= 0
     for key in ("critic_loss", "generator_loss", "wasserstein", "gradient_penalty", "grad_norm"):
         assert math.isfinite(s1[key])
+    # The reported penalty E[(‖∇‖ - 1)²] and mean norm come from the same norms (Jensen).
+    assert s1["gradient_penalty"] >= (s1["grad_norm"] - 1.0) ** 2 - 1e-6
     assert all(p.requires_grad for p in c1.parameters())
 
 
@@ -353,10 +370,15 @@ def test_train_discriminator_is_deterministic_and_leaves_generator_untouched() -
     assert not _state_equal(runs[0][0], d_other)
 
 
+def _features(*parts: np.ndarray) -> ArrayDataset:
+    x = np.concatenate(parts).astype(np.float32)
+    return ArrayDataset(x, np.zeros(len(x), dtype=np.int64), num_classes=1)
+
+
 def _separation(disc: nn.Module) -> float:
-    real = torch.from_numpy(_gaussian((3.0, 3.0), 1000, seed=50).x)
-    fake = torch.randn(1000, 2, generator=_gen(51)) - 3.0
-    z = gan.disc_logits_on([disc], torch.cat([real, fake]))[0]
+    real = _gaussian((3.0, 3.0), 1000, seed=50).x
+    fake = (torch.randn(1000, 2, generator=_gen(51)) - 3.0).numpy()
+    z = gan.discriminator_logits({0: disc}, _features(real, fake))[0, 0]
     return float(((z[:1000] > 0).float().mean() + (z[1000:] < 0).float().mean()) / 2)
 
 
@@ -390,9 +412,9 @@ def test_client_discriminators_rank_their_own_data_first() -> None:
             d, wide, _gaussian(mean, 512, seed=10 + k), epochs=10, lr=1e-3, rng=_gen(k)
         )
         discs.append(d)
-    xa = torch.from_numpy(_gaussian(means[0], 300, seed=20).x)
-    xb = torch.from_numpy(_gaussian(means[1], 300, seed=21).x)
-    z = gan.disc_logits_on(discs, torch.cat([xa, xb]), batch_size=128)
+    xa = _gaussian(means[0], 300, seed=20).x
+    xb = _gaussian(means[1], 300, seed=21).x
+    z = gan.discriminator_logits(dict(enumerate(discs)), _features(xa, xb), batch_size=128)[:, 0]
     assert z.shape == (2, 600)
     own_a = (z[0, :300] > z[1, :300]).float().mean()
     own_b = (z[1, 300:] > z[0, 300:]).float().mean()
@@ -436,12 +458,129 @@ def test_sample_is_reproducible_and_batch_size_independent() -> None:
     assert gan.sample(g, 0, rng=_gen(3)).shape == (0, 1, 8, 8)
 
 
-def test_disc_logits_on_matches_direct_forward() -> None:
-    discs = [gan.build_discriminator("cnn_mlp", (1, 8, 8), seed=s, width=4) for s in range(3)]
-    x = torch.rand(7, 1, 8, 8, generator=_gen(0)) * 2 - 1
-    z = gan.disc_logits_on(discs, x, batch_size=3)
-    assert z.shape == (3, 7) and z.dtype == torch.float32
-    with torch.no_grad():
-        direct = torch.stack([d.eval()(x) for d in discs])
-    assert torch.allclose(z, direct, atol=1e-6)
-    assert gan.disc_logits_on([], x).shape == (0, 7)
+def _logits_reference(
+    discs: dict[int, nn.Module], data: ArrayDataset, views: int, num_clients: int
+) -> Tensor:
+    """The loop FedGO's strategy ran before :func:`gan.discriminator_logits` existed."""
+    out = torch.zeros(num_clients, views, len(data))
+    for pid, disc in discs.items():
+        disc.eval()
+        with torch.no_grad():
+            parts: list[list[Tensor]] = [[] for _ in range(views)]
+            for v, x in view_batches(data, views, 512, torch.device("cpu")):
+                parts[v].append(disc(x).float().cpu().reshape(-1))
+        out[pid] = torch.stack([torch.cat(p) for p in parts])
+    return out
+
+
+def _small_discs(*pids: int) -> dict[int, nn.Module]:
+    return {
+        pid: gan.build_discriminator("cnn_mlp", (1, 8, 8), seed=pid, width=4).train()
+        for pid in pids
+    }
+
+
+def test_discriminator_logits_match_direct_forward_per_view() -> None:
+    data = _images((1, 8, 8), 7, seed=4)
+    discs = _small_discs(0, 2)
+    z = gan.discriminator_logits(discs, data, views=2, num_clients=4, batch_size=3)
+    assert z.shape == (4, 2, 7) and z.dtype == torch.float32 and z.device.type == "cpu"
+    x, _ = data.to_tensors()
+    for pid, disc in discs.items():
+        assert disc.training  # train/eval mode restored
+        with torch.no_grad():
+            disc.eval()
+            torch.testing.assert_close(z[pid, 0], disc(x), rtol=0, atol=1e-6)
+            torch.testing.assert_close(z[pid, 1], disc(x.flip(-1)), rtol=0, atol=1e-6)
+    assert not torch.equal(z[0, 0], z[0, 1])  # view 1 really is the flipped images
+    assert not torch.equal(z[0], z[2])
+    # Clients without a discriminator get the neutral logit 0 everywhere.
+    assert torch.equal(z[1], torch.zeros(2, 7)) and torch.equal(z[3], torch.zeros(2, 7))
+
+
+def test_discriminator_logits_equal_the_strategys_former_loop_bit_for_bit() -> None:
+    data = _images((1, 8, 8), 600, seed=5)  # more than one batch of 512
+    discs = _small_discs(3, 0)
+    for views in (1, 2):
+        z = gan.discriminator_logits(discs, data, views=views, num_clients=5)
+        assert torch.equal(z, _logits_reference(discs, data, views, 5))
+
+
+def test_discriminator_logits_rows_and_edge_cases() -> None:
+    data = _images((1, 8, 8), 5, seed=6)
+    discs = _small_discs(1)
+    assert gan.discriminator_logits(discs, data).shape == (2, 1, 5)  # K = largest id + 1
+    assert gan.discriminator_logits({}, data).shape == (0, 1, 5)
+    assert torch.equal(gan.discriminator_logits({}, data, num_clients=3), torch.zeros(3, 1, 5))
+    assert gan.discriminator_logits(discs, data.subset(np.arange(0)), views=2).shape == (2, 2, 0)
+    with pytest.raises(ValueError, match=r"\[1\]"):
+        gan.discriminator_logits(discs, data, num_clients=1)
+    with pytest.raises(ValueError, match=r"\[-1\]"):
+        gan.discriminator_logits({-1: discs[1]}, data, num_clients=3)
+    with pytest.raises(ValueError, match="views"):
+        gan.discriminator_logits(discs, data, views=0)
+
+
+# ------------------------------------------------------------------------------------------
+# Settings (strategy.generator / strategy.discriminator)
+# ------------------------------------------------------------------------------------------
+
+
+def test_gan_settings_defaults_pass_their_checks() -> None:
+    cfg = build_section(GanConfig, {}, "strategy.")
+    assert cfg == GanConfig()
+    assert cfg.generator.name in gan.GENERATOR_NAMES
+    assert cfg.discriminator.name in gan.DISCRIMINATOR_NAMES
+    assert cfg.discriminator.loss in gan.DISCRIMINATOR_LOSSES
+    built = build_section(
+        GanConfig,
+        {"generator": {"name": "mlp", "steps": 0, "gp_lambda": 0}, "discriminator": {"lr": 1}},
+        "strategy.",
+    )
+    assert built.generator.steps == 0 and built.generator.gp_lambda == 0.0
+    assert built.discriminator.lr == 1.0
+
+
+def test_generator_model_kwargs() -> None:
+    assert GeneratorConfig(name="dcgan", width=16).model_kwargs() == {"width": 16}
+    assert GeneratorConfig(name="resnet", width=8).model_kwargs() == {"width": 8}
+    assert GeneratorConfig(name="mlp", width=16).model_kwargs() == {}
+
+
+@pytest.mark.parametrize(
+    ("cls", "key", "value"),
+    [
+        (GeneratorConfig, "name", "nope"),
+        (GeneratorConfig, "latent_dim", 0),
+        (GeneratorConfig, "width", 0),
+        (GeneratorConfig, "steps", -1),
+        (GeneratorConfig, "batch_size", 0),
+        (GeneratorConfig, "lr", 0.0),
+        (GeneratorConfig, "n_critic", 0),
+        (GeneratorConfig, "gp_lambda", -1),
+        (DiscriminatorConfig, "name", "nope"),
+        (DiscriminatorConfig, "epochs", 0),
+        (DiscriminatorConfig, "batch_size", 0),
+        (DiscriminatorConfig, "lr", -2e-4),
+        (DiscriminatorConfig, "loss", "nope"),
+    ],
+)
+def test_each_bad_gan_setting_names_its_own_key(cls: type, key: str, value: object) -> None:
+    section = "generator" if cls is GeneratorConfig else "discriminator"
+    with pytest.raises(ConfigError) as info:
+        build_section(cls, {key: value}, f"strategy.{section}.")
+    assert info.value.key == f"strategy.{section}.{key}"
+    assert info.value.value == value
+    # The same through the nested section, as the clients build it.
+    with pytest.raises(ConfigError) as nested:
+        build_section(GanConfig, {section: {key: value}}, "strategy.")
+    assert nested.value.key == f"strategy.{section}.{key}"
+
+
+def test_bad_gan_setting_message_names_key_value_and_choices() -> None:
+    with pytest.raises(
+        ConfigError, match=r"^strategy\.generator\.gp_lambda = -1\.0: must be >= 0$"
+    ):
+        build_section(GeneratorConfig, {"gp_lambda": -1}, "strategy.generator.")
+    with pytest.raises(ConfigError, match="cnn4, cnn_mlp, resnet8, mlp"):
+        build_section(DiscriminatorConfig, {"name": "cnn5"}, "strategy.discriminator.")

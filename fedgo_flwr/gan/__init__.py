@@ -1,0 +1,79 @@
+"""FedGO's GANs: generators, WGAN-GP critics and client discriminators (plain PyTorch, no Flower).
+
+FedGO (Jang, Park & Lee, ICML 2025) weights client ``k``'s prediction on a sample ``x`` by
+``w_k(x) = n_k Φ_k(x) / Σ_i n_i Φ_i(x)`` with ``Φ_k = D_k / (1 - D_k)`` the odds of client ``k``'s
+discriminator ``D_k`` (Sec. 3.1.2, Thm 3.6, Eq. (9)). Its *pre-FL* stage (Sec. 3.2, App. D) needs
+a generator at the server, trained with WGAN-GP (Gulrajani et al., 2017), and one discriminator
+per client trained against it. This package holds, by what each part owns:
+
+* :mod:`fedgo_flwr.gan.networks` -- the architectures (generators, WGAN-GP critics, client
+  discriminators with raw-logit output), their builders and name tuples, :func:`count_bytes`;
+* :mod:`fedgo_flwr.gan.training` -- WGAN-GP training and its gradient penalty, client
+  discriminator training (Alg. 3), sampling, and the discriminators' logits on a data set;
+* :mod:`fedgo_flwr.gan.settings` -- the generator / discriminator configuration sections that the
+  server and the clients share.
+
+The names below are re-exported here: ``from fedgo_flwr.gan import build_generator`` works.
+"""
+
+from fedgo_flwr.gan.networks import (
+    CRITIC_NAMES,
+    DISCRIMINATOR_NAMES,
+    GENERATOR_NAMES,
+    CNN4Discriminator,
+    CNNMLPDiscriminator,
+    DCGANCritic,
+    DCGANGenerator,
+    MLPCritic,
+    MLPDiscriminator,
+    MLPGenerator,
+    ResNet8Discriminator,
+    ResNetCritic,
+    ResNetGenerator,
+    build_critic,
+    build_discriminator,
+    build_generator,
+    count_bytes,
+    upsampling_plan,
+)
+from fedgo_flwr.gan.settings import DiscriminatorConfig, GanConfig, GeneratorConfig
+from fedgo_flwr.gan.training import (
+    DISCRIMINATOR_LOSSES,
+    discriminator_logits,
+    gradient_penalty,
+    interpolate_gradient_norms,
+    sample,
+    train_discriminator,
+    train_wgan_gp,
+)
+
+__all__ = [
+    "CRITIC_NAMES",
+    "DISCRIMINATOR_LOSSES",
+    "DISCRIMINATOR_NAMES",
+    "GENERATOR_NAMES",
+    "CNN4Discriminator",
+    "CNNMLPDiscriminator",
+    "DCGANCritic",
+    "DCGANGenerator",
+    "DiscriminatorConfig",
+    "GanConfig",
+    "GeneratorConfig",
+    "MLPCritic",
+    "MLPDiscriminator",
+    "MLPGenerator",
+    "ResNet8Discriminator",
+    "ResNetCritic",
+    "ResNetGenerator",
+    "build_critic",
+    "build_discriminator",
+    "build_generator",
+    "count_bytes",
+    "discriminator_logits",
+    "gradient_penalty",
+    "interpolate_gradient_norms",
+    "sample",
+    "train_discriminator",
+    "train_wgan_gp",
+    "upsampling_plan",
+]
