@@ -24,6 +24,7 @@ from flwr.supercore import log
 
 from clients import CLIENTS, ClientJob
 from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.recorder import resolve_output_dir
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.task import client_dataset, load_bundle, new_model
@@ -114,9 +115,7 @@ def save_state(context: Context, folder: Path | None, server_round: int) -> None
         return
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.to_torch_state_dict() for k, v in context.state.array_records.items()}
-    tmp = folder / f"round-{server_round}.pt.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, folder / f"round-{server_round}.pt")
+    atomic_torch_save(folder / f"round-{server_round}.pt", state)
     saved = sorted(int(f.stem.split("-")[1]) for f in folder.glob("round-*.pt"))
     for r in saved[:-2]:
         (folder / f"round-{r}.pt").unlink(missing_ok=True)

@@ -263,6 +263,9 @@ def test_imagefolder_default_cache_location(tmp_path: Path) -> None:
     assert len(b.train) == 8
     assert list((root / ".fedgo_cache").glob("imagefolder-*/train_x.npy"))
     assert not list((root / ".fedgo_cache").rglob("*.tmp"))
+    # the cache may be shared: its files are world-readable whatever the umask
+    files = [f for f in (root / ".fedgo_cache").rglob("*") if f.is_file()]
+    assert len(files) == 5 and all(f.stat().st_mode & 0o777 == 0o644 for f in files)
 
 
 def test_imagefolder_falls_back_to_home_cache(
