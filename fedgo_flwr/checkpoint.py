@@ -42,6 +42,11 @@ RESUMABLE_CHANGES = {
 }
 
 
+def new_run_token() -> str:
+    """A fresh run token (names the clients' state folders of one run)."""
+    return uuid.uuid4().hex
+
+
 @dataclass
 class Checkpoint:
     """The server's state after ``round``."""
@@ -51,12 +56,8 @@ class Checkpoint:
     strategy_state: dict[str, Any]
     metrics: list[dict[str, Any]]
     config: dict[str, Any]
-    run_token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    run_token: str = field(default_factory=new_run_token)
     rng: dict[str, Any] = field(default_factory=dict)
-
-
-def new_run_token() -> str:
-    return uuid.uuid4().hex
 
 
 def capture_rng() -> dict[str, Any]:
