@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import (
-    DistillSettings,
+    DistillConfig,
     TeacherBank,
     distill,
     num_views,
@@ -68,7 +68,7 @@ class FedDFParams:
     ensemble_eval_every: int = 1
     diagnostics: bool = True
     teacher_batch_size: int = 128
-    distill: DistillSettings = field(default_factory=DistillSettings)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def __post_init__(self) -> None:
         if self.weighting not in WEIGHTING_NAMES:
