@@ -29,7 +29,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fedgo_flwr.data import ArrayDataset  # noqa: E402
-from fedgo_flwr.distill import DistillSettings, TeacherBank, distill  # noqa: E402
+from fedgo_flwr.distill import DistillConfig, TeacherBank, distill  # noqa: E402
 from fedgo_flwr.models import build_model  # noqa: E402
 from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
 from fedgo_flwr.weighting import pseudo_labels as targets_of  # noqa: E402
@@ -90,7 +90,7 @@ def main() -> None:
     for k in range(args.teachers):
         torch.manual_seed(100 + k)
         teachers.append(build_model(args.model, (3, 32, 32), 10))
-    settings = DistillSettings(epochs=args.epochs, batch_size=64, lr=1e-3, lr_decay=False)
+    settings = DistillConfig(epochs=args.epochs, batch_size=64, lr=1e-3, lr_decay=False)
     torch.manual_seed(0)
     init = build_model(args.model, (3, 32, 32), 10).state_dict()
 

@@ -1,7 +1,7 @@
 """Per-round checkpoints of the server, and resuming a run from one.
 
-After every round the ServerApp writes ``checkpoint.pt`` in the run folder (atomically: a
-temporary file, then a rename, so a crash never leaves half a checkpoint). It holds the round
+After every round the ServerApp writes ``checkpoint.pt`` in the run folder (atomically, with
+:mod:`fedgo_flwr.fileio`, so a crash never leaves half a checkpoint). It holds the round
 number, the global model, the strategy's own state (SCAFFOLD's control variate, FedDF's
 previous model, ...; FedGO's generator and discriminators are in ``generator.pt`` and
 ``discriminators.pt`` beside it), the global random number generators, the metrics rows so far,
@@ -14,7 +14,6 @@ resumed run ends with the same metrics as an uninterrupted one (on CPU).
 
 from __future__ import annotations
 
-import os
 import random
 import uuid
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.fileio import atomic_torch_save
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -42,6 +42,11 @@ RESUMABLE_CHANGES = {
 }
 
 
+def new_run_token() -> str:
+    """A fresh run token (names the clients' state folders of one run)."""
+    return uuid.uuid4().hex
+
+
 @dataclass
 class Checkpoint:
     """The server's state after ``round``."""
@@ -51,12 +56,8 @@ class Checkpoint:
     strategy_state: dict[str, Any]
     metrics: list[dict[str, Any]]
     config: dict[str, Any]
-    run_token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    run_token: str = field(default_factory=new_run_token)
     rng: dict[str, Any] = field(default_factory=dict)
-
-
-def new_run_token() -> str:
-    return uuid.uuid4().hex
 
 
 def capture_rng() -> dict[str, Any]:
@@ -78,11 +79,7 @@ def restore_rng(state: dict[str, Any]) -> None:
 
 def save_checkpoint(out_dir: Path, ckpt: Checkpoint) -> Path:
     """Write ``out_dir/checkpoint.pt`` atomically."""
-    path = Path(out_dir) / CHECKPOINT_FILE
-    tmp = path.with_suffix(".pt.tmp")
-    torch.save(ckpt.__dict__, tmp)
-    os.replace(tmp, path)
-    return path
+    return atomic_torch_save(Path(out_dir) / CHECKPOINT_FILE, ckpt.__dict__)
 
 
 def load_checkpoint(out_dir: Path) -> Checkpoint | None:

@@ -30,6 +30,7 @@ from clients import ClientAlgorithm, ClientJob, client_class
 from clients import available as available_clients
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.recorder import resolve_output_dir
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.schema import build_section
@@ -121,9 +122,7 @@ def save_state(context: Context, folder: Path | None, server_round: int) -> None
         return
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.to_torch_state_dict() for k, v in context.state.array_records.items()}
-    tmp = folder / f"round-{server_round}.pt.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, folder / f"round-{server_round}.pt")
+    atomic_torch_save(folder / f"round-{server_round}.pt", state)
     saved = sorted(int(f.stem.split("-")[1]) for f in folder.glob("round-*.pt"))
     for r in saved[:-2]:
         (folder / f"round-{r}.pt").unlink(missing_ok=True)

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from fedgo_flwr.data import DATASET_NAMES
+from fedgo_flwr.data import DATASET_NAMES, HF_PREFIX, is_dataset_name
 from fedgo_flwr.models import MODEL_NAMES
 from fedgo_flwr.schema import Checker, ConfigError, build_section
 
@@ -66,7 +66,12 @@ class DataConfig:
     train_subset: int | None = None
 
     def check(self, c: Checker) -> None:
-        c.choice("dataset", DATASET_NAMES)
+        names = ", ".join(DATASET_NAMES)
+        c.require(
+            "dataset",
+            is_dataset_name(self.dataset),
+            f"unknown; choose one of {names}, or {HF_PREFIX}<Hugging Face dataset id>",
+        )
         c.require("num_clients", self.num_clients >= 1, "must be >= 1")
         c.require("alpha", self.alpha > 0, "must be > 0")
         c.require("server_fraction", 0 <= self.server_fraction < 1, "must be in [0, 1)")

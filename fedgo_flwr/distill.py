@@ -13,7 +13,7 @@ horizontal flip, so there are at most two views (identity, flipped): a distillat
 flips sample ``i`` reads the teacher targets of view 1 for ``i``, which is exactly what
 recomputing the teachers on the augmented batch would give, at a fraction of the cost.
 
-Two protocols (``DistillSettings.protocol``):
+Two protocols (``DistillConfig.protocol``):
 
 - ``"fedgo"`` (FedGO App. E.2): ``epochs`` full passes over the set, Adam (``lr`` 1e-3),
   batch 64, the server lr cosine-decayed **across rounds** up to ``decay_rounds``
@@ -38,13 +38,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.schema import Checker
 
 PROTOCOLS = ("fedgo", "feddf")
 
 
 @dataclass
-class DistillSettings:
-    """Hyper-parameters of server distillation (defaults: FedGO App. E.2 / FedDF Sec. 4)."""
+class DistillConfig:
+    """Server distillation, ``strategy.distill.<key>`` (defaults: FedGO App. E.2 / FedDF Sec. 4)."""
 
     protocol: str = "fedgo"
     epochs: int = 10
@@ -59,14 +60,17 @@ class DistillSettings:
     patience: int = 1_000
     grad_clip: float = 5.0
 
-    def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol '{self.protocol}' unknown; choose {', '.join(PROTOCOLS)}")
-        for name in ("epochs", "batch_size", "decay_rounds", "max_steps", "eval_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if self.lr <= 0 or self.temperature <= 0 or self.grad_clip <= 0 or self.patience < 0:
-            raise ValueError("lr, temperature and grad_clip must be > 0, patience >= 0")
+    def check(self, c: Checker) -> None:
+        c.choice("protocol", PROTOCOLS)
+        c.require("epochs", self.epochs >= 1, "must be >= 1")
+        c.require("batch_size", self.batch_size >= 1, "must be >= 1")
+        c.require("decay_rounds", self.decay_rounds >= 1, "must be >= 1")
+        c.require("max_steps", self.max_steps >= 1, "must be >= 1")
+        c.require("eval_every", self.eval_every >= 1, "must be >= 1")
+        c.require("lr", self.lr > 0, "must be > 0")
+        c.require("temperature", self.temperature > 0, "must be > 0")
+        c.require("grad_clip", self.grad_clip > 0, "must be > 0")
+        c.require("patience", self.patience >= 0, "must be >= 0")
 
     def round_lr(self, server_round: int) -> float:
         """The FedGO protocol's server lr in ``server_round`` (1-based)."""
@@ -78,7 +82,7 @@ class DistillSettings:
 
 def num_views(data: ArrayDataset, augment: bool) -> int:
     """2 (identity, horizontal flip) when flips apply to ``data``, else 1."""
-    return 2 if augment and data.flip and data.x.ndim == 4 else 1
+    return 2 if augment and data.flip and data.is_image else 1
 
 
 def view_batches(
@@ -168,7 +172,7 @@ def distill(
     student: nn.Module,
     data: ArrayDataset,
     targets: Tensor,
-    settings: DistillSettings,
+    config: DistillConfig,
     *,
     server_round: int,
     rng: torch.Generator,
@@ -191,19 +195,19 @@ def distill(
         flip = torch.rand(len(idx), generator=rng) < 0.5 if views == 2 else None
         return idx, flip
 
-    if settings.protocol == "fedgo":
-        opt = torch.optim.Adam(student.parameters(), lr=settings.round_lr(server_round))
+    if config.protocol == "fedgo":
+        opt = torch.optim.Adam(student.parameters(), lr=config.round_lr(server_round))
         steps, last = 0, 0.0
-        for _ in range(settings.epochs):
+        for _ in range(config.epochs):
             order, flips = draw(n)
             total, count = 0.0, 0
-            for s in range(0, n, settings.batch_size):
-                idx = order[s : s + settings.batch_size]
+            for s in range(0, n, config.batch_size):
+                idx = order[s : s + config.batch_size]
                 if len(idx) < 2 and n > 1:
                     continue  # a batch of one breaks BatchNorm
-                flip = flips[s : s + settings.batch_size] if flips is not None else None
+                flip = flips[s : s + config.batch_size] if flips is not None else None
                 x, t = _batch(data, targets, idx, flip, device)
-                loss = _kl(student(x), t, settings.temperature)
+                loss = _kl(student(x), t, config.temperature)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -215,26 +219,26 @@ def distill(
 
     if validate is None:
         raise ValueError("the feddf protocol needs a labelled validation split (validate=...)")
-    opt = torch.optim.Adam(student.parameters(), lr=settings.lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=settings.max_steps)
+    opt = torch.optim.Adam(student.parameters(), lr=config.lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=config.max_steps)
     best_acc = validate(student)
     best_state, best_step = copy.deepcopy(student.state_dict()), 0
     student.train()
     window, count, step = 0.0, 0, 0
     last = 0.0
-    while step < settings.max_steps and step - best_step < settings.patience:
-        idx, flip = draw(min(settings.batch_size, n))
+    while step < config.max_steps and step - best_step < config.patience:
+        idx, flip = draw(min(config.batch_size, n))
         x, t = _batch(data, targets, idx, flip, device)
-        loss = _kl(student(x), t, settings.temperature)
+        loss = _kl(student(x), t, config.temperature)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(student.parameters(), settings.grad_clip)
+        nn.utils.clip_grad_norm_(student.parameters(), config.grad_clip)
         opt.step()
         sched.step()
         step += 1
         window += loss.item()
         count += 1
-        if step % settings.eval_every == 0 or step == settings.max_steps:
+        if step % config.eval_every == 0 or step == config.max_steps:
             acc = validate(student)
             student.train()
             last, window, count = window / count, 0.0, 0

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from fedgo_flwr.config import DataConfig, ExperimentConfig
-from fedgo_flwr.data import ArrayDataset, DataBundle, load_dataset
+from fedgo_flwr.data import ArrayDataset, DataBundle, load_dataset, stratified_subset
 from fedgo_flwr.models import build_model
 from fedgo_flwr.partition import Partition, dirichlet_partition
 from fedgo_flwr.rng import derive_seed
@@ -23,32 +23,13 @@ from fedgo_flwr.rng import derive_seed
 
 @functools.lru_cache(maxsize=4)
 def _load_bundle(
-    dataset: str, path: str | None, download: bool, train_subset: int | None = None
+    dataset: str, path: str | None, download: bool, train_subset: int | None
 ) -> DataBundle:
     bundle = load_dataset(dataset, path=path, download=download)
     if train_subset is None or train_subset >= len(bundle.train):
         return bundle
     idx = stratified_subset(bundle.train.y, train_subset)
     return dataclasses.replace(bundle, train=bundle.train.subset(idx))
-
-
-def stratified_subset(labels: np.ndarray, size: int) -> np.ndarray:
-    """``size`` sorted indices with the classes in their original proportions.
-
-    Drawn with a fixed seed, not the experiment's: every seed and strategy sees the same subset
-    (and the test split is never subsampled).
-    """
-    rng = np.random.default_rng(derive_seed("train-subset"))
-    classes, counts = np.unique(labels, return_counts=True)
-    exact = counts * (size / len(labels))
-    take = np.floor(exact).astype(int)
-    # Largest remainders get the leftover samples, so the total is exactly ``size``.
-    take[np.argsort(take - exact)[: size - take.sum()]] += 1
-    picked = [
-        rng.choice(np.flatnonzero(labels == c), size=n, replace=False)
-        for c, n in zip(classes, take, strict=True)
-    ]
-    return np.sort(np.concatenate(picked))
 
 
 def load_bundle(data: DataConfig, path_override: str | None = None) -> DataBundle:

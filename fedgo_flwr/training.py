@@ -4,8 +4,7 @@ Client algorithms customise local training through two hooks of :func:`train_loc
 ``regularizer(model) -> Tensor`` adds a term to the loss (FedProx), and ``grad_correction(model)``
 edits gradients after ``backward`` (SCAFFOLD). Everything random is drawn from one
 ``torch.Generator`` (an ``rng``) derived from ``(seed, round, client)`` by
-:func:`fedgo_flwr.rng.derive_seed`, so a run is
-reproducible on CPU.
+:func:`fedgo_flwr.rng.derive_seed`, so a run is reproducible on CPU.
 """
 
 from __future__ import annotations
@@ -123,8 +122,3 @@ def evaluate(
     loss = F.cross_entropy(logits, labels).item()
     acc = (logits.argmax(1) == labels).float().mean().item()
     return loss, acc
-
-
-def state_dict_cpu(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A detached CPU copy of ``model.state_dict()``."""
-    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import DistillSettings, TeacherBank, distill, num_views, predict_views
+from fedgo_flwr.distill import DistillConfig, TeacherBank, distill, num_views, predict_views
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.training import evaluate
@@ -79,7 +79,7 @@ class FedDFConfig:
     ensemble_eval_every: int = 1
     diagnostics: bool = True
     teacher_batch_size: int = 128
-    distill: DistillSettings = field(default_factory=DistillSettings)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def check(self, c: Checker) -> None:
         c.choice("weighting", WEIGHTING_NAMES)

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
-import importlib.util
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from fedgo_flwr import data
 from fedgo_flwr.data import (
     DATASET_NAMES,
     FOUR_GAUSSIANS_MEANS,
     FOUR_GAUSSIANS_PAPER_OWNERS,
+    HF_PREFIX,
     ArrayDataset,
     batches,
     four_gaussians_server_data,
+    is_dataset_name,
     load_dataset,
     load_hf_dataset,
     make_four_gaussians,
+    stratified_subset,
 )
+from fedgo_flwr.data import imagefolder as imagefolder_module
 from fedgo_flwr.partition import component_partition
 
 # ------------------------------------------------------------------------------------------
@@ -49,9 +53,9 @@ def test_digits_shapes_dtypes_and_range() -> None:
     assert np.all(np.abs(counts_test / counts_all - 0.2) < 0.02)
 
 
-def test_digits_split_independent_of_seed() -> None:
-    a = load_dataset("digits", seed=0)
-    b = load_dataset("digits", seed=123)
+def test_digits_split_is_fixed() -> None:
+    a = load_dataset("digits")
+    b = load_dataset("digits")
     assert np.array_equal(a.test.x, b.test.x) and np.array_equal(a.test.y, b.test.y)
     assert np.array_equal(a.train.x, b.train.x) and np.array_equal(a.train.y, b.train.y)
 
@@ -72,7 +76,7 @@ def test_subset_and_to_tensors_index() -> None:
 
 
 def test_four_gaussians_matches_paper() -> None:
-    b = load_dataset("four_gaussians", seed=5)
+    b = load_dataset("four_gaussians")
     for ds in (b.train, b.test):
         assert ds.x.shape == (1200, 2) and ds.x.dtype == np.float32
         assert ds.num_classes == 3 and ds.flip is False
@@ -85,8 +89,8 @@ def test_four_gaussians_matches_paper() -> None:
         assert pts.shape == (300, 2)
         assert np.allclose(pts.mean(axis=0), mean, atol=0.4)
         assert np.allclose(pts.var(axis=0), 3.0, rtol=0.25)  # variance 3
-    # identical across calls / experiment seeds; train and test differ
-    again = load_dataset("four_gaussians", seed=99)
+    # identical across calls; train and test differ
+    again = load_dataset("four_gaussians")
     assert np.array_equal(again.train.x, b.train.x) and np.array_equal(again.test.x, b.test.x)
     assert not np.array_equal(b.train.x, b.test.x)
     # the paper's client split: 90% of the owned Gaussian, 10% from the others
@@ -97,6 +101,14 @@ def test_four_gaussians_matches_paper() -> None:
     assert srv.x.shape == (300, 2) and np.abs(srv.x).max() <= 12.0
     x_t, _ = b.train.to_tensors()
     assert torch.equal(x_t, torch.from_numpy(b.train.x))  # features are not rescaled
+
+
+def test_stratified_subset_keeps_class_shares_and_ignores_the_seed():
+    labels = np.repeat(np.arange(4), [100, 200, 300, 400])
+    idx = stratified_subset(labels, 250)
+    assert len(idx) == 250 and len(np.unique(idx)) == 250
+    np.testing.assert_array_equal(np.bincount(labels[idx]), [25, 50, 75, 100])
+    np.testing.assert_array_equal(idx, stratified_subset(labels, 250))
 
 
 # ------------------------------------------------------------------------------------------
@@ -234,7 +246,7 @@ def test_imagefolder_loads_and_caches(tmp_path: Path, monkeypatch: pytest.Monkey
     def boom(file: Path) -> np.ndarray:
         raise AssertionError(f"decoder called for {file} although the cache is valid")
 
-    monkeypatch.setattr(data, "_decode_image", boom)
+    monkeypatch.setattr(imagefolder_module, "_decode_image", boom)
     again = load_dataset("imagefolder", path=str(root), cache_dir=str(cache))
     assert np.array_equal(again.train.x, b.train.x) and np.array_equal(again.test.y, b.test.y)
     assert again.class_names == b.class_names
@@ -251,6 +263,9 @@ def test_imagefolder_default_cache_location(tmp_path: Path) -> None:
     assert len(b.train) == 8
     assert list((root / ".fedgo_cache").glob("imagefolder-*/train_x.npy"))
     assert not list((root / ".fedgo_cache").rglob("*.tmp"))
+    # the cache may be shared: its files are world-readable whatever the umask
+    files = [f for f in (root / ".fedgo_cache").rglob("*") if f.is_file()]
+    assert len(files) == 5 and all(f.stat().st_mode & 0o777 == 0o644 for f in files)
 
 
 def test_imagefolder_falls_back_to_home_cache(
@@ -258,10 +273,10 @@ def test_imagefolder_falls_back_to_home_cache(
 ) -> None:
     root = _make_tree(tmp_path / "tree")
     home_cache = tmp_path / "home-cache"
-    monkeypatch.setattr(data, "DEFAULT_CACHE_ROOT", str(home_cache))
-    real = data._is_writable_dir
+    monkeypatch.setattr(imagefolder_module, "DEFAULT_CACHE_ROOT", str(home_cache))
+    real = imagefolder_module._is_writable_dir
     monkeypatch.setattr(
-        data, "_is_writable_dir", lambda d: d.name != ".fedgo_cache" and real(d)
+        imagefolder_module, "_is_writable_dir", lambda d: d.name != ".fedgo_cache" and real(d)
     )  # pretend the data tree is read-only
     first = load_dataset("imagefolder", path=str(root))
     assert list(home_cache.glob("imagefolder-*/meta.json"))
@@ -269,7 +284,7 @@ def test_imagefolder_falls_back_to_home_cache(
     def boom(file: Path) -> np.ndarray:
         raise AssertionError("decoder called although the cache is valid")
 
-    monkeypatch.setattr(data, "_decode_image", boom)
+    monkeypatch.setattr(imagefolder_module, "_decode_image", boom)
     again = load_dataset("imagefolder", path=str(root))
     assert np.array_equal(again.train.x, first.train.x)
 
@@ -279,9 +294,9 @@ def test_imagefolder_parallel_decode_is_deterministic(
 ) -> None:
     root = _make_tree(tmp_path / "tree")
     serial = load_dataset("imagefolder", path=str(root), cache_dir=str(tmp_path / "c1"))
-    monkeypatch.setattr(data, "_PARALLEL_MIN_FILES", 1)
-    monkeypatch.setattr(data, "_CHUNK", 3)
-    monkeypatch.setattr(data, "_DECODE_WORKERS", 2)
+    monkeypatch.setattr(imagefolder_module, "_PARALLEL_MIN_FILES", 1)
+    monkeypatch.setattr(imagefolder_module, "_CHUNK", 3)
+    monkeypatch.setattr(imagefolder_module, "_DECODE_WORKERS", 2)
     with caplog.at_level("WARNING", logger="fedgo_flwr.data"):
         parallel = load_dataset("imagefolder", path=str(root), cache_dir=str(tmp_path / "c2"))
     assert "decoding serially" not in caplog.text  # the process pool really ran
@@ -324,11 +339,64 @@ def test_cifar_missing_without_download(tmp_path: Path, name: str) -> None:
     assert not root.exists() or not any(root.iterdir())  # nothing was downloaded
 
 
-def test_load_hf_dataset_import_error() -> None:
-    if importlib.util.find_spec("datasets") is not None:
-        pytest.skip("'datasets' is installed; loading would need the internet")
+def test_load_hf_dataset_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
     with pytest.raises(ImportError, match="pip install datasets"):
         load_hf_dataset("uoft-cs/cifar10")
+    with pytest.raises(ImportError, match=r"pip install \.\[hf\]"):
+        load_dataset("hf:uoft-cs/cifar10")
+
+
+def test_is_dataset_name() -> None:
+    assert HF_PREFIX == "hf:"
+    assert all(is_dataset_name(n) for n in DATASET_NAMES)
+    assert is_dataset_name("hf:uoft-cs/cifar10") and is_dataset_name("hf:mnist")
+    for bad in ("hf:", "hf:  ", "mnist", "CIFAR10", "", "uoft-cs/cifar10", "HF:mnist"):
+        assert not is_dataset_name(bad), bad
+
+
+class _FakeHFSplit:
+    """A column-access stand-in for a Hugging Face ``datasets.Dataset``."""
+
+    def __init__(self, values: list[int], labels: list[int], names: list[str]) -> None:
+        from PIL import Image
+
+        self.features = {"label": types.SimpleNamespace(names=names)}
+        # grayscale 3x2 images: the loader converts them to RGB
+        images = [Image.fromarray(np.full((2, 3), v, dtype=np.uint8)) for v in values]
+        self._columns = {"img": images, "label": labels}
+
+    def __getitem__(self, column: str) -> list:
+        return self._columns[column]
+
+
+def test_hf_name_routes_to_the_hub_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+
+    def fake_load_dataset(name: str) -> dict[str, _FakeHFSplit]:
+        asked.append(name)
+        names = ["cat", "dog", "frog"]
+        return {
+            "train": _FakeHFSplit([10, 20, 30, 40], [0, 1, 2, 1], names),
+            "test": _FakeHFSplit([50, 60], [2, 0], names),
+        }
+
+    fake = types.ModuleType("datasets")
+    fake.load_dataset = fake_load_dataset  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+
+    b = load_dataset("hf:uoft-cs/cifar10")
+    assert asked == ["uoft-cs/cifar10"]  # the hub id, case and slash kept, prefix stripped
+    assert b.name == "hf:uoft-cs/cifar10" and b.class_names == ("cat", "dog", "frog")
+    assert b.train.x.shape == (4, 3, 2, 3) and b.train.x.dtype == np.uint8
+    assert b.test.x.shape == (2, 3, 2, 3)
+    assert b.train.x[:, :, 0, 0].tolist() == [[v] * 3 for v in (10, 20, 30, 40)]
+    assert b.train.y.tolist() == [0, 1, 2, 1] and b.test.y.tolist() == [2, 0]
+    assert b.train.num_classes == 3 and b.train.flip is True
+
+    with pytest.raises(ValueError, match="hub dataset id"):
+        load_dataset("hf:")
+    assert asked == ["uoft-cs/cifar10"]
 
 
 def test_cifar_conversion_with_stub(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,12 +12,13 @@ from torch import nn
 
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import (
-    DistillSettings,
+    DistillConfig,
     TeacherBank,
     _batch,
     distill,
 )
 from fedgo_flwr.models import build_model
+from fedgo_flwr.schema import ConfigError, build_section
 from fedgo_flwr.weighting import WeightingInputs, compute_weights, pseudo_labels
 
 CPU = torch.device("cpu")
@@ -82,14 +83,46 @@ def test_one_hot_weights_reproduce_that_teachers_softmax():
 
 
 def test_cosine_decay_across_rounds():
-    s = DistillSettings(lr=1e-3, decay_rounds=100)
+    s = DistillConfig(lr=1e-3, decay_rounds=100)
     assert s.round_lr(1) == pytest.approx(1e-3)
     assert s.round_lr(51) == pytest.approx(5e-4)
     assert s.round_lr(101) == pytest.approx(0.0, abs=1e-12)
     assert s.round_lr(500) == pytest.approx(0.0, abs=1e-12)
-    assert DistillSettings(lr=1e-3, lr_decay=False).round_lr(80) == 1e-3
-    with pytest.raises(ValueError):
-        DistillSettings(protocol="magic")
+    assert DistillConfig(lr=1e-3, lr_decay=False).round_lr(80) == 1e-3
+
+
+def test_defaults_pass_their_check():
+    assert build_section(DistillConfig, {}, "strategy.distill.") == DistillConfig()
+    built = build_section(DistillConfig, {"lr": 1, "protocol": "feddf"}, "strategy.distill.")
+    assert built.lr == 1.0 and isinstance(built.lr, float) and built.protocol == "feddf"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("protocol", "magic", "unknown; choose one of fedgo, feddf"),
+        ("epochs", 0, "must be >= 1"),
+        ("batch_size", 0, "must be >= 1"),
+        ("decay_rounds", 0, "must be >= 1"),
+        ("max_steps", 0, "must be >= 1"),
+        ("eval_every", 0, "must be >= 1"),
+        ("lr", 0, "must be > 0"),
+        ("temperature", -1, "must be > 0"),
+        ("grad_clip", 0, "must be > 0"),
+        ("patience", -1, "must be >= 0"),
+    ],
+)
+def test_a_bad_value_names_its_own_key(key, value, problem):
+    with pytest.raises(ConfigError) as err:
+        build_section(DistillConfig, {key: value}, "strategy.distill.")
+    assert err.value.key == f"strategy.distill.{key}"
+    assert err.value.problem == problem
+    assert str(err.value) == f"strategy.distill.{key} = {err.value.value!r}: {problem}"
+
+
+def test_the_error_message_names_key_and_value():
+    with pytest.raises(ConfigError, match=r"^strategy\.distill\.lr = 0\.0: must be > 0$"):
+        build_section(DistillConfig, {"lr": 0}, "strategy.distill.")
 
 
 def agreement(a: nn.Module, b: nn.Module, data: ArrayDataset) -> float:
@@ -105,7 +138,7 @@ def test_fedgo_protocol_student_learns_the_teacher():
     bank.add(teacher, CPU)
     targets = pseudo_labels(bank.logits, torch.ones(1, 2, len(data)))
     before = agreement(student, teacher, data)
-    settings = DistillSettings(epochs=30, batch_size=32, lr=3e-3, lr_decay=False)
+    settings = DistillConfig(epochs=30, batch_size=32, lr=3e-3, lr_decay=False)
     res = distill(
         student,
         data,
@@ -131,7 +164,7 @@ def test_distillation_is_deterministic():
             student,
             data,
             targets,
-            DistillSettings(epochs=2, batch_size=16),
+            DistillConfig(epochs=2, batch_size=16),
             server_round=3,
             rng=torch.Generator().manual_seed(5),
             device=CPU,
@@ -153,7 +186,7 @@ def test_feddf_protocol_keeps_the_best_student_and_stops_early():
         calls.append(1)
         return 1.0 if len(calls) == 1 else 0.5
 
-    settings = DistillSettings(
+    settings = DistillConfig(
         protocol="feddf", max_steps=1000, eval_every=10, patience=30, batch_size=16
     )
     res = distill(

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedgo_flwr.task import client_dataset, load_bundle, make_partition, stratified_subset
+from fedgo_flwr.task import client_dataset, load_bundle, make_partition
 from strategies import load_experiment
-
-
-def test_stratified_subset_keeps_class_shares_and_ignores_the_seed():
-    labels = np.repeat(np.arange(4), [100, 200, 300, 400])
-    idx = stratified_subset(labels, 250)
-    assert len(idx) == 250 and len(np.unique(idx)) == 250
-    np.testing.assert_array_equal(np.bincount(labels[idx]), [25, 50, 75, 100])
-    np.testing.assert_array_equal(idx, stratified_subset(labels, 250))
 
 
 def test_train_subset_shrinks_train_only_and_partition_covers_it():

@@ -1,0 +1,56 @@
+"""Datasets for fedgo-flwr: in-memory arrays, fast batching and loaders by name.
+
+All datasets are held as :class:`ArrayDataset` -- ``uint8`` images ``(N, C, H, W)`` or ``float32``
+feature vectors ``(N, D)`` plus ``int64`` labels -- and are batched by :func:`batches`, which
+normalises images to ``[-1, 1]`` (FedGO App. E.2) and applies random horizontal flips on the batch
+tensor, drawing all randomness from one ``torch.Generator``.
+
+The package is split by what each part owns:
+
+* :mod:`fedgo_flwr.data.arrays` -- :class:`ArrayDataset`, :class:`DataBundle`, normalisation,
+  :func:`batches` and :func:`stratified_subset`;
+* :mod:`fedgo_flwr.data.sources` -- :func:`load_dataset` (names: :data:`DATASET_NAMES` or
+  ``"hf:<hub dataset id>"``, see :func:`is_dataset_name`) and the built-in sources (``digits``,
+  ``four_gaussians``, torchvision CIFAR-10/100, Hugging Face ``datasets``);
+* :mod:`fedgo_flwr.data.imagefolder` -- :func:`load_imagefolder` and its decode cache.
+"""
+
+from fedgo_flwr.data.arrays import ArrayDataset, DataBundle, batches, stratified_subset
+from fedgo_flwr.data.imagefolder import IMAGE_EXTENSIONS, load_imagefolder
+from fedgo_flwr.data.sources import (
+    DATASET_NAMES,
+    FOUR_GAUSSIANS_LABELS,
+    FOUR_GAUSSIANS_MEANS,
+    FOUR_GAUSSIANS_PAPER_OWNERS,
+    FOUR_GAUSSIANS_PER_COMPONENT,
+    FOUR_GAUSSIANS_VARIANCE,
+    HF_PREFIX,
+    four_gaussians_oracle_labels,
+    four_gaussians_server_data,
+    is_dataset_name,
+    load_dataset,
+    load_hf_dataset,
+    make_four_gaussians,
+)
+
+__all__ = [
+    "DATASET_NAMES",
+    "FOUR_GAUSSIANS_LABELS",
+    "FOUR_GAUSSIANS_MEANS",
+    "FOUR_GAUSSIANS_PAPER_OWNERS",
+    "FOUR_GAUSSIANS_PER_COMPONENT",
+    "FOUR_GAUSSIANS_VARIANCE",
+    "HF_PREFIX",
+    "IMAGE_EXTENSIONS",
+    "ArrayDataset",
+    "DataBundle",
+    "batches",
+    "four_gaussians_oracle_labels",
+    "four_gaussians_server_data",
+    "is_dataset_name",
+    "load_dataset",
+    "load_hf_dataset",
+    "load_imagefolder",
+    "make_four_gaussians",
+    "stratified_subset",
+]
