@@ -212,8 +212,11 @@ def _extra_handler(message_type: str) -> Callable[[Message, Context], Message]:
     return handle
 
 
-def _register_extra_messages() -> None:
-    """Register every ``train.<action>`` message that a client algorithm declares."""
+def register_client_messages() -> None:
+    """Register every ``train.<action>`` message that a client algorithm declares.
+
+    Runs when this module is imported; again after adding client modules at run time (tests).
+    """
     for name in available_clients():
         for message_type in client_class(name).messages:
             category, _, action = message_type.partition(".")
@@ -228,4 +231,4 @@ def _register_extra_messages() -> None:
 
 
 _registered: set[str] = set()
-_register_extra_messages()
+register_client_messages()

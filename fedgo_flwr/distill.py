@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
 from fedgo_flwr.schema import Checker
 
 PROTOCOLS = ("fedgo", "feddf")
@@ -201,10 +201,9 @@ def distill(
         for _ in range(config.epochs):
             order, flips = draw(n)
             total, count = 0.0, 0
-            for s in range(0, n, config.batch_size):
+            end = n - 1 if ends_in_batch_of_one(n, config.batch_size) else n
+            for s in range(0, end, config.batch_size):
                 idx = order[s : s + config.batch_size]
-                if len(idx) < 2 and n > 1:
-                    continue  # a batch of one breaks BatchNorm
                 flip = flips[s : s + config.batch_size] if flips is not None else None
                 x, t = _batch(data, targets, idx, flip, device)
                 loss = _kl(student(x), t, config.temperature)

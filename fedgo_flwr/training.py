@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedgo_flwr.config import TrainConfig
-from fedgo_flwr.data import ArrayDataset, batches
+from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 
 
 def get_device(preference: str = "auto") -> torch.device:
@@ -70,8 +70,7 @@ def train_local(
     model.to(device).train()
     optimizer = make_optimizer(model.parameters(), cfg)
     total, count, steps = 0.0, 0, 0
-    # Drop a trailing batch of one sample: BatchNorm cannot train on it.
-    drop_last = len(data) % cfg.batch_size == 1 and len(data) > 1
+    drop_last = ends_in_batch_of_one(len(data), cfg.batch_size)
     for _ in range(cfg.local_epochs):
         for x, y in batches(
             data,

@@ -324,9 +324,9 @@ def _variance_weights(inputs: WeightingInputs) -> Tensor:
     ``Var`` is the variance of teacher ``k``'s logit vector across the ``C`` classes at ``x``.
     The population variance (divide by ``C``) is used; the ``C`` vs ``C - 1`` factor cancels in the
     normalisation, and it keeps ``C = 1`` defined. Because the variance is shift-invariant this is
-    identical to using ``log_softmax`` outputs (the form found in a Fed-ET re-implementation, see
-    ``notes/prior-art.md`` §4). A teacher with constant logits gets weight 0; if every teacher is
-    constant at ``x`` the weights fall back to uniform there.
+    identical to using ``log_softmax`` outputs (the form a public Fed-ET re-implementation uses:
+    ``Var_c[log_softmax f_k(x)]``). A teacher with constant logits gets weight 0; if every teacher
+    is constant at ``x`` the weights fall back to uniform there.
     """
     logits = inputs.logits.to(torch.float64)
     var = (logits - logits.mean(dim=2, keepdim=True)).square().mean(dim=2)  # (K, N)
@@ -354,7 +354,8 @@ def _domain_weights(inputs: WeightingInputs, disc_mode: Any = "sigmoid") -> Tens
     """DaFKD: ``w_k(x) = D_k(x) / Σ_i D_i(x)`` (FedGO Sec. 2; Wang et al. 2023a).
 
     Raw discriminator probabilities: no odds, no ``n_k``. The default ``D = sigmoid(z)`` is DaFKD's
-    own discriminator head (``Linear -> Sigmoid``, ``notes/prior-art.md`` §3). FedGO's Fig. 2
+    own discriminator head (``Linear -> Sigmoid`` in ``model/model_multitask.py`` of the authors'
+    code, github.com/haozhaowang/DaFKD2023). FedGO's Fig. 2
     "domain-aware" curve swaps only the weighting step into FedGO's pipeline (App. E.2), i.e. it
     likely used FedGO's double-sigmoid discriminators; pass ``disc_mode="double_sigmoid"`` for that
     reading (then ``D ∈ (0.5, 0.731)`` and the weights stay close to uniform). Computed as

@@ -15,7 +15,13 @@ The package is split by what each part owns:
 * :mod:`fedgo_flwr.data.imagefolder` -- :func:`load_imagefolder` and its decode cache.
 """
 
-from fedgo_flwr.data.arrays import ArrayDataset, DataBundle, batches, stratified_subset
+from fedgo_flwr.data.arrays import (
+    ArrayDataset,
+    DataBundle,
+    batches,
+    ends_in_batch_of_one,
+    stratified_subset,
+)
 from fedgo_flwr.data.imagefolder import IMAGE_EXTENSIONS, load_imagefolder
 from fedgo_flwr.data.sources import (
     DATASET_NAMES,
@@ -45,6 +51,7 @@ __all__ = [
     "ArrayDataset",
     "DataBundle",
     "batches",
+    "ends_in_batch_of_one",
     "four_gaussians_oracle_labels",
     "four_gaussians_server_data",
     "is_dataset_name",

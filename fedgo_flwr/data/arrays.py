@@ -17,7 +17,7 @@ import torch
 
 from fedgo_flwr.rng import derive_seed
 
-__all__ = ["ArrayDataset", "DataBundle", "batches", "stratified_subset"]
+__all__ = ["ArrayDataset", "DataBundle", "batches", "ends_in_batch_of_one", "stratified_subset"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -131,6 +131,15 @@ def _normalise(x: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------
 # Batching
 # ------------------------------------------------------------------------------------------
+
+
+def ends_in_batch_of_one(n: int, batch_size: int) -> bool:
+    """Whether ``n`` samples in batches of ``batch_size`` end in a batch of a single sample.
+
+    BatchNorm cannot train on a batch of one, so every training loop (local training, the
+    discriminators, distillation) drops that batch: the one rule, written once.
+    """
+    return n > 1 and n % batch_size == 1
 
 
 def batches(

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedgo_flwr.data import ArrayDataset, batches
+from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.distill import view_batches
 
 __all__ = [
@@ -377,8 +377,7 @@ def train_discriminator(
     disc.to(dev).train()
     generator.to(dev)
     opt = torch.optim.Adam(disc.parameters(), lr=lr, betas=betas)
-    # A trailing batch of one sample would break BatchNorm (norm="batch"); drop it then.
-    drop_last = len(data) % batch_size == 1 and len(data) > 1
+    drop_last = ends_in_batch_of_one(len(data), batch_size)  # BatchNorm (norm="batch")
     steps = 0
     total = real_ok = fake_ok = 0.0
     count = epoch_steps = 0
