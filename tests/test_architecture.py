@@ -64,6 +64,8 @@ def test_dependencies_point_one_way():
             bad = {m for m in imported if m.startswith("strategies")}
             assert not bad, f"{module} imports {sorted(bad)}"
     assert graph["fedgo_flwr.schema"] == set(), "the schema builder must stay a leaf"
+    client_side = {m for m in graph["fedgo_flwr.client_app"] if m.startswith("strategies")}
+    assert not client_side, "a client must not import server strategies"
 
 
 def test_no_import_cycles():
