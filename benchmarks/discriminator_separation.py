@@ -35,15 +35,20 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from fedgo_flwr.config import load_config  # noqa: E402
-from fedgo_flwr.gan import build_discriminator, disc_logits_on  # noqa: E402
-from fedgo_flwr.task import load_bundle, make_partition  # noqa: E402
-from fedgo_flwr.training import get_device  # noqa: E402
-from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
+from fedgo_flwr.config import load_config
+from fedgo_flwr.gan import build_discriminator, disc_logits_on
+from fedgo_flwr.task import load_bundle, make_partition
+from fedgo_flwr.training import get_device
+from fedgo_flwr.weighting import WeightingInputs, compute_weights
 
 OWN_SHARE = 0.10
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the repository if it lies inside it (a saved report is committed)."""
+    full = path.resolve()
+    return str(full.relative_to(ROOT)) if full.is_relative_to(ROOT) else str(path)
 
 
 def separation(run_dir: str) -> dict:
@@ -95,7 +100,7 @@ def separation(run_dir: str) -> dict:
 
     sig = torch.sigmoid(z)
     report = {
-        "run": str(run),
+        "run": shown(run),
         "clients": len(k_all),
         "server_images": len(y),
         "auc_own_vs_unseen": {

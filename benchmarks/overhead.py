@@ -26,13 +26,12 @@ from pathlib import Path
 
 from flwr.simulation import run_simulation
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from fedgo_flwr.client_app import app as client_app
+from fedgo_flwr.config import ExperimentConfig, load_config
+from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.server_app import server_app_for
 
-from fedgo_flwr.client_app import app as client_app  # noqa: E402
-from fedgo_flwr.config import ExperimentConfig, load_config  # noqa: E402
-from fedgo_flwr.inprocess import run_inprocess  # noqa: E402
-from fedgo_flwr.server_app import server_app_for  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_flower(cfg: ExperimentConfig) -> list[dict]:
