@@ -2,11 +2,11 @@
 
 Distillation (FedDF, FedGO) can only help if the round's client models, combined as an
 ensemble, predict better than their parameter average (the FedAvg model the student starts
-from). This script runs the library's FedAvg strategy for the config in one process
-(:func:`fedgo_flwr.server_app.run_experiment` on an :class:`fedgo_flwr.inprocess.InProcessGrid`:
-the ServerApp, strategy and ClientApp code of ``./run.sh``, so the same partition, sampling,
-initialisation and client training) and looks at every round's client models as their replies
-pass through the grid. Every round it scores, on the test split:
+from). This script runs the config's rounds as FedAvg through the library in one process
+(:func:`replay.replay`: the ServerApp, strategy and ClientApp code of ``./run.sh`` on the
+in-process grid, so the same partition, sampling, initialisation and client training) and looks
+at every round's client models as their replies pass through the grid. Every round it scores,
+on the test split:
 
 - ``avg``: the n_k-weighted parameter average of the round's client models (the strategy's
   :class:`fedgo_flwr.aggregation.RunningAverage`, the model FedAvg makes of them);
@@ -33,21 +33,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
-from collections.abc import Iterable, Iterator
 from typing import IO
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from flwr.app import Message, MessageType
+from flwr.app import Message
+from replay import client_model, replay
 
 from fedgo_flwr.aggregation import RunningAverage
-from fedgo_flwr.client_app import app as client_app
 from fedgo_flwr.config import ExperimentConfig, load_config
-from fedgo_flwr.inprocess import InProcessGrid
-from fedgo_flwr.server_app import run_experiment
 from fedgo_flwr.task import load_bundle, make_partition, new_model, stratified_subset
 from fedgo_flwr.training import get_device, predict_logits
 from fedgo_flwr.weighting import WeightingInputs, compute_weights, ensemble_logits
@@ -72,7 +68,6 @@ class Probes:
         self.model = new_model(cfg, bundle)
         self.out = out
         self.round = 0
-        self.started = 0.0
         self.new_round()
 
     def new_round(self) -> None:
@@ -80,17 +75,16 @@ class Probes:
         self.sizes: list[float] = []
         self.logits: list[torch.Tensor] = []
         self.average = RunningAverage()
+        self.started = time.perf_counter()
 
     def add(self, reply: Message) -> None:
         """One client model of the round (a train reply)."""
-        metrics = reply.content["metrics"]
-        record = reply.content["arrays"]
-        arrays = {k: v.numpy() for k, v in record.items()}
-        self.average.add(arrays, float(metrics["num-examples"]))
-        self.model.load_state_dict(record.to_torch_state_dict())
+        pid, size = client_model(reply, self.model)
+        arrays = {k: v.numpy() for k, v in reply.content["arrays"].items()}
+        self.average.add(arrays, size)  # as the FedAvg strategy does
         self.logits.append(predict_logits(self.model, self.test, 1000, self.device))
-        self.pids.append(int(metrics["partition-id"]))
-        self.sizes.append(float(metrics["num-examples"]))
+        self.pids.append(pid)
+        self.sizes.append(float(size))
 
     def end_round(self) -> None:
         """Score the round's client models; print and write one row."""
@@ -131,29 +125,6 @@ class Probes:
         if self.out:
             self.out.write(json.dumps(row) + "\n")
             self.out.flush()
-        self.new_round()
-
-
-class ProbeGrid(InProcessGrid):
-    """The in-process grid; every train reply also goes to the probes, and when a round's
-    replies are all out (before the strategy aggregates them) the probes score the round."""
-
-    def __init__(self, num_nodes: int, probes: Probes) -> None:
-        super().__init__(client_app, num_nodes)
-        self.probes = probes
-
-    def stream(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> Iterator[Message]:
-        messages = list(messages)
-        if any(m.metadata.message_type == MessageType.TRAIN for m in messages):
-            self.probes.started = time.perf_counter()
-        for reply in super().stream(messages, timeout=timeout):
-            if reply.metadata.message_type == MessageType.TRAIN and not reply.has_error():
-                self.probes.add(reply)
-            yield reply
-        if self.probes.logits:
-            self.probes.end_round()
 
 
 def main() -> None:
@@ -164,18 +135,15 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write one JSON line per round here")
     parser.add_argument("--test-size", type=int, default=None, help="stratified test subset")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as run_dir:
-        forced = ["strategy.name=fedavg", f"output_dir={run_dir}", "checkpoint=false"]
-        if args.rounds:
-            forced.append(f"rounds={args.rounds}")
-        cfg = load_config(args.config, [*args.overrides, *forced])
-        out = open(args.out, "w") if args.out else None
-        try:
-            probes = Probes(cfg, args.test_size, out)
-            run_experiment(ProbeGrid(cfg.data.num_clients, probes), cfg)
-        finally:
-            if out:
-                out.close()
+    overrides = [*args.overrides, *([f"rounds={args.rounds}"] if args.rounds else [])]
+    cfg = load_config(args.config, overrides)
+    out = open(args.out, "w") if args.out else None
+    try:
+        probes = Probes(cfg, args.test_size, out)
+        replay(args.config, overrides, probes.add, probes.new_round, probes.end_round)
+    finally:
+        if out:
+            out.close()
 
 
 if __name__ == "__main__":
