@@ -1,8 +1,10 @@
 """Run several strategies on one experiment (same partition and client sampling per seed).
 
-Each (strategy, seed) goes through ``./run.sh`` (a real ``flwr run`` simulation); the script then
-prints a Markdown table of final/best test accuracy and mean round time from the runs'
-``summary.json`` files, and writes it to ``OUT/results.md``.
+Each (strategy, seed) goes through ``./run.sh`` (a real ``flwr run`` simulation) into
+``OUT/<strategy>-seed<N>/``; a run whose ``summary.json`` is already there is not run again
+(:mod:`sweep`), so an interrupted comparison resumes. The script then prints a Markdown table
+of final/best test accuracy and mean round time from the runs' ``summary.json`` files, and
+writes it to ``OUT/results.md``.
 
     .venv/bin/python benchmarks/compare_strategies.py --config conf/default.yaml \
         --strategies fedavg fedprox scaffold --seeds 0 1 2 [--out outputs/bench] [k=v ...]
@@ -11,13 +13,31 @@ prints a Markdown table of final/best test accuracy and mean round time from the
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+from sweep import column, load_runs, run_name, sweep
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_one(strategy: str, seed: int, args: argparse.Namespace, out: Path) -> Path:
+    """One run through ``./run.sh``; returns its output folder."""
+    run_dir = out / run_name(strategy, seed)
+    cmd = [
+        str(ROOT / "run.sh"),
+        args.config,
+        *args.overrides,
+        f"strategy.name={strategy}",
+        f"seed={seed}",
+        f"output_dir={run_dir}",
+    ]
+    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"run failed: {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return run_dir
 
 
 def main() -> None:
@@ -29,30 +49,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     out = (ROOT / args.out).resolve()
-    summaries: dict[str, list[dict]] = {}
-    for strategy in args.strategies:
-        for seed in args.seeds:
-            run_dir = out / f"{strategy}-seed{seed}"
-            cmd = [
-                str(ROOT / "run.sh"),
-                args.config,
-                *args.overrides,
-                f"strategy.name={strategy}",
-                f"seed={seed}",
-                f"output_dir={run_dir}",
-            ]
-            print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-            if proc.returncode != 0:
-                sys.exit(f"run failed: {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-3000:]}")
-            summaries.setdefault(strategy, []).append(
-                json.loads((run_dir / "summary.json").read_text())
-            )
-
-    def fmt(values: list[float], scale: float = 100.0) -> str:
-        mean = statistics.mean(values) * scale
-        sd = statistics.stdev(values) * scale if len(values) > 1 else 0.0
-        return f"{mean:.1f} ± {sd:.1f}"
+    sweep(args.strategies, args.seeds, lambda s, seed: run_one(s, seed, args, out), out)
+    runs = load_runs(out, args.strategies, args.seeds)
 
     lines = [
         f"config `{args.config}` {' '.join(args.overrides)}; seeds {args.seeds}",
@@ -60,12 +58,12 @@ def main() -> None:
         "| strategy | final acc (%) | best acc (%) | mean round time (s) | per-seed final |",
         "|---|---|---|---|---|",
     ]
-    for strategy, runs in summaries.items():
-        finals = ", ".join(f"{100 * r['final_accuracy']:.1f}" for r in runs)
+    for strategy, strategy_runs in runs.items():
+        finals = ", ".join(f"{100 * r.summary['final_accuracy']:.1f}" for r in strategy_runs)
         lines.append(
-            f"| {strategy} | {fmt([r['final_accuracy'] for r in runs])} "
-            f"| {fmt([r['best_accuracy'] for r in runs])} "
-            f"| {fmt([r['mean_round_time'] for r in runs], 1.0)} "
+            f"| {strategy} | {column(strategy_runs, lambda r: r.summary['final_accuracy'])} "
+            f"| {column(strategy_runs, lambda r: r.summary['best_accuracy'])} "
+            f"| {column(strategy_runs, lambda r: r.summary['mean_round_time'], 1.0)} "
             f"| {finals} |"
         )
     text = "\n".join(lines)

@@ -35,15 +35,20 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from fedgo_flwr.config import load_config  # noqa: E402
-from fedgo_flwr.gan import build_discriminator, discriminator_logits  # noqa: E402
-from fedgo_flwr.task import load_bundle, make_partition  # noqa: E402
-from fedgo_flwr.training import get_device  # noqa: E402
-from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
+from fedgo_flwr.gan import build_discriminator, discriminator_logits
+from fedgo_flwr.task import load_bundle, make_partition
+from fedgo_flwr.training import get_device
+from fedgo_flwr.weighting import WeightingInputs, compute_weights
+from strategies import load_experiment
 
 OWN_SHARE = 0.10
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the repository if it lies inside it (a saved report is committed)."""
+    full = path.resolve()
+    return str(full.relative_to(ROOT)) if full.is_relative_to(ROOT) else str(path)
 
 
 def separation(run_dir: str) -> dict:
@@ -51,7 +56,7 @@ def separation(run_dir: str) -> dict:
     run = Path(run_dir)
     if not (run / "discriminators.pt").is_file():
         sys.exit(f"{run / 'discriminators.pt'} not found: give the output folder of a FedGO run")
-    cfg = load_config(run / "config.yaml")
+    cfg = load_experiment(run / "config.yaml")
     params = cfg.strategy.params
     bundle = load_bundle(cfg.data)
     partition = make_partition(cfg)
@@ -66,7 +71,7 @@ def separation(run_dir: str) -> dict:
     k_all = sorted(saved)
     discs = []
     for pid in k_all:
-        disc = build_discriminator(params["discriminator"]["name"], bundle.train.input_shape)
+        disc = build_discriminator(params.discriminator.name, bundle.train.input_shape)
         disc.load_state_dict(saved[pid])
         discs.append(disc)
     z = discriminator_logits(dict(enumerate(discs)), server, device=get_device(cfg.device))
@@ -96,7 +101,7 @@ def separation(run_dir: str) -> dict:
 
     sig = torch.sigmoid(z)
     report = {
-        "run": str(run),
+        "run": shown(run),
         "clients": len(k_all),
         "server_images": len(y),
         "auc_own_vs_unseen": {

@@ -2,51 +2,131 @@
 
 Distillation (FedDF, FedGO) can only help if the round's client models, combined as an
 ensemble, predict better than their parameter average (the FedAvg model the student starts
-from). This script runs plain FedAvg rounds in one process (the same partition, sampling,
-initialisation and client training as ``./run.sh`` for the config) and, every round, scores on
-the test split:
+from). This script runs the config's rounds as FedAvg through the library in one process
+(:func:`replay.replay`: the ServerApp, strategy and ClientApp code of ``./run.sh`` on the
+in-process grid, so the same partition, sampling, initialisation and client training) and looks
+at every round's client models as their replies pass through the grid. Every round it scores,
+on the test split:
 
-- ``avg``: the n_k-weighted parameter average of the round's client models;
-- ``logits``: softmax of the uniform mean of the clients' logits (FedDF's AVGLOGITS);
-- ``probs``: the uniform mean of the clients' softmax outputs;
-- ``nk_logits``: the n_k-weighted mean of logits (FedGO's weights with equal odds);
-- ``oracle``: logits weighted by n_{k,y} / sum_i n_{i,y} (the label oracle);
-- ``logit_norm``: the mean L2 norm of a client's logit vector (confidence scale).
+- ``avg``: the n_k-weighted parameter average of the round's client models (the strategy's
+  :class:`fedgo_flwr.aggregation.RunningAverage`, the model FedAvg makes of them);
+- ``logits``: the ensemble of the clients' logits with ``uniform`` weights (FedDF's AVGLOGITS);
+- ``probs``: the uniform mean of the clients' softmax outputs (a mean of probabilities, not a
+  logit weighting: a plain mean);
+- ``nk_logits``: the logit ensemble with ``data_size`` weights, n_k / sum n_i (FedGO's weights
+  with equal odds);
+- ``oracle``: the logit ensemble with ``oracle`` weights, n_{k,y} / sum_i n_{i,y} (the label
+  oracle; an image of a class none of the round's clients holds gets uniform weights);
+- ``client_mean``: the mean accuracy of one client model alone;
+- ``logit_norm``: the mean L2 norm of a client's logit vector (confidence scale);
+- ``seconds``: the round's wall time up to the probes' scores (client training and probes).
 
-    .venv/bin/python benchmarks/ensemble_vs_average.py CONFIG [k=v ...] [--rounds R]
+The weights come from the weighting registry (:func:`fedgo_flwr.weighting.compute_weights`),
+the same code the distillation strategies use. The run's own files (``metrics.jsonl`` etc.) go
+to a temporary folder; ``--out`` keeps the probes, one JSON line per round.
+
+    .venv/bin/python benchmarks/ensemble_vs_average.py CONFIG [k=v ...] [--rounds R] \
+        [--test-size N] [--out probes.jsonl]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
+from typing import IO
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from flwr.app import Message
+from replay import client_model, replay
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from clients import CLIENTS, ClientJob  # noqa: E402
-from fedgo_flwr.aggregation import weighted_average  # noqa: E402
-from fedgo_flwr.config import load_config  # noqa: E402
-from fedgo_flwr.rng import make_rng  # noqa: E402
-from fedgo_flwr.task import (  # noqa: E402
-    client_dataset,
-    load_bundle,
-    make_partition,
-    new_model,
-    sample_clients,
-    stratified_subset,
-)
-from fedgo_flwr.training import get_device, predict_logits  # noqa: E402
+from fedgo_flwr.aggregation import RunningAverage
+from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.data import stratified_subset
+from fedgo_flwr.task import load_bundle, make_partition, new_model
+from fedgo_flwr.training import get_device, predict_logits
+from fedgo_flwr.weighting import WeightingInputs, compute_weights, ensemble_logits
+from strategies import load_experiment
 
 
 def acc(logits: torch.Tensor, y: torch.Tensor) -> float:
     return float((logits.argmax(-1) == y).float().mean())
+
+
+class Probes:
+    """Scores a round's client models on the test split, one reply at a time."""
+
+    def __init__(self, cfg: ExperimentConfig, test_size: int | None, out: IO[str] | None) -> None:
+        self.device = get_device(cfg.device)
+        bundle = load_bundle(cfg.data)
+        counts = make_partition(cfg).histogram(bundle.train.y, bundle.train.num_classes)
+        self.class_counts = torch.as_tensor(np.asarray(counts), dtype=torch.float64)  # (K, C)
+        self.test = bundle.test
+        if test_size:
+            self.test = self.test.subset(stratified_subset(self.test.y, test_size))
+        self.y = torch.as_tensor(self.test.y).long()
+        self.model = new_model(cfg, bundle)
+        self.out = out
+        self.round = 0
+        self.new_round()
+
+    def new_round(self) -> None:
+        self.pids: list[int] = []
+        self.sizes: list[float] = []
+        self.logits: list[torch.Tensor] = []
+        self.average = RunningAverage()
+        self.started = time.perf_counter()
+
+    def add(self, reply: Message) -> None:
+        """One client model of the round (a train reply)."""
+        pid, size = client_model(reply, self.model)
+        arrays = {k: v.numpy() for k, v in reply.content["arrays"].items()}
+        self.average.add(arrays, size)  # as the FedAvg strategy does
+        self.logits.append(predict_logits(self.model, self.test, 1000, self.device))
+        self.pids.append(pid)
+        self.sizes.append(float(size))
+
+    def end_round(self) -> None:
+        """Score the round's client models; print and write one row."""
+        self.round += 1
+        y = self.y
+        lg = torch.stack(self.logits)  # (K, N, C)
+        self.model.load_state_dict(
+            {k: torch.from_numpy(v) for k, v in self.average.result().items()}
+        )
+        avg_logits = predict_logits(self.model, self.test, 1000, self.device)
+        inputs = WeightingInputs(
+            logits=lg,
+            num_examples=torch.tensor(self.sizes),
+            labels=y,
+            class_counts=self.class_counts[self.pids],
+        )
+
+        def ensemble(name: str) -> torch.Tensor:
+            return ensemble_logits(lg, compute_weights(name, inputs))
+
+        row = {
+            "round": self.round,
+            "avg": acc(avg_logits, y),
+            "logits": acc(ensemble("uniform"), y),
+            "probs": acc(F.softmax(lg, -1).mean(0), y),
+            "nk_logits": acc(ensemble("data_size"), y),
+            "oracle": acc(ensemble("oracle"), y),
+            "client_mean": float(np.mean([acc(x, y) for x in self.logits])),
+            "logit_norm": float(lg.norm(dim=-1).mean()),
+            "seconds": time.perf_counter() - self.started,
+        }
+        print(
+            " ".join(
+                f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+            ),
+            flush=True,
+        )
+        if self.out:
+            self.out.write(json.dumps(row) + "\n")
+            self.out.flush()
 
 
 def main() -> None:
@@ -57,70 +137,15 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write one JSON line per round here")
     parser.add_argument("--test-size", type=int, default=None, help="stratified test subset")
     args = parser.parse_args()
-    cfg = load_config(args.config, args.overrides)
-    rounds = args.rounds or cfg.rounds
-    device = get_device(cfg.device)
-    bundle = load_bundle(cfg.data)
-    partition = make_partition(cfg)
-    counts = partition.histogram(bundle.train.y, bundle.train.num_classes)
-    hist = torch.tensor(np.asarray(counts), dtype=torch.float32)  # (K, C)
-    test = bundle.test
-    if args.test_size:
-        test = test.subset(stratified_subset(test.y, args.test_size))
-    y = torch.as_tensor(test.y).long()
-    model = new_model(cfg, bundle)
-    glob = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    overrides = [*args.overrides, *([f"rounds={args.rounds}"] if args.rounds else [])]
+    cfg = load_experiment(args.config, overrides)
     out = open(args.out, "w") if args.out else None
-    for rnd in range(1, rounds + 1):
-        t0 = time.perf_counter()
-        pids = sample_clients(cfg.seed, rnd, cfg.data.num_clients, cfg.clients_per_round)
-        states, sizes, logits = [], [], []
-        for pid in pids:
-            local = new_model(cfg, bundle)
-            local.load_state_dict({k: torch.from_numpy(v) for k, v in glob.items()})
-            data = client_dataset(cfg, pid)
-            job = ClientJob(
-                cfg,
-                pid,
-                rnd,
-                local,
-                data,
-                device,
-                make_rng(cfg.seed, "train", rnd, pid),
-                None,
-                None,
-            )
-            CLIENTS["fedavg"]().train(job)
-            states.append({k: v.detach().cpu().numpy() for k, v in local.state_dict().items()})
-            sizes.append(len(data))
-            logits.append(predict_logits(local, test, device=device, batch_size=1000).cpu())
-        glob = weighted_average(states, sizes)
-        model.load_state_dict({k: torch.from_numpy(v) for k, v in glob.items()})
-        avg_logits = predict_logits(model, test, device=device, batch_size=1000).cpu()
-        lg = torch.stack(logits)  # (K, N, C)
-        nk = torch.tensor(sizes, dtype=torch.float32)
-        h = hist[pids][:, y]  # (K, N): n_{k, y(x)}
-        w_or = h / h.sum(0, keepdim=True).clamp_min(1e-12)
-        row = {
-            "round": rnd,
-            "avg": acc(avg_logits, y),
-            "logits": acc(lg.mean(0), y),
-            "probs": acc(F.softmax(lg, -1).mean(0), y),
-            "nk_logits": acc((lg * (nk / nk.sum())[:, None, None]).sum(0), y),
-            "oracle": acc((lg * w_or[..., None]).sum(0), y),
-            "client_mean": float(np.mean([acc(x, y) for x in logits])),
-            "logit_norm": float(lg.norm(dim=-1).mean()),
-            "seconds": time.perf_counter() - t0,
-        }
-        print(
-            " ".join(
-                f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
-            ),
-            flush=True,
-        )
+    try:
+        probes = Probes(cfg, args.test_size, out)
+        replay(args.config, overrides, probes.add, probes.new_round, probes.end_round)
+    finally:
         if out:
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+            out.close()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The shape of FedGO's Table 3 / Fig. 2 at CPU scale on the shared CIFAR-10 JPEGs.
+"""The shape of FedGO's Table 3 / Fig. 2 at CPU scale on CIFAR-10 JPEGs.
 
 For every seed, the methods below run through ``./run.sh`` on ONE partition and ONE client
 sampling sequence (both depend only on the seed): FedAvg, FedDF (uniform), n_k-only,
@@ -6,10 +6,15 @@ variance (Fed-ET), entropy (FedHKT/FedDS), domain-aware (DaFKD weighting) and Fe
 first and trains the generator and the discriminators; the domain-aware run reuses them
 (``strategy.generator.path`` / ``strategy.discriminator.path``), so both see the same ones.
 
-Runs are resumable: a run whose ``summary.json`` exists is skipped, and an interrupted run
-continues from its last per-round checkpoint (``resume=true``). Each finished run's summary
-and per-round metrics are copied to ``benchmarks/results/<tag>/`` (committed), and the table is
-rebuilt from there, so a long benchmark can be spread over several sessions.
+Runs are resumable (:mod:`sweep`): a run whose ``summary.json`` is kept is skipped, and an
+interrupted run continues from its last per-round checkpoint (``resume=true``). Each finished
+run's summary is kept in ``benchmarks/results/<tag>/<method>-seed<N>/`` and its per-round
+metrics, config and pre-FL record in ``benchmarks/results/<tag>/runs.tar.gz`` (committed); the
+table is rebuilt from there, so a long benchmark can be spread over several sessions.
+
+The CIFAR-10 JPEG tree (``train/``, ``test/``) is ``--data`` (default: ``$FEDGO_CIFAR10``, else
+``.cache/cifar10-jpg`` in the repository); if it is missing, ``--archive`` (default:
+``$FEDGO_CIFAR10_ARCHIVE``), a ``.tar.gz`` of that tree, is unpacked there first.
 
     .venv/bin/python benchmarks/fedgo_table3.py --seeds 0 1 2 [--tag cifar10-cpu] [k=v ...]
     .venv/bin/python benchmarks/fedgo_table3.py --table-only [--tag cifar10-cpu]
@@ -19,16 +24,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
+import os
 import statistics
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+from sweep import Run, column, load_runs, mean_sd, run_name, seed_of, sweep
+
 ROOT = Path(__file__).resolve().parent.parent
-ARCHIVE = ROOT.parent / "shared" / "data" / "cifar10-jpg.tar.gz"
-DATA = ROOT / ".cache" / "cifar10-jpg"
+DEFAULT_DATA = ".cache/cifar10-jpg"
 
 METHODS: dict[str, list[str]] = {
     "fedavg": ["strategy.name=fedavg"],
@@ -51,30 +57,33 @@ DIAGNOSTICS = [
 ]
 
 
-def ensure_data() -> Path:
-    if (DATA / "train").is_dir():
-        return DATA
-    if not ARCHIVE.is_file():
-        sys.exit(f"CIFAR-10 JPEGs not found: neither {DATA} nor {ARCHIVE}")
-    DATA.mkdir(parents=True, exist_ok=True)
-    print(f"unpacking {ARCHIVE} -> {DATA}", file=sys.stderr)
-    with tarfile.open(ARCHIVE) as tar:
-        tar.extractall(DATA, filter="data")
-    inner = [p for p in DATA.iterdir() if p.is_dir() and (p / "train").is_dir()]
-    if not (DATA / "train").is_dir() and inner:
+def ensure_data(data: Path, archive: str | None) -> Path:
+    """The unpacked JPEG tree at ``data``, unpacked from ``archive`` first if it is missing."""
+    if (data / "train").is_dir():
+        return data
+    if not archive or not Path(archive).is_file():
+        sys.exit(
+            f"CIFAR-10 JPEGs not found in {data} (no train/ folder). Give the unpacked tree "
+            "with --data or $FEDGO_CIFAR10, or its .tar.gz with --archive or "
+            "$FEDGO_CIFAR10_ARCHIVE."
+        )
+    data.mkdir(parents=True, exist_ok=True)
+    print(f"unpacking {archive} -> {data}", file=sys.stderr)
+    with tarfile.open(archive) as tar:
+        tar.extractall(data, filter="data")
+    inner = [p for p in data.iterdir() if p.is_dir() and (p / "train").is_dir()]
+    if not (data / "train").is_dir() and inner:
         for child in inner[0].iterdir():
-            child.rename(DATA / child.name)
-    return DATA
+            child.rename(data / child.name)
+    return data
 
 
-def run_one(method: str, seed: int, args: argparse.Namespace, results: Path) -> None:
-    run_dir = ROOT / "outputs" / "bench" / args.tag / f"{method}-seed{seed}"
-    keep = results / f"{method}-seed{seed}"
-    if (keep / "summary.json").exists():
-        return
+def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
+    """One run through ``./run.sh``; returns its output folder."""
+    run_dir = ROOT / "outputs" / "bench" / args.tag / run_name(method, seed)
     extra = []
     if method == "domain":
-        fedgo_dir = ROOT / "outputs" / "bench" / args.tag / f"fedgo-seed{seed}"
+        fedgo_dir = ROOT / "outputs" / "bench" / args.tag / run_name("fedgo", seed)
         if (fedgo_dir / "discriminators.pt").exists():
             extra = [
                 f"strategy.generator.path={fedgo_dir / 'generator.pt'}",
@@ -86,7 +95,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, results: Path) -> 
     cmd = [
         str(ROOT / "run.sh"),
         args.config,
-        f"data.path={DATA}",
+        f"data.path={args.data}",
         f"seed={seed}",
         "resume=true",  # an interrupted run continues from its last checkpoint
         *args.overrides,
@@ -100,39 +109,17 @@ def run_one(method: str, seed: int, args: argparse.Namespace, results: Path) -> 
     (run_dir / "run.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         sys.exit(f"run failed ({run_dir / 'run.log'}):\n{(proc.stdout + proc.stderr)[-3000:]}")
-    keep.mkdir(parents=True, exist_ok=True)
-    for name in ("summary.json", "metrics.jsonl", "config.yaml", "prefl.json"):
-        if (run_dir / name).exists():
-            shutil.copy(run_dir / name, keep / name)
+    return run_dir
 
 
-def mean_sd(values: list[float], scale: float = 100.0) -> str:
-    if not values:
-        return "-"
-    m = statistics.mean(values) * scale
-    sd = statistics.stdev(values) * scale if len(values) > 1 else 0.0
-    return f"{m:.1f} ± {sd:.1f}"
-
-
-def seed_of(run_folder: Path) -> str:
-    """``"seed0"`` for a run folder ``<method>-seed0``."""
-    return run_folder.name.split("-")[-1]
-
-
-def finished_runs(results: Path) -> dict[str, list[tuple[str, dict, list[dict]]]]:
-    """Every finished run, read once: method -> [(seed folder suffix, summary, metric rows)]."""
-    runs: dict[str, list[tuple[str, dict, list[dict]]]] = {}
-    for method in METHODS:
-        for summary_path in sorted(results.glob(f"{method}-seed*/summary.json")):
-            summary = json.loads(summary_path.read_text())
-            lines = (summary_path.parent / "metrics.jsonl").read_text().splitlines()
-            seed = seed_of(summary_path.parent)
-            runs.setdefault(method, []).append((seed, summary, [json.loads(x) for x in lines]))
-    return runs
+def last_round(run: Run, key: str) -> float | None:
+    """``key`` of the run's last metrics row (``None`` if that row has none)."""
+    return run.metrics[-1].get(key) if run.metrics else None
 
 
 def table(results: Path) -> str:
-    runs = finished_runs(results)
+    """``table.md`` from the finished runs kept in ``results``."""
+    runs = load_runs(results, METHODS)
     rows = []
     header = (
         "| method | seeds | server acc final | server acc best | ensemble acc (last) "
@@ -142,29 +129,27 @@ def table(results: Path) -> str:
     diag: dict[str, list[float]] = {d: [] for d in DIAGNOSTICS}
     server_time: dict[str, dict[str, float]] = {}  # method -> seed folder -> s/round
     for method, method_runs in runs.items():
-        finals, bests, ens, avg = [], [], [], []
         times = server_time.setdefault(method, {})
-        for seed, summary, metrics in method_runs:
-            finals.append(summary["final_accuracy"])
-            bests.append(summary["best_accuracy"])
-            last = metrics[-1]
-            if "ensemble_test_accuracy" in last:
-                ens.append(last["ensemble_test_accuracy"])
-                avg.append(last["init_test_accuracy"])
+        for run in method_runs:
+            metrics = run.metrics
             # Server work per round: aggregation incl. teacher logits, weights and distillation
             # (aggregate_time), without the diagnostic ensemble evaluation on the test split.
             per_round = [
                 r.get("aggregate_time", 0) - r.get("ensemble_eval_time", 0) for r in metrics[1:]
             ]
-            times[seed] = statistics.mean(per_round) if per_round else 0.0
+            times[run.seed] = statistics.mean(per_round) if per_round else 0.0
             if method in ("feddf", "fedgo"):
                 for d in DIAGNOSTICS:
                     vals = [r[f"pl_acc_{d}"] for r in metrics[1:] if f"pl_acc_{d}" in r]
                     if vals:
                         diag[d].append(statistics.mean(vals))
         rows.append(
-            f"| {method} | {len(method_runs)} | {mean_sd(finals)} | {mean_sd(bests)} "
-            f"| {mean_sd(ens)} | {mean_sd(avg)} | {statistics.median(times.values()):.2f} |"
+            f"| {method} | {len(method_runs)} "
+            f"| {column(method_runs, lambda r: r.summary['final_accuracy'])} "
+            f"| {column(method_runs, lambda r: r.summary['best_accuracy'])} "
+            f"| {column(method_runs, lambda r: last_round(r, 'ensemble_test_accuracy'))} "
+            f"| {column(method_runs, lambda r: last_round(r, 'init_test_accuracy'))} "
+            f"| {statistics.median(times.values()):.2f} |"
         )
     rows += [
         "",
@@ -207,7 +192,7 @@ def separation_rows(results: Path) -> list[str]:
         r = json.loads(path.read_text())
         auc, w = r["auc_own_vs_unseen"], r["weight_on_knowing_clients_pct"]
         rows.append(
-            f"| {seed_of(path.parent)} | {auc['mean']:.3f} ({auc['min']:.3f}-"
+            f"| {seed_of(path.parent.name)} | {auc['mean']:.3f} ({auc['min']:.3f}-"
             f"{auc['max']:.3f}) | {w['data_size']} | {w['fedgo_double_sigmoid']} "
             f"| {w['fedgo_single_sigmoid']} | {w['oracle']} | {r['mean_sigmoid']:.3f} "
             f"| {100 * r['share_sigmoid_above_0.99']:.1f}% |"
@@ -215,7 +200,7 @@ def separation_rows(results: Path) -> list[str]:
     return rows
 
 
-def figure2(runs: dict[str, list[tuple[str, dict, list[dict]]]]) -> list[str]:
+def figure2(runs: dict[str, list[Run]]) -> list[str]:
     """The shape of FedGO's Fig. 2: accuracy of each weighting's ensemble, round by round.
 
     Two views: the ensemble test accuracy each distillation run reports on its own round's
@@ -225,8 +210,8 @@ def figure2(runs: dict[str, list[tuple[str, dict, list[dict]]]]) -> list[str]:
     """
     ens: dict[str, dict[int, list[float]]] = {}
     for method, method_runs in runs.items():
-        for _, _, metrics in method_runs:
-            for row in metrics:
+        for run in method_runs:
+            for row in run.metrics:
                 if "ensemble_test_accuracy" in row:
                     per = ens.setdefault(method, {}).setdefault(row["round"], [])
                     per.append(row["ensemble_test_accuracy"])
@@ -244,8 +229,8 @@ def figure2(runs: dict[str, list[tuple[str, dict, list[dict]]]]) -> list[str]:
             out.append(f"| {method} | " + " | ".join(cells) + " |")
         out.append("")
     same: dict[str, dict[int, list[float]]] = {}
-    for _, _, metrics in runs.get("fedgo", []):
-        for row in metrics[1:]:
+    for run in runs.get("fedgo", []):
+        for row in run.metrics[1:]:
             for d in DIAGNOSTICS:
                 if f"pl_acc_{d}" in row:
                     same.setdefault(d, {}).setdefault(row["round"], []).append(row[f"pl_acc_{d}"])
@@ -270,17 +255,31 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--tag", default="cifar10-cpu")
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("FEDGO_CIFAR10", DEFAULT_DATA),
+        help="unpacked CIFAR-10 JPEG tree; relative paths are taken from the repository root "
+        f"(default: $FEDGO_CIFAR10, else {DEFAULT_DATA})",
+    )
+    parser.add_argument(
+        "--archive",
+        default=os.environ.get("FEDGO_CIFAR10_ARCHIVE"),
+        help=".tar.gz of that tree, unpacked into --data if it is missing "
+        "(default: $FEDGO_CIFAR10_ARCHIVE)",
+    )
     parser.add_argument("--table-only", action="store_true")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     results = ROOT / "benchmarks" / "results" / args.tag
     if not args.table_only:
-        ensure_data()
+        # Absolute for the run (its processes may start elsewhere); kept records name it
+        # relative to the repository again.
+        args.data = ensure_data(ROOT / args.data, args.archive)
         order = ["fedgo"] + [m for m in args.methods if m != "fedgo"]
-        for seed in args.seeds:
-            for method in order:
-                if method in args.methods or (method == "fedgo" and "domain" in args.methods):
-                    run_one(method, seed, args, results)
+        methods = [
+            m for m in order if m in args.methods or (m == "fedgo" and "domain" in args.methods)
+        ]
+        sweep(methods, args.seeds, lambda m, s: run_one(m, s, args), results, root=ROOT)
     text = table(results)
     results.mkdir(parents=True, exist_ok=True)
     (results / "table.md").write_text(text + "\n")

@@ -3,47 +3,42 @@
 FedGO's optimal discriminator is D_k = p_k / (p_k + p_g) (Thm 3.6). With a poor generator p_g is
 far from every client's data, D_k is close to 1 on all real images and the odds carry little
 information about which client an image resembles. This script replays round 1 of a finished
-FedGO run (same seed, so the same sampled clients and the same client models) and compares the
-server set's pseudo-label accuracy under:
+FedGO run through the library (:func:`replay.replay`: the same seed and config, so the same
+sampled clients and the same client models; FedGO's clients train as FedAvg's) and compares the
+server set's pseudo-label accuracy, with the teachers' logits from
+:class:`fedgo_flwr.distill.TeacherBank` and the weights from the weighting registry
+(:func:`fedgo_flwr.weighting.compute_weights`), under:
 
 - the run's own discriminators (trained against its generator, from ``discriminators.pt``);
 - "ideal" discriminators trained against samples of the server's unlabeled pool instead of a
   generator, i.e. p_g = the data mixture. Diagnostic only: a deployment would never send server
   data to clients;
-- uniform weights and the label oracle.
+- uniform weights and the label oracle (as the run's round-1 ``pl_acc_uniform`` and
+  ``pl_acc_oracle``).
 
-    .venv/bin/python benchmarks/ideal_generator.py outputs/bench/cifar10-cpu/fedgo-seed0
+    .venv/bin/python benchmarks/ideal_generator.py outputs/bench/cifar10-cpu/fedgo-seed0 [k=v ...]
+
+``k=v`` overrides the run's ``config.yaml`` (e.g. ``data.path=DIR`` where the data lives here).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
+from flwr.app import Message
+from replay import client_model, replay
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from clients import CLIENTS, ClientJob  # noqa: E402
-from fedgo_flwr.config import load_config  # noqa: E402
-from fedgo_flwr.distill import TeacherBank  # noqa: E402
-from fedgo_flwr.gan import (  # noqa: E402
-    build_discriminator,
-    discriminator_logits,
-    train_discriminator,
-)
-from fedgo_flwr.rng import derive_seed, make_rng  # noqa: E402
-from fedgo_flwr.task import (  # noqa: E402
-    client_dataset,
-    load_bundle,
-    make_partition,
-    new_model,
-    sample_clients,
-)
-from fedgo_flwr.training import get_device  # noqa: E402
-from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
+from fedgo_flwr.distill import TeacherBank
+from fedgo_flwr.gan import build_discriminator, discriminator_logits, train_discriminator
+from fedgo_flwr.rng import derive_seed, make_rng
+from fedgo_flwr.task import client_dataset, load_bundle, make_partition, new_model
+from fedgo_flwr.training import get_device
+from fedgo_flwr.weighting import WeightingInputs, compute_weights
+from strategies import load_experiment
 
 
 class PoolSampler(nn.Module):
@@ -60,9 +55,13 @@ class PoolSampler(nn.Module):
         return self.pool[idx]
 
 
-def main(run_dir: str) -> None:
-    run = Path(run_dir)
-    cfg = load_config(run / "config.yaml")
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir", help="output folder of a finished FedGO run")
+    parser.add_argument("overrides", nargs="*", help="dotted.key=value for its config.yaml")
+    args = parser.parse_args()
+    run = Path(args.run_dir)
+    cfg = load_experiment(run / "config.yaml", args.overrides)
     params = cfg.strategy.params
     device = get_device(cfg.device)
     bundle = load_bundle(cfg.data)
@@ -70,41 +69,41 @@ def main(run_dir: str) -> None:
     server = bundle.train.subset(partition.server)
     x_server, y_server = server.to_tensors()
 
-    pids = sample_clients(cfg.seed, 1, cfg.data.num_clients, cfg.clients_per_round)
+    # Round 1 exactly as in the run: same init, clients, data and seeds.
     bank = TeacherBank(server, augment=False)
-    sizes = []
-    for pid in pids:  # round 1 exactly as in the run: same init, data and seeds
-        model = new_model(cfg, bundle)
-        data = client_dataset(cfg, pid)
-        job = ClientJob(
-            cfg, pid, 1, model, data, device, make_rng(cfg.seed, "train", 1, pid), None, None
-        )
-        CLIENTS["fedavg"]().train(job)
-        bank.add(model, device)
-        sizes.append(len(data))
+    model = new_model(cfg, bundle)
+    sizes: dict[int, int] = {}
+
+    def teacher(reply: Message) -> None:
+        pid, size = client_model(reply, model)
+        sizes[pid] = size
+        bank.add(model, device, key=pid)
+
+    replay(run / "config.yaml", [*args.overrides, "rounds=1"], teacher)
+    pids = sorted(sizes)  # the bank stacks its teachers in key order
     logits = bank.logits[:, 0]
-    n = torch.tensor(sizes, dtype=torch.float64)
+    n = torch.tensor([sizes[pid] for pid in pids], dtype=torch.float64)
     counts = torch.as_tensor(partition.histogram(bundle.train.y, bundle.train.num_classes))[pids]
 
     shape = bundle.train.input_shape
     saved = torch.load(run / "discriminators.pt", map_location="cpu")
     own = []
     for pid in pids:
-        disc = build_discriminator(params["discriminator"]["name"], shape)
+        disc = build_discriminator(params.discriminator.name, shape)
         disc.load_state_dict(saved[pid])
         own.append(disc)
-    pool = PoolSampler(x_server, params["generator"]["latent_dim"])
+    pool = PoolSampler(x_server, params.generator.latent_dim)
     ideal = []
     for pid in pids:
         disc = build_discriminator(
-            params["discriminator"]["name"], shape, seed=derive_seed(cfg.seed, "disc-init", pid)
+            params.discriminator.name, shape, seed=derive_seed(cfg.seed, "disc-init", pid)
         )
         train_discriminator(
             disc,
             pool,
             client_dataset(cfg, pid),
-            epochs=params["discriminator"]["epochs"],
-            latent_dim=params["generator"]["latent_dim"],
+            epochs=params.discriminator.epochs,
+            latent_dim=params.generator.latent_dim,
             rng=make_rng(cfg.seed, "ideal", pid),
             device=device,
         )
@@ -140,4 +139,4 @@ def main(run_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

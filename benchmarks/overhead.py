@@ -26,13 +26,13 @@ from pathlib import Path
 
 from flwr.simulation import run_simulation
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from fedgo_flwr.client_app import app as client_app
+from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.server_app import server_app_for
+from strategies import load_experiment
 
-from fedgo_flwr.client_app import app as client_app  # noqa: E402
-from fedgo_flwr.config import ExperimentConfig, load_config  # noqa: E402
-from fedgo_flwr.inprocess import run_inprocess  # noqa: E402
-from fedgo_flwr.server_app import server_app_for  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_flower(cfg: ExperimentConfig) -> list[dict]:
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> None:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode, fn in (("flower", run_flower), ("plain", run_plain)):
-            cfg = load_config(config, [*overrides, f"output_dir={tmp}/{mode}"])
+            cfg = load_experiment(config, [*overrides, f"output_dir={tmp}/{mode}"])
             t0 = time.perf_counter()
             rows = fn(cfg)
             results[mode] = {"rows": rows, "total": time.perf_counter() - t0}

@@ -18,21 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from fedgo_flwr.data import ArrayDataset  # noqa: E402
-from fedgo_flwr.distill import DistillConfig, TeacherBank, distill  # noqa: E402
-from fedgo_flwr.models import build_model  # noqa: E402
-from fedgo_flwr.weighting import WeightingInputs, compute_weights  # noqa: E402
-from fedgo_flwr.weighting import pseudo_labels as targets_of  # noqa: E402
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.distill import DistillConfig, TeacherBank, distill
+from fedgo_flwr.models import build_model
+from fedgo_flwr.weighting import WeightingInputs, compute_weights
+from fedgo_flwr.weighting import pseudo_labels as targets_of
 
 CPU = torch.device("cpu")
 
