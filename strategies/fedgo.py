@@ -43,6 +43,7 @@ from flwr.supercore import log
 from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import num_views
+from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.gan import (
     build_critic,
     build_discriminator,
@@ -146,7 +147,7 @@ class FedGO(FedDF):
         generator.cpu()
         report["generator_time"] = time.perf_counter() - t0
         if not saved_gen.is_file() or gen_path != str(saved_gen):
-            torch.save(generator.state_dict(), saved_gen)
+            atomic_torch_save(saved_gen, generator.state_dict())
 
         discs, disc_report = self._discriminators(grid, generator, disc_path)
         report.update(disc_report)
@@ -210,7 +211,7 @@ class FedGO(FedDF):
             report["discriminator_round_time"] = time.perf_counter() - t0
             report["discriminators"] = per_client
             raise_if_stopping("the discriminators")  # some may have died with the stop
-            torch.save(states, res.out_dir / "discriminators.pt")
+            atomic_torch_save(res.out_dir / "discriminators.pt", states)
         discs: dict[int, torch.nn.Module] = {}
         for pid, state in states.items():
             disc = build_discriminator(dp.name, shape)
