@@ -225,12 +225,12 @@ class FedGO(FedDF):
 
     def _use_generated_data(self, generator: torch.nn.Module) -> None:
         """Scenario D2: G's samples, drawn once, replace the server data for distillation."""
-        gen_rng = make_rng(self.cfg.seed, "d2-samples")
+        rng = make_rng(self.cfg.seed, "d2-samples")
         x = sample(
             generator,
             self.params.generated_size,
             self.params.generator.latent_dim,
-            rng=gen_rng,
+            rng=rng,
         )
         template = self.distill_set
         if template.x.dtype == np.uint8:
