@@ -6,6 +6,12 @@ One YAML file describes one experiment. A file may start from another with ``bas
 core sections below (built by :func:`fedgo_flwr.schema.build_section`); the first problem stops
 with one :class:`ConfigError` naming the key, the bad value and where it came from.
 
+The YAML reader refuses what a configuration never means but YAML would silently accept: an
+empty file (it would run the defaults), a key given twice in one mapping (the last would win), a
+file that is not UTF-8 text, an integer of more than ``MAX_DIGITS`` digits, nesting deeper than
+``MAX_DEPTH`` levels and more than ``MAX_NODES`` values once aliases are expanded (these would
+crash or exhaust the reader instead).
+
 This module knows the core sections only. ``strategy:`` holds the algorithm's name and its own
 parameters as an unchecked mapping; the strategy package builds them, once, into the
 algorithm's typed ``Config`` (:func:`strategies.load_experiment`, which is what the apps call).
@@ -49,6 +55,8 @@ __all__ = [
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 OPTIMIZERS = ("sgd", "adam")
+MAX_SECONDS = 30 * 24 * 3600
+"""Upper bound of every duration key (``round_timeout``, ``faults[].seconds``): 30 days."""
 
 
 @dataclass
@@ -63,7 +71,7 @@ class DataConfig:
     server_fraction: float = 0.5
     min_client_size: int = 2
     augment: bool = True
-    train_subset: int | None = None
+    train_subset: int | None = field(default=None, metadata={"max": 2**31 - 1})
 
     def check(self, c: Checker) -> None:
         names = ", ".join(DATASET_NAMES)
@@ -164,6 +172,7 @@ class FaultConfig:
         c.require("round", self.round >= 0, "must be >= 0 (0: every round)")
         c.choice("kind", FAULT_KINDS)
         c.require("seconds", self.seconds >= 0, "must be >= 0")
+        c.require("seconds", self.seconds <= MAX_SECONDS, f"must be <= {MAX_SECONDS} (30 days)")
 
     def applies(self, partition_id: int, server_round: int) -> bool:
         return self.partition == partition_id and self.round in (0, server_round)
@@ -195,7 +204,7 @@ class ExperimentConfig:
     """A whole experiment. ``to_dict``/``from_dict`` round-trip it (clients get it as JSON)."""
 
     name: str = "default"
-    seed: int = 0
+    seed: int = field(default=0, metadata={"max": 2**32 - 1})
     rounds: int = 40
     fraction: float = 0.4
     min_clients: int = 1
@@ -274,6 +283,11 @@ class ExperimentConfig:
         c.require("min_clients", self.min_clients <= k, f"must be <= data.num_clients ({k})")
         c.require("output_dir", bool(self.output_dir), "must not be empty")
         c.require("round_timeout", self.round_timeout > 0, "must be > 0 (seconds)")
+        c.require(
+            "round_timeout",
+            self.round_timeout <= MAX_SECONDS,
+            f"must be <= {MAX_SECONDS} (30 days)",
+        )
         for i, fault in enumerate(self.faults):
             c.at(f"faults[{i}].", fault).require(
                 "partition", fault.partition < k, f"must be < data.num_clients ({k})"
@@ -313,15 +327,98 @@ def _flat_keys(mapping: Mapping[str, Any], prefix: str) -> Iterable[str]:
             yield from _flat_keys(value, f"{prefix}{key}.")
 
 
+MAX_DIGITS = 100
+"""Longest integer literal read (Python refuses to convert more than 4300 digits)."""
+MAX_DEPTH = 50
+"""Deepest nesting of mappings and lists read (far below Python's recursion limit)."""
+MAX_NODES = 100_000
+"""Most values read, aliases expanded (a few nested aliases can stand for billions)."""
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+class _Refused(Exception):
+    """A YAML text that parses but is refused: ``key`` (dotted, or ``None``: the whole text)."""
+
+    def __init__(self, key: str | None, value: Any, problem: str) -> None:
+        super().__init__(problem)
+        self.key, self.value, self.problem = key, value, problem
+
+
+def _load_yaml(text: str, prefix: str = "") -> Any:
+    """``text`` parsed by PyYAML's safe loader, after checking the node tree (see the module
+    docstring); ``prefix`` is the dotted key the text is the value of (an override's).
+
+    Raises :class:`yaml.YAMLError` for text that is not YAML and :class:`_Refused` otherwise.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_node(node, prefix.rstrip("."), 0, [0])
+        return loader.construct_document(node)
+    except RecursionError:
+        raise _Refused(None, None, f"nested too deeply (at most {MAX_DEPTH} levels)") from None
+    finally:
+        loader.dispose()
+
+
+def _check_node(node: yaml.Node, key: str, depth: int, count: list[int]) -> None:
+    """Refuse duplicate keys, overlong integers, deep nesting and alias bombs below ``node``."""
+    count[0] += 1
+    if count[0] > MAX_NODES:
+        raise _Refused(None, None, f"too large: more than {MAX_NODES} values, aliases expanded")
+    if depth > MAX_DEPTH:
+        raise _Refused(None, None, f"nested too deeply (at most {MAX_DEPTH} levels)")
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag == _INT_TAG and len(node.value) > MAX_DIGITS:
+            problem = f"too many digits ({len(node.value)}; at most {MAX_DIGITS})"
+            raise _Refused(key or None, node.value, problem)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_node(item, f"{key}[{i}]", depth + 1, count)
+    elif isinstance(node, yaml.MappingNode):
+        seen: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            _check_node(key_node, key, depth + 1, count)
+            dotted = key
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
+                dotted = f"{key}.{key_node.value}" if key else key_node.value
+                line = key_node.start_mark.line + 1
+                ident = (key_node.tag, key_node.value)
+                if ident in seen:
+                    shown = value_node.value if isinstance(value_node, yaml.ScalarNode) else "..."
+                    problem = f"duplicate key (line {seen[ident]}, again on line {line})"
+                    raise _Refused(dotted, shown, problem)
+                seen[ident] = line
+            _check_node(value_node, dotted, depth + 1, count)
+
+
 def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
     if not path.is_file():
         raise ConfigError("config", str(path), "file not found")
     if path in chain:
         raise ConfigError("base", str(path), "circular 'base:' chain", str(chain[-1]))
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"not a UTF-8 text file (byte {exc.start} is not UTF-8)"
+        raise ConfigError("config", str(path), problem) from None
+    except OSError as exc:
+        raise ConfigError("config", str(path), f"cannot be read: {exc.strerror}") from None
+    try:
+        raw = _load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError("config", str(path), f"not valid YAML: {exc}") from None
+    except _Refused as exc:
+        if exc.key is None:
+            raise ConfigError("config", str(path), exc.problem) from None
+        raise ConfigError(exc.key, exc.value, exc.problem, str(path)) from None
+    if raw is None:
+        problem = "the file is empty: an experiment needs at least one key (e.g. base: base.yaml)"
+        raise ConfigError("config", str(path), problem)
     if not isinstance(raw, dict):
         raise ConfigError("config", str(path), "the file must hold a mapping of keys")
     merged: dict[str, Any] = {}
@@ -342,9 +439,12 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key or not re.fullmatch(r"[A-Za-z_][\w.]*", key):
         raise ConfigError("override", text, "expected dotted.key=value", "command line")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
+        parsed = _load_yaml(value, key) if value.strip() else None
     except yaml.YAMLError:
         parsed = value
+    except _Refused as exc:
+        shown = value if exc.key is None else exc.value
+        raise ConfigError(exc.key or key, shown, exc.problem, f"override '{text}'") from None
     return key, parsed
 
 

@@ -16,21 +16,51 @@ section's dotted prefix, so every error names the exact key::
 A failed check raises :class:`ConfigError` with the dotted key (``strategy.mu``), the value,
 the problem, and where the key came from (file or override) when the caller passed the
 ``sources`` of the merged configuration.
+
+Numbers are checked here once for every section, before its ``check``, so a section need not
+think of them: a ``float`` key must be finite (``.inf`` and ``.nan`` are refused: a comparison
+with NaN is always false, so a check such as ``x < 0`` would let it through), and an ``int`` key
+must lie within ``±MAX_INT`` (one million: no count of an experiment -- clients, rounds,
+epochs, steps, batch sizes, widths -- needs more, while ``1e10`` clients or ``1e21`` rounds
+would only exhaust the machine). A field declares an exception in its metadata:
+``field(default=0, metadata={"max": 2**32 - 1})`` (a larger bound, e.g. a seed) or
+``metadata={"nonfinite": True}`` (inf/NaN allowed; no field needs it today).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["Checker", "ConfigError", "build_section", "section_fields"]
+__all__ = ["MAX_INT", "Checker", "ConfigError", "build_section", "section_fields"]
 
 _UNSET: Any = object()
+
+MAX_INT = 1_000_000
+"""The largest magnitude of an ``int`` key, unless its field's metadata ``max`` says otherwise."""
+
+_MAX_REPR = 120
+
+
+def _short_repr(value: Any) -> str:
+    """``repr(value)``, shortened: an error message must stay one readable line."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print (sys.get_int_max_str_digits)
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    return _shorten(text)
+
+
+def _shorten(text: str) -> str:
+    if len(text) > _MAX_REPR:
+        return f"{text[: _MAX_REPR - 20]}...<{len(text)} characters>"
+    return text
 
 
 class ConfigError(ValueError):
@@ -38,8 +68,8 @@ class ConfigError(ValueError):
 
     def __init__(self, key: str, value: Any, problem: str, source: str | None = None) -> None:
         self.key, self.value, self.problem, self.source = key, value, problem, source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}{key} = {value!r}: {problem}")
+        where = f"{_shorten(source)}: " if source else ""
+        super().__init__(f"{where}{key} = {_short_repr(value)}: {problem}")
 
 
 class Checker:
@@ -116,7 +146,8 @@ def build_section(
     if not isinstance(raw, Mapping):
         at.fail(prefix.rstrip(".") or cls.__name__, "must be a mapping of keys", raw)
     hints = typing.get_type_hints(cls)
-    names = section_fields(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = list(fields)
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in names:
@@ -127,6 +158,7 @@ def build_section(
                 at.fail(key, f"not a parameter of {owner}{hint} (its parameters: {known})", value)
             at.fail(key, f"unknown key{hint}; known keys: {known}", value)
         kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", checker)
+        _check_number(kwargs[key], fields[key].metadata, f"{prefix}{key}", checker)
     section = cls(**kwargs)
     check = getattr(section, "check", None)
     if callable(check):
@@ -154,8 +186,34 @@ def _convert(tp: Any, value: Any, key: str, checker: Checker) -> Any:
         return build_section(tp, value, f"{key}.", checker=checker)
     ok, cast = _type_ok(value, tp)
     if not ok:
-        _fail(checker, key, value, f"must be {_type_name(tp)}, got {type(value).__name__}")
+        problem = f"must be {_type_name(tp)}, got {type(value).__name__}"
+        if isinstance(value, str) and "float" in _type_name(tp) and _parses_as_float(value):
+            problem += (
+                f" (YAML reads {value} as text: write a dot and a signed exponent,"
+                " e.g. 1.0e-3 or 1.0e+12)"
+            )
+        _fail(checker, key, value, problem)
     return cast
+
+
+def _parses_as_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_number(value: Any, meta: Mapping[str, Any], key: str, checker: Checker) -> None:
+    """Refuse a non-finite float and an int beyond ``±max`` (``MAX_INT`` unless ``meta``)."""
+    if isinstance(value, float) and not math.isfinite(value) and not meta.get("nonfinite"):
+        _fail(checker, key, value, "must be a finite number (not inf or NaN)")
+    if isinstance(value, int) and not isinstance(value, bool):
+        limit = meta.get("max", MAX_INT)
+        if value > limit:
+            _fail(checker, key, value, f"must be <= {limit}")
+        if value < -limit:
+            _fail(checker, key, value, f"must be >= -{limit}")
 
 
 def _fail(checker: Checker, key: str, value: Any, problem: str) -> typing.NoReturn:
@@ -179,7 +237,10 @@ def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
         return isinstance(value, int) and not isinstance(value, bool), value
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, float(value)
+            try:
+                return True, float(value)
+            except OverflowError:  # an int beyond the float range
+                return True, math.inf
         return False, value
     if tp is str:
         return isinstance(value, str), value

@@ -1,13 +1,22 @@
-"""Config loading, overrides and validation: a bad value stops with key, value and source."""
+"""Config loading, overrides and validation: a bad value stops with key, value and source.
+
+:data:`REFUSED` is the one table of every configuration that is refused, by the schema, by the
+YAML loader or by the pre-flight check (``prepare``, run by ``run.sh`` and the ServerApp).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tomllib
+import torch
 
 from fedgo_flwr.cli import main as cli_main
+from fedgo_flwr.cli import preflight
 from fedgo_flwr.config import ConfigError, ExperimentConfig
+from fedgo_flwr.inprocess import run_inprocess
 from strategies import load_experiment, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,62 +63,269 @@ def test_roundtrip_through_json():
     assert resolve(again) == cfg
 
 
-@pytest.mark.parametrize(
-    "override, key, fragment",
-    [
-        ("data.alpha=0", "data.alpha", "must be > 0"),
-        ("data.alpha=-1", "data.alpha", "must be > 0"),
-        ("fraction=1.5", "fraction", "(0, 1]"),
-        ("strategy.name=fedfoo", "strategy.name", "unknown"),
-        ("data.dataset=mnist3", "data.dataset", "unknown"),
-        ("model.name=resnet7", "model.name", "unknown"),
-        ("rounds=ten", "rounds", "must be int"),
-        ("data.alph=0.1", "data.alph", "did you mean 'data.alpha'"),
-        ("strategy.muu=0.1", "strategy.muu", "not a parameter of fedavg"),
-        ("train.optimizer=rmsprop", "train.optimizer", "unknown"),
-        ("min_clients=50", "min_clients", "<= data.num_clients"),
-        ("device=gpu0", "device", "auto, cpu"),
-    ],
-)
-def test_bad_override_names_key_value_and_source(override, key, fragment):
+# ------------------------------------------------------------------------------------------
+# THE table of refused configurations. Every refused case goes here: `prepare` exits with
+# `code` and one message naming `key` (and the file or override it came from) and containing
+# `fragment`; loading plus the pre-flight check raise a ConfigError for exactly `key`.
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refused:
+    """One refused configuration.
+
+    ``text``: the YAML file's content (``{conf}`` stands for the shipped ``conf/`` folder and
+    ``{tmp}`` for an empty temporary folder); ``None`` uses ``conf/<conf>`` (``nope.yaml``: a
+    file that does not exist). ``overrides``: given on the command line (``{tmp}`` filled in
+    too). ``where``: the message names the ``override``, the ``file``, or ``""`` (not checked).
+    """
+
+    key: str
+    fragment: str
+    overrides: tuple[str, ...] = ()
+    text: str | bytes | None = None
+    conf: str = "default.yaml"
+    where: str = "override"
+    code: int = 2
+
+
+BIG = "9" * 5000  # more digits than Python turns into an int
+DEEP = "[" * 50_000  # deeper than any recursive parser goes
+NOT_FINITE = "must be a finite number"
+
+REFUSED = {
+    # -- values out of range: each error names its own key ----------------------------------
+    "alpha-0": Refused("data.alpha", "must be > 0", ("data.alpha=0",)),
+    "alpha-neg": Refused("data.alpha", "must be > 0", ("data.alpha=-1",)),
+    "fraction": Refused("fraction", "(0, 1]", ("fraction=1.5",)),
+    "min-clients": Refused("min_clients", "<= data.num_clients", ("min_clients=50",)),
+    "num-clients-0": Refused("data.num_clients", "must be >= 1", ("data.num_clients=0",)),
+    "gp-lambda": Refused(
+        "strategy.generator.gp_lambda",
+        "must be >= 0",
+        ("strategy.generator.gp_lambda=-1",),
+        conf="fedgo.yaml",
+    ),
+    "disc-batch": Refused(
+        "strategy.discriminator.batch_size",
+        "must be >= 1",
+        ("strategy.discriminator.batch_size=0",),
+        conf="fedgo.yaml",
+    ),
+    "temperature": Refused(
+        "strategy.distill.temperature",
+        "must be > 0",
+        ("strategy.distill.temperature=-1",),
+        conf="fedgo.yaml",
+    ),
+    "mu-in-file": Refused(
+        "strategy.mu",
+        "strategy.mu = -1.0: must be >= 0",
+        text="strategy: {name: fedprox, mu: -1}\n",
+        where="file",
+    ),
+    "alpha-in-file": Refused(
+        "data.alpha",
+        "data.alpha = -0.5",
+        text="base: {conf}/base.yaml\ndata:\n  alpha: -0.5\n",
+        where="file",
+    ),
+    "gp-lambda-in-file": Refused(
+        "strategy.generator.gp_lambda",
+        "must be >= 0",
+        text="base: {conf}/fedgo.yaml\nstrategy: {generator: {gp_lambda: -1}}\n",
+        where="file",
+    ),
+    # -- names and types --------------------------------------------------------------------
+    "strategy-name": Refused("strategy.name", "unknown", ("strategy.name=fedfoo",)),
+    "dataset": Refused("data.dataset", "unknown", ("data.dataset=mnist3",)),
+    "model": Refused("model.name", "unknown", ("model.name=resnet7",)),
+    "optimizer": Refused("train.optimizer", "unknown", ("train.optimizer=rmsprop",)),
+    "device-name": Refused("device", "auto, cpu", ("device=gpu0",)),
+    "rounds-str": Refused("rounds", "must be int", ("rounds=ten",)),
+    "typo": Refused("data.alph", "did you mean 'data.alpha'", ("data.alph=0.1",)),
+    "other-param": Refused("strategy.muu", "not a parameter of fedavg", ("strategy.muu=0.1",)),
+    # -- numbers: no inf or NaN in any float key, no absurd integers ---------------------------
+    "lr-inf": Refused("train.lr", NOT_FINITE, ("train.lr=.inf",)),
+    "lr-nan": Refused("train.lr", NOT_FINITE, ("train.lr=.nan",)),
+    "alpha-inf": Refused("data.alpha", NOT_FINITE, ("data.alpha=.inf",)),
+    "timeout-inf": Refused("round_timeout", NOT_FINITE, ("round_timeout=.inf",)),
+    "timeout-huge": Refused("round_timeout", "must be <= ", ("round_timeout=1.0e+12",)),
+    "gpus-inf": Refused("resources.client_gpus", NOT_FINITE, ("resources.client_gpus=.inf",)),
+    "decay-nan": Refused("train.weight_decay", NOT_FINITE, ("train.weight_decay=.nan",)),
+    "fault-seconds-nan": Refused(
+        "faults[0].seconds", NOT_FINITE, ("faults=[{kind: hang, seconds: .nan}]",)
+    ),
+    "mu-inf": Refused("strategy.mu", NOT_FINITE, ("strategy.mu=.inf",), conf="fedprox.yaml"),
+    "distill-lr-inf": Refused(
+        "strategy.distill.lr", NOT_FINITE, ("strategy.distill.lr=.inf",), conf="feddf.yaml"
+    ),
+    "gp-lambda-nan": Refused(
+        "strategy.generator.gp_lambda",
+        NOT_FINITE,
+        ("strategy.generator.gp_lambda=.nan",),
+        conf="fedgo.yaml",
+    ),
+    "weighting-param-inf": Refused(
+        "strategy.weighting_params.entropy",
+        "finite",
+        ("strategy.weighting_params={entropy: {temperature: .inf}}",),
+        conf="feddf.yaml",
+    ),
+    "float-1e400": Refused("train.lr", NOT_FINITE, ("train.lr=1.0e+400",)),
+    "float-digits": Refused("train.lr", "too many digits", ("train.lr=" + "9" * 400,)),
+    "float-as-text": Refused("train.lr", "signed exponent", ("train.lr=1e-3",)),
+    "float-in-file": Refused("data.alpha", NOT_FINITE, text="data: {alpha: .inf}\n", where="file"),
+    "clients-1e10": Refused("data.num_clients", "must be <= ", ("data.num_clients=10000000000",)),
+    "rounds-1e21": Refused("rounds", "must be <= ", ("rounds=1000000000000000000000",)),
+    "epochs-huge": Refused("train.local_epochs", "must be <= ", ("train.local_epochs=10000000",)),
+    "steps-huge": Refused(
+        "strategy.generator.steps",
+        "must be <= ",
+        ("strategy.generator.steps=10000000",),
+        conf="fedgo.yaml",
+    ),
+    "seed-huge": Refused("seed", "must be <= ", (f"seed={2**64}",)),
+    "digits-override": Refused("rounds", "too many digits", (f"rounds={BIG}",)),
+    "digits-in-file": Refused("rounds", "too many digits", text=f"rounds: {BIG}\n", where="file"),
+    # -- files that are not a configuration ---------------------------------------------------
+    "missing-file": Refused("config", "file not found", conf="nope.yaml", where=""),
+    "bad-yaml": Refused("config", "not valid YAML", text="rounds: [1,\n", where=""),
+    "binary": Refused("config", "not a UTF-8 text file", text=bytes(range(256)) * 8, where=""),
+    "deep-file": Refused("config", "nested too deeply", text=f"rounds: {DEEP}\n", where=""),
+    "deep-override": Refused("rounds", "nested too deeply", (f"rounds={DEEP}",)),
+    "empty": Refused("config", "empty", text="", where=""),
+    "only-comments": Refused("config", "empty", text="# nothing here\n\n", where=""),
+    "duplicate": Refused("rounds", "duplicate key", text="rounds: 3\nrounds: 5\n", where="file"),
+    "duplicate-nested": Refused(
+        "data.alpha", "duplicate key", text="data:\n  alpha: 1\n  alpha: 2\n", where="file"
+    ),
+    "duplicate-override": Refused("data.alpha", "duplicate key", ("data={alpha: 1, alpha: 2}",)),
+    "circular-base": Refused("base", "circular", text="base: exp.yaml\n", where=""),
+    "override-syntax": Refused("override", "expected dotted.key=value", ("rounds",), where=""),
+    # -- pre-flight: files, the machine, and what the strategy needs ---------------------------
+    "imagefolder": Refused(
+        "data.path", "no train/ folder", ("data.dataset=imagefolder", "data.path={tmp}")
+    ),
+    "cifar-missing": Refused(
+        "data.path",
+        "cifar-10-batches-py",
+        ("data.dataset=cifar10", "data.path={tmp}", "data.download=false"),
+    ),
+    "generator-path": Refused(
+        "strategy.generator.path",
+        "not found",
+        ("strategy.generator.path={tmp}/g.pt",),
+        conf="fedgo.yaml",
+    ),
+    "discriminator-path": Refused(
+        "strategy.discriminator.path",
+        "not found",
+        ("strategy.discriminator.path={tmp}/d.pt",),
+        conf="fedgo.yaml",
+    ),
+    "feddf-no-server-data": Refused(
+        "data.server_fraction", "feddf", ("strategy.name=feddf", "data.server_fraction=0")
+    ),
+    "fedgo-no-server-data": Refused(
+        "data.server_fraction", "fedgo", ("data.server_fraction=0",), conf="fedgo.yaml"
+    ),
+    "cuda-missing": Refused("device", "CUDA device", ("device=cuda:999",)),
+}
+
+
+def _materialise(case: Refused, tmp_path: Path) -> tuple[Path, list[str]]:
+    """The config file and the overrides of ``case``, placeholders filled in."""
+    folder = tmp_path / "folder"
+    folder.mkdir(exist_ok=True)
+
+    def fill(s: str) -> str:
+        return s.replace("{conf}", str(CONF)).replace("{tmp}", str(folder))
+
+    path = tmp_path / "exp.yaml"
+    if isinstance(case.text, bytes):
+        path.write_bytes(case.text)
+    elif case.text is not None:
+        path.write_text(fill(case.text))
+    elif case.conf == "nope.yaml":
+        path = tmp_path / "nope.yaml"
+    else:
+        path = CONF / case.conf
+    return path, [fill(o) for o in case.overrides]
+
+
+@pytest.mark.parametrize("case", REFUSED.values(), ids=REFUSED.keys())
+def test_refused(case: Refused, tmp_path, capsys):
+    path, overrides = _materialise(case, tmp_path)
     with pytest.raises(ConfigError) as info:
-        load_experiment(CONF / "default.yaml", [override])
+        preflight(load_experiment(path, overrides))
     err = info.value
-    assert err.key == key
-    assert fragment in str(err)
-    assert f"override '{override}'" in str(err)
+    message = str(err)
+    assert err.key == case.key, message
+    assert case.fragment in message
+    assert len(message) < 1000  # a 5000-digit value is not printed whole
+    if case.where == "override":
+        assert any(f"override '{o[:40]}" in message for o in overrides), message
+    elif case.where == "file":
+        assert str(path) in message
+    # The same through `prepare` (what run.sh calls): the exit code and one line, no traceback.
+    run_toml = tmp_path / "run.toml"
+    code = cli_main(["prepare", str(path), *overrides, "--run-toml", str(run_toml)])
+    assert code == case.code
+    stderr = capsys.readouterr().err
+    assert case.key in stderr and case.fragment in stderr
+    assert "Traceback" not in stderr
+    assert not run_toml.exists()
 
 
-def test_bad_value_in_file_names_the_file(tmp_path):
-    path = write(tmp_path, "base: " + str(CONF / "base.yaml") + "\ndata:\n  alpha: -0.5\n")
-    with pytest.raises(ConfigError) as info:
-        load_experiment(path)
-    assert str(path) in str(info.value) and "data.alpha = -0.5" in str(info.value)
+def test_preflight_refuses_a_cuda_index_past_the_last_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    cfg = load_experiment(CONF / "default.yaml", ["device=cuda:3"])
+    with pytest.raises(ConfigError, match=r"device = 'cuda:3': no CUDA device 3 .*has 2"):
+        preflight(cfg)
+    preflight(load_experiment(CONF / "default.yaml", ["device=cuda:1"]))  # exists: accepted
 
 
-def test_strategy_param_range_is_checked(tmp_path):
-    path = write(tmp_path, "strategy: {name: fedprox, mu: -1}\n")
-    with pytest.raises(ConfigError, match=r"strategy.mu = -1.0: must be >= 0"):
-        load_experiment(path)
+def test_preflight_accepts_what_exists(tmp_path):
+    (tmp_path / "cifar-10-batches-py").mkdir()
+    (tmp_path / "g.pt").write_bytes(b"")
+    (tmp_path / "d.pt").write_bytes(b"")
+    overrides = [
+        f"strategy.generator.path={tmp_path / 'g.pt'}",
+        f"strategy.discriminator.path={tmp_path / 'd.pt'}",
+        "data.dataset=cifar10",
+        f"data.path={tmp_path}",
+    ]
+    preflight(load_experiment(CONF / "fedgo.yaml", overrides))
+    preflight(load_experiment(CONF / "default.yaml", ["data.server_fraction=0"]))  # FedAvg: fine
 
 
-def test_missing_file_and_bad_yaml(tmp_path):
-    with pytest.raises(ConfigError, match="file not found"):
-        load_experiment(tmp_path / "nope.yaml")
-    bad = write(tmp_path, "rounds: [1,\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
-        load_experiment(bad)
-    with pytest.raises(ConfigError, match="expected dotted.key=value"):
-        load_experiment(None, ["rounds"])
-
-
-def test_cli_prepare_fails_fast_with_exit_2(tmp_path, capsys):
-    code = cli_main(
-        ["prepare", str(CONF / "default.yaml"), "data.alpha=-1", "--run-toml", str(tmp_path / "r")]
+def test_the_server_app_runs_the_preflight(tmp_path):
+    cfg = load_experiment(
+        CONF / "fedgo.yaml",
+        [f"strategy.generator.path={tmp_path / 'missing.pt'}", f"output_dir={tmp_path / 'out'}"],
     )
-    assert code == 2
-    assert "data.alpha = -1" in capsys.readouterr().err
-    assert not (tmp_path / "r").exists()
+    with pytest.raises(ConfigError, match="strategy.generator.path"):
+        run_inprocess(cfg)
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_finite_and_bounded_numbers_are_still_accepted():
+    overrides = ["train.lr=1.0e-6", "round_timeout=86400", "seed=4294967295", "rounds=1000000"]
+    cfg = load_experiment(CONF / "default.yaml", overrides)
+    assert (cfg.seed, cfg.rounds, cfg.round_timeout) == (4294967295, 1_000_000, 86400.0)
+
+
+def test_yaml_anchors_and_merge_keys_still_work(tmp_path):
+    path = write(
+        tmp_path,
+        "data: {<<: &d {alpha: 0.3, num_clients: 5}, alpha: 0.2}\n"  # an explicit key wins
+        "train: {lr: &lr 0.01}\nstrategy: {name: fedprox, mu: *lr}\n",
+    )
+    cfg = load_experiment(path)
+    assert (cfg.data.alpha, cfg.data.num_clients) == (0.2, 5)
+    assert cfg.train.lr == cfg.strategy.params.mu == 0.01
 
 
 def test_cli_prepare_writes_run_config(tmp_path, capsys):
@@ -118,8 +334,6 @@ def test_cli_prepare_writes_run_config(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out.strip()
     assert "num-supernodes=20" in out and "client-resources-num-cpus=1" in out
-    import tomllib
-
     run = tomllib.loads(run_toml.read_text())
     assert load_experiment(run["config"], run["overrides"]).seed == 4
 
