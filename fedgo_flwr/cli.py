@@ -9,13 +9,22 @@ client resources) on stdout for ``flwr run --federation-config``, then the outpu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from fedgo_flwr.config import ConfigError, ExperimentConfig, resolve_config_path
+import torch
+
+from fedgo_flwr.config import ConfigError, DataConfig, ExperimentConfig, resolve_config_path
+from fedgo_flwr.data.sources import DEFAULT_TORCHVISION_ROOT
 from fedgo_flwr.recorder import resolve_output_dir
-from strategies import load_experiment
+from fedgo_flwr.schema import Checker
+from strategies import load_experiment, resolve, strategy_class
+
+CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
+"""The folder torchvision keeps each CIFAR in, under its root (``data.path``)."""
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -49,11 +58,68 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def preflight(cfg: ExperimentConfig) -> None:
-    """Checks of the machine rather than the schema: local data paths must exist."""
-    if cfg.data.dataset == "imagefolder":
-        root = Path(cfg.data.path or "").expanduser()
-        if not (root / "train").is_dir():
-            raise ConfigError("data.path", cfg.data.path, "no train/ folder there")
+    """Checks of the machine and the files rather than the schema, before anything starts.
+
+    Run by ``prepare`` (so ``run.sh`` stops with exit 2) and by the ServerApp (so a plain
+    ``flwr run`` or a deployment stops before it writes anything); a problem raises one
+    :class:`ConfigError` naming the key, the value and where it was set:
+
+    - local data must be there: ``imagefolder``'s ``train/`` folder, and CIFAR's torchvision
+      folder when ``data.download`` is off;
+    - every ``path`` key of the strategy's parameters (``strategy.generator.path``,
+      ``strategy.discriminator.path``) must name an existing file;
+    - ``device: cuda:N`` needs a CUDA device N on this machine, ``mps`` Apple's MPS;
+    - what the strategy needs of the whole experiment (:meth:`Strategy.preflight`, e.g. FedDF's
+      and FedGO's server data, ``data.server_fraction > 0``).
+    """
+    cfg = resolve(cfg)
+    c = Checker(cfg.strategy.sources)
+    _check_data(cfg.data, c.at("data.", cfg.data))
+    _check_device(cfg.device, c.at("", cfg))
+    _check_paths(cfg.strategy.params, c.at("strategy.", cfg.strategy.params))
+    strategy_class(cfg.strategy.name).preflight(cfg, c)
+
+
+def _check_data(data: DataConfig, c: Checker) -> None:
+    if data.dataset == "imagefolder":
+        root = Path(data.path or "").expanduser()
+        c.require("path", (root / "train").is_dir(), "no train/ folder there")
+    if data.dataset in CIFAR_FOLDERS and not data.download:
+        root = Path(data.path or DEFAULT_TORCHVISION_ROOT).expanduser()
+        folder = CIFAR_FOLDERS[data.dataset]
+        c.require(
+            "path",
+            (root / folder).is_dir(),
+            f"no {folder}/ folder under {str(root)!r} and data.download is false: set "
+            f"data.download: true, or data.path to the folder that holds {folder}/",
+        )
+
+
+def _check_device(device: str, c: Checker) -> None:
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        c.require(
+            "device",
+            index < count,
+            f"no CUDA device {index} on this machine (it has {count}); use auto or cpu",
+        )
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        c.require("device", bool(mps and mps.is_available()), "MPS is not available here")
+
+
+def _check_paths(section: Any, c: Checker) -> None:
+    """Every ``path`` field of ``section`` (a dataclass) and of its subsections: a file."""
+    if not dataclasses.is_dataclass(section):
+        return
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if f.name == "path" and isinstance(value, str):
+            found = Path(value).expanduser().is_file()
+            c.require("path", found, "file not found (on the machine that runs the server)")
+        elif dataclasses.is_dataclass(value):
+            _check_paths(value, c.at(f"{c.prefix}{f.name}.", value))
 
 
 def _quote(item: str) -> str:

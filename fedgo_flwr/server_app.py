@@ -26,6 +26,7 @@ from fedgo_flwr.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
+from fedgo_flwr.cli import preflight
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.messages import CONFIG, METRICS, NUM_PARTITIONS, PARTITION_ID, to_numpy, to_record
 from fedgo_flwr.recorder import RunRecorder, resolve_output_dir
@@ -126,6 +127,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     The strategy's parameters are built here if ``cfg`` came without them typed.
     """
     cfg = resolve(cfg)
+    preflight(cfg)  # the same checks as `prepare`: a plain `flwr run` stops here too
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
     shutdown.watch()
     ckpt = None

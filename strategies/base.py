@@ -121,6 +121,13 @@ class Strategy(FlowerStrategy):
     def check_config(cls, config: Any, c: Checker) -> None:
         """Checks of ``Config`` that depend on the strategy class (``c.fail`` names the key)."""
 
+    @classmethod
+    def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
+        """Checks of the whole experiment that this strategy needs, run before anything starts
+        (by ``prepare`` and the ServerApp: :func:`fedgo_flwr.cli.preflight`); ``c`` has the
+        experiment's sources, e.g. ``c.at("data.", cfg.data).require("server_fraction", ...)``.
+        """
+
     def summary(self) -> None:
         log(INFO, "\t├──> %s, params %s", type(self).__name__, self.params)
         log(

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import DistillConfig, TeacherBank, distill, num_views, predict_views
 from fedgo_flwr.rng import make_rng
@@ -123,6 +124,16 @@ class FedDF(Strategy):
                 "weighting",
                 f"'{config.weighting}' needs client discriminators: use strategy.name=fedgo",
             )
+
+    @classmethod
+    def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
+        # The distillation set is the server's share of the data (FedDF Alg. 1; FedGO D1), and
+        # FedGO's generator (G1) and evaluation of the pseudo-labels need it too.
+        c.at("data.", cfg.data).require(
+            "server_fraction",
+            cfg.data.server_fraction > 0,
+            f"must be > 0 for {cls.name}: it distils on the server's share of the data",
+        )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -13,8 +13,8 @@ import pytest
 import tomllib
 import torch
 
+from fedgo_flwr.cli import CIFAR_FOLDERS, preflight
 from fedgo_flwr.cli import main as cli_main
-from fedgo_flwr.cli import preflight
 from fedgo_flwr.config import ConfigError, ExperimentConfig
 from fedgo_flwr.inprocess import run_inprocess
 from strategies import load_experiment, resolve
@@ -288,6 +288,12 @@ def test_preflight_refuses_a_cuda_index_past_the_last_gpu(monkeypatch):
 
 
 def test_preflight_accepts_what_exists(tmp_path):
+    from torchvision import datasets
+
+    assert CIFAR_FOLDERS == {
+        "cifar10": datasets.CIFAR10.base_folder,
+        "cifar100": datasets.CIFAR100.base_folder,
+    }
     (tmp_path / "cifar-10-batches-py").mkdir()
     (tmp_path / "g.pt").write_bytes(b"")
     (tmp_path / "d.pt").write_bytes(b"")
