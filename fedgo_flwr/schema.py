@@ -107,8 +107,12 @@ class Checker:
         raise ConfigError(key, value, problem, self.source_of(key))
 
     def require(self, name: str, ok: bool, problem: str) -> None:
-        """Fail for field ``name`` unless ``ok``."""
-        if not ok:
+        """Fail for field ``name`` unless ``ok``, and whenever the field is NaN.
+
+        Every comparison with NaN is false, so ``ok`` written as ``not x < 0`` would pass it.
+        """
+        value = getattr(self.obj, name, None)
+        if not ok or (isinstance(value, float) and math.isnan(value)):
             self.fail(name, problem)
 
     def choice(self, name: str, allowed: Iterable[str]) -> None:

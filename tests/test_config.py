@@ -6,7 +6,8 @@ YAML loader or by the pre-flight check (``prepare``, run by ``run.sh`` and the S
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from fedgo_flwr.cli import CIFAR_FOLDERS, preflight
 from fedgo_flwr.cli import main as cli_main
 from fedgo_flwr.config import ConfigError, ExperimentConfig
 from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.schema import Checker, build_section
 from strategies import load_experiment, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,6 +94,9 @@ class Refused:
 BIG = "9" * 5000  # more digits than Python turns into an int
 DEEP = "[" * 50_000  # deeper than any recursive parser goes
 NOT_FINITE = "must be a finite number"
+ALIAS_BOMB = "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)
+)  # 10^9 values in 1 kB
 
 REFUSED = {
     # -- values out of range: each error names its own key ----------------------------------
@@ -194,6 +199,10 @@ REFUSED = {
     "binary": Refused("config", "not a UTF-8 text file", text=bytes(range(256)) * 8, where=""),
     "deep-file": Refused("config", "nested too deeply", text=f"rounds: {DEEP}\n", where=""),
     "deep-override": Refused("rounds", "nested too deeply", (f"rounds={DEEP}",)),
+    "deep-60": Refused(
+        "config", "nested too deeply", text=f"rounds: {'[' * 60}{']' * 60}\n", where=""
+    ),
+    "alias-bomb": Refused("config", "too large", text=ALIAS_BOMB, where=""),
     "empty": Refused("config", "empty", text="", where=""),
     "only-comments": Refused("config", "empty", text="# nothing here\n\n", where=""),
     "duplicate": Refused("rounds", "duplicate key", text="rounds: 3\nrounds: 5\n", where="file"),
@@ -276,6 +285,26 @@ def test_refused(case: Refused, tmp_path, capsys):
     assert case.key in stderr and case.fragment in stderr
     assert "Traceback" not in stderr
     assert not run_toml.exists()
+
+
+@dataclass
+class _Section:
+    x: float = 0.0
+    y: float = field(default=0.0, metadata={"nonfinite": True})
+    n: int = field(default=0, metadata={"max": 10})
+
+    def check(self, c: Checker) -> None:
+        c.require("x", not self.x < 0, "must not be < 0")  # NaN-blind on purpose
+
+
+def test_schema_numbers_and_field_overrides():
+    assert build_section(_Section, {"y": math.inf, "n": 10}).y == math.inf  # opted in
+    with pytest.raises(ConfigError, match=r"^s.x = nan: must be a finite number"):
+        build_section(_Section, {"x": math.nan}, "s.")
+    with pytest.raises(ConfigError, match=r"^s.n = 11: must be <= 10$"):
+        build_section(_Section, {"n": 11}, "s.")
+    with pytest.raises(ConfigError, match=r"^s.x = nan: must not be < 0$"):
+        Checker(prefix="s.", obj=_Section(x=math.nan)).require("x", True, "must not be < 0")
 
 
 def test_preflight_refuses_a_cuda_index_past_the_last_gpu(monkeypatch):
