@@ -53,7 +53,7 @@ __all__ = [
     "split_overrides",
 ]
 
-DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d{1,4})?)$")
 OPTIMIZERS = ("sgd", "adam")
 MAX_SECONDS = 30 * 24 * 3600
 """Upper bound of every duration key (``round_timeout``, ``faults[].seconds``): 30 days."""

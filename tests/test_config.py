@@ -147,6 +147,7 @@ REFUSED = {
     "model": Refused("model.name", "unknown", ("model.name=resnet7",)),
     "optimizer": Refused("train.optimizer", "unknown", ("train.optimizer=rmsprop",)),
     "device-name": Refused("device", "auto, cpu", ("device=gpu0",)),
+    "device-digits": Refused("device", "auto, cpu", (f"device=cuda:{BIG}",)),
     "rounds-str": Refused("rounds", "must be int", ("rounds=ten",)),
     "typo": Refused("data.alph", "did you mean 'data.alpha'", ("data.alph=0.1",)),
     "other-param": Refused("strategy.muu", "not a parameter of fedavg", ("strategy.muu=0.1",)),
