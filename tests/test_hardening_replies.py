@@ -441,7 +441,7 @@ def test_a_bad_scaffold_control_delta_is_dropped(tmp_path, monkeypatch, flwr_log
 
 
 def test_the_control_delta_bound_is_configurable(tmp_path, monkeypatch, flwr_log):
-    cfg = config(tmp_path, "strategy.name=scaffold", "strategy.max_control_delta_norm=1e-9")
+    cfg = config(tmp_path, "strategy.name=scaffold", "strategy.max_control_delta_norm=1.0e-9")
     run_inprocess(cfg)
     rows = rows_of(tmp_path)
     assert rows[1]["clients_replied"] == 0 and rows[1]["clients_failed"] == 2
@@ -449,5 +449,7 @@ def test_the_control_delta_bound_is_configurable(tmp_path, monkeypatch, flwr_log
 
 
 def test_the_control_delta_bound_must_be_positive(tmp_path):
-    with pytest.raises(ValueError, match="strategy.max_control_delta_norm"):
+    with pytest.raises(
+        ValueError, match="strategy.max_control_delta_norm.*must be a finite number > 0"
+    ):
         config(tmp_path, "strategy.name=scaffold", "strategy.max_control_delta_norm=0")
