@@ -17,7 +17,9 @@
   client's partition. A bad reply is logged with its partition and node id and the reason and
   dropped, and the round goes on if at least ``min_clients`` replied. Nothing a client sends
   can raise out of the checks; :meth:`Strategy.absorb` may still drop a reply by raising
-  :class:`ReplyRejected` (FedDF: teacher logits that are not finite).
+  :class:`ReplyRejected` (FedDF: teacher logits that are not finite or too large).
+- Centralised evaluation (server side); no federated evaluation round.
+- A resumable round loop (:meth:`Strategy.start`) that records nothing once a stop was asked for.
 
 **n_k is the server's count.** Every n_k-weighted step (FedAvg's average, SCAFFOLD's buffers,
 FedDF's and FedGO's data-size weights) uses the size of the client's partition as the server
@@ -26,8 +28,6 @@ never the client's claim: a reply claiming another size is dropped, so one clien
 over the average by claiming 1e300 examples. A strategy built without :class:`ServerResources`
 (unit tests) has no partition and uses the claim, which must be a whole number in
 ``[1, 2**53]``.
-- Centralised evaluation (server side); no federated evaluation round.
-- A resumable round loop (:meth:`Strategy.start`) that records nothing once a stop was asked for.
 
 The default aggregation is FedAvg's n_k-weighted average (McMahan et al., AISTATS 2017, Alg. 1).
 A strategy module (``strategies/<name>.py``) subclasses this and overrides only what differs:
