@@ -78,7 +78,12 @@ def _cast_like(value: np.ndarray, like: np.ndarray) -> np.ndarray:
 def check_arrays(received: Arrays, reference: Arrays, what: str = "arrays") -> str | None:
     """Why ``received`` cannot be used in place of ``reference`` (``None`` if it can).
 
-    Rejects missing or extra keys, wrong shapes, and non-finite values.
+    Rejects missing or extra keys, wrong shapes, dtypes other than the reference's, and
+    non-finite values. The dtype must match exactly: :class:`RunningAverage` casts the average
+    back to the first reply's dtype, so one int8 or float64 reply would otherwise set the
+    global model's dtype. Only real numbers (floating, signed or unsigned integer) are
+    accepted: complex, boolean or object arrays are refused whatever the reference holds, so
+    the finiteness check always sees every value.
     """
     missing = sorted(set(reference) - set(received))
     extra = sorted(set(received) - set(reference))
@@ -87,9 +92,16 @@ def check_arrays(received: Arrays, reference: Arrays, what: str = "arrays") -> s
             f"{what}: keys differ from the global model (missing {missing[:3]}, extra {extra[:3]})"
         )
     for key, ref in reference.items():
-        value = np.asarray(received[key])
+        value, ref = np.asarray(received[key]), np.asarray(ref)
         if value.shape != ref.shape:
             return f"{what}: '{key}' has shape {value.shape}, expected {ref.shape}"
-        if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+        if value.dtype.kind not in _REAL_KINDS:
+            return f"{what}: '{key}' has dtype {value.dtype.name}, not real numbers"
+        if value.dtype != ref.dtype:
+            return f"{what}: '{key}' has dtype {value.dtype.name}, expected {ref.dtype.name}"
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
             return f"{what}: '{key}' holds non-finite values"
     return None
+
+
+_REAL_KINDS = frozenset("fiu")  # NumPy dtype kinds: floating, signed and unsigned integer

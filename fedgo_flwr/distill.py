@@ -114,7 +114,11 @@ class TeacherBank:
     @torch.no_grad()
     def add(self, model: nn.Module, device: torch.device, key: int | None = None) -> None:
         """Add ``model``'s logits on every view (eval mode); the model can be dropped after."""
-        logits = predict_views(model, self.data, self.views, self.batch_size, device)
+        self.add_logits(predict_views(model, self.data, self.views, self.batch_size, device), key)
+
+    def add_logits(self, logits: Tensor, key: int | None = None) -> None:
+        """Add a teacher's ``(V, N, C)`` logits computed by the caller (who may check them
+        first: FedDF drops a client whose logits are not finite)."""
         self._logits.append((len(self._logits) if key is None else key, logits))
 
     @property

@@ -10,11 +10,24 @@
 - Replies folded in one at a time as they arrive (:func:`fedgo_flwr.messages.stream_replies`):
   each accepted reply goes to :meth:`Strategy.absorb` and its arrays are let go, so the server's
   memory does not grow with the number of clients.
-- Every reply checked on its own (error replies, missing, wrongly shaped or non-finite arrays, a
-  bad ``num-examples``); a bad reply is logged with its node and partition id and dropped, and
-  the round goes on if at least ``min_clients`` replied.
+- Every reply checked on its own (:meth:`Strategy.accept`): error replies, replies from nodes
+  not sampled this round, missing records, unreadable arrays, arrays whose keys, shapes or
+  dtypes differ from the global model's or that hold non-finite values, training metrics that
+  are not finite numbers, and a ``num-examples`` other than the server's own count of the
+  client's partition. A bad reply is logged with its partition and node id and the reason and
+  dropped, and the round goes on if at least ``min_clients`` replied. Nothing a client sends
+  can raise out of the checks; :meth:`Strategy.absorb` may still drop a reply by raising
+  :class:`ReplyRejected` (FedDF: teacher logits that are not finite or too large).
 - Centralised evaluation (server side); no federated evaluation round.
 - A resumable round loop (:meth:`Strategy.start`) that records nothing once a stop was asked for.
+
+**n_k is the server's count.** Every n_k-weighted step (FedAvg's average, SCAFFOLD's buffers,
+FedDF's and FedGO's data-size weights) uses the size of the client's partition as the server
+computed it (:attr:`Partition.client_sizes <fedgo_flwr.partition.Partition.client_sizes>`),
+never the client's claim: a reply claiming another size is dropped, so one client cannot take
+over the average by claiming 1e300 examples. A strategy built without :class:`ServerResources`
+(unit tests) has no partition and uses the claim, which must be a whole number in
+``[1, 2**53]``.
 
 The default aggregation is FedAvg's n_k-weighted average (McMahan et al., AISTATS 2017, Alg. 1).
 A strategy module (``strategies/<name>.py``) subclasses this and overrides only what differs:
@@ -57,7 +70,13 @@ from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.task import sample_clients
 
-__all__ = ["Reply", "ServerResources", "Strategy", "client_metrics"]
+__all__ = ["Reply", "ReplyRejected", "ServerResources", "Strategy", "client_metrics"]
+
+MAX_CLAIMED_EXAMPLES = 2**53
+"""Largest ``num-examples`` taken on trust (no ServerResources): exact in float64, the weights'
+type, and far above any real data set."""
+CLIENT_SCALARS = ("train_loss", "train_time")
+"""Reply metrics the server computes with (:func:`client_metrics`): finite numbers if present."""
 
 
 @dataclass
@@ -70,13 +89,17 @@ class ServerResources:
     out_dir: Path
 
 
+class ReplyRejected(Exception):
+    """Raised by :meth:`Strategy.absorb` to drop a reply; only before absorb changed anything."""
+
+
 @dataclass
 class Reply:
     """An accepted client reply, unpacked."""
 
     node_id: int
     partition_id: int
-    num_examples: int
+    num_examples: int  # n_k: the server's count of the partition (the claim, without resources)
     arrays: dict[str, np.ndarray]
     metrics: dict[str, Any]
     content: RecordDict
@@ -110,9 +133,12 @@ class Strategy(FlowerStrategy):
         self.partition_of = {node: pid for pid, node in self.node_ids.items()}
         self.param_names = [name for name, _ in model.named_parameters()]
         self.resources = resources
+        # n_k of every partition, as the server counts it (None: no resources, trust the claim).
+        self.client_sizes = None if resources is None else resources.partition.client_sizes
         self._template = copy.deepcopy(model).cpu()
         self.global_arrays: dict[str, np.ndarray] = {}
         self.sampled: list[int] = []
+        self.rejected = 0  # replies dropped in the current round
         self.last_round: dict[str, float | int] = {}  # read by the run recorder
         self.run_token = ""  # names this run's client-state files (kept when resuming)
         self.resuming = False  # set by the ServerApp when the run continues from a checkpoint
@@ -269,38 +295,73 @@ class Strategy(FlowerStrategy):
         return None
 
     def accept(self, msg: Message) -> Reply | None:
-        """Unpack a usable reply; log and drop (``None``) an unusable one."""
+        """Unpack a usable reply; log and drop (``None``) an unusable one.
+
+        Whatever a client sent, this returns: an exception while reading the reply (an Array
+        of unknown serialisation, bytes that are no array) drops the reply like a failed check.
+        """
         node = msg.metadata.src_node_id
         pid = self.partition_of.get(node, -1)
-        reason = self._reply_problem(msg)
+        try:
+            reason = self._reply_problem(msg, pid)
+            reply = None if reason is not None else self._unpack(msg, pid)
+        except Exception as exc:  # noqa: BLE001 - no reply may end the run
+            reason = f"unreadable reply ({type(exc).__name__}: {exc})"
         if reason is not None:
             self.rejected += 1
             log(WARNING, "Dropping reply of client %d (node %d): %s", pid, node, reason)
             return None
+        return reply
+
+    def _unpack(self, msg: Message, pid: int) -> Reply:
         content = msg.content
         metrics = dict(content[msgs.METRICS])
+        claim = metrics[msgs.NUM_EXAMPLES]
         return Reply(
-            node_id=node,
+            node_id=msg.metadata.src_node_id,
             partition_id=pid,
-            num_examples=int(metrics[msgs.NUM_EXAMPLES]),
+            num_examples=int(claim) if self.client_sizes is None else self.client_sizes[pid],
             arrays=to_numpy(content[msgs.ARRAYS]),
             metrics=metrics,
             content=content,
         )
 
-    def _reply_problem(self, msg: Message) -> str | None:
+    def _reply_problem(self, msg: Message, pid: int) -> str | None:
         if msg.has_error():
             return f"client error: {msg.error.reason}"
+        if pid not in self.sampled:
+            return "not sampled in this round"
         content = msg.content
         if msgs.ARRAYS not in content.array_records:
             return f"no ArrayRecord '{msgs.ARRAYS}'"
         if msgs.METRICS not in content.metric_records:
             return f"no MetricRecord '{msgs.METRICS}'"
-        n = content[msgs.METRICS].get(msgs.NUM_EXAMPLES)
-        if not isinstance(n, (int, float)) or n <= 0 or not np.isfinite(n):
-            return f"bad {msgs.NUM_EXAMPLES} {n!r}"
+        metrics = content[msgs.METRICS]
+        problem = self._examples_problem(metrics.get(msgs.NUM_EXAMPLES), pid)
+        if problem is not None:
+            return problem
+        for key in CLIENT_SCALARS:
+            value = metrics.get(key, 0.0)
+            if not _is_number(value) or not np.isfinite(value):
+                return f"metric '{key}' is {value!r}, not a finite number"
         problem = check_arrays(to_numpy(content[msgs.ARRAYS]), self.global_arrays)
         return problem or self.check_reply(content)
+
+    def _examples_problem(self, claim: Any, pid: int) -> str | None:
+        """Why the claimed ``num-examples`` is refused: not a whole number >= 1, or (with the
+        server's partition) not the server's count of partition ``pid``."""
+        key = msgs.NUM_EXAMPLES
+        whole = isinstance(claim, int) or (isinstance(claim, float) and claim.is_integer())
+        if not _is_number(claim) or not whole or claim < 1:
+            return f"bad {key} {claim!r}: not a whole number >= 1"
+        if self.client_sizes is None:
+            if claim > MAX_CLAIMED_EXAMPLES:
+                return f"bad {key} {claim!r}: above 2**53"
+            return None
+        size = self.client_sizes[pid]
+        if claim != size:
+            return f"claims {key} {claim!r}, but the server's count of partition {pid} is {size}"
+        return None
 
     def begin_round(self, server_round: int) -> None:
         """Reset what :meth:`absorb` accumulates."""
@@ -330,8 +391,20 @@ class Strategy(FlowerStrategy):
             if reply is None:
                 continue
             t0 = time.perf_counter()
-            self.absorb(server_round, reply)
-            t_absorb += time.perf_counter() - t0
+            try:
+                self.absorb(server_round, reply)
+            except ReplyRejected as exc:  # absorb found it unusable before changing anything
+                self.rejected += 1
+                log(
+                    WARNING,
+                    "Dropping reply of client %d (node %d): %s",
+                    reply.partition_id,
+                    reply.node_id,
+                    exc,
+                )
+                continue
+            finally:
+                t_absorb += time.perf_counter() - t0
             reply.arrays, reply.content = {}, RecordDict()  # let the model go
             accepted.append(reply)
         accepted.sort(key=lambda r: r.partition_id)  # arrival order must not matter
@@ -364,6 +437,11 @@ class Strategy(FlowerStrategy):
         self.last_round["aggregate_time"] = time.perf_counter() - t0 + t_absorb
         self.last_round.update(client_metrics(accepted))
         return to_record(arrays), MetricRecord(self.last_round)
+
+
+def _is_number(value: Any) -> bool:
+    """A real scalar as a MetricRecord holds it (``int`` or ``float``; not ``bool``, not a list)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def client_metrics(replies: list[Reply]) -> dict[str, float]:

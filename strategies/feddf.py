@@ -58,9 +58,14 @@ from fedgo_flwr.weighting import (
     get_weighting,
     pseudo_labels,
 )
-from strategies.base import Reply, Strategy
+from strategies.base import Reply, ReplyRejected, Strategy
 
 INITS = ("average", "previous")
+MAX_TEACHER_LOGIT = 1e6
+"""Largest ``|logit|`` a client model may produce as a teacher. A trained classifier's logits
+are O(1-100) (float32's softmax saturates near 100); a finite model whose logits approach
+float32's range (3.4e38) would overflow to inf or NaN in the ensemble (divided by the
+temperature) and in the pseudo-labels, so its reply is dropped like one with non-finite logits."""
 
 
 @dataclass
@@ -229,21 +234,38 @@ class FedDF(Strategy):
         self.teacher_time = self.eval_time = 0.0
 
     def absorb(self, server_round: int, reply: Reply) -> None:
-        """Add the model to the running average and turn it into teacher logits; the model
-        itself is not kept (one client model in memory at a time)."""
-        super().absorb(server_round, reply)
+        """Turn the model into teacher logits, check them, then add them to the ensemble and
+        the model to the running average; the model itself is not kept (one client model in
+        memory at a time).
+
+        The order matters: a model whose logits are not finite numbers of at most
+        :data:`MAX_TEACHER_LOGIT` (checked on the distillation set and, in rounds with the
+        ensemble evaluation, on the test split) is dropped with :class:`ReplyRejected` before
+        it enters either the ensemble or the parameter average."""
         res = self.resources
         assert res is not None
         t0 = time.perf_counter()
         self.scratch.load_state_dict(self.to_state(reply.arrays))
-        self.bank.add(self.scratch, res.device, key=reply.partition_id)
+        bank = self.bank
+        logits = predict_views(self.scratch, bank.data, bank.views, bank.batch_size, res.device)
         self.teacher_time += time.perf_counter() - t0
+        test_logits = None
         if self.ensemble_eval:
             t0 = time.perf_counter()
-            self.test_logits[reply.partition_id] = predict_views(
+            test_logits = predict_views(
                 self.scratch, res.bundle.test, 1, self.params.teacher_batch_size, res.device
             )
             self.eval_time += time.perf_counter() - t0
+        for where, z in (("distillation set", logits), ("test split", test_logits)):
+            if z is not None and not _usable_logits(z):
+                raise ReplyRejected(
+                    f"teacher logits on the {where} are not finite or exceed "
+                    f"{MAX_TEACHER_LOGIT:g} in magnitude (max |logit| {_max_abs(z):.3g})"
+                )
+        super().absorb(server_round, reply)
+        bank.add_logits(logits, key=reply.partition_id)
+        if test_logits is not None:
+            self.test_logits[reply.partition_id] = test_logits
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
         res = self.resources
@@ -308,3 +330,11 @@ class FedDF(Strategy):
     @staticmethod
     def to_state(arrays: dict[str, np.ndarray]) -> dict[str, Tensor]:
         return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}
+
+
+def _usable_logits(z: Tensor) -> bool:
+    return bool(torch.isfinite(z).all()) and _max_abs(z) <= MAX_TEACHER_LOGIT
+
+
+def _max_abs(z: Tensor) -> float:
+    return float(z.abs().max()) if z.numel() else 0.0

@@ -24,23 +24,32 @@ The same stage serves the DaFKD-style ``domain`` weighting (``strategy.weighting
 ``distill_data``: ``server`` distils on the server's unlabeled data (D1); ``generated`` on
 ``generated_size`` samples of G drawn once (D2; no labels, so no pseudo-label diagnostics).
 
-A client whose discriminator never arrives gets the neutral logit 0 everywhere (logged).
+A client whose discriminator never arrives gets the neutral logit 0 everywhere (logged). So does
+one whose reply is unusable: each discriminator reply is checked like a model reply (an error
+reply, a missing record, unreadable arrays, keys, shapes or dtypes other than those of a freshly
+built discriminator, non-finite values; :meth:`FedGO._discriminator_problem`), and a bad one is
+dropped with a warning naming the client's partition and node id before anything is saved.
+Discriminators loaded from ``strategy.discriminator.path`` (or from the run's own
+``discriminators.pt`` on resume) get the same checks; a bad file is an error naming the file and
+the client.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY
+from fedgo_flwr.aggregation import check_arrays
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import num_views
 from fedgo_flwr.fileio import atomic_torch_save
@@ -54,7 +63,7 @@ from fedgo_flwr.gan import (
     train_wgan_gp,
 )
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
-from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS
+from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS, to_numpy
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
@@ -181,8 +190,11 @@ class FedGO(FedDF):
         shape = res.bundle.train.input_shape
         states: dict[int, dict[str, torch.Tensor]] = {}
         report: dict[str, object] = {}
+        # What every discriminator must look like. Seeded, so the global RNG is left alone.
+        template = build_discriminator(dp.name, shape, seed=0).state_dict()
+        reference = {k: v.numpy() for k, v in template.items()}
         if path:
-            states = {int(k): v for k, v in torch.load(path, map_location="cpu").items()}
+            states = self._load_discriminators(path, reference)
             report["discriminators"] = {"source": path}
         else:
             content = RecordDict(
@@ -200,14 +212,9 @@ class FedGO(FedDF):
                 if node not in answered:
                     log(WARNING, "FedGO: no discriminator from client %d (node %d)", pid, node)
             for reply in replies:
-                node = reply.metadata.src_node_id
-                pid = self.partition_of.get(node, -1)
-                if reply.has_error() or ARRAYS not in reply.content.array_records:
-                    reason = reply.error.reason if reply.has_error() else "no arrays"
-                    log(WARNING, "FedGO: no discriminator from client %d: %s", pid, reason)
-                    continue
-                states[pid] = reply.content[ARRAYS].to_torch_state_dict()
-                per_client[str(pid)] = dict(reply.content[METRICS])
+                accepted = self._accept_discriminator(reply, states, reference)
+                if accepted is not None:
+                    pid, states[pid], per_client[str(pid)] = accepted
             report["discriminator_round_time"] = time.perf_counter() - t0
             report["discriminators"] = per_client
             raise_if_stopping("the discriminators")  # some may have died with the stop
@@ -222,6 +229,91 @@ class FedGO(FedDF):
             log(WARNING, "FedGO: clients %s have no discriminator; neutral weights", missing)
         report["missing_discriminators"] = missing
         return discs, report
+
+    def _accept_discriminator(
+        self,
+        reply: Message,
+        states: Mapping[int, object],
+        reference: Mapping[str, np.ndarray],
+    ) -> tuple[int, dict[str, torch.Tensor], dict[str, object]] | None:
+        """``(partition id, state dict, metrics)`` of a usable discriminator reply; ``None``
+        (logged) for an unusable one. Nothing in the reply can raise out of here."""
+        node = reply.metadata.src_node_id
+        pid = self.partition_of.get(node, -1)
+        try:
+            reason = self._discriminator_problem(reply, pid, states, reference)
+            if reason is None:
+                arrays = to_numpy(reply.content[ARRAYS])
+                state = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}
+                return pid, state, dict(reply.content[METRICS])
+        except Exception as exc:  # noqa: BLE001 - no reply may end the run
+            reason = f"unreadable reply ({type(exc).__name__}: {exc})"
+        log(
+            WARNING,
+            "FedGO: dropping the discriminator of client %d (node %d): %s; neutral weight",
+            pid,
+            node,
+            reason,
+        )
+        return None
+
+    def _discriminator_problem(
+        self,
+        reply: Message,
+        pid: int,
+        states: Mapping[int, object],
+        reference: Mapping[str, np.ndarray],
+    ) -> str | None:
+        """Why a discriminator reply is unusable (``None`` if it is usable)."""
+        if reply.has_error():
+            return f"client error: {reply.error.reason}"
+        if pid < 0:
+            return "not a node of this run"
+        if pid in states:
+            return "a second discriminator from this client"
+        content = reply.content
+        if ARRAYS not in content.array_records:
+            return f"no ArrayRecord '{ARRAYS}'"
+        if METRICS not in content.metric_records:
+            return f"no MetricRecord '{METRICS}'"
+        return check_arrays(to_numpy(content[ARRAYS]), reference, "discriminator")
+
+    def _load_discriminators(
+        self, path: str, reference: Mapping[str, np.ndarray]
+    ) -> dict[int, dict[str, torch.Tensor]]:
+        """Discriminators saved by a run (``discriminators.pt``: partition id -> state dict),
+        each checked against ``reference``; a bad file raises ``ValueError`` naming the file
+        and the client."""
+        where = f"discriminator file {path}"
+        try:
+            raw = torch.load(path, map_location="cpu")
+        except Exception as exc:
+            raise ValueError(f"{where} is unreadable: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(raw, Mapping):
+            raise ValueError(
+                f"{where}: not a mapping of partition id -> discriminator state dict "
+                f"(got {type(raw).__name__})"
+            )
+        num_clients = self.cfg.data.num_clients
+        states: dict[int, dict[str, torch.Tensor]] = {}
+        for key, state in raw.items():
+            pid = _partition_id(key)
+            if pid is None or not 0 <= pid < num_clients:
+                raise ValueError(
+                    f"{where}: client {key!r}: not a partition id (0..{num_clients - 1})"
+                )
+            if pid in states:
+                raise ValueError(f"{where}: client {pid}: appears twice")
+            if not isinstance(state, Mapping) or not all(
+                isinstance(v, torch.Tensor) for v in state.values()
+            ):
+                raise ValueError(f"{where}: client {pid}: not a state dict of tensors")
+            arrays = {str(k): v.detach().cpu().numpy() for k, v in state.items()}
+            problem = check_arrays(arrays, reference, "discriminator")
+            if problem is not None:
+                raise ValueError(f"{where}: client {pid}: {problem}")
+            states[pid] = dict(state)
+        return states
 
     def _use_generated_data(self, generator: torch.nn.Module) -> None:
         """Scenario D2: G's samples, drawn once, replace the server data for distillation."""
@@ -258,6 +350,15 @@ class FedGO(FedDF):
             num_clients=self.cfg.data.num_clients,
             device=self.resources.device,
         )
+
+
+def _partition_id(key: object) -> int | None:
+    """A ``discriminators.pt`` key as a partition id: an int, or a string of digits."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    if isinstance(key, str) and key.isdigit():
+        return int(key)
+    return None
 
 
 def discriminator_stats(z: torch.Tensor) -> dict[str, float]:

@@ -12,10 +12,16 @@ Non-trainable buffers (BatchNorm statistics) have no control variate and are ave
 FedAvg. With ``weighted: true`` the model update is n_k-weighted instead of the paper's
 uniform mean. Option II of the client update assumes plain SGD; with momentum or Adam the
 control variates are an approximation.
+
+A reply's ``delta c_i`` must have the control variate's keys, shapes and dtype (float32), finite
+values, and an L2 norm (over all tensors) of at most ``max_control_delta_norm``
+(:class:`ScaffoldConfig`); otherwise the reply is dropped, so one client cannot make ``c``
+infinite, which would be checkpointed and sent to every client.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,13 +38,34 @@ from strategies.base import Reply, Strategy
 
 @dataclass
 class ScaffoldConfig:
-    """``global_lr``: server step size lr_g; ``weighted``: n_k-weighted model update."""
+    """``global_lr``: server step size lr_g; ``weighted``: n_k-weighted model update;
+    ``max_control_delta_norm``: the largest L2 norm of a client's ``delta c_i`` the server takes.
+
+    Why a bound, and why 1e6: with option II, ``c_i+ = (x - y_i) / (K lr) - c + c_i`` is the
+    mean of the client's K local (corrected) step directions, so for plain SGD
+    ``delta c_i = c_i+ - c_i`` is the difference of two mean minibatch gradients: its norm is
+    at most twice the client's gradient norm. Honest clients of the shipped configs stay far
+    below 1e6: ``conf/scaffold.yaml`` (digits, SGD) gives at most 2.4 over 15 rounds (also with
+    ``cnn_bn`` or batch size 2), Adam about 300 (its steps are ~lr per coordinate, so the norm
+    grows like the square root of the parameter count: ~1e4 for a 25M-parameter ResNet-50).
+    Only a diverging run comes near it (SGD with lr 0.5 reached 4.6e3; momentum 0.9, 1.2e16
+    while blowing up), and such a reply is better left out. Each accepted delta then moves
+    ``c`` by at most ``bound * m / N`` per round (m replies, N clients), so ``c`` stays finite
+    in float32 for any number of rounds. Raise it for models or data whose gradients are
+    larger.
+    """
 
     global_lr: float = 1.0
     weighted: bool = False
+    max_control_delta_norm: float = 1e6
 
     def check(self, c: Checker) -> None:
         c.require("global_lr", self.global_lr > 0, "must be > 0")
+        c.require(
+            "max_control_delta_norm",
+            math.isfinite(self.max_control_delta_norm) and self.max_control_delta_norm > 0,
+            "must be a finite number > 0",
+        )
 
 
 class Scaffold(Strategy):
@@ -71,7 +98,18 @@ class Scaffold(Strategy):
         if CONTROL_DELTA_KEY not in content.array_records:
             return f"no ArrayRecord '{CONTROL_DELTA_KEY}'"
         assert self.control is not None
-        return check_arrays(to_numpy(content[CONTROL_DELTA_KEY]), self.control, CONTROL_DELTA_KEY)
+        delta = to_numpy(content[CONTROL_DELTA_KEY])
+        problem = check_arrays(delta, self.control, CONTROL_DELTA_KEY)
+        if problem is not None:
+            return problem
+        norm = math.sqrt(sum(float(np.sum(np.square(v, dtype=np.float64))) for v in delta.values()))
+        bound = self.params.max_control_delta_norm
+        if not norm <= bound:
+            return (
+                f"{CONTROL_DELTA_KEY}: L2 norm {norm:.3g} exceeds "
+                f"strategy.max_control_delta_norm = {bound:g}"
+            )
+        return None
 
     def begin_round(self, server_round: int) -> None:
         self.param_avg = RunningAverage()  # uniform (the paper) or n_k-weighted

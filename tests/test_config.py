@@ -53,7 +53,11 @@ def test_base_chain_and_overrides(tmp_path):
 def test_swapping_strategy_is_one_override():
     cfg = load_experiment(CONF / "default.yaml", "strategy.name=scaffold data.alpha=0.05 seed=3")
     assert cfg.strategy.name == "scaffold"
-    assert cfg.strategy.raw_params == {"global_lr": 1.0, "weighted": False}  # defaults filled in
+    assert cfg.strategy.raw_params == {  # defaults filled in
+        "global_lr": 1.0,
+        "weighted": False,
+        "max_control_delta_norm": 1e6,
+    }
     assert cfg.data.alpha == 0.05
 
 
