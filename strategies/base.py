@@ -23,6 +23,7 @@ median or trimmed mean instead of the mean, and clipping of each client's update
 applies it in :meth:`~Strategy.begin_round` / :meth:`~Strategy.absorb` /
 :meth:`~Strategy.averaged`, so FedAvg, FedProx and FedDF/FedGO's average initialisation get it
 as they are (SCAFFOLD applies it to its model update).
+
 A strategy module (``strategies/<name>.py``) subclasses this and overrides only what differs:
 :meth:`~Strategy.train_record` (what is sent), :meth:`~Strategy.absorb` /
 :meth:`~Strategy.aggregate` (how accepted replies become the next model),

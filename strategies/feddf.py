@@ -18,7 +18,8 @@ its entry in :data:`fedgo_flwr.weighting.WEIGHTING_METHODS`; this strategy only 
 ``strategy.weight_cap`` bounds any one client's share of the weights of a sample
 (:func:`fedgo_flwr.weighting.cap_weights`) in the pseudo-labels and the ensemble evaluation;
 the ``pl_acc_*`` diagnostics show the weightings as defined, uncapped. The initial parameter
-average follows ``strategy.aggregation`` (:class:`strategies.base.BaseConfig`).
+average follows ``strategy.aggregation`` (:class:`strategies.base.BaseConfig`); the teachers
+are the client models as received (clipping and the median act on the average only).
 
 The distillation set is the server's unlabeled share of the training data (FedGO scenario D1).
 The ``feddf`` distillation protocol holds out ``val_fraction`` of it, with labels, for early
