@@ -236,8 +236,8 @@ def clip_update(
     (Sun et al. 2019, Sec. 4): a client that scales its update up (model replacement,
     Bagdasaryan et al., AISTATS 2020) moves the average by at most ``clip_norm`` times its
     weight. The norm and the scaling cover every floating array (parameters and BatchNorm
-    statistics alike); integer buffers are left as received. An update within the bound is
-    returned unchanged (the same arrays).
+    statistics alike) and a clipped array takes the global model's dtype; integer buffers are
+    left as received. An update within the bound is returned unchanged (the same arrays).
     """
     if not (math.isfinite(clip_norm) and clip_norm > 0):
         raise ValueError(f"clip_norm must be a finite number > 0, got {clip_norm}")
@@ -251,7 +251,7 @@ def clip_update(
         value = np.asarray(value)
         if key in deltas:
             x = np.asarray(reference[key], dtype=np.longdouble)
-            out[key] = _cast_like(x + deltas[key] * scale, value)
+            out[key] = _cast_like(x + deltas[key] * scale, np.asarray(reference[key]))
         else:
             out[key] = value
     return out, True

@@ -15,9 +15,10 @@ control variates are an approximation.
 
 ``strategy.aggregation`` (:mod:`fedgo_flwr.aggregation`) applies to the model update only: each
 reply's update ``y_i - x`` is clipped (parameters and buffers together) and the rule (mean,
-median, trimmed mean) takes the place of ``mean_{i in S}`` above and of the buffers' average. The
-control variates are still the plain sum of the ``delta c_i`` (the rules' guarantees are about
-the model; the control deltas' own bounds belong to the reply checks).
+median, trimmed mean; the latter two unweighted whatever ``weighted`` says) takes the place of
+``mean_{i in S}`` above and of the buffers' average. The control variates are still the plain
+sum of the ``delta c_i`` (the rules' guarantees are about the model; the control deltas' own
+bounds belong to the reply checks).
 """
 
 from __future__ import annotations
