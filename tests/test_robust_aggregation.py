@@ -279,6 +279,7 @@ def test_fedavg_with_a_poisoned_client_stays_near_the_clean_run(tmp_path, monkey
             assert all(r["clients_clipped"] >= 1 for r in rows[1:])
 
 
+@pytest.mark.slow  # three 8-round runs (about 10 s on an idle core); FedAvg's test is the fast one
 def test_scaffold_median_with_a_poisoned_model_update(tmp_path, monkeypatch):
     # The rule covers SCAFFOLD's model update; the poisoned client's control delta is honest
     # here (the model is scaled after the client computed it).
