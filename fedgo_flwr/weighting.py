@@ -49,6 +49,8 @@ __all__ = [
     "WEIGHTING_NAMES",
     "WeightingInputs",
     "WeightingMethod",
+    "cap_weights",
+    "check_weight_cap",
     "compute_weights",
     "discriminator_odds",
     "discriminator_probability",
@@ -572,6 +574,66 @@ def compute_weights(name: str, inputs: WeightingInputs, **params: Any) -> Tensor
             )
     weights = method.fn(inputs, **method.check_params(params))
     return weights.to(torch.float32)
+
+
+# ------------------------------------------------------------------------------------------
+# A cap on any one client's share
+# ------------------------------------------------------------------------------------------
+
+
+def check_weight_cap(cap: Any, num_teachers: int | None = None) -> float:
+    """``cap`` as a float in ``(0, 1]`` such that ``cap * K >= 1``, else ``ValueError``.
+
+    Below ``1 / K`` no weights can sum to one with every share at most ``cap``.
+    """
+    value = _positive_float("weight_cap", "cap", cap)
+    if value > 1:
+        raise ValueError(f"weight_cap must be in (0, 1], got {cap!r}")
+    if num_teachers is not None and value * num_teachers < 1 - 1e-12:
+        raise ValueError(
+            f"weight_cap {value:g} is infeasible for {num_teachers} clients: cap * K must be "
+            f">= 1 (at least {1 / num_teachers:.4g})"
+        )
+    return value
+
+
+def cap_weights(weights: Tensor, cap: float) -> Tensor:
+    """``weights`` (``(K, ...)``, summing to 1 over ``K``) with no share above ``cap``.
+
+    A robustness post-processing step for any weighting: per sample, every client above
+    ``cap`` is set to ``cap`` and the excess goes to the others in proportion to their weights
+    (repeated until none is above; at most ``K`` passes), so the weights still sum to 1 and
+    keep their order. Clients whose weights are all zero share what is left equally when the
+    others cannot take it (e.g. single-sigmoid FedGO, where one client's huge discriminator
+    logits underflow every other weight to 0). Why: with ``disc_mode: sigmoid`` the odds are
+    ``exp(z)`` and one client that reports (or overfits to) huge logits takes weight 1.0 on
+    every sample; a cap bounds the share any single teacher has in a pseudo-label. Columns
+    already within the cap are returned unchanged (the same tensor if all are). Computed in
+    float64; returned in ``weights``' dtype. ``cap * K < 1`` raises ``ValueError``.
+    """
+    k = weights.shape[0]
+    cap = check_weight_cap(cap, k)
+    if not bool((weights > cap).any()):
+        return weights
+    w = weights.to(torch.float64)
+    fixed = torch.zeros_like(w, dtype=torch.bool)
+    for _ in range(k):
+        over = (w > cap) & ~fixed
+        if not bool(over.any()):
+            break
+        fixed |= over
+        w = torch.where(fixed, torch.full_like(w, cap), w)
+        left = 1 - cap * fixed.sum(0, keepdim=True)  # mass for the free clients
+        free_w = torch.where(fixed, torch.zeros_like(w), w)
+        mass = free_w.sum(0, keepdim=True)
+        free_count = (~fixed).sum(0, keepdim=True).clamp(min=1)
+        share = torch.where(
+            mass > 0, free_w * left / torch.where(mass > 0, mass, 1.0), left / free_count
+        )
+        w = torch.where(fixed, w, share)
+    w = w.clamp(max=cap).to(weights.dtype)  # clamp: rounding of the last pass
+    touched = fixed.any(0, keepdim=True)
+    return torch.where(touched, w, weights)
 
 
 # ------------------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def build_params(cfg: ExperimentConfig) -> Any:
                 continue
         kept[key] = value
     params = build_section(cls.Config, kept, "strategy.", owner=strategy.name, checker=checker)
-    cls.check_config(params, checker.at("strategy.", params))
+    cls.check_config(params, checker.at("strategy.", params), cfg)
     return params
 
 

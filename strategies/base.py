@@ -30,6 +30,13 @@ over the average by claiming 1e300 examples. A strategy built without :class:`Se
 ``[1, 2**53]``.
 
 The default aggregation is FedAvg's n_k-weighted average (McMahan et al., AISTATS 2017, Alg. 1).
+Every strategy whose ``Config`` extends :class:`BaseConfig` also takes the shared section
+``strategy.aggregation`` (:class:`fedgo_flwr.aggregation.AggregationConfig`): the coordinate-wise
+median or trimmed mean instead of the mean, and clipping of each client's update; the base
+applies it in :meth:`~Strategy.begin_round` / :meth:`~Strategy.absorb` /
+:meth:`~Strategy.averaged`, so FedAvg, FedProx and FedDF/FedGO's average initialisation get it
+as they are (SCAFFOLD applies it to its model update).
+
 A strategy module (``strategies/<name>.py``) subclasses this and overrides only what differs:
 :meth:`~Strategy.train_record` (what is sent), :meth:`~Strategy.absorb` /
 :meth:`~Strategy.aggregate` (how accepted replies become the next model),
@@ -44,7 +51,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any, ClassVar
@@ -59,9 +66,8 @@ from flwr.supercore import log
 from torch import nn
 
 from clients import client_class
-from clients.base import EmptyConfig
 from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import RunningAverage, check_arrays
+from fedgo_flwr.aggregation import AggregationConfig, check_arrays, clip_update, new_average
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import DataBundle
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
@@ -70,13 +76,24 @@ from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.task import sample_clients
 
-__all__ = ["Reply", "ReplyRejected", "ServerResources", "Strategy", "client_metrics"]
+__all__ = ["BaseConfig", "Reply", "ReplyRejected", "ServerResources", "Strategy", "client_metrics"]
 
 MAX_CLAIMED_EXAMPLES = 2**53
 """Largest ``num-examples`` taken on trust (no ServerResources): exact in float64, the weights'
 type, and far above any real data set."""
 CLIENT_SCALARS = ("train_loss", "train_time")
 """Reply metrics the server computes with (:func:`client_metrics`): finite numbers if present."""
+
+
+@dataclass
+class BaseConfig:
+    """What every parameter-averaging strategy takes: ``strategy.aggregation.*``.
+
+    A strategy's ``Config`` extends this (FedAvg uses it as it is); one whose ``Config`` does
+    not gets the plain mean.
+    """
+
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
 
 
 @dataclass
@@ -112,7 +129,7 @@ class Strategy(FlowerStrategy):
     """The YAML name (``strategy.name``); equal to the module's name."""
     client_algorithm: ClassVar[str] = "fedavg"
     """The client algorithm: a module of ``clients/``."""
-    Config: ClassVar[type] = EmptyConfig
+    Config: ClassVar[type] = BaseConfig
     """The strategy's own YAML parameters (``strategy.<key>``), a dataclass."""
 
     def __init__(
@@ -129,6 +146,9 @@ class Strategy(FlowerStrategy):
             )
         self.cfg = cfg
         self.params: Any = cfg.strategy.params
+        self.aggregation: AggregationConfig = getattr(
+            self.params, "aggregation", AggregationConfig()
+        )
         self.node_ids = dict(node_ids)  # partition id -> node id
         self.partition_of = {node: pid for pid, node in self.node_ids.items()}
         self.param_names = [name for name, _ in model.named_parameters()]
@@ -144,8 +164,18 @@ class Strategy(FlowerStrategy):
         self.resuming = False  # set by the ServerApp when the run continues from a checkpoint
 
     @classmethod
-    def check_config(cls, config: Any, c: Checker) -> None:
-        """Checks of ``Config`` that depend on the strategy class (``c.fail`` names the key)."""
+    def check_config(cls, config: Any, c: Checker, cfg: ExperimentConfig | None = None) -> None:
+        """Checks of ``Config`` that depend on the strategy class or on the rest of the
+        experiment ``cfg`` (``c.fail`` names the key)."""
+        agg = getattr(config, "aggregation", None)
+        if cfg is not None and agg is not None and agg.rule == "trimmed_mean":
+            k = cfg.clients_per_round
+            c.at(f"{c.prefix}aggregation.", agg).require(
+                "trim_fraction",
+                agg.trimmed(k) >= 1,
+                f"trims no client of the {k} per round (floor(trim_fraction * {k}) = 0); "
+                f"use at least {1 / k:.4g}",
+            )
 
     @classmethod
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
@@ -365,16 +395,36 @@ class Strategy(FlowerStrategy):
 
     def begin_round(self, server_round: int) -> None:
         """Reset what :meth:`absorb` accumulates."""
-        self.running = RunningAverage()
+        self.running = new_average(self.aggregation)
+        self.clipped_replies = 0
+
+    def robust(self, reply: Reply) -> dict[str, np.ndarray]:
+        """``reply``'s arrays with its update clipped to ``strategy.aggregation.clip_norm``
+        against this round's global model (unchanged when there is no bound)."""
+        bound = self.aggregation.clip_norm
+        if bound is None:
+            return reply.arrays
+        arrays, clipped = clip_update(reply.arrays, self.global_arrays, bound)
+        self.clipped_replies += clipped
+        return arrays
 
     def absorb(self, server_round: int, reply: Reply) -> None:
-        """Fold one accepted reply in; its arrays are dropped afterwards."""
-        self.running.add(reply.arrays, reply.num_examples)
+        """Fold one accepted reply in; its arrays are dropped afterwards (kept by the median
+        and trimmed mean, which need all of a round's replies at once)."""
+        self.running.add(self.robust(reply), reply.num_examples)
+
+    def averaged(self) -> dict[str, np.ndarray]:
+        """The round's average under ``strategy.aggregation`` of what :meth:`absorb` took:
+        the n_k-weighted mean by default, else the unweighted median or trimmed mean; with
+        ``clip_norm`` the round records ``clients_clipped``."""
+        if self.aggregation.clip_norm is not None:
+            self.last_round["clients_clipped"] = self.clipped_replies
+        return self.running.result()
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
-        """The n_k-weighted average of the client models (``replies`` hold metadata only,
-        sorted by partition id; the arrays went through :meth:`absorb`)."""
-        return self.running.result()
+        """The average of the client models (``replies`` hold metadata only, sorted by
+        partition id; the arrays went through :meth:`absorb`)."""
+        return self.averaged()
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

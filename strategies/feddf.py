@@ -15,6 +15,11 @@ general form, and the weighting is chosen by name (``strategy.weighting``):
 
 What a weighting needs and which parameters it takes (``strategy.weighting_params``) come from
 its entry in :data:`fedgo_flwr.weighting.WEIGHTING_METHODS`; this strategy only reads them.
+``strategy.weight_cap`` bounds any one client's share of the weights of a sample
+(:func:`fedgo_flwr.weighting.cap_weights`) in the pseudo-labels and the ensemble evaluation;
+the ``pl_acc_*`` diagnostics show the weightings as defined, uncapped. The initial parameter
+average follows ``strategy.aggregation`` (:class:`strategies.base.BaseConfig`); the teachers
+are the client models as received (clipping and the median act on the average only).
 
 The distillation set is the server's unlabeled share of the training data (FedGO scenario D1).
 The ``feddf`` distillation protocol holds out ``val_fraction`` of it, with labels, for early
@@ -36,11 +41,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from logging import WARNING
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from flwr.supercore import log
 from torch import Tensor, nn
 
 from fedgo_flwr.config import ExperimentConfig
@@ -53,12 +60,14 @@ from fedgo_flwr.weighting import (
     WEIGHTING_METHODS,
     WEIGHTING_NAMES,
     WeightingInputs,
+    cap_weights,
+    check_weight_cap,
     compute_weights,
     ensemble_logits,
     get_weighting,
     pseudo_labels,
 )
-from strategies.base import Reply, ReplyRejected, Strategy
+from strategies.base import BaseConfig, Reply, ReplyRejected, Strategy
 
 INITS = ("average", "previous")
 MAX_TEACHER_LOGIT = 1e6
@@ -69,17 +78,19 @@ temperature) and in the pseudo-labels, so its reply is dropped like one with non
 
 
 @dataclass
-class FedDFConfig:
+class FedDFConfig(BaseConfig):
     """Parameters of the ensemble-distillation strategies (``strategy.<key>`` in YAML).
 
     ``weighting_params``: parameters of weighting methods by method name, e.g.
     ``{entropy: {temperature: 2}, fedgo: {disc_mode: sigmoid}}``; every method not named, and
     every parameter not given, takes the registry's defaults. Keyed by method, so swapping
     ``weighting`` stays a one-line change, and the diagnostics of each method use its settings.
+    ``weight_cap``: no client's weight on a sample above this share (``null``: no cap).
     """
 
     weighting: str = "uniform"
     weighting_params: dict[str, Any] = field(default_factory=dict)
+    weight_cap: float | None = None
     init: str = "average"
     val_fraction: float = 0.0
     ensemble_eval_every: int = 1
@@ -101,6 +112,11 @@ class FedDFConfig:
                 self.weighting_params[name] = get_weighting(name).check_params(params)
             except ValueError as exc:
                 per_method.fail(name, str(exc))
+        if self.weight_cap is not None:
+            try:
+                check_weight_cap(self.weight_cap)
+            except ValueError:
+                c.fail("weight_cap", "must be in (0, 1] (or null: no cap)")
         c.choice("init", INITS)
         c.require("val_fraction", 0 <= self.val_fraction < 1, "must be in [0, 1)")
         if self.distill.protocol == "feddf":
@@ -122,7 +138,17 @@ class FedDF(Strategy):
     uses_discriminators = False
 
     @classmethod
-    def check_config(cls, config: FedDFConfig, c: Checker) -> None:
+    def check_config(
+        cls, config: FedDFConfig, c: Checker, cfg: ExperimentConfig | None = None
+    ) -> None:
+        super().check_config(config, c, cfg)
+        if cfg is not None and config.weight_cap is not None:
+            k = cfg.clients_per_round
+            c.require(
+                "weight_cap",
+                config.weight_cap * k >= 1 - 1e-12,
+                f"infeasible for {k} clients per round: weight_cap * {k} must be >= 1",
+            )
         needs = get_weighting(config.weighting).requires
         if "disc_logits" in needs and not cls.uses_discriminators:
             c.fail(
@@ -183,11 +209,14 @@ class FedDF(Strategy):
         split: str,
         labels: Tensor | None,
         params: Mapping[str, Any] | None = None,
+        cap: float | None = None,
     ) -> Tensor:
         """``(K, V, N)`` weights of method ``name`` for teacher logits ``(K, V, N, C)``.
 
         ``params``: the method's parameters; by default its ``weighting_params`` (registry
-        defaults for what is not configured).
+        defaults for what is not configured). ``cap``: the largest share of one client
+        (:func:`~fedgo_flwr.weighting.cap_weights`; raised to ``1/K`` with a log line when
+        fewer clients replied than ``1/cap``).
         """
         if params is None:
             params = self.params.weighting_params.get(name, {})
@@ -205,7 +234,14 @@ class FedDF(Strategy):
                 class_counts=self.class_counts[pids] if oracle else None,
             )
             per_view.append(compute_weights(name, inputs, **params))
-        return torch.stack(per_view, dim=1)
+        weights = torch.stack(per_view, dim=1)
+        if cap is not None:
+            k = len(replies)
+            if cap * k < 1 - 1e-12:
+                log(WARNING, "weight_cap %g is below 1/%d with %d replies: uniform", cap, k, k)
+                cap = 1 / k
+            weights = cap_weights(weights, cap)
+        return weights
 
     def diagnostic_weightings(self) -> list[tuple[str, str, Mapping[str, Any] | None]]:
         """``(metric suffix, method, params or None for the default)`` of every registered
@@ -271,7 +307,7 @@ class FedDF(Strategy):
         res = self.resources
         assert res is not None
         device = res.device
-        average = self.running.result()
+        average = self.averaged()
         init = average if self.params.init == "average" or self.previous is None else self.previous
         ensemble_eval, eval_time = self.ensemble_eval, self.eval_time
 
@@ -279,7 +315,10 @@ class FedDF(Strategy):
         bank = self.bank
         logits = bank.logits
         distill_labels = self.distill_labels
-        weights = self.weights(self.params.weighting, logits, replies, "distill", distill_labels)
+        cap = self.params.weight_cap
+        weights = self.weights(
+            self.params.weighting, logits, replies, "distill", distill_labels, cap=cap
+        )
         targets = pseudo_labels(logits, weights, self.params.distill.temperature)
         metrics = {"teacher_time": self.teacher_time + time.perf_counter() - t0}
 
@@ -292,7 +331,7 @@ class FedDF(Strategy):
             t_eval = time.perf_counter()
             tl = torch.stack([self.test_logits[r.partition_id] for r in replies])  # (K,1,N,C)
             test_labels = torch.as_tensor(res.bundle.test.y)
-            w = self.weights(self.params.weighting, tl, replies, "test", test_labels)
+            w = self.weights(self.params.weighting, tl, replies, "test", test_labels, cap=cap)
             mixed = ensemble_logits(tl[:, 0], w[:, 0])
             metrics["ensemble_test_accuracy"] = (
                 (mixed.argmax(-1) == test_labels).float().mean().item()

@@ -17,6 +17,13 @@ A reply's ``delta c_i`` must have the control variate's keys, shapes and dtype (
 values, and an L2 norm (over all tensors) of at most ``max_control_delta_norm``
 (:class:`ScaffoldConfig`); otherwise the reply is dropped, so one client cannot make ``c``
 infinite, which would be checkpointed and sent to every client.
+
+``strategy.aggregation`` (:mod:`fedgo_flwr.aggregation`) applies to the model update only: each
+reply's update ``y_i - x`` is clipped (parameters and buffers together) and the rule (mean,
+median, trimmed mean; the latter two unweighted whatever ``weighted`` says) takes the place of
+``mean_{i in S}`` above and of the buffers' average. The control variates are still the plain
+sum of the ``delta c_i`` (the rules' guarantees are about the model; the control deltas' own
+bounds belong to the reply checks).
 """
 
 from __future__ import annotations
@@ -30,14 +37,14 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from clients.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
-from fedgo_flwr.aggregation import RunningAverage, check_arrays
+from fedgo_flwr.aggregation import check_arrays, new_average
 from fedgo_flwr.messages import to_numpy, to_record
 from fedgo_flwr.schema import Checker
-from strategies.base import Reply, Strategy
+from strategies.base import BaseConfig, Reply, Strategy
 
 
 @dataclass
-class ScaffoldConfig:
+class ScaffoldConfig(BaseConfig):
     """``global_lr``: server step size lr_g; ``weighted``: n_k-weighted model update;
     ``max_control_delta_norm``: the largest L2 norm of a client's ``delta c_i`` the server takes.
 
@@ -112,14 +119,16 @@ class Scaffold(Strategy):
         return None
 
     def begin_round(self, server_round: int) -> None:
-        self.param_avg = RunningAverage()  # uniform (the paper) or n_k-weighted
-        self.buffer_avg = RunningAverage()  # BatchNorm statistics: n_k-weighted, as FedAvg
+        super().begin_round(server_round)  # the clipping count
+        self.param_avg = new_average(self.aggregation)  # uniform (the paper) or n_k-weighted
+        self.buffer_avg = new_average(self.aggregation)  # BatchNorm statistics: as FedAvg
         self.delta_sums: dict[str, np.ndarray] = {}
 
     def absorb(self, server_round: int, reply: Reply) -> None:
         assert self.control is not None
-        params = {k: v for k, v in reply.arrays.items() if k in self.control}
-        buffers = {k: v for k, v in reply.arrays.items() if k not in self.control}
+        arrays = self.robust(reply)
+        params = {k: v for k, v in arrays.items() if k in self.control}
+        buffers = {k: v for k, v in arrays.items() if k not in self.control}
         self.param_avg.add(params, reply.num_examples if self.params.weighted else 1.0)
         if buffers:
             self.buffer_avg.add(buffers, reply.num_examples)
@@ -129,6 +138,8 @@ class Scaffold(Strategy):
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
         assert self.control is not None
+        if self.aggregation.clip_norm is not None:
+            self.last_round["clients_clipped"] = self.clipped_replies
         averaged = self.param_avg.result()
         buffers_avg = self.buffer_avg.result() if self.buffer_avg.count else {}
         out: dict[str, np.ndarray] = {}
