@@ -1,12 +1,12 @@
 """The deployment engine end to end: a SuperLink and SuperNodes as separate processes.
 
 One federation on 127.0.0.1 (free ports) for the whole module, started with the scripts of
-``deploy/``: credentials from ``make-credentials.py``, a SuperLink with TLS and SuperNode
-authentication (``superlink.sh``), the three known SuperNode keys registered with ``flwr
-supernode register``, three SuperNodes (``supernode.sh``), and a fourth SuperNode with an
-unregistered key that must be refused. Runs go through ``flwr run`` with a TLS connection in a
-private ``FLWR_HOME``. Every process started here (and everything below it) is stopped at the
-end, and the test checks that none is left.
+``deploy/`` (``tests/deployment_helpers.py``): credentials from ``make-credentials.py``, a
+SuperLink with TLS and SuperNode authentication (``superlink.sh``), the three known SuperNode
+keys registered with ``flwr supernode register``, three SuperNodes (``supernode.sh``), and a
+fourth SuperNode with an unregistered key that must be refused. Runs go through ``flwr run``
+with a TLS connection in a private ``FLWR_HOME``. Every process started here (and everything
+below it) is stopped at the end, and the test checks that none is left.
 """
 
 from __future__ import annotations
