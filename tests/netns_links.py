@@ -172,6 +172,10 @@ class PacketPump(threading.Thread):
         selector.close()
 
 
+class LinksUnavailable(RuntimeError):
+    """Neither tc netem nor TUN devices can be had here: links cannot be impaired."""
+
+
 def open_tun(name: str) -> int:
     """A new TUN device ``name`` (IP packets, no extra header) in this namespace; its fd."""
     fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
@@ -255,7 +259,12 @@ class Topology:
         ]:
             # Made in this namespace under a name unique on the machine, moved at once.
             tmp = f"fg{self.tag[-6:]}{dev[0]}{k}"
-            fd = open_tun(tmp)
+            try:
+                fd = open_tun(tmp)
+            except OSError as exc:
+                raise LinksUnavailable(
+                    f"this kernel has no sch_netem and TUN devices cannot be made ({exc})"
+                ) from exc
             fds.append(fd)
             ip("link", "set", "dev", tmp, "netns", ns)
             ip("-n", ns, "link", "set", "dev", tmp, "name", dev)
