@@ -66,20 +66,37 @@ def stream_replies(
     it to a running average, turn it into teacher logits) and drop it while slower clients are
     still training; it polls every ``poll_interval`` seconds. A grid with a ``stream`` method of
     its own (:class:`fedgo_flwr.inprocess.InProcessGrid`) serves the messages itself.
+
+    An error reply that the SuperLink makes in a node's place (``Node Unavailable``, when the
+    node's heartbeats stopped) comes from the SuperLink's own node id; it is yielded as from the
+    node the message went to, so that the strategy counts and names the right client.
     """
     own = getattr(grid, "stream", None)
     if own is not None:
         yield from own(messages, timeout=timeout)
         return
-    pending = set(grid.push_messages(messages))
+    messages = list(messages)
+    ids = list(grid.push_messages(messages))
+    # Flower returns one id per message, in order (a test grid may return ids alone).
+    sent_to = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=False) if mid}
+    pending = set(ids)
     deadline = time.monotonic() + timeout
     while pending:
         for reply in grid.pull_messages(pending):
             pending.discard(reply.metadata.reply_to_message_id)
-            yield reply
+            yield _from_destination(reply, sent_to)
         if not pending:
             return
         left = deadline - time.monotonic()
         if left <= 0:
             return
         time.sleep(min(poll_interval, left))
+
+
+def _from_destination(reply: Message, sent_to: Mapping[str, int]) -> Message:
+    """``reply``, as sent by the node its message went to if the SuperLink made it instead."""
+    node = sent_to.get(reply.metadata.reply_to_message_id)
+    if node is not None and reply.has_error() and reply.metadata.src_node_id != node:
+        # Metadata has no setter; Flower itself fills metadata fields this way (message ids).
+        reply.metadata.__dict__["_src_node_id"] = node
+    return reply

@@ -1,44 +1,39 @@
 """The deployment engine end to end: a SuperLink and SuperNodes as separate processes.
 
 One federation on 127.0.0.1 (free ports) for the whole module, started with the scripts of
-``deploy/``: credentials from ``make-credentials.py``, a SuperLink with TLS and SuperNode
-authentication (``superlink.sh``), the three known SuperNode keys registered with ``flwr
-supernode register``, three SuperNodes (``supernode.sh``), and a fourth SuperNode with an
-unregistered key that must be refused. Runs go through ``flwr run`` with a TLS connection in a
-private ``FLWR_HOME``. Every process started here (and everything below it) is stopped at the
-end, and the test checks that none is left.
+``deploy/`` (``tests/deployment_helpers.py``): credentials from ``make-credentials.py``, a
+SuperLink with TLS and SuperNode authentication (``superlink.sh``), the three known SuperNode
+keys registered with ``flwr supernode register``, three SuperNodes (``supernode.sh``), and a
+fourth SuperNode with an unregistered key that must be refused. Runs go through ``flwr run``
+with a TLS connection in a private ``FLWR_HOME``. Every process started here (and everything
+below it) is stopped at the end, and the test checks that none is left.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import os
 import re
-import shlex
 import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from deployment_helpers import (
+    HAVE_FLOWER,
+    Federation,
+    RunResult,
+    alive,
+    kill_trees,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        not (BIN / "flower-superlink").exists() or not sys.platform.startswith("linux"),
-        reason="needs the venv's Flower executables and Linux process tools",
+        not HAVE_FLOWER, reason="needs the venv's Flower executables and Linux process tools"
     ),
 ]
 
 K = 3
-CONNECTION = "deploy-test"
 # round_timeout of the run where a SuperNode is killed: that round lasts this long; the healthy
 # rounds take 10-25 s on 2 loaded cores (a ClientApp process is started for every message).
 TIMEOUT = 40
@@ -59,294 +54,28 @@ TINY_FEDGO = [
     "strategy.generator.n_critic=1",
     "strategy.discriminator.epochs=1",
 ]
-TIMINGS: dict[str, float] = {}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        if proc.poll() is not None:
-            raise RuntimeError(f"exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.3)
-    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
-
-
-def process_table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (ppid, pgid, state) of every process."""
-    out = subprocess.run(
-        ["ps", "-eo", "pid=,ppid=,pgid=,stat="], capture_output=True, text=True, check=True
-    ).stdout
-    table = {}
-    for line in out.splitlines():
-        pid, ppid, pgid, stat = line.split()[:4]
-        table[int(pid)] = (int(ppid), int(pgid), stat)
-    return table
-
-
-def process_tree(root: int) -> set[int]:
-    """``root`` and all its descendants that are still alive (zombies excluded)."""
-    table = process_table()
-    tree = {root} if root in table else set()
-    grew = True
-    while grew:
-        grew = False
-        for pid, (ppid, _, _) in table.items():
-            if ppid in tree and pid not in tree:
-                tree.add(pid)
-                grew = True
-    return {p for p in tree if not table[p][2].startswith("Z")}
-
-
-def alive(pids: set[int]) -> set[int]:
-    table = process_table()
-    return {p for p in pids if p in table and not table[p][2].startswith("Z")}
-
-
-def stop_trees(roots: list[int], grace: float = 10.0) -> set[int]:
-    """TERM, then KILL, every process group in the trees below ``roots``; return all pids.
-
-    A SuperLink starts its SuperExec in a session of its own (the ServerApp runs under it), so
-    the whole tree is collected before anything is stopped.
-    """
-    pids: set[int] = set()
-    for root in roots:
-        pids |= process_tree(root)
-    table = process_table()
-    groups = {table[p][1] for p in pids if p in table}
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for group in groups:
-            try:
-                os.killpg(group, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + grace
-        while alive(pids) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if not alive(pids):
-            break
-    return pids
-
-
-def read_rows(out_dir: Path) -> list[dict]:
-    return [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-@dataclasses.dataclass
-class RunResult:
-    out_dir: Path
-    log: str
-    seconds: float
-    rows: list[dict]
-    summary: dict
-
-
-class Federation:
-    """One SuperLink and its SuperNodes, started by the deploy/ scripts."""
-
-    def __init__(self, work: Path) -> None:
-        self.work = work
-        self.creds = work / "credentials"
-        self.logs = work / "logs"
-        self.logs.mkdir(parents=True)
-        self.env = {
-            **os.environ,
-            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "FEDGO_VENV": sys.prefix,
-            "FEDGO_WORKDIR": str(work),
-            "PYTHONUNBUFFERED": "1",
-        }
-        self.cli_home = work / "cli"
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.port = 0
-        self.node_ids: list[int] = []
-        self.refused: subprocess.CompletedProcess | None = None
-        self.stopped: set[int] = set()
-
-    def spawn(self, name: str, cmd: list[str], flwr_home: Path) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "w")  # the child keeps its own copy
-        proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env={**self.env, "FLWR_HOME": str(flwr_home)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        self.procs[name] = proc
-        return proc
-
-    def flwr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(BIN / "flwr"), *args],
-            cwd=ROOT,
-            env={**self.env, "FLWR_HOME": str(self.cli_home)},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def supernode_cmd(self, key: str, partition: int, num: int) -> list[str]:
-        return [
-            str(ROOT / "deploy/supernode.sh"),
-            "--superlink",
-            f"127.0.0.1:{self.port}",
-            "--ca",
-            str(self.creds / "ca.crt"),
-            "--key",
-            str(self.creds / "supernode-keys" / key),
-            "--partition",
-            str(partition),
-            "--num-partitions",
-            str(num),
-            "--port",
-            str(free_port()),
-        ]
-
-    def start(self) -> None:
-        subprocess.run(
-            [sys.executable, str(ROOT / "deploy/make-credentials.py"), str(self.creds)]
-            + ["--supernodes", str(K)],
-            check=True,
-            capture_output=True,
-        )
-        self.port = free_port()
-        superlink = self.spawn(
-            "superlink",
-            [str(ROOT / "deploy/superlink.sh"), str(self.creds)]
-            + ["--host", "127.0.0.1", "--port", str(self.port)],
-            self.work / "superlink-home",
-        )
-        wait_for_port(self.port, superlink, self.logs / "superlink.log")
-
-        self.cli_home.mkdir()
-        (self.cli_home / "config.toml").write_text(
-            f'[superlink]\ndefault = "{CONNECTION}"\n\n'
-            f"[superlink.{CONNECTION}]\n"
-            f'address = "127.0.0.1:{self.port}"\n'
-            f'root-certificates = "{self.creds / "ca.crt"}"\n'
-        )
-        for k in range(K):
-            reg = self.flwr(
-                "supernode",
-                "register",
-                str(self.creds / "supernode-keys" / f"supernode-{k}.pub"),
-                CONNECTION,
-                "--format",
-                "json",
-            )
-            assert reg.returncode == 0, reg.stdout + reg.stderr
-            self.node_ids.append(int(json.loads(reg.stdout[reg.stdout.index("{") :])["node-id"]))
-
-        for k in range(K):
-            self.spawn(
-                f"supernode-{k}",
-                self.supernode_cmd(f"supernode-{k}", k, K),
-                self.work / f"supernode-{k}-home",
-            )
-        # A fourth client whose key was never registered: the SuperLink must refuse it.
-        intruder = self.spawn(
-            "supernode-unregistered",
-            self.supernode_cmd("unregistered", K, K + 1),
-            self.work / "supernode-unregistered-home",
-        )
-        intruder.wait(timeout=120)
-
-    def nodes(self) -> list[dict]:
-        listed = self.flwr("supernode", "list", CONNECTION, "--format", "json")
-        assert listed.returncode == 0, listed.stdout + listed.stderr
-        return json.loads(listed.stdout[listed.stdout.index("{") :])["nodes"]
-
-    def wait_online(self, timeout: float = 60) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while True:
-            nodes = self.nodes()
-            if sum(n["status"] == "online" for n in nodes) >= K or time.monotonic() > deadline:
-                return nodes
-            time.sleep(1)
-
-    def run(
-        self,
-        name: str,
-        config: str,
-        overrides: list[str],
-        timeout: float = 400,
-        on_line: tuple[str, Callable[[], None]] | None = None,
-    ) -> RunResult:
-        """``flwr run`` the app with ``config`` + ``overrides``; output_dir under the work dir.
-
-        ``on_line = (text, action)`` calls ``action()`` once, when ``text`` first shows in the
-        streamed log.
-        """
-        out_dir = self.work / "outputs" / name
-        run_toml = self.work / f"{name}.toml"
-        overrides = [*overrides, f"output_dir={out_dir}"]
-        # A relative config path: the ServerApp finds it in the submitted app, as on a server.
-        run_toml.write_text(
-            f"config = {json.dumps(config)}\noverrides = {json.dumps(shlex.join(overrides))}\n"
-        )
-        log_path = self.logs / f"run-{name}.log"
-        t0 = time.perf_counter()
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen(
-                [str(BIN / "flwr"), "run", ".", CONNECTION, "--run-config", str(run_toml)]
-                + ["--stream"],
-                cwd=ROOT,
-                env={**self.env, "FLWR_HOME": str(self.cli_home)},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        try:
-            deadline = time.monotonic() + timeout
-            while proc.poll() is None:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"flwr run {name} still running after {timeout}s")
-                if on_line is not None and on_line[0] in log_path.read_text():
-                    on_line[1]()
-                    on_line = None
-                time.sleep(0.5)
-        finally:
-            stop_trees([proc.pid], grace=5)
-        seconds = time.perf_counter() - t0
-        TIMINGS[f"run {name}"] = seconds
-        log = log_path.read_text()
-        assert proc.returncode == 0, log[-4000:]
-        assert (out_dir / "summary.json").exists(), f"the run failed:\n{log[-4000:]}"
-        summary = json.loads((out_dir / "summary.json").read_text())
-        return RunResult(out_dir, log, seconds, read_rows(out_dir), summary)
-
-    def stop(self) -> None:
-        self.stopped = stop_trees([p.pid for p in self.procs.values()])
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
     t0 = time.perf_counter()
-    fed = Federation(tmp_path_factory.mktemp("deployment"))
+    fed = Federation(tmp_path_factory.mktemp("deployment"), K)
     try:
         fed.start()
-        TIMINGS["federation start"] = time.perf_counter() - t0
+        # A fourth client whose key was never registered: the SuperLink must refuse it.
+        intruder = fed.spawn(
+            "supernode-unregistered",
+            fed.supernode_cmd("unregistered", K, K + 1, "127.0.0.1"),
+            fed.work / "supernode-unregistered-home",
+        )
+        intruder.wait(timeout=120)
+        fed.timings["federation start"] = time.perf_counter() - t0
         yield fed
     finally:
         fed.stop()
-        TIMINGS["whole module"] = time.perf_counter() - t0
-        print("\n[test_deployment] timings (s): " + json.dumps(TIMINGS))
-        (fed.work / "timings.json").write_text(json.dumps(TIMINGS, indent=1))
+        fed.timings["whole module"] = time.perf_counter() - t0
+        print("\n[test_deployment] timings (s): " + json.dumps(fed.timings))
+        (fed.work / "timings.json").write_text(json.dumps(fed.timings, indent=1))
         left = alive(fed.stopped)
         assert not left, f"processes left running: {left}"
 
@@ -413,11 +142,7 @@ def test_fedavg_over_tls_survives_a_crash_and_a_killed_supernode(federation):
     killed: set[int] = set()
 
     def kill() -> None:
-        pids = process_tree(victim.pid)
-        killed.update(pids)
-        table = process_table()
-        for group in {table[p][1] for p in pids if p in table}:
-            os.killpg(group, signal.SIGKILL)
+        killed.update(kill_trees([victim.pid], signal.SIGKILL))
 
     result = federation.run(
         "fedavg",

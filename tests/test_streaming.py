@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from flwr.app import Message, MessageType, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
 
 from fedgo_flwr.aggregation import RunningAverage, weighted_average
 from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
@@ -135,3 +137,40 @@ def test_running_average_matches_the_batch_average_in_any_order():
     terms = [w * s["w"].astype(np.float64) for s, w in zip(sets, weights, strict=True)]
     exact = sum(terms) / weights.sum()
     np.testing.assert_allclose(forward["w"], exact, rtol=1e-6, atol=1e-7)
+
+
+class SuperLinkGrid:
+    """Pushes like Flower's deployment grid (message ids set, returned in order); every reply
+    is the error the SuperLink makes for a message whose node stopped sending heartbeats."""
+
+    def push_messages(self, messages):
+        self.sent = list(messages)
+        for msg in self.sent:
+            msg.metadata.__dict__["_message_id"] = msg.object_id
+        return [msg.metadata.message_id for msg in self.sent]
+
+    def pull_messages(self, ids):
+        from flwr.server.superlink.linkstate.utils import (
+            create_message_error_unavailable_res_message,
+        )
+
+        return [
+            create_message_error_unavailable_res_message(m.metadata, "node_unavail")
+            for m in self.sent
+            if m.metadata.message_id in ids
+        ]
+
+
+def test_a_reply_the_superlink_makes_for_an_unavailable_node_names_that_node(monkeypatch):
+    """The SuperLink sends "Node Unavailable" from its own node id (1); the reply must still
+    count for the node the message went to, or the strategy blames "client -1 (node 1)" and
+    also reports the real client as silent (two failures for one)."""
+    for key, value in {"_run_id": 1, "_task_id": 1, "_node_id": 1}.items():
+        monkeypatch.setattr(TaskIdentity, key, value)  # what a ServerApp process has
+    messages = [
+        Message(content=RecordDict(), dst_node_id=node, message_type=MessageType.TRAIN)
+        for node in (7, 8)
+    ]
+    replies = list(stream_replies(SuperLinkGrid(), messages, 5, 0.01))
+    assert sorted(r.metadata.src_node_id for r in replies) == [7, 8]
+    assert all(r.has_error() and "Node Unavailable" in r.error.reason for r in replies)
