@@ -41,6 +41,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY
+from fedgo_flwr.checkpoint import safe_torch_load
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import num_views
 from fedgo_flwr.fileio import atomic_torch_save
@@ -121,7 +122,7 @@ class FedGO(FedDF):
         )
         t0 = time.perf_counter()
         if gen_path:
-            generator.load_state_dict(torch.load(gen_path, map_location="cpu"))
+            generator.load_state_dict(safe_torch_load(gen_path, "generator file"))
             report["generator"] = {"source": gen_path}
             log(INFO, "FedGO: generator loaded from %s", gen_path)
         else:
@@ -182,7 +183,7 @@ class FedGO(FedDF):
         states: dict[int, dict[str, torch.Tensor]] = {}
         report: dict[str, object] = {}
         if path:
-            states = {int(k): v for k, v in torch.load(path, map_location="cpu").items()}
+            states = {int(k): v for k, v in safe_torch_load(path, "discriminators file").items()}
             report["discriminators"] = {"source": path}
         else:
             content = RecordDict(
