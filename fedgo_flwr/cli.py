@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from fedgo_flwr.config import ConfigError, ExperimentConfig, resolve_config_path
-from fedgo_flwr.recorder import resolve_output_dir
+from fedgo_flwr.recorder import check_output_dir, resolve_output_dir
 from strategies import load_experiment
 
 
@@ -23,6 +23,7 @@ def _prepare(args: argparse.Namespace) -> int:
         cfg = load_experiment(args.config, args.overrides)
         config_path = resolve_config_path(args.config)
         preflight(cfg)
+        check_output_dir(cfg)  # an earlier run there is kept: refused before anything starts
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
         return 2
