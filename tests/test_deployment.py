@@ -210,6 +210,7 @@ class Federation:
             str(num),
             "--port",
             str(free_port()),
+            "--allow-faults",  # the runs below inject faults; a node obeys them only if it opts in
         ]
 
     def start(self) -> None:
