@@ -37,7 +37,13 @@ cleanup() {
   trap '' INT TERM  # a second Ctrl-C must not cut the clean-up short
   if [[ -n "${FLWR_PID:-}" ]]; then kill "$FLWR_PID" 2>/dev/null || true; fi
   stop_tree "$SUPERLINK_PID" ${FLWR_PID:-}
-  if [[ -f "$OUT_DIR/summary.json" ]]; then rm -rf "$FLWR_HOME"; fi
+  if finished "$OUT_DIR" "$STARTED"; then rm -rf "$FLWR_HOME"; fi
+}
+
+# Whether the run wrote its summary.json after MARKER was made: an earlier run's summary (kept
+# in a resumed run's folder until its ServerApp starts) is no proof that this run succeeded.
+finished() {
+  [[ -f "$1/summary.json" && "$1/summary.json" -nt "$2" ]]
 }
 
 run_experiment() {
@@ -50,13 +56,18 @@ run_experiment() {
   FLWR_HOME="$(mktemp -d "$ROOT/.flwr/run.XXXXXX")"
   trap 'rm -rf "$FLWR_HOME"' EXIT
   export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
+  # The simulated nodes are this user's processes running this user's config: they obey its
+  # `faults` (a SuperNode of a deployment must opt in with node config allow-faults=true).
+  export FEDGO_ALLOW_FAULTS="${FEDGO_ALLOW_FAULTS:-1}"
   export PATH="$VENV/bin:$PATH"
   local run_toml="$FLWR_HOME/run-config.toml" prepared federation out_dir
-  # Validate the whole config first: a bad key stops here, before anything starts.
+  # Validate the whole config first: a bad key, or an output_dir that holds an earlier run
+  # (without resume=true or overwrite=true), stops here (exit 2) before anything starts.
   prepared="$("$PY" -m fedgo_flwr.cli prepare "$config" "$@" --run-toml "$run_toml")"
   federation="$(sed -n 1p <<< "$prepared")"
   out_dir="$(sed -n 2p <<< "$prepared")"
-  rm -f "$out_dir/summary.json"
+  STARTED="$FLWR_HOME/started"  # global, for the EXIT trap; summary.json must be newer
+  touch "$STARTED"
 
   local port log pid status=0
   FLWR_PID=""  # globals, for the EXIT trap (cleanup)
@@ -95,9 +106,10 @@ EOF
   FLWR_PID=$!
   wait "$FLWR_PID" || status=$?
   FLWR_PID=""
-  # `flwr run` exits 0 even when the ServerApp raised; the summary file is the proof of success.
-  if [[ "$status" -eq 0 && ! -f "$out_dir/summary.json" ]]; then
-    echo "fedgo-flwr: the run failed (no $out_dir/summary.json); see the log above." \
+  # `flwr run` exits 0 even when the ServerApp raised; a summary file written by this run (the
+  # ServerApp writes it last, after model.pt) is the proof of success.
+  if [[ "$status" -eq 0 ]] && ! finished "$out_dir" "$STARTED"; then
+    echo "fedgo-flwr: the run failed (no new $out_dir/summary.json); see the log above." \
       "Flower's logs are in $FLWR_HOME" >&2
     status=1
   fi

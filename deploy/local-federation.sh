@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # A whole fedgo-flwr deployment on this machine, for trying the deployment path end to end:
 # TLS credentials, a SuperLink with SuperNode authentication, the K = data.num_clients SuperNode
-# keys registered, K SuperNodes (one process each, partition-id 0..K-1), one `flwr run` of the
-# experiment, then everything this script started is stopped again.
+# keys registered, K SuperNodes (one process each, partition-id 0..K-1; they obey the config's
+# `faults`: --allow-faults), one `flwr run` of the experiment, then everything this script
+# started is stopped again.
 #
 #   deploy/local-federation.sh CONFIG.yaml [dotted.key=value ...]
 #   deploy/local-federation.sh conf/fedavg.yaml rounds=2 data.num_clients=3 fraction=1.0
 #
 # Work files (credentials, FLWR_HOMEs, logs of every process) go to $FEDGO_DEPLOY_DIR
 # (default <repo>/.flwr/local-federation); credentials there are reused by later calls.
-# Exit status: 0 if the run wrote its summary.json, 2 for an invalid configuration, else 1.
+# Exit status: 0 if the run wrote its summary.json, 2 for an invalid configuration (or an
+# output_dir holding an earlier run, without resume=true or overwrite=true), else 1.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,7 +21,7 @@ DIR="${FEDGO_DEPLOY_DIR:-$ROOT/.flwr/local-federation}"
 CONNECTION=local-deploy
 
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 [[ -x "$PY" ]] || { echo "local-federation.sh: $PY not found (run ./run.sh --setup)" >&2; exit 2; }
@@ -34,7 +36,8 @@ prepared="$("$PY" -m fedgo_flwr.cli prepare "$@" --run-toml "$DIR/run-config.tom
 K="$(sed -n 1p <<< "$prepared" | sed -n 's/.*num-supernodes=\([0-9]*\).*/\1/p')"
 OUT_DIR="$(sed -n 2p <<< "$prepared")"
 [[ -n "$K" && "$K" -gt 0 ]] || { echo "local-federation.sh: cannot read K" >&2; exit 1; }
-rm -f "$OUT_DIR/summary.json"
+STARTED="$DIR/started"  # this run's summary.json must be newer (an old one proves nothing)
+touch "$STARTED"
 
 CRED="$DIR/credentials"
 if [[ ! -f "$CRED/ca.crt" || ! -f "$CRED/supernode-keys/supernode-$((K - 1))" ]]; then
@@ -94,7 +97,7 @@ for k in $(seq 0 $((K - 1))); do
   FLWR_HOME="$DIR/supernode-$k" setsid "$ROOT/deploy/supernode.sh" \
     --superlink "127.0.0.1:$PORT" --ca "$CRED/ca.crt" \
     --key "$CRED/supernode-keys/supernode-$k" \
-    --partition "$k" --num-partitions "$K" --port "$(free_port "$PY")" \
+    --partition "$k" --num-partitions "$K" --port "$(free_port "$PY")" --allow-faults \
     > "$LOGS/supernode-$k.log" 2>&1 &
   PIDS+=($!)
 done
@@ -102,8 +105,8 @@ done
 status=0
 flwr run . "$CONNECTION" --run-config "$DIR/run-config.toml" --stream || status=$?
 # `flwr run` exits 0 even when the ServerApp raised; the summary file is the proof of success.
-if [[ "$status" -eq 0 && ! -f "$OUT_DIR/summary.json" ]]; then
-  echo "local-federation: the run failed (no $OUT_DIR/summary.json); see the log above" >&2
+if [[ "$status" -eq 0 ]] && ! [[ -f "$OUT_DIR/summary.json" && "$OUT_DIR/summary.json" -nt "$STARTED" ]]; then
+  echo "local-federation: the run failed (no new $OUT_DIR/summary.json); see the log above" >&2
   status=1
 fi
 exit "$status"

@@ -6,7 +6,8 @@
 # No per-run `uv sync`: dependencies come from this repo's .venv (./run.sh --setup).
 #
 #   deploy/supernode.sh --superlink HOST:PORT --ca CA_CRT --key PRIVATE_KEY \
-#       --partition K --num-partitions N [--data-path DIR] [--port PORT] [-- FLAGS...]
+#       --partition K --num-partitions N [--data-path DIR] [--state-dir DIR] [--port PORT] \
+#       [--max-threads N] [--allow-faults] [-- FLAGS...]
 #
 #   --superlink HOST:PORT  the SuperLink's address, as named in its certificate
 #   --ca CA_CRT            the deployment's ca.crt (verifies the SuperLink's certificate)
@@ -15,8 +16,15 @@
 #   --num-partitions N     the federation size, = data.num_clients of the runs
 #   --data-path DIR        where this machine keeps the dataset (node config data-path; not
 #                          needed for the embedded digits / four_gaussians data)
+#   --state-dir DIR        where this node keeps client state between rounds (node config
+#                          state-dir; default $FLWR_HOME/client-state): never a folder the
+#                          server names
 #   --port PORT            local Runtime API port of this SuperNode (default 9094; give each
 #                          SuperNode on the same machine its own)
+#   --max-threads N        the most torch threads the server may ask for (node config
+#                          max-threads; default: this machine's CPUs)
+#   --allow-faults         obey the run config's deliberate `faults` (crash, hang, exit, ...)
+#                          on this node (node config allow-faults); off by default: ignored
 #   -- FLAGS...            passed on to flower-supernode unchanged
 #
 # Environment: FLWR_HOME (default: <repo>/.flwr/supernode-K), FEDGO_VENV (default
@@ -26,9 +34,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${FEDGO_VENV:-$ROOT/.venv}"
 
-usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
-SUPERLINK="" CA="" KEY="" PARTITION="" NUM="" DATA="" PORT=9094
+SUPERLINK="" CA="" KEY="" PARTITION="" NUM="" DATA="" STATE="" PORT=9094 THREADS="" FAULTS=false
 EXTRA=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,6 +46,9 @@ while [[ $# -gt 0 ]]; do
     --partition) PARTITION="$2"; shift 2 ;;
     --num-partitions) NUM="$2"; shift 2 ;;
     --data-path) DATA="$2"; shift 2 ;;
+    --state-dir) STATE="$2"; shift 2 ;;
+    --max-threads) THREADS="$2"; shift 2 ;;
+    --allow-faults) FAULTS=true; shift ;;
     --port) PORT="$2"; shift 2 ;;
     --) shift; EXTRA+=("$@"); break ;;
     -h|--help) usage; exit 0 ;;
@@ -69,6 +80,15 @@ fi
 export FLWR_HOME="${FLWR_HOME:-$ROOT/.flwr/supernode-$PARTITION}"
 export PATH="$VENV/bin:$PATH"
 mkdir -p "$FLWR_HOME"
+
+STATE="${STATE:-$FLWR_HOME/client-state}"
+mkdir -p "$STATE"
+STATE="$(cd "$STATE" && pwd)"  # absolute
+NODE_CONFIG+=" state-dir=\"$STATE\" allow-faults=$FAULTS"
+if [[ -n "$THREADS" ]]; then
+  [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || { echo "supernode.sh: --max-threads needs an integer >= 1" >&2; exit 2; }
+  NODE_CONFIG+=" max-threads=$THREADS"
+fi
 
 exec flower-supernode \
   --superlink "$SUPERLINK" \

@@ -19,7 +19,7 @@ import torch
 
 from fedgo_flwr.config import ConfigError, DataConfig, ExperimentConfig, resolve_config_path
 from fedgo_flwr.data.sources import DEFAULT_TORCHVISION_ROOT
-from fedgo_flwr.recorder import resolve_output_dir
+from fedgo_flwr.recorder import check_output_dir, resolve_output_dir
 from fedgo_flwr.schema import Checker
 from strategies import load_experiment, resolve, strategy_class
 
@@ -32,6 +32,7 @@ def _prepare(args: argparse.Namespace) -> int:
         cfg = load_experiment(args.config, args.overrides)
         config_path = resolve_config_path(args.config)
         preflight(cfg)
+        check_output_dir(cfg)  # an earlier run there is kept: refused before anything starts
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,20 @@ own parameters in every message (:mod:`fedgo_flwr.messages`), so a SuperNode nee
   the weights, ``num-examples`` and training metrics (plus the algorithm's extra ArrayRecords).
 - every ``train.<action>`` a client algorithm declares in its ``messages`` (FedGO's
   ``train.discriminator``), answered by the algorithm's method of that name.
+
+What the server sends is not trusted with the node's machine. Node config keys (the node's
+own, ``--node-config``) bound it:
+
+- ``state-dir``: the folder this node keeps client state in (default: the run's
+  ``<output_dir>/client-state``, as in a simulation, where server and clients share a machine).
+  The server's run token must have the form the server makes (32 hex digits) and every state
+  path must resolve inside that folder; anything else is refused (the reply is an error).
+- ``allow-faults``: ``true`` lets the config's ``faults`` (crashes, hangs, forced process exits)
+  act on this node; without it they are ignored with a WARNING. A simulated node has no node
+  config of its own: it opts in through ``FEDGO_ALLOW_FAULTS=1`` in its environment (``run.sh``
+  sets it; :func:`fedgo_flwr.inprocess.run_inprocess` sets ``allow-faults``).
+- ``max-threads``: the most torch threads the server's ``resources.client_cpus`` may ask for
+  (default: the CPUs this process may use).
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ from flwr.supercore import log
 from clients import ClientAlgorithm, ClientJob, client_class
 from clients import available as available_clients
 from fedgo_flwr import messages as msgs
+from fedgo_flwr.checkpoint import is_run_token, safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.recorder import resolve_output_dir
@@ -62,6 +77,24 @@ def inject_fault(cfg: ExperimentConfig, pid: int, server_round: int, stage: str)
     return None
 
 
+def _faults_on(context: Context, cfg: ExperimentConfig, pid: int, server_round: int) -> bool:
+    """Whether to act out ``cfg.faults`` here: only on a node that opted in (WARNING if not)."""
+    if faults_allowed(context):
+        return True
+    kinds = [f.kind for f in cfg.faults if f.applies(pid, server_round)]
+    if kinds:
+        log(
+            WARNING,
+            "client %d, round %d: ignoring the server's injected fault(s) %s: this node has not "
+            "opted in (node config allow-faults=true, or %s=1 for simulated nodes)",
+            pid,
+            server_round,
+            ", ".join(kinds),
+            ALLOW_FAULTS_ENV,
+        )
+    return False
+
+
 def corrupt(state: dict[str, torch.Tensor], kind: str) -> dict[str, torch.Tensor]:
     """A reply the server must reject: non-finite values or a wrongly shaped first array."""
     state = dict(state)
@@ -82,6 +115,63 @@ def _partition_id(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
+TRUE_WORDS = ("1", "true", "yes", "on")
+ALLOW_FAULTS_ENV = "FEDGO_ALLOW_FAULTS"
+
+
+def faults_allowed(context: Context) -> bool:
+    """Whether this node opted in to the config's deliberate faults.
+
+    Node config ``allow-faults``; if the node config lacks it, ``$FEDGO_ALLOW_FAULTS`` of this
+    process (simulated nodes have no node config of their own). Never the server's config.
+    """
+    value = context.node_config.get("allow-faults")
+    if value is None:
+        value = os.environ.get(ALLOW_FAULTS_ENV, "")
+    return str(value).strip().lower() in TRUE_WORDS
+
+
+def node_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def thread_cap(context: Context) -> int:
+    """The most torch threads a server may ask this node for: node config ``max-threads``,
+    else :func:`node_cpus`."""
+    value = context.node_config.get("max-threads")
+    if value is None:
+        return node_cpus()
+    try:
+        cap = int(str(value))
+    except ValueError:
+        cap = 0
+    if cap < 1:
+        raise ValueError(f"node config max-threads = {value!r}: must be an integer >= 1")
+    return cap
+
+
+_warned_threads: set[tuple[int, int]] = set()
+
+
+def client_threads(context: Context, requested: int) -> int:
+    """``resources.client_cpus`` from the server, capped at :func:`thread_cap` (WARNING once)."""
+    cap = thread_cap(context)
+    if requested > cap and (requested, cap) not in _warned_threads:
+        _warned_threads.add((requested, cap))
+        log(
+            WARNING,
+            "partition %s: the server asks for %d threads (resources.client_cpus); using %d, "
+            "this node's limit (its CPUs, or node config max-threads)",
+            context.node_config.get("partition-id"),
+            requested,
+            cap,
+        )
+    return max(1, min(requested, cap))
+
+
 def _data_path(context: Context) -> str | None:
     value = context.node_config.get("data-path")
     return str(value) if value else None
@@ -91,19 +181,34 @@ def _state_dir(context: Context, cfg: ExperimentConfig, token: str, pid: int) ->
     """Where this client keeps its state between runs (``None``: nowhere).
 
     Node config ``state-dir`` if given, else ``<output_dir>/client-state``; one folder per run
-    token (a resumed run keeps its token, a fresh run gets a new one) and partition id.
+    token (a resumed run keeps its token, a fresh run gets a new one) and partition id. The
+    token comes from the server: only the form :func:`fedgo_flwr.checkpoint.new_run_token`
+    makes is accepted, and the folder must resolve inside the base (no ``..``, absolute
+    paths or symbolic links out of it).
     """
     if not cfg.checkpoint or not token:
         return None
+    if not is_run_token(token):
+        raise ValueError(
+            f"client {pid}: refusing the server's run token {token[:80]!r}: "
+            "a run token is 32 hex digits (it names this node's state folder)"
+        )
     value = context.node_config.get("state-dir")
-    base = Path(str(value)) if value else resolve_output_dir(cfg.output_dir) / "client-state"
-    return base / token / f"partition-{pid}"
+    base = Path(str(value)).expanduser() if value else None
+    base = (base or resolve_output_dir(cfg.output_dir) / "client-state").resolve()
+    folder = (base / token / f"partition-{pid}").resolve()
+    if not folder.is_relative_to(base):
+        raise ValueError(f"client {pid}: state folder {folder} is outside {base}; refused")
+    return folder
 
 
 def restore_state(context: Context, folder: Path | None, server_round: int) -> None:
     """Reload the client's state (e.g. SCAFFOLD's c_i) after a restart of the run.
 
-    Only when the node holds none in memory; the newest file saved before ``server_round``.
+    Only when the node holds none in memory; the newest file saved before ``server_round``
+    that is readable (loaded with ``weights_only=True``: tensors and plain data only, so a
+    planted file runs no code). An unreadable one is skipped with a WARNING for the one
+    before it; if none is readable, ``ValueError`` names them (the reply is an error).
     """
     if folder is None or context.state.array_records or not folder.is_dir():
         return
@@ -111,9 +216,22 @@ def restore_state(context: Context, folder: Path | None, server_round: int) -> N
         (int(f.stem.split("-")[1]), f) for f in folder.glob("round-*.pt") if f.stem[6:].isdigit()
     )
     earlier = [f for r, f in saved if r < server_round]
-    if earlier:
-        for name, tensors in torch.load(earlier[-1], map_location="cpu").items():
-            context.state[name] = ArrayRecord(tensors)
+    problems: list[str] = []
+    for path in reversed(earlier):
+        try:
+            if not path.resolve().is_relative_to(folder):
+                raise ValueError(f"client state file {path} points outside {folder}")
+            state = safe_torch_load(path, "client state file")
+            records = {str(k): ArrayRecord(v) for k, v in state.items()}
+        except (ValueError, TypeError, AttributeError) as exc:
+            log(WARNING, "%s; trying an earlier one", exc)
+            problems.append(str(exc))
+            continue
+        for name, record in records.items():
+            context.state[name] = record
+        return
+    if problems:
+        raise ValueError("no readable client state: " + "; ".join(problems))
 
 
 def save_state(context: Context, folder: Path | None, server_round: int) -> None:
@@ -150,7 +268,7 @@ def _job(msg: Message, context: Context, message_type: str) -> tuple[ClientAlgor
     )
     server_round = int(config.get(msgs.SERVER_ROUND, 0))
     pid = _partition_id(context)
-    torch.set_num_threads(max(1, cfg.resources.client_cpus))
+    torch.set_num_threads(client_threads(context, cfg.resources.client_cpus))
     job = ClientJob(
         cfg=cfg,
         params=params,
@@ -170,7 +288,9 @@ def train(msg: Message, context: Context) -> Message:
     """One round of local training by the algorithm the server names."""
     algorithm, job = _job(msg, context, "train")
     cfg, pid, server_round = job.cfg, job.partition_id, job.server_round
-    inject_fault(cfg, pid, server_round, "before")
+    faults = _faults_on(context, cfg, pid, server_round)
+    if faults:
+        inject_fault(cfg, pid, server_round, "before")
     state_dir = _state_dir(context, cfg, str(msg.content[msgs.CONFIG].get(msgs.RUN_TOKEN, "")), pid)
     restore_state(context, state_dir, server_round)
     job.model = new_model(cfg, load_bundle(cfg.data, _data_path(context)))
@@ -188,7 +308,7 @@ def train(msg: Message, context: Context) -> Message:
     )
     job.model.cpu()
     state = job.model.state_dict()
-    kind = inject_fault(cfg, pid, server_round, "after")
+    kind = inject_fault(cfg, pid, server_round, "after") if faults else None
     if kind is not None:
         state = corrupt(state, kind)
     content = RecordDict({msgs.ARRAYS: ArrayRecord(state), msgs.METRICS: metrics, **extra})

@@ -213,6 +213,7 @@ class ExperimentConfig:
     round_timeout: float = 3600.0
     checkpoint: bool = True
     resume: bool = False
+    overwrite: bool = False
     faults: list[FaultConfig] = field(default_factory=list)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

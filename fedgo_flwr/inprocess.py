@@ -10,6 +10,11 @@ seconds is dropped, as if the nodes had run in parallel and that reply came too 
 and to measure the simulation runtime's overhead (``benchmarks/overhead.py``); experiments
 should use ``./run.sh``.
 
+Each node's config is ``partition-id`` and ``num-partitions`` plus ``node_config`` (the same
+for every node, e.g. ``allow-faults``, ``max-threads``, ``state-dir``). :func:`run_inprocess`
+opts its nodes in to the config's ``faults`` (``allow-faults``): server and clients are one
+process of one user, so the config is the nodes' own.
+
 It sets Flower's process identity (``flwr.supercore.task_identity.TaskIdentity``: run, task and
 node id), which message construction reads; that is an internal of the pinned Flower 1.41.
 """
@@ -17,7 +22,7 @@ node id), which message construction reads; that is an internal of the pinned Fl
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -33,13 +38,20 @@ SERVER_NODE_ID = 1
 class InProcessGrid(Grid):
     """K virtual nodes served sequentially by ``client_app`` in this process."""
 
-    def __init__(self, client_app: ClientApp, num_nodes: int, run_id: int = 1) -> None:
+    def __init__(
+        self,
+        client_app: ClientApp,
+        num_nodes: int,
+        run_id: int = 1,
+        node_config: Mapping[str, Any] | None = None,
+    ) -> None:
         self.client_app = client_app
+        extra = dict(node_config or {})
         self.contexts = {
             node: Context(
                 run_id=run_id,
                 node_id=node,
-                node_config={"partition-id": node - 2, "num-partitions": num_nodes},
+                node_config={"partition-id": node - 2, "num-partitions": num_nodes, **extra},
                 state=RecordDict(),
                 run_config={},
             )
@@ -95,9 +107,13 @@ class InProcessGrid(Grid):
         raise NotImplementedError
 
 
-def run_inprocess(cfg: ExperimentConfig) -> dict:
-    """Run ``cfg`` in this process; return its summary (files as with ``./run.sh``)."""
+def run_inprocess(cfg: ExperimentConfig, node_config: Mapping[str, Any] | None = None) -> dict:
+    """Run ``cfg`` in this process; return its summary (files as with ``./run.sh``).
+
+    The nodes' config is ``{"allow-faults": True}`` updated with ``node_config``.
+    """
     from fedgo_flwr.client_app import app as client_app
     from fedgo_flwr.server_app import run_experiment
 
-    return run_experiment(InProcessGrid(client_app, cfg.data.num_clients), cfg)
+    nodes = {"allow-faults": True, **(node_config or {})}
+    return run_experiment(InProcessGrid(client_app, cfg.data.num_clients, node_config=nodes), cfg)

@@ -6,6 +6,13 @@
 reports for the round (clients sampled/replied/failed, train loss, client and aggregation times).
 A relative ``output_dir`` is taken relative to ``$FEDGO_WORKDIR`` if set, else the current
 directory of the ServerApp process.
+
+Nothing of an earlier run is replaced silently: :func:`check_output_dir` refuses a folder that
+holds a run's results unless the config says ``resume: true`` (and there is a checkpoint to
+resume from) or ``overwrite: true``. The final model is written before ``summary.json``, and
+both atomically (:mod:`fedgo_flwr.fileio`), so a ``summary.json`` (what ``run.sh`` takes as
+success) always comes with a complete ``model.pt``. JSON files hold ``null`` for NaN and
+infinite values (``Infinity`` is not JSON).
 """
 
 from __future__ import annotations
@@ -18,13 +25,14 @@ from logging import INFO
 from pathlib import Path
 from typing import Any
 
-import torch
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.supercore import log
 from torch import nn
 
-from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE
+from fedgo_flwr.config import ConfigError, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.fileio import atomic_torch_save, atomic_write_text
 from fedgo_flwr.training import evaluate
 
 
@@ -33,6 +41,44 @@ def resolve_output_dir(output_dir: str) -> Path:
     if not path.is_absolute():
         path = Path(os.environ.get("FEDGO_WORKDIR", os.getcwd())) / path
     return path.resolve()
+
+
+CHECKPOINTS = (CHECKPOINT_FILE, PREVIOUS_FILE)
+# Files whose presence means the folder holds (part of) a run that a new run would replace.
+RUN_FILES = (
+    "metrics.jsonl",
+    "summary.json",
+    "model.pt",
+    *CHECKPOINTS,
+    "generator.pt",
+    "discriminators.pt",
+    "prefl.json",
+)
+# What ``overwrite: true`` removes before a fresh run: results that would otherwise pass for
+# the new run's (the other files are rewritten by the run itself).
+STALE_FILES = ("summary.json", "model.pt", *CHECKPOINTS, "prefl.json", "prefl-resume.json")
+
+
+def check_output_dir(cfg: ExperimentConfig) -> Path:
+    """The run folder, if this run may write there; else :class:`ConfigError` on output_dir.
+
+    Called before anything is written (``cli prepare`` and the ServerApp). A folder holding
+    an earlier run's files is refused unless ``overwrite: true``, or ``resume: true`` with a
+    checkpoint to continue from.
+    """
+    out_dir = resolve_output_dir(cfg.output_dir)
+    found = [name for name in RUN_FILES if (out_dir / name).exists()]
+    if not found or cfg.overwrite:
+        return out_dir
+    if cfg.resume and any(name in found for name in CHECKPOINTS):
+        return out_dir
+    why = " and has no checkpoint to resume from" if cfg.resume else ""
+    raise ConfigError(
+        "output_dir",
+        cfg.output_dir,
+        f"{out_dir} holds an earlier run ({', '.join(found)}){why}; choose another "
+        "output_dir, or set resume=true to continue that run or overwrite=true to replace it",
+    )
 
 
 class RunRecorder:
@@ -47,21 +93,25 @@ class RunRecorder:
 
     @classmethod
     def create(cls, cfg: ExperimentConfig, rows: list[dict[str, Any]] | None = None) -> RunRecorder:
-        """Start the run's files; ``rows`` are the metrics of a resumed run's earlier rounds."""
-        out_dir = resolve_output_dir(cfg.output_dir)
+        """Start the run's files; ``rows`` are the metrics of a resumed run's earlier rounds.
+
+        Checks the folder first (:func:`check_output_dir`). A resumed run's old summary no
+        longer describes it and is removed; ``overwrite`` removes the old run's results.
+        """
+        out_dir = check_output_dir(cfg)
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.yaml").write_text(cfg.to_yaml())
+        stale = ["summary.json"] if rows is not None else list(STALE_FILES) if cfg.overwrite else []
+        for name in stale:
+            (out_dir / name).unlink(missing_ok=True)
+        atomic_write_text(out_dir / "config.yaml", cfg.to_yaml())
         restored = [dict(r) for r in rows or []]
-        (out_dir / "metrics.jsonl").write_text(
-            "".join(json.dumps(_jsonable(r)) + "\n" for r in restored)
-        )
-        (out_dir / "summary.json").unlink(missing_ok=True)
+        atomic_write_text(out_dir / "metrics.jsonl", "".join(json_line(r) for r in restored))
         recorder = cls(cfg, out_dir)
         recorder.rows = restored
         return recorder
 
     def write_partition(self, info: dict[str, Any]) -> None:
-        (self.out_dir / "partition.json").write_text(json.dumps(info))
+        atomic_write_text(self.out_dir / "partition.json", json.dumps(info))
 
     def attach(self, strategy: Any, model: nn.Module, test: ArrayDataset, device) -> None:
         self.strategy, self.model, self.test, self.device = strategy, model, test, device
@@ -90,7 +140,7 @@ class RunRecorder:
         self.last = now
         self.rows.append(row)
         with open(self.out_dir / "metrics.jsonl", "a") as fh:
-            fh.write(json.dumps(_jsonable(row)) + "\n")
+            fh.write(json_line(row))
         log(
             INFO,
             "[%s] round %d/%d  test_acc %.4f  test_loss %.4f  round %.2fs",
@@ -104,7 +154,10 @@ class RunRecorder:
         return MetricRecord({"test_accuracy": acc, "test_loss": loss})
 
     def finish(self, arrays: ArrayRecord | None) -> dict[str, Any]:
-        """Write summary.json (and the final model); return the summary."""
+        """Write the final model, then summary.json (both atomically); return the summary.
+
+        In this order, a ``summary.json`` (the mark of a finished run) always has its model.
+        """
         evaluated = [r for r in self.rows if not _missing(r["test_accuracy"])]
         best = max(evaluated, key=lambda r: r["test_accuracy"])
         rounds = [r for r in self.rows if r["round"] > 0]
@@ -121,9 +174,10 @@ class RunRecorder:
             if rounds
             else 0.0,
         }
-        (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         if arrays is not None:
-            torch.save(arrays.to_torch_state_dict(), self.out_dir / "model.pt")
+            atomic_torch_save(self.out_dir / "model.pt", arrays.to_torch_state_dict())
+        text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)
+        atomic_write_text(self.out_dir / "summary.json", text)
         log(
             INFO,
             "[%s] done: final accuracy %.4f, best %.4f (round %d), %.1fs; results in %s",
@@ -141,5 +195,17 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+def _jsonable(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (nested too) replaced by ``None``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def json_line(row: dict[str, Any]) -> str:
+    """One line of metrics.jsonl: strict JSON (NaN and infinities are written ``null``)."""
+    return json.dumps(_jsonable(row), allow_nan=False) + "\n"

@@ -29,7 +29,7 @@ from fedgo_flwr.checkpoint import (
 from fedgo_flwr.cli import preflight
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.messages import CONFIG, METRICS, NUM_PARTITIONS, PARTITION_ID, to_numpy, to_record
-from fedgo_flwr.recorder import RunRecorder, resolve_output_dir
+from fedgo_flwr.recorder import RunRecorder, check_output_dir
 from fedgo_flwr.task import load_bundle, make_partition, new_model
 from fedgo_flwr.training import get_device
 from strategies import load_experiment, resolve, strategy_class
@@ -124,15 +124,18 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
 
     With ``resume: true`` and a ``checkpoint.pt`` in the run folder, the run continues after
     the checkpoint's round (:mod:`fedgo_flwr.checkpoint`); otherwise it starts from round 1.
+    A folder holding an earlier run is refused before anything is written, unless the run
+    resumes it or ``overwrite: true`` (:func:`fedgo_flwr.recorder.check_output_dir`).
     The strategy's parameters are built here if ``cfg`` came without them typed.
     """
     cfg = resolve(cfg)
     preflight(cfg)  # the same checks as `prepare`: a plain `flwr run` stops here too
+    out_dir = check_output_dir(cfg)
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
     shutdown.watch()
     ckpt = None
     if cfg.resume:
-        ckpt = load_checkpoint(resolve_output_dir(cfg.output_dir))
+        ckpt = load_checkpoint(out_dir)
         if ckpt is None:
             log(INFO, "resume: no checkpoint in %s; starting from round 1", cfg.output_dir)
         else:

@@ -50,6 +50,7 @@ from flwr.supercore import log
 
 from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY
 from fedgo_flwr.aggregation import check_arrays
+from fedgo_flwr.checkpoint import safe_torch_load
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import num_views
 from fedgo_flwr.fileio import atomic_torch_save
@@ -130,7 +131,7 @@ class FedGO(FedDF):
         )
         t0 = time.perf_counter()
         if gen_path:
-            generator.load_state_dict(torch.load(gen_path, map_location="cpu"))
+            generator.load_state_dict(safe_torch_load(gen_path, "generator file"))
             report["generator"] = {"source": gen_path}
             log(INFO, "FedGO: generator loaded from %s", gen_path)
         else:
@@ -285,10 +286,7 @@ class FedGO(FedDF):
         each checked against ``reference``; a bad file raises ``ValueError`` naming the file
         and the client."""
         where = f"discriminator file {path}"
-        try:
-            raw = torch.load(path, map_location="cpu")
-        except Exception as exc:
-            raise ValueError(f"{where} is unreadable: {type(exc).__name__}: {exc}") from exc
+        raw = safe_torch_load(path, "discriminator file")
         if not isinstance(raw, Mapping):
             raise ValueError(
                 f"{where}: not a mapping of partition id -> discriminator state dict "

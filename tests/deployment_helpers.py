@@ -233,6 +233,7 @@ class Federation:
             str(num),
             "--port",
             str(free_port()),
+            "--allow-faults",  # the tests inject faults; a node obeys them only if it opts in
         ]
 
     def start(self) -> None:

@@ -172,7 +172,12 @@ def test_a_trimmed_mean_that_trims_no_client_is_rejected():
 
 @pytest.mark.parametrize(
     ("value", "problem"),
-    [("0", "must be in"), ("1.5", "must be in"), (".nan", "must be a finite number"), ("0.1", "infeasible")],
+    [
+        ("0", "must be in"),
+        ("1.5", "must be in"),
+        (".nan", "must be a finite number"),
+        ("0.1", "infeasible"),
+    ],
 )
 def test_bad_weight_caps_are_rejected(value, problem):
     # 8 clients per round: a cap of 0.1 leaves 0.8 of every sample's weight to nobody.
