@@ -64,13 +64,15 @@ def check_output_dir(cfg: ExperimentConfig) -> Path:
 
     Called before anything is written (``cli prepare`` and the ServerApp). A folder holding
     an earlier run's files is refused unless ``overwrite: true``, or ``resume: true`` with a
-    checkpoint to continue from.
+    checkpoint to continue from. ``resume: true`` also restarts a run that stopped before its
+    first checkpoint (no checkpoint, no summary: nothing there to continue or to keep), so an
+    interrupted sweep can go on; a finished run without a checkpoint is never replaced by it.
     """
     out_dir = resolve_output_dir(cfg.output_dir)
     found = [name for name in RUN_FILES if (out_dir / name).exists()]
     if not found or cfg.overwrite:
         return out_dir
-    if cfg.resume and any(name in found for name in CHECKPOINTS):
+    if cfg.resume and (any(name in found for name in CHECKPOINTS) or "summary.json" not in found):
         return out_dir
     why = " and has no checkpoint to resume from" if cfg.resume else ""
     raise ConfigError(

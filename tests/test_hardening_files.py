@@ -187,6 +187,17 @@ def test_resume_without_a_checkpoint_does_not_replace_a_run(tmp_path):
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
+def test_resume_restarts_a_run_stopped_before_its_first_checkpoint(tmp_path):
+    """Nothing to continue and nothing finished (e.g. a FedGO run stopped in its pre-FL
+    stage): resume=true starts it again instead of refusing, so a sweep can go on."""
+    (tmp_path / "metrics.jsonl").write_text('{"round": 0}\n')
+    (tmp_path / "prefl.json").write_text("{}")
+    run_inprocess(config(tmp_path, "resume=true", "rounds=1"))
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 1]
+    assert (tmp_path / "summary.json").exists()
+
+
 def test_prepare_refuses_a_used_folder_with_exit_2(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text('{"round": 0}\n')
     run_toml = tmp_path / "flwr" / "run.toml"
