@@ -64,7 +64,7 @@ from fedgo_flwr.gan import (
     train_wgan_gp,
 )
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
-from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS, to_numpy
+from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS, stream_replies, to_numpy
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
@@ -207,7 +207,8 @@ class FedGO(FedDF):
             messages = self.messages_to(content, self.node_ids.values(), DISCRIMINATOR_MESSAGE)
             t0 = time.perf_counter()
             per_client: dict[str, dict[str, float]] = {}
-            replies = list(grid.send_and_receive(messages, timeout=self.cfg.round_timeout))
+            # As the rounds do: a SuperLink's 'Node Unavailable' reply is credited to its node.
+            replies = list(stream_replies(grid, messages, self.cfg.round_timeout))
             answered = {reply.metadata.src_node_id for reply in replies}
             for pid, node in sorted(self.node_ids.items()):
                 if node not in answered:
