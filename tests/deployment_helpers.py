@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from helpers import rows_of
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 CONNECTION = "deploy-test"
@@ -132,10 +134,6 @@ def stop_trees(roots: Sequence[int], grace: float = 10.0) -> set[int]:
         if not alive(pids):
             break
     return pids
-
-
-def read_rows(out_dir: Path) -> list[dict]:
-    return [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @dataclasses.dataclass
@@ -352,7 +350,7 @@ class Federation:
         assert proc.returncode == 0, log[-4000:]
         assert (out_dir / "summary.json").exists(), f"the run failed:\n{log[-4000:]}"
         summary = json.loads((out_dir / "summary.json").read_text())
-        return RunResult(out_dir, log, seconds, read_rows(out_dir), summary)
+        return RunResult(out_dir, log, seconds, rows_of(out_dir), summary)
 
     def stop(self) -> None:
         self.stopped = stop_trees([p.pid for p in self.procs.values()])

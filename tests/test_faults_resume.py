@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import rows_of, without_timing
 
 from fedgo_flwr.checkpoint import load_checkpoint
 from fedgo_flwr.config import ConfigError
@@ -31,25 +31,6 @@ def config(tmp_path: Path, *overrides: str):
     return load_experiment(
         ROOT / "conf/default.yaml", ["rounds=2", *TINY, f"output_dir={tmp_path}", *overrides]
     )
-
-
-def rows_of(path: Path) -> list[dict]:
-    return [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
-
-
-def without_timing(rows: list[dict]) -> list[dict]:
-    """Rows without wall-clock figures (``elapsed`` and every ``*time*`` key)."""
-    return [{k: v for k, v in r.items() if k != "elapsed" and "time" not in k} for r in rows]
-
-
-@pytest.fixture
-def flwr_log(caplog):
-    logger = logging.getLogger("flwr")
-    old = logger.propagate
-    logger.propagate = True
-    caplog.set_level(logging.WARNING, logger="flwr")
-    yield caplog
-    logger.propagate = old
 
 
 @pytest.mark.parametrize(

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from flwr.app import ArrayRecord, Context, RecordDict
+from helpers import rows_of, run_sh
 
 from fedgo_flwr import cli
 from fedgo_flwr import server_app as server_app_module
@@ -50,20 +50,6 @@ TINY = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"
 
 def config(out: Path, *overrides: str):
     return load_experiment(ROOT / "conf/default.yaml", [*TINY, f"output_dir={out}", *overrides])
-
-
-def rows_of(path: Path) -> list[dict]:
-    return [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture
-def flwr_log(caplog):
-    logger = logging.getLogger("flwr")
-    old = logger.propagate
-    logger.propagate = True
-    caplog.set_level(logging.WARNING, logger="flwr")
-    yield caplog
-    logger.propagate = old
 
 
 def messages(log) -> list[str]:
@@ -428,17 +414,6 @@ def test_planted_fedgo_files_run_no_code(tmp_path, monkeypatch, planted):
 
 
 # -- run.sh --------------------------------------------------------------------------------
-
-
-def run_sh(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(ROOT / "run.sh"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "FEDGO_WORKDIR": str(ROOT)},
-    )
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from helpers import rows_of
 
 from clients.fedgo import DISCRIMINATOR_MESSAGE
 from clients.scaffold import CONTROL_DELTA_KEY
@@ -44,20 +45,6 @@ def config(tmp_path: Path, *overrides: str):
     return load_experiment(
         ROOT / "conf/default.yaml", [*TINY, f"output_dir={tmp_path}", *overrides]
     )
-
-
-def rows_of(path: Path) -> list[dict]:
-    return [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture
-def flwr_log(caplog):
-    logger = logging.getLogger("flwr")
-    old = logger.propagate
-    logger.propagate = True
-    caplog.set_level(logging.WARNING, logger="flwr")
-    yield caplog
-    logger.propagate = old
 
 
 def warnings_with(caplog, text: str) -> list[str]:

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from deployment_helpers import HAVE_FLOWER, ROOT, Federation, Placement, alive, read_rows
+from deployment_helpers import HAVE_FLOWER, ROOT, Federation, Placement, alive
+from helpers import rows_of, without_timing
 from netns_links import (
     Impairment,
     LinksUnavailable,
@@ -127,11 +128,6 @@ def left_out(log: str) -> dict[int, dict[int, str]]:
     return missing
 
 
-def without_timing(rows: list[dict]) -> list[dict]:
-    """Rows without wall-clock figures (``elapsed`` and every ``*time*`` key)."""
-    return [{k: v for k, v in r.items() if k != "elapsed" and "time" not in k} for r in rows]
-
-
 def replay_inprocess(out_dir: Path, silent_rounds: set[int], monkeypatch) -> None:
     """The same run in this process, client ``CUT`` failing in ``silent_rounds``."""
     original = FedAvgClient.train
@@ -199,7 +195,7 @@ def test_a_cut_link_leaves_a_client_out_until_it_reconnects(network, tmp_path, m
     silent = {r for r, m in missing.items() if CUT in m}
     replay = tmp_path / "replay"
     replay_inprocess(replay, silent, monkeypatch)
-    assert without_timing(result.rows) == without_timing(read_rows(replay))
+    assert without_timing(result.rows) == without_timing(rows_of(replay))
     deployed = torch.load(result.out_dir / "model.pt")
     expected = torch.load(replay / "model.pt")
     assert deployed.keys() == expected.keys()

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import run_sh
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -59,17 +60,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def run_sh(*args: str, timeout: float = 600, tag: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(ROOT / "run.sh"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "FEDGO_WORKDIR": str(ROOT), "FEDGO_TEST_TAG": tag},
-    )
 
 
 def test_bad_config_fails_fast_without_starting_anything(tmp_path):
