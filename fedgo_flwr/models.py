@@ -18,6 +18,7 @@ Models:
 * ``"resnet18"``: CIFAR ResNet-18, :func:`resnet18`.
 * ``"vgg11_bn"``: CIFAR VGG-11 with BatchNorm, :class:`VGG`.
 * ``"resnet50"``: CIFAR ResNet-50, :func:`resnet50`.
+* ``"gn_lenet"``: GroupNorm LeNet of Hsieh et al. 2020 as used by CPFL, :class:`GNLeNet`.
 
 The ResNet and VGG architectures follow kuangliu/pytorch-cifar
 (https://github.com/kuangliu/pytorch-cifar), the CIFAR variants used by FedGO (Jang et al.,
@@ -48,6 +49,7 @@ __all__ = [
     "VGG",
     "VGG11_CFG",
     "BasicBlock",
+    "GNLeNet",
     "Bottleneck",
     "ResNet",
     "SmallCNN",
@@ -66,6 +68,7 @@ MODEL_NAMES: tuple[str, ...] = (
     "resnet18",
     "vgg11_bn",
     "resnet50",
+    "gn_lenet",
 )
 """Names accepted by :func:`build_model`."""
 
@@ -171,6 +174,59 @@ class SmallCNN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return logits ``(N, num_classes)`` for images ``x`` of shape ``(N, C, H, W)``."""
         return self.classifier(self.features(x))
+
+
+class GNLeNet(nn.Module):
+    """GN-LeNet: the GroupNorm LeNet of Hsieh et al., "The Non-IID Data Quagmire of
+    Decentralized Machine Learning", ICML 2020: the "LeNet" of the CPFL paper for CIFAR-10
+    (Sec. 4.1, "Dataset") is this model in the authors' code (digest part A.4).
+
+    Three blocks of ``Conv(5x5, padding 2)``, each with a 3x3 stride-2 max-pool, GroupNorm
+    with 2 groups and ReLU: block 1 is ``conv 3->32 -> pool -> GN -> ReLU``, blocks 2 and 3
+    are ``conv 32->32`` and ``conv 32->64`` followed by ``GN -> pool -> ReLU`` (the layer order
+    of Hsieh et al.'s reference code; the order does not change the parameter count). Then one
+    ``Linear(64*h*w, num_classes)``. On (3, 32, 32) the maps are 15x15, 7x7, 3x3 and the model
+    has **85,354** parameters for 10 classes (the "about 85k" of the notes; 341,416 bytes of
+    float32, close to the paper's 346 KB serialized model, App. B.4).
+
+    Other image shapes: a pool is applied only while both sides are at least 3 (else it is an
+    ``nn.Identity``, so parameter names do not depend on the shape); e.g. (1, 8, 8) gives maps
+    3x3, 1x1, 1x1. GroupNorm works at batch size 1, unlike BatchNorm.
+
+    Output: raw logits, like every model of this zoo. The authors' code returns
+    ``log_softmax``. Cross-entropy, argmax and softmax are unchanged by ``log_softmax``
+    (it only subtracts a per-sample constant), so training and accuracy are the same; but
+    CPFL's stage-2 distillation is L1 on the teachers' "logits" (paper eq. 3), which differs
+    between raw logits and log-probabilities. That choice belongs to the CPFL strategy (apply
+    ``torch.log_softmax`` to the outputs to match the authors' code), not to the model.
+
+    Args:
+        in_channels: number of input channels ``C``.
+        height: input height ``H``.
+        width: input width ``W``.
+        num_classes: number of output logits.
+    """
+
+    def __init__(self, in_channels: int, height: int, width: int, num_classes: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        h, w, c_in = height, width, in_channels
+        for i, c_out in enumerate((32, 32, 64)):
+            conv = nn.Conv2d(c_in, c_out, kernel_size=5, stride=1, padding=2)
+            pool: nn.Module = nn.Identity()
+            if h >= 3 and w >= 3:
+                pool = nn.MaxPool2d(kernel_size=3, stride=2)
+                h, w = (h - 3) // 2 + 1, (w - 3) // 2 + 1
+            norm = nn.GroupNorm(2, c_out)
+            ordered = [conv, pool, norm] if i == 0 else [conv, norm, pool]
+            layers += [*ordered, nn.ReLU(inplace=True)]
+            c_in = c_out
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(64 * h * w, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return logits ``(N, num_classes)`` for images ``x`` of shape ``(N, C, H, W)``."""
+        return self.classifier(torch.flatten(self.features(x), 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,6 +517,8 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
         return VGG(VGG11_CFG, in_channels=c, height=h, width=w, num_classes=num_classes)
     if name == "resnet50":
         return resnet50(in_channels=c, num_classes=num_classes)
+    if name == "gn_lenet":
+        return GNLeNet(c, h, w, num_classes)
     raise AssertionError(f"unhandled model name {name!r}")  # pragma: no cover
 
 

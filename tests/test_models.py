@@ -92,7 +92,7 @@ def test_unknown_name_raises_and_lists_names() -> None:
         assert name in str(info.value)
 
 
-@pytest.mark.parametrize("name", ["resnet8", "resnet18", "vgg11_bn", "resnet50"])
+@pytest.mark.parametrize("name", ["resnet8", "resnet18", "vgg11_bn", "resnet50", "gn_lenet"])
 @pytest.mark.parametrize("shape", [(2,), (8, 8), (1, 1, 8, 8)])
 def test_incompatible_shape_raises(name: str, shape: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match=name) as info:
@@ -121,7 +121,7 @@ def test_mlp_accepts_any_shape() -> None:
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 5), (2, 3, 3)])
 def test_tiny_images(shape: tuple[int, ...]) -> None:
-    for name in ("cnn", "cnn_bn", "vgg11_bn", "resnet8", "resnet18"):
+    for name in ("cnn", "cnn_bn", "vgg11_bn", "resnet8", "resnet18", "gn_lenet"):
         model = build_model(name, shape, 4).eval()
         with torch.no_grad():
             assert model(torch.randn(BATCH, *shape)).shape == (BATCH, 4)
@@ -162,3 +162,54 @@ def test_count_parameters_trainable_only() -> None:
     model.net[1].weight.requires_grad_(False)
     assert count_parameters(model, trainable_only=True) == total - 2 * 64
     assert count_parameters(model) == total
+
+
+def test_gn_lenet_matches_cpfl_size_and_layers() -> None:
+    # CPFL's CIFAR-10 model (Hsieh et al. 2020 GN-LeNet): conv 3->32, 32->32, 32->64 (5x5),
+    # GroupNorm with 2 groups, maps 15x15 -> 7x7 -> 3x3, Linear(576, 10): 85,354 parameters.
+    model = build_model("gn_lenet", (3, 32, 32), NUM_CLASSES)
+    assert count_parameters(model) == 85_354
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size) for c in convs] == [
+        (3, 32, (5, 5)),
+        (32, 32, (5, 5)),
+        (32, 64, (5, 5)),
+    ]
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert [(g.num_groups, g.num_channels) for g in norms] == [(2, 32), (2, 32), (2, 64)]
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+    linear = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert [(x.in_features, x.out_features) for x in linear] == [(64 * 3 * 3, NUM_CLASSES)]
+
+
+@pytest.mark.parametrize(
+    ("shape", "num_classes"), [((3, 32, 32), 10), ((1, 28, 28), 62), ((1, 8, 8), 10)]
+)
+def test_gn_lenet_forward_returns_raw_logits(shape: tuple[int, ...], num_classes: int) -> None:
+    torch.manual_seed(0)
+    model = build_model("gn_lenet", shape, num_classes).eval()
+    with torch.no_grad():
+        out = model(torch.randn(3, *shape))
+        single = model(torch.randn(1, *shape))  # GroupNorm: batch size 1 is fine
+    assert out.shape == (3, num_classes)
+    assert single.shape == (1, num_classes)
+    # Raw logits, not log_softmax: the rows' exp does not sum to 1.
+    assert not torch.allclose(out.exp().sum(dim=1), torch.ones(3), atol=1e-3)
+
+
+def test_gn_lenet_is_deterministic_with_a_seed() -> None:
+    x = torch.randn(4, 3, 32, 32)
+    outs = []
+    for seed in (7, 7, 8):
+        torch.manual_seed(seed)
+        model = build_model("gn_lenet", (3, 32, 32), NUM_CLASSES).eval()
+        with torch.no_grad():
+            outs.append(model(x))
+    assert torch.equal(outs[0], outs[1])
+    assert not torch.allclose(outs[0], outs[2])
+
+
+def test_gn_lenet_rejects_vector_input_naming_the_model() -> None:
+    with pytest.raises(ValueError, match="gn_lenet") as info:
+        build_model("gn_lenet", (20,), NUM_CLASSES)
+    assert "(20,)" in str(info.value)
