@@ -332,9 +332,14 @@ class Strategy(FlowerStrategy):
         """
         node = msg.metadata.src_node_id
         pid = self.partition_of.get(node, -1)
+        reply = None
         try:
             reason = self._reply_problem(msg, pid)
-            reply = None if reason is not None else self._unpack(msg, pid)
+            if reason is None:
+                reply = self._unpack(msg, pid)  # the arrays are read once, then checked
+                reason = check_arrays(reply.arrays, self.global_arrays) or self.check_reply(
+                    msg.content
+                )
         except Exception as exc:  # noqa: BLE001 - no reply may end the run
             reason = f"unreadable reply ({type(exc).__name__}: {exc})"
         if reason is not None:
@@ -374,8 +379,7 @@ class Strategy(FlowerStrategy):
             value = metrics.get(key, 0.0)
             if not _is_number(value) or not np.isfinite(value):
                 return f"metric '{key}' is {value!r}, not a finite number"
-        problem = check_arrays(to_numpy(content[msgs.ARRAYS]), self.global_arrays)
-        return problem or self.check_reply(content)
+        return None
 
     def _examples_problem(self, claim: Any, pid: int) -> str | None:
         """Why the claimed ``num-examples`` is refused: not a whole number >= 1, or (with the

@@ -243,9 +243,11 @@ class FedGO(FedDF):
         node = reply.metadata.src_node_id
         pid = self.partition_of.get(node, -1)
         try:
-            reason = self._discriminator_problem(reply, pid, states, reference)
+            reason = self._discriminator_problem(reply, pid, states)
             if reason is None:
-                arrays = to_numpy(reply.content[ARRAYS])
+                arrays = to_numpy(reply.content[ARRAYS])  # read once, then checked
+                reason = check_arrays(arrays, reference, "discriminator")
+            if reason is None:
                 state = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}
                 return pid, state, dict(reply.content[METRICS])
         except Exception as exc:  # noqa: BLE001 - no reply may end the run
@@ -264,9 +266,9 @@ class FedGO(FedDF):
         reply: Message,
         pid: int,
         states: Mapping[int, object],
-        reference: Mapping[str, np.ndarray],
     ) -> str | None:
-        """Why a discriminator reply is unusable (``None`` if it is usable)."""
+        """Why a discriminator reply is unusable before its arrays are read (``None``: read
+        them and check them against the reference)."""
         if reply.has_error():
             return f"client error: {reply.error.reason}"
         if pid < 0:
@@ -278,7 +280,7 @@ class FedGO(FedDF):
             return f"no ArrayRecord '{ARRAYS}'"
         if METRICS not in content.metric_records:
             return f"no MetricRecord '{METRICS}'"
-        return check_arrays(to_numpy(content[ARRAYS]), reference, "discriminator")
+        return None
 
     def _load_discriminators(
         self, path: str, reference: Mapping[str, np.ndarray]
