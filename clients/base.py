@@ -54,6 +54,10 @@ class ClientAlgorithm:
     """The algorithm's name: its module's name."""
     Config: ClassVar[type] = EmptyConfig
     """The client's own parameters (``strategy.<key>`` in YAML), a dataclass."""
+    needs_server_state: ClassVar[bool] = False
+    """Whether the server side keeps state beyond the averaged model for it (SCAFFOLD's
+    control variate): such an algorithm cannot be run inside CPFL's cohorts, whose servers
+    only average."""
     messages: ClassVar[Mapping[str, str]] = {}
     """Extra message types handled (``"train.<action>"``) -> name of the method that answers.
 

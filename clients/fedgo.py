@@ -25,6 +25,7 @@ class FedGOClient(ClientAlgorithm):
     """FedAvg's local training in the rounds, plus the pre-FL discriminator (Alg. 3)."""
 
     name = "fedgo"
+    needs_server_state = True  # the generator and discriminators
     Config = GanConfig
     messages = {DISCRIMINATOR_MESSAGE: "train_discriminator"}
 

@@ -45,6 +45,7 @@ def scaffold_client_update(
 
 class ScaffoldClient(ClientAlgorithm):
     name = "scaffold"
+    needs_server_state = True
 
     def grad_correction(self, job: ClientJob) -> Callable[[torch.nn.Module], None]:
         """Alg. 1 line 10: every local step uses ``g + c - c_i``."""

@@ -21,7 +21,7 @@ from fedgo_flwr.config import ConfigError, DataConfig, ExperimentConfig, resolve
 from fedgo_flwr.data.sources import DEFAULT_TORCHVISION_ROOT
 from fedgo_flwr.recorder import check_output_dir, resolve_output_dir
 from fedgo_flwr.schema import Checker
-from strategies import load_experiment, resolve, strategy_class
+from strategies import available, load_experiment, resolve, strategy_class
 
 CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 """The folder torchvision keeps each CIFAR in, under its root (``data.path``)."""
@@ -78,10 +78,22 @@ def preflight(cfg: ExperimentConfig) -> None:
     _check_data(cfg.data, c.at("data.", cfg.data))
     _check_device(cfg.device, c.at("", cfg))
     _check_paths(cfg.strategy.params, c.at("strategy.", cfg.strategy.params))
-    strategy_class(cfg.strategy.name).preflight(cfg, c)
+    cls = strategy_class(cfg.strategy.name)
+    if cfg.data.public_path is not None:
+        c.at("data.", cfg.data).require(
+            "public_path",
+            cls.uses_public_data,
+            f"strategy {cfg.strategy.name} does not distil on a public set; only "
+            + ", ".join(n for n in available() if strategy_class(n).uses_public_data)
+            + " do",
+        )
+    cls.preflight(cfg, c)
 
 
 def _check_data(data: DataConfig, c: Checker) -> None:
+    if data.public_path is not None:
+        found = Path(data.public_path).expanduser().is_dir()
+        c.require("public_path", found, "no such folder (on the machine that runs the server)")
     if data.dataset == "imagefolder":
         root = Path(data.path or "").expanduser()
         c.require("path", (root / "train").is_dir(), "no train/ folder there")

@@ -303,6 +303,7 @@ def train(msg: Message, context: Context) -> Message:
             "train_loss": stats.loss,
             "train_steps": stats.steps,
             "train_time": stats.seconds,
+            **stats.metrics,
             msgs.PARTITION_ID: pid,
         }
     )

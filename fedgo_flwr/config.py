@@ -72,6 +72,7 @@ class DataConfig:
     min_client_size: int = 2
     augment: bool = True
     train_subset: int | None = field(default=None, metadata={"max": 2**31 - 1})
+    public_path: str | None = None
 
     def check(self, c: Checker) -> None:
         names = ", ".join(DATASET_NAMES)

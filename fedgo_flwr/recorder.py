@@ -122,10 +122,18 @@ class RunRecorder:
             self.start -= float(self.rows[-1].get("elapsed") or 0.0)
 
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        """Centralised evaluation of the global model; appends one line to metrics.jsonl."""
+        """Centralised evaluation of the global model; appends one line to metrics.jsonl.
+
+        Evaluated every ``eval.every`` rounds, in round ``cfg.rounds`` and in the round a
+        strategy marks ``finished``; empty ``arrays`` (no global model this round) are not.
+        """
         t0 = time.perf_counter()
         row: dict[str, Any] = {"round": server_round}
-        if server_round % self.cfg.eval.every == 0 or server_round == self.cfg.rounds:
+        due = server_round % self.cfg.eval.every == 0 or server_round == self.cfg.rounds
+        # A strategy that ends before cfg.rounds (CPFL) marks its last round ``finished``; one
+        # with no single global model in a round (CPFL's cohorts) passes no arrays.
+        due = due or bool(getattr(self.strategy, "finished", False))
+        if due and len(arrays) > 0:
             self.model.load_state_dict(arrays.to_torch_state_dict())
             loss, acc = evaluate(self.model, self.test, self.cfg.eval.batch_size, self.device)
         else:
@@ -159,6 +167,7 @@ class RunRecorder:
         """Write the final model, then summary.json (both atomically); return the summary.
 
         In this order, a ``summary.json`` (the mark of a finished run) always has its model.
+        A strategy's ``report()`` (CPFL's simulated time, CPU-hours, bytes) joins the summary.
         """
         evaluated = [r for r in self.rows if not _missing(r["test_accuracy"])]
         best = max(evaluated, key=lambda r: r["test_accuracy"])
@@ -176,6 +185,9 @@ class RunRecorder:
             if rounds
             else 0.0,
         }
+        report = getattr(self.strategy, "report", None)
+        if report is not None:
+            summary.update(report())
         if arrays is not None:
             atomic_torch_save(self.out_dir / "model.pt", arrays.to_torch_state_dict())
         text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +52,7 @@ class TrainStats:
     steps: int
     num_examples: int
     seconds: float
+    metrics: dict[str, float] = field(default_factory=dict)  # an algorithm's own, in the reply
 
 
 def train_local(

@@ -131,6 +131,8 @@ class Strategy(FlowerStrategy):
     """The client algorithm: a module of ``clients/``."""
     Config: ClassVar[type] = BaseConfig
     """The strategy's own YAML parameters (``strategy.<key>``), a dataclass."""
+    uses_public_data: ClassVar[bool] = False
+    """Whether it distils on ``data.public_path`` when given (other strategies refuse it)."""
 
     def __init__(
         self,

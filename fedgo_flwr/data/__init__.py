@@ -12,7 +12,8 @@ The package is split by what each part owns:
 * :mod:`fedgo_flwr.data.sources` -- :func:`load_dataset` (names: :data:`DATASET_NAMES` or
   ``"hf:<hub dataset id>"``, see :func:`is_dataset_name`) and the built-in sources (``digits``,
   ``four_gaussians``, torchvision CIFAR-10/100, Hugging Face ``datasets``);
-* :mod:`fedgo_flwr.data.imagefolder` -- :func:`load_imagefolder` and its decode cache.
+* :mod:`fedgo_flwr.data.imagefolder` -- :func:`load_imagefolder` and its decode cache, and
+  :func:`load_unlabeled` (any folder of images, e.g. a public distillation set).
 """
 
 from fedgo_flwr.data.arrays import (
@@ -22,7 +23,7 @@ from fedgo_flwr.data.arrays import (
     ends_in_batch_of_one,
     stratified_subset,
 )
-from fedgo_flwr.data.imagefolder import IMAGE_EXTENSIONS, load_imagefolder
+from fedgo_flwr.data.imagefolder import IMAGE_EXTENSIONS, load_imagefolder, load_unlabeled
 from fedgo_flwr.data.sources import (
     DATASET_NAMES,
     FOUR_GAUSSIANS_LABELS,
@@ -58,6 +59,7 @@ __all__ = [
     "load_dataset",
     "load_hf_dataset",
     "load_imagefolder",
+    "load_unlabeled",
     "make_four_gaussians",
     "stratified_subset",
 ]

@@ -24,7 +24,7 @@ import numpy as np
 from fedgo_flwr.data.arrays import ArrayDataset, DataBundle
 from fedgo_flwr.fileio import atomic_numpy_save, atomic_write_text
 
-__all__ = ["DEFAULT_CACHE_ROOT", "IMAGE_EXTENSIONS", "load_imagefolder"]
+__all__ = ["DEFAULT_CACHE_ROOT", "IMAGE_EXTENSIONS", "load_imagefolder", "load_unlabeled"]
 
 log = logging.getLogger(__name__)
 
@@ -260,3 +260,39 @@ def load_imagefolder(path: str, *, cache_dir: str | None = None, flip: bool = Tr
         name="imagefolder",
         class_names=tuple(classes),
     )
+
+
+def load_unlabeled(path: str, size: tuple[int, int] | None = None) -> ArrayDataset:
+    """Every image under ``path`` (any depth, sorted, hidden folders skipped) as an unlabeled
+    :class:`ArrayDataset` (labels 0, one class), resized to ``size`` = ``(H, W)`` if given.
+
+    For a public distillation set such as STL-10's unlabeled split (CPFL distils CIFAR-10
+    models on it, 96x96 images resized to 32x32). Images must share one size before resizing.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a folder.
+        ValueError: no images, an undecodable file or mixed sizes (the file is named).
+    """
+    root = Path(path).expanduser().resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"public image folder {root} does not exist")
+    files: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        files.extend(Path(dirpath) / f for f in filenames if f.lower().endswith(IMAGE_EXTENSIONS))
+    if not files:
+        raise ValueError(f"no {'/'.join(IMAGE_EXTENSIONS)} images under {root}")
+    files.sort()
+    first = _decode_image(files[0])
+    x = _decode_files(files, first.shape[:2])
+    if size is not None and tuple(x.shape[2:]) != tuple(size):
+        import torch
+        import torch.nn.functional as F
+
+        out = np.empty((len(x), 3, *size), dtype=np.uint8)
+        for s in range(0, len(x), _CHUNK):
+            part = torch.from_numpy(x[s : s + _CHUNK]).float()
+            part = F.interpolate(part, size=tuple(size), mode="bilinear", antialias=True)
+            out[s : s + _CHUNK] = part.round().clamp(0, 255).to(torch.uint8).numpy()
+        x = out
+    return ArrayDataset(x=x, y=np.zeros(len(x), dtype=np.int64), num_classes=1, flip=True)

@@ -1,0 +1,83 @@
+"""CPFL client: a cohort member that reports the received model's validation loss, then trains.
+
+Dhasade et al., "Harnessing Increased Client Participation with Cohort-Parallel Federated
+Learning", EuroMLSys 2025 (paper 003), Sec. 4.1: every client with at least
+``min_val_samples`` (10) samples keeps ``val_fraction`` (10%) of them apart. At the start of
+each fit it computes the loss of the cohort model it received on that split and sends it back
+with the update (the authors' code: ``train_info["val_loss_global_model"]``), so the cohort
+server can stop the cohort without an extra round trip. It then trains on the rest with the
+local algorithm the strategy names (``local_algorithm``: FedAvg by default, FedProx, ...).
+
+Reply metrics besides the usual: ``val_loss`` and ``val_examples`` (clients with a split).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from flwr.app import ArrayRecord
+
+from clients import available, client_class
+from clients.base import ClientAlgorithm, ClientJob
+from fedgo_flwr.cohorts import holdout_split
+from fedgo_flwr.schema import Checker, build_section
+from fedgo_flwr.training import TrainStats, evaluate
+
+
+@dataclass
+class CohortClientConfig:
+    """What a CPFL client reads of ``strategy.<key>``."""
+
+    local_algorithm: str = "fedavg"
+    local_params: dict[str, Any] = field(default_factory=dict)
+    val_fraction: float = 0.1
+    min_val_samples: int = 10
+
+    def check(self, c: Checker) -> None:
+        c.require("val_fraction", 0 <= self.val_fraction < 1, "must be in [0, 1)")
+        c.require("min_val_samples", self.min_val_samples >= 1, "must be >= 1")
+
+
+def local_class(name: str) -> type[ClientAlgorithm]:
+    """The client algorithm a cohort runs (``ValueError`` naming why one cannot)."""
+    if name == CPFLClient.name or name not in available():
+        usable = [a for a in available() if a != CPFLClient.name]
+        raise ValueError(f"unknown local algorithm {name!r}; choose one of {', '.join(usable)}")
+    algorithm = client_class(name)
+    if algorithm.needs_server_state:
+        raise ValueError(
+            f"'{name}' needs server-side state beyond the averaged model, which CPFL's cohort "
+            "servers do not keep; use an averaging algorithm (fedavg, fedprox)"
+        )
+    return algorithm
+
+
+class CPFLClient(ClientAlgorithm):
+    """Validation loss of the received model, then the local algorithm on the training part."""
+
+    name = "cpfl"
+    Config = CohortClientConfig
+    needs_server_state = True  # cohorts, not one model: only the cpfl strategy drives it
+
+    def train(self, job: ClientJob) -> tuple[TrainStats, dict[str, ArrayRecord]]:
+        assert job.model is not None
+        p: CohortClientConfig = job.params
+        train_idx, val_idx = holdout_split(
+            len(job.data), p.val_fraction, p.min_val_samples, job.cfg.seed, job.partition_id
+        )
+        metrics: dict[str, float] = {}
+        if len(val_idx):
+            loss, _ = evaluate(
+                job.model, job.data.subset(val_idx), job.cfg.eval.batch_size, job.device
+            )
+            metrics = {"val_loss": loss, "val_examples": len(val_idx)}
+        algorithm = local_class(p.local_algorithm)
+        params = build_section(
+            algorithm.Config, p.local_params, "strategy.local_params.", owner=algorithm.name
+        )
+        local_job = dataclasses.replace(job, params=params, data=job.data.subset(train_idx))
+        stats, extra = algorithm().train(local_job)
+        stats.metrics.update(metrics)
+        return stats, extra
