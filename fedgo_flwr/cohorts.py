@@ -53,6 +53,8 @@ __all__ = [
     "PlateauStopper",
     "batches_per_epoch",
     "class_cohorts",
+    "cohort_odds_weights",
+    "combine_per_sample",
     "combine_teachers",
     "distill_l1",
     "holdout_size",
@@ -62,7 +64,8 @@ __all__ = [
 ]
 
 GROUPINGS = ("random", "class")
-TEACHER_WEIGHTS = ("label", "size", "uniform")
+TEACHER_WEIGHTS = ("label", "size", "uniform", "fedgo")
+DISC_MODES = ("double_sigmoid", "sigmoid")
 TEACHER_OUTPUTS = ("logits", "log_probs")
 
 
@@ -209,6 +212,8 @@ def teacher_weights(counts: np.ndarray, mode: str = "label") -> np.ndarray:
       cohort holds gets uniform weights ``1/n``.
     - ``size`` (the paper's text, eq. 2): one weight per cohort, ``p_i = N_i / N``.
     - ``uniform``: ``1/n``.
+
+    (``fedgo`` weights are per sample, not per class: :func:`cohort_odds_weights`.)
     """
     counts = np.asarray(counts, dtype=np.float64)
     if counts.ndim != 2 or counts.shape[0] < 1:
@@ -244,6 +249,29 @@ def combine_teachers(logits: Tensor, weights: np.ndarray | Tensor) -> Tensor:
     return torch.einsum("inc,ic->nc", logits, w)
 
 
+def cohort_odds_weights(client_weights: Tensor, cohorts: Sequence[Sequence[int]]) -> Tensor:
+    """FedGO's weights for cohorts (beyond the paper): ``(n, N)`` from the clients' ``(K, N)``.
+
+    FedGO weights client k on sample x by ``n_k Phi_k(x) / sum_j n_j Phi_j(x)`` with the odds
+    ``Phi_k = p_k / p_g`` of its discriminator (Jang et al., ICML 2025, Thm 3.6). A cohort's data
+    is the mixture of its clients', so its odds are ``sum_{k in i} (n_k / N_i) Phi_k`` and its
+    weight ``N_i Phi_i(x) / sum_j N_j Phi_j(x)`` is the sum of its clients' weights: the cohort's
+    discriminator is its clients' together, without training one more. Row ``i`` sums the rows
+    ``cohorts[i]`` of ``client_weights`` (which must sum to 1 over the clients of ``cohorts``).
+    """
+    return torch.stack([client_weights[list(members)].sum(0) for members in cohorts])
+
+
+def combine_per_sample(logits: Tensor, weights: Tensor) -> Tensor:
+    """``z~[x] = sum_i w_i(x) z_i[x]``: per-sample weights ``(n, N)``, logits ``(n, N, C)``."""
+    if logits.ndim != 3 or tuple(weights.shape) != tuple(logits.shape[:2]):
+        raise ValueError(
+            f"logits (n, N, C) and weights (n, N) disagree: {tuple(logits.shape)} vs "
+            f"{tuple(weights.shape)}"
+        )
+    return torch.einsum("inc,in->nc", logits, weights.to(logits.dtype))
+
+
 @dataclass
 class CohortDistillConfig:
     """CPFL's server distillation, ``strategy.distill.<key>`` (paper Sec. 4.1: Adam lr 1e-3,
@@ -254,6 +282,7 @@ class CohortDistillConfig:
     lr: float = 1e-3
     beta1: float = 0.9
     weights: str = "label"
+    disc_mode: str = "double_sigmoid"
     outputs: str = "logits"
     teacher_batch_size: int = 512
 
@@ -263,6 +292,7 @@ class CohortDistillConfig:
         c.require("lr", self.lr > 0, "must be > 0")
         c.require("beta1", 0 <= self.beta1 < 1, "must be in [0, 1)")
         c.choice("weights", TEACHER_WEIGHTS)
+        c.choice("disc_mode", DISC_MODES)
         c.choice("outputs", TEACHER_OUTPUTS)
         c.require("teacher_batch_size", self.teacher_batch_size >= 1, "must be >= 1")
 

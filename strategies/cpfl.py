@@ -55,6 +55,7 @@ student's in the last round (stage 1 of n > 1 has no single model). ``summary.js
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -78,6 +79,8 @@ from fedgo_flwr.cohorts import (
     PlateauStopper,
     batches_per_epoch,
     class_cohorts,
+    cohort_odds_weights,
+    combine_per_sample,
     combine_teachers,
     distill_l1,
     holdout_size,
@@ -89,6 +92,8 @@ from fedgo_flwr.cohorts import (
 )
 from fedgo_flwr.config import ConfigError, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, load_unlabeled
+from fedgo_flwr.gan import discriminator_logits
+from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker, build_section
@@ -103,6 +108,8 @@ from fedgo_flwr.systems import (
 )
 from fedgo_flwr.task import sample_clients
 from fedgo_flwr.training import predict_logits
+from fedgo_flwr.weighting import WeightingInputs, compute_weights
+from strategies._prefl import DiscriminatorStage, discriminator_stats
 from strategies.base import BaseConfig, Reply, Strategy, client_metrics
 
 RUNNING, CONVERGED, PAUSED, MAX_ROUNDS, EMPTY = (
@@ -133,6 +140,9 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
     cohort_eval_every: int = 1
     profiles: str | None = None
     distill: CohortDistillConfig = field(default_factory=CohortDistillConfig)
+    # distill.weights: fedgo (beyond the paper): FedGO's generator and client discriminators
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
 
     def check(self, c: Checker) -> None:
         CohortClientConfig.check(self, c)
@@ -189,7 +199,7 @@ class Cohort:
         return self.status == RUNNING
 
 
-class CPFL(Strategy):
+class CPFL(DiscriminatorStage, Strategy):
     """Cohorts trained in parallel to convergence, then distilled into one model (Alg. 1)."""
 
     name = "cpfl"
@@ -267,6 +277,45 @@ class CPFL(Strategy):
         self.final: dict[str, Any] = {}
         self.model_bytes = 0
         self.upload_clock = SimClock()  # cohort models and label counts to the global server
+        self.discriminators: dict[int, torch.nn.Module] = {}  # distill.weights: fedgo
+
+    # -- FedGO-weighted distillation (distill.weights: fedgo) --------------------------------
+    def setup(self, grid: Grid) -> None:
+        """With ``distill.weights: fedgo``, FedGO's pre-FL stage before round 1: a generator
+        (trained on the public set, or loaded) and every client's discriminator, trained once
+        (:class:`strategies._prefl.DiscriminatorStage`); ``prefl.json`` reports it."""
+        if self.params.distill.weights != "fedgo" or len(self.groups) == 1:
+            return  # one cohort is not distilled
+        generator, disc_path, report = self.obtain_generator()
+        self.discriminators, disc_report = self._discriminators(grid, generator, disc_path)
+        report.update(disc_report)
+        name = "prefl-resume.json" if self.resuming else "prefl.json"
+        (self.resources.out_dir / name).write_text(json.dumps(report, indent=2, default=float))
+
+    def generator_data(self) -> ArrayDataset:
+        """The generator learns the public set: FedGO's odds compare clients to it."""
+        return self.public_set()
+
+    def odds_weights(self, included: list[Cohort], data: ArrayDataset) -> torch.Tensor:
+        """``(n, N)`` FedGO weights of the included cohorts on ``data``
+        (:func:`fedgo_flwr.cohorts.cohort_odds_weights`); a client without a discriminator
+        has the neutral logit 0."""
+        members = [k for c in included for k in c.members]
+        logits = discriminator_logits(
+            {k: d for k, d in self.discriminators.items() if k in members},
+            data,
+            num_clients=self.cfg.data.num_clients,
+            device=self.resources.device,
+        )[members, 0]
+        inputs = WeightingInputs(
+            logits=torch.zeros(len(members), len(data), 1),
+            num_examples=torch.tensor([float(self.client_sizes[k]) for k in members]),
+            disc_logits=logits,
+        )
+        weights = compute_weights("fedgo", inputs, disc_mode=self.params.distill.disc_mode)
+        self.disc_report = discriminator_stats(logits)
+        position = {k: i for i, k in enumerate(members)}
+        return cohort_odds_weights(weights, [[position[k] for k in c.members] for c in included])
 
     def summary(self) -> None:
         sizes = [len(g) for g in self.groups]
@@ -713,9 +762,15 @@ class CPFL(Strategy):
         test_logits = torch.stack([self._test_logits(t) for t in teachers])
         labels = torch.as_tensor(self.resources.bundle.test.y)
         teacher_accs = [float((lg.argmax(1) == labels).float().mean()) for lg in test_logits]
-        counts = np.stack([c.counts for c in included])
-        weights = teacher_weights(counts, p.distill.weights)
-        ensemble = combine_teachers(test_logits, weights)
+        per_sample = p.distill.weights == "fedgo"
+        if per_sample:
+            ensemble = combine_per_sample(
+                test_logits, self.odds_weights(included, self.resources.bundle.test)
+            )
+        else:
+            counts = np.stack([c.counts for c in included])
+            weights = teacher_weights(counts, p.distill.weights)
+            ensemble = combine_teachers(test_logits, weights)
         report.update(
             teacher_accuracies=teacher_accs,
             ensemble_accuracy=float((ensemble.argmax(1) == labels).float().mean()),
@@ -732,7 +787,11 @@ class CPFL(Strategy):
             model.load_state_dict(to_record(t).to_torch_state_dict())
             out = predict_logits(model, public, p.distill.teacher_batch_size, self.resources.device)
             logits.append(teacher_outputs(out, p.distill.outputs))
-        targets = combine_teachers(torch.stack(logits), weights)
+        if per_sample:
+            targets = combine_per_sample(torch.stack(logits), self.odds_weights(included, public))
+            report["disc_stats_public"] = self.disc_report
+        else:
+            targets = combine_teachers(torch.stack(logits), weights)
         del logits
         student = self.model_factory()  # a fresh model (the common initial weights)
         result = distill_l1(

@@ -131,6 +131,32 @@ def test_fedgo_over_tls(federation):
     assert (result.out_dir / "discriminators.pt").exists()
 
 
+def test_cpfl_over_tls(federation):
+    """CPFL's cohorts over the deployment engine: 3 one-client cohorts (one-shot FedKD), one
+    of which crashes every round and is left out of distillation."""
+    result = federation.run(
+        "cpfl",
+        "conf/cpfl.yaml",
+        [
+            *TINY,
+            "rounds=3",
+            f"strategy.cohorts={K}",
+            "strategy.patience=5",
+            "strategy.distill.epochs=1",
+            "faults=[{partition: 1, round: 0, kind: crash}]",
+        ],
+    )
+    s = result.summary
+    assert s["strategy"] == "cpfl" and s["cohort_sizes"] == [1] * K
+    assert len(s["cohorts_left_out"]) == 1 and len(s["cohorts_distilled"]) == K - 1
+    assert "never got a usable reply" in result.log
+    assert [r["clients_replied"] for r in result.rows[1:]] == [K - 1] * 3
+    assert (
+        math.isfinite(s["final_accuracy"])
+        and s["final_accuracy"] == result.rows[-1]["test_accuracy"]
+    )
+
+
 def test_fedavg_over_tls_survives_a_crash_and_a_killed_supernode(federation):
     """Round 1: client 1's ClientApp raises (``faults``). Round 2: SuperNode 2 is SIGKILLed.
 

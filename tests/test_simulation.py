@@ -115,3 +115,40 @@ def test_faulty_clients_are_survived_under_ray(tmp_path, monkeypatch):
     assert rows[2]["clients_replied"] == 1 and rows[2]["clients_failed"] == 1
     assert rows[2]["distill_steps"] > 0
     assert rows[2]["test_accuracy"] != rows[1]["test_accuracy"]
+
+
+def test_cpfl_cohorts_train_side_by_side_under_ray(tmp_path):
+    """CPFL's rounds send each running cohort's own model; under Ray the run equals the
+    in-process one (cohorts, stopping, distillation)."""
+    cpfl = [
+        "rounds=4",
+        "data.num_clients=4",
+        "strategy.cohorts=2",
+        "strategy.window=2",
+        "strategy.patience=2",
+        "strategy.distill.epochs=2",
+        "strategy.cohort_eval_every=2",
+    ]
+    cfg = load_experiment(ROOT / "conf/cpfl.yaml", [*cpfl, f"output_dir={tmp_path / 'ray'}"])
+    run_simulation(
+        server_app=server_app_for(cfg),
+        client_app=client_app,
+        num_supernodes=cfg.data.num_clients,
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
+    )
+    run_inprocess(
+        load_experiment(ROOT / "conf/cpfl.yaml", [*cpfl, f"output_dir={tmp_path / 'local'}"])
+    )
+
+    def rows(name: str) -> list[dict]:
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [
+            {k: r.get(k) for k in ("round", "test_accuracy", "cohorts")}
+            for r in map(json.loads, lines)
+        ]
+
+    ray, local = rows("ray"), rows("local")
+    assert ray == local
+    assert [c["clients_sampled"] for c in ray[1]["cohorts"]] == [2, 2]
+    summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
+    assert summary["strategy"] == "cpfl" and summary["final_accuracy"] == ray[-1]["test_accuracy"]

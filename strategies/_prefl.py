@@ -1,0 +1,271 @@
+"""FedGO's pre-FL stage, for every strategy that weights by client-discriminator odds.
+
+Jang, Park, Lee, ICML 2025, Alg. 2-3 (App. D): the server obtains a generator G (trained with
+WGAN-GP on its unlabeled data, scenario G1, or loaded from ``strategy.generator.path``, G2),
+sends it to every client in one message round (``train.discriminator``, answered by the
+``fedgo`` client algorithm, ``clients/fedgo.py``), and keeps the returned discriminators; a
+resumed run reuses the run's own ``generator.pt`` and ``discriminators.pt``.
+
+:class:`DiscriminatorStage` is a mixin of :class:`strategies.base.Strategy` subclasses whose
+``Config`` has ``generator`` and ``discriminator`` sections (:mod:`fedgo_flwr.gan.settings`):
+FedGO (``strategies/fedgo.py``) and CPFL with FedGO-weighted distillation
+(``strategies/cpfl.py``). A private module (``_``): not a strategy of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Mapping
+from logging import INFO, WARNING
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, FedGOClient
+from fedgo_flwr import messages as msgs
+from fedgo_flwr.aggregation import check_arrays
+from fedgo_flwr.checkpoint import safe_torch_load
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.fileio import atomic_torch_save
+from fedgo_flwr.gan import build_critic, build_discriminator, build_generator, train_wgan_gp
+from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS, stream_replies, to_numpy
+from fedgo_flwr.rng import derive_seed, make_rng
+from fedgo_flwr.shutdown import raise_if_stopping
+
+
+class DiscriminatorStage:
+    """Generator and client discriminators (FedGO Alg. 2-3), as a Strategy mixin."""
+
+    def generator_data(self) -> ArrayDataset:
+        """What a G1 generator is trained on: the server's unlabeled share."""
+        res = self.resources
+        return res.bundle.train.subset(res.partition.server)
+
+    def discriminator_message_config(self) -> ConfigRecord:
+        """The config of the ``train.discriminator`` messages: the ``fedgo`` client algorithm
+        with the generator and discriminator settings, whatever the strategy's own client."""
+        config = self.message_config(server_round=0)
+        fields = [f.name for f in dataclasses.fields(FedGOClient.Config)]
+        own = dataclasses.asdict(self.params)
+        config[msgs.ALGORITHM] = FedGOClient.name
+        config[msgs.CLIENT_PARAMS] = json.dumps({k: own[k] for k in fields}, sort_keys=True)
+        return config
+
+    def obtain_generator(self) -> tuple[torch.nn.Module, str | None, dict[str, object]]:
+        """G (trained, loaded, or the resumed run's own), where the discriminators come from
+        (a file, or ``None``: ask the clients), and the report so far; G is saved with the run."""
+        res = self.resources
+        assert res is not None
+        report: dict[str, object] = {}
+        shape = res.bundle.train.input_shape
+        gp = self.params.generator
+        gen_path, disc_path = gp.path, self.params.discriminator.path
+        saved_gen, saved_discs = res.out_dir / "generator.pt", res.out_dir / "discriminators.pt"
+        if self.resuming and saved_gen.is_file() and saved_discs.is_file():
+            # A resumed run reuses its own pre-FL results instead of redoing them.
+            gen_path, disc_path = str(saved_gen), str(saved_discs)
+        generator = build_generator(
+            gp.name,
+            gp.latent_dim,
+            shape,
+            seed=derive_seed(self.cfg.seed, "gen-init"),
+            **gp.model_kwargs(),
+        )
+        t0 = time.perf_counter()
+        if gen_path:
+            generator.load_state_dict(safe_torch_load(gen_path, "generator file"))
+            report["generator"] = {"source": gen_path}
+            log(INFO, "FedGO: generator loaded from %s", gen_path)
+        else:
+            critic = build_critic(
+                gp.name, shape, seed=derive_seed(self.cfg.seed, "critic-init"), **gp.model_kwargs()
+            )
+            log(INFO, "FedGO: training the WGAN-GP generator, %d steps", gp.steps)
+            stats = train_wgan_gp(
+                generator,
+                critic,
+                self.generator_data(),
+                steps=gp.steps,
+                batch_size=gp.batch_size,
+                lr=gp.lr,
+                n_critic=gp.n_critic,
+                gp_lambda=gp.gp_lambda,
+                rng=make_rng(self.cfg.seed, "wgan"),
+                device=res.device,
+                augment=self.cfg.data.augment,
+            )
+            report["generator"] = {"source": "trained on server data (G1)", **stats}
+        generator.cpu()
+        report["generator_time"] = time.perf_counter() - t0
+        if not saved_gen.is_file() or gen_path != str(saved_gen):
+            atomic_torch_save(saved_gen, generator.state_dict())
+
+        return generator, disc_path, report
+
+    def _discriminators(
+        self, grid: Grid, generator: torch.nn.Module, path: str | None
+    ) -> tuple[dict[int, torch.nn.Module], dict[str, object]]:
+        """Collect D_k from every client (or load them); save them with the run."""
+        res = self.resources
+        assert res is not None
+        dp = self.params.discriminator
+        shape = res.bundle.train.input_shape
+        states: dict[int, dict[str, torch.Tensor]] = {}
+        report: dict[str, object] = {}
+        # What every discriminator must look like. Seeded, so the global RNG is left alone.
+        template = build_discriminator(dp.name, shape, seed=0).state_dict()
+        reference = {k: v.numpy() for k, v in template.items()}
+        if path:
+            states = self._load_discriminators(path, reference)
+            report["discriminators"] = {"source": path}
+        else:
+            content = RecordDict(
+                {
+                    GENERATOR_KEY: ArrayRecord(generator.state_dict()),
+                    CONFIG: self.discriminator_message_config(),
+                }
+            )
+            messages = self.messages_to(content, self.node_ids.values(), DISCRIMINATOR_MESSAGE)
+            t0 = time.perf_counter()
+            per_client: dict[str, dict[str, float]] = {}
+            # As the rounds do: a SuperLink's 'Node Unavailable' reply is credited to its node.
+            replies = list(stream_replies(grid, messages, self.cfg.round_timeout))
+            answered = {reply.metadata.src_node_id for reply in replies}
+            for pid, node in sorted(self.node_ids.items()):
+                if node not in answered:
+                    log(WARNING, "FedGO: no discriminator from client %d (node %d)", pid, node)
+            for reply in replies:
+                accepted = self._accept_discriminator(reply, states, reference)
+                if accepted is not None:
+                    pid, states[pid], per_client[str(pid)] = accepted
+            report["discriminator_round_time"] = time.perf_counter() - t0
+            report["discriminators"] = per_client
+            raise_if_stopping("the discriminators")  # some may have died with the stop
+            atomic_torch_save(res.out_dir / "discriminators.pt", states)
+        discs: dict[int, torch.nn.Module] = {}
+        for pid, state in states.items():
+            disc = build_discriminator(dp.name, shape)
+            disc.load_state_dict(state)
+            discs[pid] = disc
+        missing = sorted(set(range(self.cfg.data.num_clients)) - set(discs))
+        if missing:
+            log(WARNING, "FedGO: clients %s have no discriminator; neutral weights", missing)
+        report["missing_discriminators"] = missing
+        return discs, report
+
+    def _accept_discriminator(
+        self,
+        reply: Message,
+        states: Mapping[int, object],
+        reference: Mapping[str, np.ndarray],
+    ) -> tuple[int, dict[str, torch.Tensor], dict[str, object]] | None:
+        """``(partition id, state dict, metrics)`` of a usable discriminator reply; ``None``
+        (logged) for an unusable one. Nothing in the reply can raise out of here."""
+        node = reply.metadata.src_node_id
+        pid = self.partition_of.get(node, -1)
+        try:
+            reason = self._discriminator_problem(reply, pid, states)
+            if reason is None:
+                arrays = to_numpy(reply.content[ARRAYS])  # read once, then checked
+                reason = check_arrays(arrays, reference, "discriminator")
+            if reason is None:
+                state = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}
+                return pid, state, dict(reply.content[METRICS])
+        except Exception as exc:  # noqa: BLE001 - no reply may end the run
+            reason = f"unreadable reply ({type(exc).__name__}: {exc})"
+        log(
+            WARNING,
+            "FedGO: dropping the discriminator of client %d (node %d): %s; neutral weight",
+            pid,
+            node,
+            reason,
+        )
+        return None
+
+    def _discriminator_problem(
+        self,
+        reply: Message,
+        pid: int,
+        states: Mapping[int, object],
+    ) -> str | None:
+        """Why a discriminator reply is unusable before its arrays are read (``None``: read
+        them and check them against the reference)."""
+        if reply.has_error():
+            return f"client error: {reply.error.reason}"
+        if pid < 0:
+            return "not a node of this run"
+        if pid in states:
+            return "a second discriminator from this client"
+        content = reply.content
+        if ARRAYS not in content.array_records:
+            return f"no ArrayRecord '{ARRAYS}'"
+        if METRICS not in content.metric_records:
+            return f"no MetricRecord '{METRICS}'"
+        return None
+
+    def _load_discriminators(
+        self, path: str, reference: Mapping[str, np.ndarray]
+    ) -> dict[int, dict[str, torch.Tensor]]:
+        """Discriminators saved by a run (``discriminators.pt``: partition id -> state dict),
+        each checked against ``reference``; a bad file raises ``ValueError`` naming the file
+        and the client."""
+        where = f"discriminator file {path}"
+        raw = safe_torch_load(path, "discriminator file")
+        if not isinstance(raw, Mapping):
+            raise ValueError(
+                f"{where}: not a mapping of partition id -> discriminator state dict "
+                f"(got {type(raw).__name__})"
+            )
+        num_clients = self.cfg.data.num_clients
+        states: dict[int, dict[str, torch.Tensor]] = {}
+        for key, state in raw.items():
+            pid = _partition_id(key)
+            if pid is None or not 0 <= pid < num_clients:
+                raise ValueError(
+                    f"{where}: client {key!r}: not a partition id (0..{num_clients - 1})"
+                )
+            if pid in states:
+                raise ValueError(f"{where}: client {pid}: appears twice")
+            if not isinstance(state, Mapping) or not all(
+                isinstance(v, torch.Tensor) for v in state.values()
+            ):
+                raise ValueError(f"{where}: client {pid}: not a state dict of tensors")
+            arrays = {str(k): v.detach().cpu().numpy() for k, v in state.items()}
+            problem = check_arrays(arrays, reference, "discriminator")
+            if problem is not None:
+                raise ValueError(f"{where}: client {pid}: {problem}")
+            states[pid] = dict(state)
+        return states
+
+
+def _partition_id(key: object) -> int | None:
+    """A ``discriminators.pt`` key as a partition id: an int, or a string of digits."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    if isinstance(key, str) and key.isdigit():
+        return int(key)
+    return None
+
+
+def discriminator_stats(z: torch.Tensor) -> dict[str, float]:
+    """How informative the discriminators are on the distillation set (``z``: ``(K, N)``).
+
+    Saturated discriminators (sigmoid(z) near 1 for every client on real data) make the double
+    sigmoid's odds all equal to e, and FedGO's weights collapse to data-size weighting.
+    """
+    if z.numel() == 0:
+        return {}
+    d = torch.sigmoid(z.double())
+    return {
+        "mean_sigmoid": d.mean().item(),
+        "share_sigmoid_above_0.99": (d > 0.99).double().mean().item(),
+        "mean_odds_double_sigmoid": torch.exp(d).mean().item(),
+        "mean_spread_of_logits_across_clients": z.double().std(0).mean().item()
+        if z.shape[0] > 1
+        else 0.0,
+    }
