@@ -15,6 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,6 +94,24 @@ def test_preset_is_the_papers_setting_for_every_method_of_the_grid(driver) -> No
     assert cfg.checkpoint is False
     d = cfg.strategy.params.distill
     assert (d.batch_size, d.lr, d.weights) == (512, 0.001, "label")
+
+
+def test_preset_partition_can_be_drawn_for_every_alpha_and_default_seed(driver) -> None:
+    """200 clients under Dirichlet(0.1) need enough images for every client to get
+    ``data.min_client_size`` of them; a training subset that is too small fails every run of
+    the grid at its start. CIFAR-10's classes are balanced, so the subset's labels are too."""
+    from fedgo_flwr.partition import dirichlet_partition
+
+    args = driver.parse_args([])
+    for alpha in args.alphas:
+        cfg = driver.load_config(args.config, driver.method_overrides(driver.method_name(alpha, 4)))
+        d = cfg.data
+        labels = np.repeat(np.arange(10), d.train_subset // 10)
+        for seed in args.seeds:
+            part = dirichlet_partition(
+                labels, d.num_clients, d.alpha, d.server_fraction, seed, d.min_client_size
+            )
+            assert min(part.client_sizes) >= d.min_client_size
 
 
 # -- the sweep -----------------------------------------------------------------------------
