@@ -1,0 +1,425 @@
+"""CPFL's CIFAR-10 grid at CPU scale: accuracy, simulated time, CPU-hours and bytes against n.
+
+Dhasade et al., "Harnessing Increased Client Participation with Cohort-Parallel Federated
+Learning", EuroMLSys 2025 (paper 003): Fig. 3/4 (time to convergence and CPU-hours as the
+number of cohorts n grows), Table 1 (the mean cohort model against the distilled student) and
+Fig. 5 (when the cohorts finish). For every seed, every (alpha, n) of the grid runs once,
+``alpha`` in {0.1, 1} (the paper's high and low label skew) and ``n`` in {1, 2, 4, 8, 16, 200}
+(200: one client per cohort, one-shot FedKD); methods are named ``a<alpha>-n<n>``. All runs of
+a seed share its partition and device profiles (both depend only on the seed and alpha).
+
+Each run is :func:`fedgo_flwr.inprocess.run_inprocess` in a subprocess of its own (this file
+with ``--child``): CPFL's times are simulated, so Flower's engine would change nothing but add
+~20 s of start-up per run; a subprocess returns the run's memory, and a run that crashes is
+reported without ending the sweep. Runs write to ``outputs/bench/<tag>/<method>-seed<N>/``;
+:mod:`sweep` keeps each finished run's summary in ``benchmarks/results/<tag>/<method>-seed<N>/``
+and its ``metrics.jsonl`` and ``config.yaml`` in that folder's ``runs.tar.gz``, and skips
+runs already kept, so the sweep resumes where it stopped (a seed's methods all run before the
+next seed's, so a partial sweep has whole seeds).
+
+The CIFAR-10 JPEG tree is ``--data`` (default ``$FEDGO_CIFAR10``, else ``.cache/cifar10-jpg``),
+unpacked from ``--archive`` first if missing, as in ``fedgo_table3.py``; a config whose
+dataset is not ``imagefolder`` (the digits smoke run) needs neither.
+
+    .venv/bin/python benchmarks/cpfl_cohorts.py [--seeds 0 1 2] [--alphas 0.1 1] \
+        [--cohorts 1 2 4 8 16 200] [--tag cpfl-cifar10-cpu] [k=v ...]
+    .venv/bin/python benchmarks/cpfl_cohorts.py --table-only [--tag cpfl-cifar10-cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from fedgo_table3 import DEFAULT_DATA, ensure_data
+from sweep import SUMMARY, Run, column, load_runs, run_name, sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = "conf/bench/cpfl-cifar10-cpu.yaml"
+DEFAULT_TAG = "cpfl-cifar10-cpu"
+SCRATCH = ROOT / "outputs" / "bench"  # runs write to SCRATCH/<tag>/<method>-seed<N>/
+ALPHAS = (0.1, 1.0)
+COHORTS = (1, 2, 4, 8, 16, 200)
+MISSING = "–"
+ANCHOR = (
+    "Paper anchor (CPFL, CIFAR-10, alpha 0.1, 5 seeds, full scale): student accuracy "
+    "70.4% (n = 1) -> 69.8% (n = 4), 1.9x less time to convergence, 1.3x fewer CPU-hours."
+)
+
+
+class RunFailed(RuntimeError):
+    """A run's subprocess exited with an error (its log names the cause)."""
+
+
+# -- the grid --------------------------------------------------------------------------------
+
+
+def method_name(alpha: float, n: int) -> str:
+    """``a0.1-n4`` for alpha 0.1 and 4 cohorts."""
+    return f"a{alpha:g}-n{n}"
+
+
+def parse_method(method: str) -> tuple[float, int]:
+    """``(alpha, n)`` of a method name (``ValueError`` for another name)."""
+    a, sep, n = method.partition("-n")
+    if not (a.startswith("a") and sep):
+        raise ValueError(f"method {method!r} is not named a<alpha>-n<cohorts>")
+    return float(a[1:]), int(n)
+
+
+def method_grid(alphas: Iterable[float], cohorts: Iterable[int]) -> list[str]:
+    """Every (alpha, n), alpha-major: the order a seed's runs go in."""
+    cohorts = list(cohorts)
+    return [method_name(a, n) for a in alphas for n in cohorts]
+
+
+def method_overrides(method: str) -> list[str]:
+    """The config overrides that make ``method`` of the base config."""
+    alpha, n = parse_method(method)
+    return [f"data.alpha={alpha:g}", f"strategy.cohorts={n}"]
+
+
+def run_overrides(
+    method: str, seed: int, extra: Sequence[str], run_dir: Path, data: Path | None
+) -> list[str]:
+    """Every override of one run: data path, seed, the user's ``extra``, the method's (which
+    win over ``extra``), and the scratch output folder. ``resume=true`` restarts a run that
+    crashed before it finished (and continues one from its checkpoint if ``checkpoint=true``)."""
+    return [
+        *([f"data.path={data}"] if data is not None else []),
+        f"seed={seed}",
+        "resume=true",
+        *extra,
+        *method_overrides(method),
+        f"output_dir={run_dir}",
+    ]
+
+
+def load_config(config: str, overrides: Sequence[str]):
+    """The checked experiment (``ConfigError`` names a bad key); imports this repository's
+    library, as the runs do."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from strategies import load_experiment
+
+    return load_experiment(ROOT / config, list(overrides))
+
+
+def check_grid(config: str, methods: Sequence[str], extra: Sequence[str]) -> str:
+    """Load every method's config once before any run (a bad override or an n above the
+    number of clients stops the sweep here, not hours in); return the dataset's name."""
+    dataset = ""
+    for method in methods:
+        try:
+            cfg = load_config(config, [*extra, *method_overrides(method)])
+        except Exception as exc:  # noqa: BLE001 - reported with the method it concerns
+            sys.exit(f"{method}: {exc}")
+        dataset = cfg.data.dataset
+    return dataset
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def child_command(config: str, overrides: Sequence[str]) -> list[str]:
+    """The subprocess that runs one experiment in-process (this file's ``--child`` entry)."""
+    return [sys.executable, str(Path(__file__).resolve()), "--child", config, *overrides]
+
+
+def child(argv: Sequence[str]) -> None:
+    """``--child CONFIG k=v ...``: one run through :func:`fedgo_flwr.inprocess.run_inprocess`."""
+    from fedgo_flwr.inprocess import run_inprocess
+
+    run_inprocess(load_config(argv[0], argv[1:]))
+
+
+def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
+    """One run in its own subprocess; its output folder (``RunFailed`` if it failed)."""
+    run_dir = SCRATCH / args.tag / run_name(method, seed)
+    if (run_dir / SUMMARY).exists():
+        # Finished, but its records were not kept (the driver stopped in between): the
+        # config may have changed since, so run it again rather than trust it.
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    overrides = run_overrides(method, seed, args.overrides, run_dir, args.data)
+    cmd = child_command(args.config, overrides)
+    print("$", " ".join(cmd[2:]), file=sys.stderr, flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), _pythonpath()]))}
+    log = run_dir / "run.log"
+    with open(log, "a") as out:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode != 0 or not (run_dir / SUMMARY).exists():
+        tail = log.read_text()[-2000:]
+        raise RunFailed(f"{run_name(method, seed)} failed (exit {proc.returncode}; {log}):\n{tail}")
+    return run_dir
+
+
+def _pythonpath() -> str:
+    return os.environ.get("PYTHONPATH", "")
+
+
+def run_grid(
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    run: Callable[[str, int], Path],
+    results: Path,
+) -> list[str]:
+    """:func:`sweep.sweep` one (seed, method) at a time, so that a failed run is reported and
+    the others still run; returns the failures' messages."""
+    failed = []
+    for seed in seeds:
+        for method in methods:
+            try:
+                sweep([method], [seed], run, results, root=ROOT)
+            except RunFailed as exc:
+                print(exc, file=sys.stderr, flush=True)
+                failed.append(str(exc).splitlines()[0])
+    return failed
+
+
+# -- the tables ------------------------------------------------------------------------------
+
+
+def fmt(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
+    """``"m ± sd"`` (sample sd; 0 for one value) of ``values`` times ``scale``; ``–`` if none."""
+    if not values:
+        return MISSING
+    m = statistics.mean(values) * scale
+    sd = statistics.stdev(values) * scale if len(values) > 1 else 0.0
+    return f"{m:.{digits}f} ± {sd:.{digits}f}"
+
+
+def accuracy_cell(runs: Sequence[Run], key: str) -> str:
+    """:func:`sweep.column` of a summary accuracy in percent (``–`` when none has one)."""
+    cell = column(runs, lambda r: r.summary.get(key))
+    return MISSING if cell == "-" else cell
+
+
+def values(runs: Iterable[Run], key: str) -> list[float]:
+    return [float(r.summary[key]) for r in runs if r.summary.get(key) is not None]
+
+
+def per_seed_ratios(base: Sequence[Run], runs: Sequence[Run], key: str) -> list[float]:
+    """``base / run`` of summary ``key`` for each seed that has both (a speed-up or a saving
+    factor against n = 1; the mean of these is what the tables report)."""
+    ref = {r.seed: r.summary.get(key) for r in base}
+    out = []
+    for r in runs:
+        num, den = ref.get(r.seed), r.summary.get(key)
+        if num is not None and den:
+            out.append(float(num) / float(den))
+    return out
+
+
+def bytes_cell(runs: Sequence[Run]) -> str:
+    """Mean ± sd of ``bytes_total`` in GB (10^9) if the mean reaches 1 GB, else in MB."""
+    vals = values(runs, "bytes_total")
+    if not vals:
+        return MISSING
+    if statistics.mean(vals) >= 1e9:
+        return fmt(vals, 2, 1e-9) + " GB"
+    return fmt(vals, 1, 1e-6) + " MB"
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile with linear interpolation between order statistics (numpy's
+    default; ``statistics.quantiles(method='inclusive')``)."""
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def finish_stats(runs: Sequence[Run]) -> dict | None:
+    """Cohort finish hours pooled over the runs: quantiles, the share of cohorts finished by
+    half their run's time to convergence, and how many stopped at the round cap."""
+    pooled, early, capped = [], 0, 0
+    for r in runs:
+        total = r.summary.get("sim_time_to_convergence_h")
+        statuses = r.summary.get("cohort_status") or []
+        for i, h in enumerate(r.summary.get("cohort_finish_h") or []):
+            if h is None:  # an empty cohort: it never ran
+                continue
+            pooled.append(float(h))
+            early += total is not None and h <= total / 2 + 1e-12
+            capped += i < len(statuses) and statuses[i] == "max_rounds"
+    if not pooled:
+        return None
+    pooled.sort()
+    return {
+        "cohorts": len(pooled),
+        "quantiles": [quantile(pooled, q) for q in (0.0, 0.25, 0.5, 0.75, 1.0)],
+        "share_by_half": early / len(pooled),
+        "capped": capped,
+    }
+
+
+def main_rows(alpha: float, cohorts: Sequence[int], runs: dict[str, list[Run]]) -> list[str]:
+    """Table (1) of one alpha: accuracy, time, CPU-hours, bytes and distillation time by n."""
+    base = runs.get(method_name(alpha, 1), [])
+    rows = [
+        f"alpha = {alpha:g}",
+        "",
+        "| n | seeds | student acc (%) | sim. time to convergence (h) | speed-up vs n=1 "
+        "| CPU-hours | CPU-hours ratio vs n=1 | bytes | distillation wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n in cohorts:
+        rs = runs.get(method_name(alpha, n), [])
+        rows.append(
+            f"| {n} | {len(rs)} | {accuracy_cell(rs, 'final_accuracy')} "
+            f"| {fmt(values(rs, 'sim_time_to_convergence_h'))} "
+            f"| {fmt(per_seed_ratios(base, rs, 'sim_time_to_convergence_h'))} "
+            f"| {fmt(values(rs, 'cpu_hours'), 1)} "
+            f"| {fmt(per_seed_ratios(base, rs, 'cpu_hours'))} "
+            f"| {bytes_cell(rs)} | {fmt(values(rs, 'distill_time_s'), 1)} |"
+        )
+    return rows
+
+
+def teacher_rows(
+    alphas: Sequence[float], cohorts: Sequence[int], runs: dict[str, list[Run]]
+) -> list[str]:
+    """Table (2), paper Table 1: the mean cohort model (teacher) against the student."""
+    rows = [
+        "Teacher vs student (paper Table 1; n > 1, test accuracy %; mean teacher: the mean "
+        "of a run's cohort models; delta: student minus mean teacher, per seed, then mean ± sd; "
+        "ensemble: the cohorts' label-weighted logits, the distillation target):",
+        "",
+        "| alpha | n | seeds | mean teacher | student | delta (points) | ensemble |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for alpha in alphas:
+        for n in cohorts:
+            if n == 1:  # no distillation: the student is the one cohort's model
+                continue
+            rs = runs.get(method_name(alpha, n), [])
+            deltas = [
+                r.summary["final_accuracy"] - r.summary["teacher_accuracy_mean"]
+                for r in rs
+                if r.summary.get("final_accuracy") is not None
+                and r.summary.get("teacher_accuracy_mean") is not None
+            ]
+            rows.append(
+                f"| {alpha:g} | {n} | {len(rs)} | {accuracy_cell(rs, 'teacher_accuracy_mean')} "
+                f"| {accuracy_cell(rs, 'final_accuracy')} | {fmt(deltas, 1, 100.0)} "
+                f"| {accuracy_cell(rs, 'ensemble_accuracy')} |"
+            )
+    return rows
+
+
+def finish_rows(
+    alphas: Sequence[float], cohorts: Sequence[int], runs: dict[str, list[Run]]
+) -> list[str]:
+    """Table (3), paper Fig. 5: when the cohorts finish, pooled over seeds."""
+    rows = [
+        "Cohort finish times (paper Fig. 5; simulated hours, every cohort of every seed pooled; "
+        "by T/2: share of cohorts finished by half their run's time to convergence T; capped: "
+        "cohorts stopped by the round cap, not by their stopping rule):",
+        "",
+        "| alpha | n | seeds | cohorts | min | 25% | 50% | 75% | max | by T/2 | capped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for alpha in alphas:
+        for n in cohorts:
+            rs = runs.get(method_name(alpha, n), [])
+            stats = finish_stats(rs)
+            if stats is None:
+                cells = [MISSING] * 8
+            else:
+                cells = [
+                    str(stats["cohorts"]),
+                    *(f"{q:.2f}" for q in stats["quantiles"]),
+                    f"{100 * stats['share_by_half']:.0f}%",
+                    str(stats["capped"]),
+                ]
+            rows.append(f"| {alpha:g} | {n} | {len(rs)} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def table(results: Path, alphas: Sequence[float] = ALPHAS, cohorts: Sequence[int] = COHORTS) -> str:
+    """``table.md`` from the finished runs kept in ``results`` (missing ones show ``–``)."""
+    runs = load_runs(results, method_grid(alphas, cohorts))
+    rows = [
+        "# CPFL cohorts at CPU scale (benchmarks/cpfl_cohorts.py)",
+        "",
+        ANCHOR,
+        "",
+        "Mean ± sd over seeds (sample sd). Speed-up and CPU-hours ratio: n = 1's value over "
+        "n's, computed per seed (seeds with both runs), then averaged. Times and CPU-hours are "
+        "simulated (synthetic devices); distillation is excluded from the time and reported as "
+        "measured wall time.",
+    ]
+    for alpha in alphas:
+        rows += ["", *main_rows(alpha, cohorts, runs)]
+    rows += ["", *teacher_rows(alphas, cohorts, runs)]
+    rows += ["", *finish_rows(alphas, cohorts, runs)]
+    return "\n".join(rows)
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="k=v words: config overrides for every run"
+    )
+    parser.add_argument("--config", default=DEFAULT_CONFIG)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--alphas", nargs="+", type=float, default=list(ALPHAS))
+    parser.add_argument("--cohorts", nargs="+", type=int, default=list(COHORTS))
+    parser.add_argument("--tag", default=DEFAULT_TAG)
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("FEDGO_CIFAR10", DEFAULT_DATA),
+        help="unpacked CIFAR-10 JPEG tree; relative paths are taken from the repository root "
+        f"(default: $FEDGO_CIFAR10, else {DEFAULT_DATA})",
+    )
+    parser.add_argument(
+        "--archive",
+        default=os.environ.get("FEDGO_CIFAR10_ARCHIVE"),
+        help=".tar.gz of that tree, unpacked into --data if it is missing "
+        "(default: $FEDGO_CIFAR10_ARCHIVE)",
+    )
+    parser.add_argument("--table-only", action="store_true")
+    # ``k=v`` words are overrides wherever they stand (after --seeds 0 1 too), so they are
+    # taken out before argparse, whose list options would swallow them.
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    args = parser.parse_args([a for a in argv if a not in overrides])
+    args.overrides = overrides
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--child"]:
+        child(argv[1:])
+        return
+    args = parse_args(argv)
+    results = ROOT / "benchmarks" / "results" / args.tag
+    methods = method_grid(args.alphas, args.cohorts)
+    failed: list[str] = []
+    if not args.table_only:
+        dataset = check_grid(args.config, methods, args.overrides)
+        # Absolute for the runs; kept records name it relative to the repository again.
+        imagefolder = dataset == "imagefolder"
+        args.data = ensure_data(ROOT / args.data, args.archive) if imagefolder else None
+        failed = run_grid(methods, args.seeds, lambda m, s: run_one(m, s, args), results)
+    text = table(results, args.alphas, args.cohorts)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "table.md").write_text(text + "\n")
+    print(text)
+    if failed:
+        sys.exit("failed runs (run the sweep again to retry them):\n" + "\n".join(failed))
+
+
+if __name__ == "__main__":
+    main()
