@@ -91,7 +91,7 @@ from fedgo_flwr.cohorts import (
     teacher_weights,
 )
 from fedgo_flwr.config import ConfigError, ExperimentConfig
-from fedgo_flwr.data import ArrayDataset, load_unlabeled
+from fedgo_flwr.data import ArrayDataset, load_unlabeled, stratified_subset
 from fedgo_flwr.gan import discriminator_logits
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
@@ -138,6 +138,7 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
     distill_when: float = 1.0
     distill_at_hours: float | None = None
     cohort_eval_every: int = 1
+    teacher_test_size: int | None = None
     profiles: str | None = None
     distill: CohortDistillConfig = field(default_factory=CohortDistillConfig)
     # distill.weights: fedgo (beyond the paper): FedGO's generator and client discriminators
@@ -155,6 +156,8 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
         if self.distill_at_hours is not None:
             c.require("distill_at_hours", self.distill_at_hours > 0, "must be > 0 (or null)")
         c.require("cohort_eval_every", self.cohort_eval_every >= 0, "must be >= 0 (0: never)")
+        if self.teacher_test_size is not None:
+            c.require("teacher_test_size", self.teacher_test_size >= 1, "must be >= 1 (or null)")
         try:
             algorithm = local_class(self.local_algorithm)
         except ValueError as exc:
@@ -681,12 +684,23 @@ class CPFL(DiscriminatorStage, Strategy):
         labels = torch.as_tensor(self.resources.bundle.test.y)
         return float((logits.argmax(1) == labels).float().mean())
 
-    def _test_logits(self, arrays: dict[str, np.ndarray]) -> torch.Tensor:
+    def _test_logits(
+        self, arrays: dict[str, np.ndarray], data: ArrayDataset | None = None
+    ) -> torch.Tensor:
         model = self.model_factory()
         model.load_state_dict(to_record(arrays).to_torch_state_dict())
-        return predict_logits(
-            model, self.resources.bundle.test, self.cfg.eval.batch_size, self.resources.device
-        )
+        data = self.resources.bundle.test if data is None else data
+        return predict_logits(model, data, self.cfg.eval.batch_size, self.resources.device)
+
+    def teacher_test_set(self) -> ArrayDataset:
+        """Where the teachers and their ensemble are evaluated: the test split, or a
+        stratified ``teacher_test_size`` of it (200 teachers x 10,000 images is most of
+        stage 2 on a CPU; the student is always evaluated on the whole split)."""
+        test = self.resources.bundle.test
+        size = self.params.teacher_test_size
+        if size is None or size >= len(test):
+            return test
+        return test.subset(stratified_subset(test.y, size))
 
     def totals(self) -> SimClock:
         """The cohorts side by side (time: the furthest clock) plus the uploads to the server.
@@ -759,14 +773,13 @@ class CPFL(DiscriminatorStage, Strategy):
             student = self.model_arrays()
             self.final = {**report, "distill_time_s": 0.0}
             return student
-        test_logits = torch.stack([self._test_logits(t) for t in teachers])
-        labels = torch.as_tensor(self.resources.bundle.test.y)
+        test = self.teacher_test_set()
+        test_logits = torch.stack([self._test_logits(t, test) for t in teachers])
+        labels = torch.as_tensor(test.y)
         teacher_accs = [float((lg.argmax(1) == labels).float().mean()) for lg in test_logits]
         per_sample = p.distill.weights == "fedgo"
         if per_sample:
-            ensemble = combine_per_sample(
-                test_logits, self.odds_weights(included, self.resources.bundle.test)
-            )
+            ensemble = combine_per_sample(test_logits, self.odds_weights(included, test))
         else:
             counts = np.stack([c.counts for c in included])
             weights = teacher_weights(counts, p.distill.weights)

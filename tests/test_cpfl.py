@@ -440,3 +440,15 @@ def test_fedgo_weighted_distillation_of_cohorts(tmp_path):
     assert sorted(prefl["discriminators"]) == [str(k) for k in range(8)]
     assert "disc_stats_public" in s and math.isfinite(s["final_accuracy"])
     assert (tmp_path / "discriminators.pt").exists()
+
+
+def test_teachers_can_be_evaluated_on_a_test_subset(tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    run_inprocess(config(full))
+    run_inprocess(config(part, "strategy.teacher_test_size=50"))
+    a, b = summary_of(full), summary_of(part)
+    assert a["final_accuracy"] == b["final_accuracy"]  # the student: the whole test split
+    assert a["teacher_accuracies"] != b["teacher_accuracies"]
+    assert all(
+        round(acc * 50) == pytest.approx(acc * 50, abs=1e-4) for acc in b["teacher_accuracies"]
+    )
