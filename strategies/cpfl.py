@@ -90,7 +90,7 @@ from fedgo_flwr.cohorts import (
     teacher_outputs,
     teacher_weights,
 )
-from fedgo_flwr.config import ConfigError, ExperimentConfig
+from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, load_unlabeled, stratified_subset
 from fedgo_flwr.gan import discriminator_logits
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
@@ -106,7 +106,7 @@ from fedgo_flwr.systems import (
     round_seconds,
     synthetic_profiles,
 )
-from fedgo_flwr.task import sample_clients
+from fedgo_flwr.task import load_bundle, sample_clients
 from fedgo_flwr.training import predict_logits
 from fedgo_flwr.weighting import WeightingInputs, compute_weights
 from strategies._prefl import DiscriminatorStage, discriminator_stats
@@ -230,6 +230,13 @@ class CPFL(DiscriminatorStage, Strategy):
                 load_profiles(p.profiles, cfg.data.num_clients)
             except ProfileError as exc:
                 s.fail("profiles", str(exc))
+        if p.grouping == "class":
+            classes = load_bundle(cfg.data).train.num_classes
+            s.require(
+                "cohorts",
+                p.cohorts == classes,
+                f"grouping 'class' makes one cohort per class: set it to {classes}",
+            )
         if p.cohorts > 1 and cfg.data.public_path is None:
             c.at("data.", cfg.data).require(
                 "server_fraction",
@@ -257,14 +264,7 @@ class CPFL(DiscriminatorStage, Strategy):
         for pid, idx in enumerate(part.clients):
             kept, _ = holdout_split(len(idx), p.val_fraction, p.min_val_samples, cfg.seed, pid)
             self.class_counts[pid] = np.bincount(train.y[idx[kept]], minlength=self.num_classes)
-        if p.grouping == "class":
-            if p.cohorts != train.num_classes:
-                raise ConfigError(
-                    "strategy.cohorts",
-                    p.cohorts,
-                    f"grouping 'class' makes one cohort per class: set it to {train.num_classes}",
-                    cfg.strategy.sources.get("cohorts"),
-                )
+        if p.grouping == "class":  # one cohort per class (preflight checked the count)
             groups = class_cohorts(hist)
         else:
             groups = random_cohorts(k, p.cohorts, cfg.seed)

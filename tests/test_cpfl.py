@@ -452,3 +452,28 @@ def test_teachers_can_be_evaluated_on_a_test_subset(tmp_path):
     assert all(
         round(acc * 50) == pytest.approx(acc * 50, abs=1e-4) for acc in b["teacher_accuracies"]
     )
+
+
+def test_cohorts_by_dominant_class(tmp_path, flwr_log):
+    with pytest.raises(ConfigError, match="strategy.cohorts.*one cohort per class: set it to 10"):
+        preflight(config(tmp_path, "strategy.grouping=class", "strategy.cohorts=3"))
+    cfg = config(tmp_path, "strategy.grouping=class", "strategy.cohorts=8", "data.num_clients=8")
+    with pytest.raises(ConfigError, match="set it to 10"):
+        preflight(cfg)
+    run_inprocess(
+        config(
+            tmp_path,
+            "strategy.grouping=class",
+            "strategy.cohorts=10",
+            "data.num_clients=10",
+            "rounds=2",
+            "overwrite=true",
+        )
+    )
+    s = summary_of(tmp_path)
+    part = json.loads((tmp_path / "partition.json").read_text())
+    dominant = np.argmax(np.array(part["class_histogram"]), axis=1)
+    assert s["cohort_sizes"] == [int((dominant == c).sum()) for c in range(10)]
+    empty = [c for c in range(10) if s["cohort_sizes"][c] == 0]
+    assert [s["cohort_status"][c] for c in empty] == ["empty"] * len(empty)
+    assert all(c not in s["cohorts_distilled"] for c in empty)
