@@ -38,7 +38,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from fedgo_table3 import DEFAULT_DATA, ensure_data
+from fedgo_table3 import add_data_arguments, ensure_data
 from sweep import SUMMARY, Run, column, load_runs, run_name, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -376,18 +376,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--alphas", nargs="+", type=float, default=list(ALPHAS))
     parser.add_argument("--cohorts", nargs="+", type=int, default=list(COHORTS))
     parser.add_argument("--tag", default=DEFAULT_TAG)
-    parser.add_argument(
-        "--data",
-        default=os.environ.get("FEDGO_CIFAR10", DEFAULT_DATA),
-        help="unpacked CIFAR-10 JPEG tree; relative paths are taken from the repository root "
-        f"(default: $FEDGO_CIFAR10, else {DEFAULT_DATA})",
-    )
-    parser.add_argument(
-        "--archive",
-        default=os.environ.get("FEDGO_CIFAR10_ARCHIVE"),
-        help=".tar.gz of that tree, unpacked into --data if it is missing "
-        "(default: $FEDGO_CIFAR10_ARCHIVE)",
-    )
+    add_data_arguments(parser)
     parser.add_argument("--table-only", action="store_true")
     # ``k=v`` words are overrides wherever they stand (after --seeds 0 1 too), so they are
     # taken out before argparse, whose list options would swallow them.

@@ -57,6 +57,22 @@ DIAGNOSTICS = [
 ]
 
 
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--data`` and ``--archive``: where the CIFAR-10 JPEG tree is (or its .tar.gz)."""
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("FEDGO_CIFAR10", DEFAULT_DATA),
+        help="unpacked CIFAR-10 JPEG tree; relative paths are taken from the repository root "
+        f"(default: $FEDGO_CIFAR10, else {DEFAULT_DATA})",
+    )
+    parser.add_argument(
+        "--archive",
+        default=os.environ.get("FEDGO_CIFAR10_ARCHIVE"),
+        help=".tar.gz of that tree, unpacked into --data if it is missing "
+        "(default: $FEDGO_CIFAR10_ARCHIVE)",
+    )
+
+
 def ensure_data(data: Path, archive: str | None) -> Path:
     """The unpacked JPEG tree at ``data``, unpacked from ``archive`` first if it is missing."""
     if (data / "train").is_dir():
@@ -255,18 +271,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--tag", default="cifar10-cpu")
-    parser.add_argument(
-        "--data",
-        default=os.environ.get("FEDGO_CIFAR10", DEFAULT_DATA),
-        help="unpacked CIFAR-10 JPEG tree; relative paths are taken from the repository root "
-        f"(default: $FEDGO_CIFAR10, else {DEFAULT_DATA})",
-    )
-    parser.add_argument(
-        "--archive",
-        default=os.environ.get("FEDGO_CIFAR10_ARCHIVE"),
-        help=".tar.gz of that tree, unpacked into --data if it is missing "
-        "(default: $FEDGO_CIFAR10_ARCHIVE)",
-    )
+    add_data_arguments(parser)
     parser.add_argument("--table-only", action="store_true")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
