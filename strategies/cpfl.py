@@ -777,13 +777,15 @@ class CPFL(DiscriminatorStage, Strategy):
         test_logits = torch.stack([self._test_logits(t, test) for t in teachers])
         labels = torch.as_tensor(test.y)
         teacher_accs = [float((lg.argmax(1) == labels).float().mean()) for lg in test_logits]
+        # The ensemble is the distillation target on the test images: the same outputs.
+        outputs = teacher_outputs(test_logits, p.distill.outputs)
         per_sample = p.distill.weights == "fedgo"
         if per_sample:
-            ensemble = combine_per_sample(test_logits, self.odds_weights(included, test))
+            ensemble = combine_per_sample(outputs, self.odds_weights(included, test))
         else:
             counts = np.stack([c.counts for c in included])
             weights = teacher_weights(counts, p.distill.weights)
-            ensemble = combine_teachers(test_logits, weights)
+            ensemble = combine_teachers(outputs, weights)
         report.update(
             teacher_accuracies=teacher_accs,
             ensemble_accuracy=float((ensemble.argmax(1) == labels).float().mean()),

@@ -477,3 +477,22 @@ def test_cohorts_by_dominant_class(tmp_path, flwr_log):
     empty = [c for c in range(10) if s["cohort_sizes"][c] == 0]
     assert [s["cohort_status"][c] for c in empty] == ["empty"] * len(empty)
     assert all(c not in s["cohorts_distilled"] for c in empty)
+
+
+def test_the_ensemble_accuracy_is_that_of_the_distillation_target(tmp_path, monkeypatch):
+    """With ``outputs: log_probs`` the reported ensemble combines log-probabilities, as the
+    target does: a teacher with a large logit offset cannot decide it."""
+    import strategies.cpfl as cpfl_module
+
+    seen = []
+    original = cpfl_module.combine_teachers
+
+    def spy(logits, weights):
+        seen.append(logits.clone())
+        return original(logits, weights)
+
+    monkeypatch.setattr(cpfl_module, "combine_teachers", spy)
+    run_inprocess(config(tmp_path, "strategy.distill.outputs=log_probs"))
+    test_part, public_part = seen  # the ensemble on the test images, then the target
+    for part in (test_part, public_part):
+        assert torch.allclose(part.exp().sum(-1), torch.ones(part.shape[:2]), atol=1e-4)
