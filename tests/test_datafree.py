@@ -1,0 +1,418 @@
+"""Data-free distillation math (Co-Boosting, DENSE, F-ADI): fedgo_flwr/datafree.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedgo_flwr.datafree import (
+    BNStatistics,
+    BoostSettings,
+    DataFreeDistillation,
+    Generator,
+    SynthesisSettings,
+    SyntheticPool,
+    adversarial_kl,
+    diversify,
+    frozen,
+    hard_cross_entropy,
+    kd_loss,
+    member_logits,
+    reset_generator,
+    synthesize,
+    to_model_input,
+    weight_step,
+    weighted_logits,
+)
+from fedgo_flwr.models import build_model
+
+SHAPE = (1, 8, 8)
+CLASSES = 3
+
+
+def models(n: int, seed: int = 0, name: str = "cnn") -> list[nn.Module]:
+    torch.manual_seed(seed)
+    return [build_model(name, SHAPE, CLASSES) for _ in range(n)]
+
+
+def rng(seed: int = 0) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+class Linear(nn.Module):
+    """f(x) = W flatten(x): its input gradient is known in closed form."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1) @ self.weight.t()
+
+
+# -- weighted ensemble ------------------------------------------------------------------------
+
+
+def test_weighted_logits_divides_by_the_weight_sum() -> None:
+    z = torch.randn(3, 5, CLASSES)
+    uniform = weighted_logits(z, torch.full((3,), 1 / 3))
+    assert torch.allclose(uniform, z.mean(0), atol=1e-6)
+    w = torch.tensor([0.2, 0.5, 0.1])
+    assert torch.allclose(weighted_logits(z, w), weighted_logits(z, 7 * w), atol=1e-6)
+    expected = (w.view(3, 1, 1) * z).sum(0) / w.sum()
+    assert torch.allclose(weighted_logits(z, w), expected, atol=1e-6)
+
+
+def test_weighted_logits_per_sample_and_all_zero() -> None:
+    z = torch.randn(2, 4, CLASSES)
+    w = torch.tensor([[1.0, 0.0, 0.5, 0.2], [0.0, 1.0, 0.5, 0.6]])
+    out = weighted_logits(z, w)
+    assert torch.allclose(out[0], z[0, 0]) and torch.allclose(out[1], z[1, 1])
+    assert torch.allclose(out[3], 0.25 * z[0, 3] + 0.75 * z[1, 3], atol=1e-6)
+    assert torch.equal(weighted_logits(z, torch.zeros(2)), torch.zeros(4, CLASSES))
+    with pytest.raises(ValueError, match="per-sample weights"):
+        weighted_logits(z, torch.ones(2, 3))
+
+
+def test_weight_step_moves_each_weight_by_the_step_towards_the_better_member() -> None:
+    labels = torch.tensor([0, 1, 2, 0])
+    right = F.one_hot(labels, CLASSES).float() * 5
+    wrong = F.one_hot((labels + 1) % CLASSES, CLASSES).float() * 5
+    z = torch.stack([right, wrong])
+    w = torch.tensor([0.5, 0.5])
+    new = weight_step(w, z, labels, 0.05)
+    assert torch.allclose(new, torch.tensor([0.55, 0.45]))
+    assert torch.equal(w, torch.tensor([0.5, 0.5]))  # input untouched
+    # Eq. 12's Normalize: each weight clipped to [0, 1].
+    assert torch.equal(
+        weight_step(torch.tensor([1.0, 0.0]), z, labels, 0.3), torch.tensor([1.0, 0.0])
+    )
+    # Repeated steps drive the wrong member's weight to 0 and the ensemble to the right one.
+    for _ in range(20):
+        w = weight_step(w, z, labels, 0.05)
+    assert w[1] == 0 and w[0] > 0.5
+    assert torch.equal(weighted_logits(z, w).argmax(1), labels)
+
+
+# -- losses ----------------------------------------------------------------------------------
+
+
+def test_hard_cross_entropy_weights_by_detached_difficulty() -> None:
+    torch.manual_seed(1)
+    logits = torch.randn(6, CLASSES, requires_grad=True)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+
+    def parts() -> tuple[torch.Tensor, torch.Tensor]:
+        p = F.softmax(logits, 1)[torch.arange(6), y]
+        return p, F.cross_entropy(logits, y, reduction="none")
+
+    p, ce = parts()
+    loss = hard_cross_entropy(logits, y)
+    assert torch.allclose(loss, ((1 - p) * ce).mean())
+    (g,) = torch.autograd.grad(loss, logits)
+    p, ce = parts()
+    (g_ref,) = torch.autograd.grad(((1 - p).detach() * ce).mean(), logits)
+    assert torch.allclose(g, g_ref)  # d(x) is not differentiated
+    p, ce = parts()
+    (g_full,) = torch.autograd.grad(((1 - p) * ce).mean(), logits)
+    assert not torch.allclose(g, g_full)
+    assert torch.allclose(hard_cross_entropy(logits, y, 0.0), F.cross_entropy(logits, y))
+    assert torch.allclose(hard_cross_entropy(logits, y, 2.0), ((1 - p) ** 2 * ce).mean())
+
+
+def test_adversarial_kl_is_minus_the_tempered_kl_and_masks_agreement() -> None:
+    s = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    t = torch.tensor([[1.0, 0.0, 0.0], [2.0, 0.0, 0.0]])
+    for temp in (1.0, 3.0):
+        p = F.softmax(t / temp, 1)
+        kl = (p * (p.log() - F.log_softmax(s / temp, 1))).sum(1) * temp**2
+        assert torch.allclose(adversarial_kl(s, t, temp), -kl.mean())
+        # DENSE: only sample 1 (arg-max 1 vs 0) disagrees; the mean stays over both.
+        assert torch.allclose(adversarial_kl(s, t, temp, mask=True), -kl[1] / 2)
+    assert adversarial_kl(t, t).abs() < 1e-7
+
+
+def test_kd_loss_is_t_squared_batchmean_kl() -> None:
+    torch.manual_seed(2)
+    s, t = torch.randn(4, CLASSES), torch.randn(4, CLASSES)
+    p = F.softmax(t / 4, 1)
+    ref = (p * (p.log() - F.log_softmax(s / 4, 1))).sum() / 4 * 16
+    assert torch.allclose(kd_loss(s, t), ref, atol=1e-6)
+    assert kd_loss(t, t) < 1e-6
+
+
+def test_bn_statistics_loss_is_zero_at_the_running_statistics() -> None:
+    bn = nn.BatchNorm2d(2).eval()
+    bn.running_mean.copy_(torch.tensor([1.0, -1.0]))
+    bn.running_var.copy_(torch.tensor([4.0, 1.0]))
+    model = nn.Sequential(bn)
+    stats = BNStatistics([model])
+    assert stats.layers == 1
+    x = torch.randn(512, 2, 4, 4)
+    x = (x - x.mean((0, 2, 3), keepdim=True)) / x.std((0, 2, 3), unbiased=False, keepdim=True)
+    x = x * torch.tensor([2.0, 1.0]).view(1, 2, 1, 1) + torch.tensor([1.0, -1.0]).view(1, 2, 1, 1)
+    model(x)
+    assert stats.loss() < 1e-4
+    stats.reset()
+    model(x + 1)  # both means off by 1: ||(1, 1)||_2
+    assert math.isclose(float(stats.loss()), math.sqrt(2), rel_tol=1e-4)
+    stats.remove()
+    stats.reset()
+    model(x + 1)
+    assert float(stats.loss()) == 0.0  # hooks gone
+    assert BNStatistics(models(1)).layers == 0
+
+
+# -- diversification -------------------------------------------------------------------------
+
+
+def test_diversify_paper_step_has_l2_norm_epsilon_along_the_projected_gradient() -> None:
+    torch.manual_seed(3)
+    w = torch.randn(CLASSES, 64)
+    lin = Linear(w)
+    x = torch.randn(5, *SHAPE)
+    eps = 8 / 255
+    out = diversify(x, lin, eps, rng(7), variant="paper")
+    delta = (out - x).flatten(1)
+    assert torch.allclose(delta.norm(dim=1), torch.full((5,), eps), atol=1e-6)
+    u = torch.rand((5, CLASSES), generator=rng(7)) * 2 - 1  # the same draw
+    g = u @ w  # grad_x u^T W x
+    assert torch.allclose(delta, eps * g / g.norm(dim=1, keepdim=True), atol=1e-6)
+    # A fresh draw each call: two uses of the same batch differ.
+    r = rng(7)
+    assert not torch.allclose(diversify(x, lin, eps, r), diversify(x, lin, eps, r))
+
+
+def test_diversify_code_variant_is_a_sign_step_and_zero_epsilon_is_identity() -> None:
+    ens = models(2)
+    x = torch.randn(4, *SHAPE)
+
+    def a(v: torch.Tensor) -> torch.Tensor:
+        return weighted_logits(member_logits(ens, v), torch.ones(2))
+
+    out = diversify(x, a, 0.1, rng(0), variant="code")
+    moved = (out - x).abs()
+    assert torch.allclose(moved[moved > 1e-7], torch.tensor(0.1), atol=1e-6)
+    assert (moved > 1e-7).float().mean() > 0.5
+    assert torch.equal(diversify(x, a, 0.0, rng(0)), x)
+    with pytest.raises(ValueError, match="diversification"):
+        diversify(x, a, 0.1, rng(0), variant="nope")
+
+
+# -- generator and pool ----------------------------------------------------------------------
+
+
+def test_generator_shapes_range_and_seeded_reset() -> None:
+    g = Generator((3, 32, 32), nz=16, ngf=8)
+    out = g(torch.randn(4, 16))
+    assert out.shape == (4, 3, 32, 32) and out.min() >= 0 and out.max() <= 1
+    assert Generator(SHAPE, nz=16, ngf=8)(torch.randn(2, 16)).shape == (2, *SHAPE)
+    with pytest.raises(ValueError, match="multiples of 4"):
+        Generator((3, 30, 32))
+    a, b = Generator(SHAPE, nz=16, ngf=8), Generator(SHAPE, nz=16, ngf=8)
+    reset_generator(a, rng(5))
+    reset_generator(b, rng(5))
+    for pa, pb in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb)
+    assert abs(float(a.project.weight.detach().std()) - 0.02) < 0.005
+    assert torch.all(to_model_input(torch.tensor([0.0, 0.5, 1.0])) == torch.tensor([-1.0, 0, 1]))
+
+
+def test_pool_grows_by_each_batch_quantises_and_round_trips() -> None:
+    pool = SyntheticPool(SHAPE, CLASSES, flip=False)
+    assert len(pool) == 0
+    imgs = torch.rand(5, *SHAPE)
+    pool.add(imgs, torch.tensor([0, 1, 2, 0, 1]))
+    pool.add(torch.rand(3, *SHAPE), torch.tensor([2, 2, 2]))
+    assert len(pool) == 8
+    data = pool.dataset()
+    assert data.x.dtype.name == "uint8" and data.y.tolist() == [0, 1, 2, 0, 1, 2, 2, 2]
+    assert torch.equal(torch.from_numpy(data.x[:5]), (imgs * 255).round().to(torch.uint8))
+    seen = sorted(int(v) for _, y in pool.batches(3, rng(0), False, torch.device("cpu")) for v in y)
+    assert seen == sorted(data.y.tolist())
+    copy = SyntheticPool(SHAPE, CLASSES, flip=False)
+    copy.load_state_dict(pool.state_dict())
+    assert len(copy) == 8 and (copy.dataset().x == data.x).all()
+    with pytest.raises(ValueError, match="pool batch"):
+        pool.add(torch.rand(2, 3, 8, 8), torch.tensor([0, 1]))
+
+
+# -- synthesis -------------------------------------------------------------------------------
+
+
+def small(**kw) -> SynthesisSettings:
+    base = {"batch_size": 6, "steps": 4}
+    base.update(kw)
+    return SynthesisSettings(**base)
+
+
+def test_synthesize_keeps_the_best_iterate_and_leaves_the_models_alone() -> None:
+    ens, (student,) = models(2), models(1, seed=9)
+    before = [{k: v.clone() for k, v in m.state_dict().items()} for m in (*ens, student)]
+    gen = Generator(SHAPE, nz=16, ngf=8)
+    res = synthesize(
+        ens,
+        torch.full((2,), 0.5),
+        student,
+        small(),
+        num_classes=CLASSES,
+        image_shape=SHAPE,
+        rng=rng(0),
+        device=torch.device("cpu"),
+        generator=gen,
+        nz=16,
+    )
+    assert res.images.shape == (6, *SHAPE) and res.labels.shape == (6,)
+    assert res.best_loss <= res.last_loss or math.isclose(res.best_loss, res.last_loss)
+    assert set(res.terms) == {"ce", "adv"}
+    assert math.isclose(sum(res.terms.values()), res.best_loss, rel_tol=1e-5)
+    for m, state in zip((*ens, student), before, strict=True):
+        for k, v in m.state_dict().items():
+            assert torch.equal(v, state[k])
+        assert all(p.grad is None and p.requires_grad for p in m.parameters())
+    again = synthesize(
+        ens,
+        torch.full((2,), 0.5),
+        student,
+        small(),
+        num_classes=CLASSES,
+        image_shape=SHAPE,
+        rng=rng(0),
+        device=torch.device("cpu"),
+        generator=Generator(SHAPE, nz=16, ngf=8),
+        nz=16,
+    )
+    assert torch.equal(res.images, again.images) and torch.equal(res.labels, again.labels)
+
+
+def test_synthesize_pixels_with_bn_statistics() -> None:
+    ens, (student,) = models(2, name="cnn_bn"), models(1, seed=9)
+    for m in ens:  # running statistics away from their defaults
+        m.train()
+        m(torch.randn(64, *SHAPE) * 3 + 1)
+    res = synthesize(
+        ens,
+        torch.full((2,), 0.5),
+        student,
+        small(source="pixels", lr=0.1, bn_weight=1.0, tv_weight=1e-3, adv_weight=0.0),
+        num_classes=CLASSES,
+        image_shape=SHAPE,
+        rng=rng(0),
+        device=torch.device("cpu"),
+    )
+    assert set(res.terms) == {"ce", "bn", "tv"} and res.terms["bn"] > 0
+    assert res.images.min() >= 0 and res.images.max() <= 1
+    # The hooks are removed after the call: no BN hooks remain on the models.
+    assert all(not m._forward_hooks for model in ens for m in model.modules())
+
+
+def test_more_synthesis_steps_lower_the_class_loss() -> None:
+    torch.manual_seed(4)
+    ens, (student,) = [Linear(torch.randn(CLASSES, 64)) for _ in range(2)], models(1, seed=9)
+    losses = []
+    for steps in (1, 40):
+        res = synthesize(
+            ens,
+            torch.full((2,), 0.5),
+            student,
+            small(steps=steps, adv_weight=0.0, hardness=0.0, lr=0.05),
+            num_classes=CLASSES,
+            image_shape=SHAPE,
+            rng=rng(0),
+            device=torch.device("cpu"),
+            generator=Generator(SHAPE, nz=16, ngf=8),
+            nz=16,
+        )
+        losses.append(res.best_loss)
+    assert losses[1] < 0.5 * losses[0]
+
+
+# -- the epoch loop --------------------------------------------------------------------------
+
+
+def loop(seed: int = 0, **boost) -> DataFreeDistillation:
+    settings = {"epochs": 4, "batch_size": 4}
+    settings.update(boost)
+    (student,) = models(1, seed=9)
+    return DataFreeDistillation(
+        models(3),
+        student,
+        small(),
+        BoostSettings(**settings),
+        num_classes=CLASSES,
+        image_shape=SHAPE,
+        flip=True,
+        rng=rng(seed),
+        device=torch.device("cpu"),
+        nz=16,
+        ngf=8,
+    )
+
+
+def test_epoch_grows_the_pool_and_learns_weights() -> None:
+    run = loop()
+    assert torch.allclose(run.weights, torch.full((3,), 1 / 3))
+    assert math.isclose(run.mu, 0.1 / 3)
+    for e in range(1, 4):
+        stats = run.run_epoch()
+        assert len(run.pool) == 6 * e and stats["pool_size"] == 6 * e
+        assert stats["distill_steps"] == math.ceil(6 * e / 4)
+        assert stats["weight_steps"] == math.ceil(6 * e / 4)
+    assert not torch.allclose(run.weights, torch.full((3,), 1 / 3))
+    assert torch.all((run.weights >= 0) & (run.weights <= 1))
+    assert math.isclose(run.step_size(), 0.1 / 3 * 0.99**3)
+
+
+def test_switches_reweight_off_and_code_order() -> None:
+    off = loop(reweight=False)
+    for _ in range(2):
+        assert off.run_epoch()["weight_steps"] == 0
+    assert torch.equal(off.weights, torch.full((3,), 1 / 3))
+    code = loop(order="code")
+    assert code.run_epoch()["weight_steps"] == 0  # the first epoch has no pool yet
+    assert code.run_epoch()["weight_steps"] == math.ceil(6 / 4)  # the old pool only
+
+
+def test_diversify_off_distils_on_the_pool_as_stored() -> None:
+    calls = []
+    run = loop(diversify=False)
+    run._diversified = lambda x: calls.append(1) or x  # type: ignore[method-assign]
+    run.run_epoch()
+    assert calls  # still routed, but diversify=False leaves batches as they are
+    run2 = loop(diversify=False)
+    x = torch.randn(2, *SHAPE)
+    assert torch.equal(run2._diversified(x), x)
+    run3 = loop()
+    assert not torch.equal(run3._diversified(x), x)
+
+
+def test_resumed_run_equals_an_uninterrupted_one() -> None:
+    full = loop(seed=3)
+    for _ in range(3):
+        full.run_epoch()
+    first = loop(seed=3)
+    first.run_epoch()
+    state = first.state_dict()
+    resumed = loop(seed=99)  # a different rng: the state must carry it
+    resumed.load_state_dict(state)
+    for _ in range(2):
+        resumed.run_epoch()
+    assert torch.equal(full.weights, resumed.weights)
+    assert (full.pool.dataset().x == resumed.pool.dataset().x).all()
+    for k, v in full.student.state_dict().items():
+        assert torch.equal(v, resumed.student.state_dict()[k]), k
+
+
+def test_frozen_restores_modes_and_flags() -> None:
+    m = nn.Sequential(nn.Linear(2, 2), nn.Dropout())
+    m.train()
+    m[0].bias.requires_grad_(False)
+    with frozen([m]):
+        assert not m.training and not any(p.requires_grad for p in m.parameters())
+    assert m.training and m[0].weight.requires_grad and not m[0].bias.requires_grad
