@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset, batches
+from fedgo_flwr.schema import Checker
 
 __all__ = [
     "DIVERSIFY_VARIANTS",
@@ -479,6 +480,18 @@ class SynthesisSettings:
     tv_weight: float = 0.0
     l2_weight: float = 0.0
 
+    def check(self, c: Checker) -> None:
+        c.choice("source", SOURCES)
+        c.require("batch_size", self.batch_size >= 1, "must be >= 1")
+        c.require("steps", self.steps >= 1, "must be >= 1 (T_G: generator steps per epoch)")
+        c.require("lr", self.lr > 0, "must be > 0")
+        c.require("beta1", 0 <= self.beta1 < 1, "must be in [0, 1)")
+        c.require("grad_clip", self.grad_clip >= 0, "must be >= 0 (0: no clipping)")
+        c.require("hardness", self.hardness >= 0, "must be >= 0 (0: plain cross-entropy)")
+        c.require("adv_temperature", self.adv_temperature > 0, "must be > 0")
+        for name in ("ce_weight", "adv_weight", "bn_weight", "tv_weight", "l2_weight"):
+            c.require(name, getattr(self, name) >= 0, "must be >= 0")
+
 
 @dataclass
 class SynthesisResult:
@@ -630,12 +643,11 @@ class BoostSettings:
     the code's ``wdc``), ``order`` (:data:`ORDERS`). ``diversify`` (DHS), ``variant``,
     ``epsilon`` (8/255), ``diversify_temperature`` (the code variant's softmax temperature 4).
     Distillation (eq. 4): ``temperature`` 4, SGD ``lr`` 0.01, ``momentum`` 0.9,
-    ``weight_decay`` 1e-4, cosine-annealed over ``epochs`` (the code), ``grad_clip`` 10,
+    ``weight_decay`` 1e-4, cosine-annealed over the run's epochs (the code), ``grad_clip`` 10,
     ``batch_size`` 128, one shuffled pass over the pool per epoch; ``augment``: random
     horizontal flips of pool images where the data set allows them.
     """
 
-    epochs: int = 500
     reweight: bool = True
     mu: float | None = None
     mu_decay: float = 0.99
@@ -651,6 +663,21 @@ class BoostSettings:
     grad_clip: float = 10.0
     batch_size: int = 128
     augment: bool = True
+
+    def check(self, c: Checker) -> None:
+        if self.mu is not None:
+            c.require("mu", self.mu > 0, "must be > 0 (or null: 0.1 / number of clients)")
+        c.require("mu_decay", 0 < self.mu_decay <= 1, "must be in (0, 1]")
+        c.choice("order", ORDERS)
+        c.choice("variant", DIVERSIFY_VARIANTS)
+        c.require("epsilon", self.epsilon >= 0, "must be >= 0")
+        c.require("diversify_temperature", self.diversify_temperature > 0, "must be > 0")
+        c.require("temperature", self.temperature > 0, "must be > 0")
+        c.require("lr", self.lr > 0, "must be > 0")
+        c.require("momentum", 0 <= self.momentum < 1, "must be in [0, 1)")
+        c.require("weight_decay", self.weight_decay >= 0, "must be >= 0")
+        c.require("grad_clip", self.grad_clip >= 0, "must be >= 0 (0: no clipping)")
+        c.require("batch_size", self.batch_size >= 1, "must be >= 1")
 
 
 class DataFreeDistillation:
@@ -674,6 +701,7 @@ class DataFreeDistillation:
         flip: bool,
         rng: torch.Generator,
         device: torch.device,
+        epochs: int,
         nz: int = 256,
         ngf: int = 64,
     ) -> None:
@@ -705,7 +733,7 @@ class DataFreeDistillation:
             weight_decay=boost.weight_decay,
         )
         self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
-            self.optimizer, T_max=max(boost.epochs, 1)
+            self.optimizer, T_max=max(int(epochs), 1)
         )
         self.epoch = 0
 

@@ -133,6 +133,9 @@ class RunRecorder:
         # A strategy that ends before cfg.rounds (CPFL) marks its last round ``finished``; one
         # with no single global model in a round (CPFL's cohorts) passes no arrays.
         due = due or bool(getattr(self.strategy, "finished", False))
+        # One-shot strategies (strategies/oneshot.py) count server epochs, not rounds, and
+        # mark the rows whose model is due (``evaluate_now``; the others come without arrays).
+        due = due or bool(getattr(self.strategy, "evaluate_now", False))
         if due and len(arrays) > 0:
             self.model.load_state_dict(arrays.to_torch_state_dict())
             loss, acc = evaluate(self.model, self.test, self.cfg.eval.batch_size, self.device)

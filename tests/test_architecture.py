@@ -102,13 +102,24 @@ def test_checking_a_config_does_not_import_any_strategy():
 
 
 def test_every_algorithm_module_is_found_by_name():
-    assert strategies.available() == ["cpfl", "fedavg", "feddf", "fedgo", "fedprox", "scaffold"]
+    assert strategies.available() == [
+        "coboosting",
+        "cpfl",
+        "dense",
+        "fadi",
+        "fedavg",
+        "feddf",
+        "fedgo",
+        "fedprox",
+        "oneshot",
+        "scaffold",
+    ]
     assert clients.available() == ["cpfl", "fedavg", "fedgo", "fedprox", "scaffold"]
     for name in strategies.available():
         cls = strategies.strategy_class(name)
         assert cls.name == name and cls.__module__ == f"strategies.{name}"
         assert clients.client_class(cls.client_algorithm).name == cls.client_algorithm
-    with pytest.raises(ValueError, match="unknown strategy 'fedfoo'; choose one of cpfl, fedavg"):
+    with pytest.raises(ValueError, match="unknown strategy 'fedfoo'; choose one of coboosting"):
         strategies.strategy_class("fedfoo")
 
 

@@ -337,7 +337,7 @@ def test_more_synthesis_steps_lower_the_class_loss() -> None:
 
 
 def loop(seed: int = 0, **boost) -> DataFreeDistillation:
-    settings = {"epochs": 4, "batch_size": 4}
+    settings = {"batch_size": 4}
     settings.update(boost)
     (student,) = models(1, seed=9)
     return DataFreeDistillation(
@@ -350,6 +350,7 @@ def loop(seed: int = 0, **boost) -> DataFreeDistillation:
         flip=True,
         rng=rng(seed),
         device=torch.device("cpu"),
+        epochs=4,
         nz=16,
         ngf=8,
     )

@@ -1,0 +1,285 @@
+"""One-shot federated learning: one communication round, then the server works alone.
+
+Co-Boosting (Dai et al., ICLR 2024; paper 004), Sec. 3.1: every client trains once, from
+scratch, with its ordinary local training, and uploads its model, nothing else; the server
+never talks to the clients again. This base is the paper's simplest baselines:
+
+- **one-shot FedAvg**: the global model is the n_k-weighted average of the uploaded models
+  (Table 1's "FedAvg"; only when every client has the server's architecture);
+- **FedENS** and **DW-FedENS**: the ensemble of the uploaded models with uniform and
+  data-size weights (eq. 2 with ``w_k = 1/n`` and ``w_k = n_k / sum n``), whose test accuracy
+  every one-shot run reports (``ensemble_accuracy_uniform``, ``ensemble_accuracy_data_size``).
+
+Subclasses (:mod:`strategies.coboosting`, :mod:`strategies.dense`, :mod:`strategies.fadi`)
+add server epochs after the clients' round (:meth:`OneShot.server_epoch`).
+
+**Rounds and rows.** ``rounds`` must be 1: the one communication round. The run's
+``metrics.jsonl`` has that round as ``round: 1`` and then one row per server epoch ``e`` as
+``round: 1 + e`` with ``epoch: e``; the student is evaluated on the test split every
+``eval.every`` epochs and in the last. A checkpoint after each row holds the uploaded models,
+so a resumed run never trains the clients again.
+
+**A client that fails** its round (an error, a bad reply, no reply) is left out, named in a
+WARNING and in ``summary.json`` (``clients_left_out``); the run goes on with the others if at
+least ``min_clients`` replied, and stops with an error naming them otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+from flwr.supercore import log
+from torch import Tensor, nn
+
+from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.datafree import weighted_logits
+from fedgo_flwr.messages import stream_replies, to_numpy, to_record
+from fedgo_flwr.schema import Checker
+from fedgo_flwr.shutdown import raise_if_stopping
+from fedgo_flwr.training import predict_logits
+from strategies.base import BaseConfig, Reply, Strategy
+
+__all__ = ["OneShot", "OneShotConfig"]
+
+
+@dataclass
+class OneShotConfig(BaseConfig):
+    """``teacher_batch_size``: batch of the client models' test-set inference."""
+
+    teacher_batch_size: int = 256
+
+    def check(self, c: Checker) -> None:
+        c.require("teacher_batch_size", self.teacher_batch_size >= 1, "must be >= 1")
+
+
+class OneShot(Strategy):
+    """One round of local training; the global model is the clients' average (one-shot FedAvg)."""
+
+    name = "oneshot"
+    client_algorithm = "fedavg"
+    Config = OneShotConfig
+
+    @classmethod
+    def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
+        epochs = "epochs" in {f.name for f in dataclasses.fields(cls.Config)}
+        c.at("", cfg).require(
+            "rounds",
+            cfg.rounds == 1,
+            f"must be 1 for {cls.name}: a one-shot run has one communication round"
+            + ("; the server's epochs are strategy.epochs" if epochs else ""),
+        )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.resources is None:
+            raise ValueError(f"{self.name} needs the server's resources (its test split)")
+        self.teachers: dict[int, dict[str, np.ndarray]] = {}
+        self.teacher_sizes: dict[int, int] = {}
+        self.left_out: list[int] = []
+        self.average: dict[str, np.ndarray] | None = None
+        self.epochs_done = 0
+        self.finished = False
+        self.evaluate_now = False
+        self._test_logits: Tensor | None = None
+        self._modules: list[nn.Module] | None = None
+
+    # -- what subclasses change ------------------------------------------------------------
+    @property
+    def epochs(self) -> int:
+        """Server epochs after the clients' round (none for one-shot FedAvg)."""
+        return int(getattr(self.params, "epochs", 0))
+
+    def needs_average(self) -> bool:
+        """Whether the clients' parameter average is computed (one architecture for all)."""
+        return True
+
+    def after_clients(self, initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The global model once the clients' models are in: their average."""
+        assert self.average is not None
+        return self.average
+
+    def server_epoch(self, epoch: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Server epoch ``epoch`` (1-based): the new global model and the row's metrics."""
+        raise NotImplementedError
+
+    # -- the clients' models ---------------------------------------------------------------
+    @property
+    def pids(self) -> list[int]:
+        """Partition ids of the uploaded models, in order (the ensemble's member order)."""
+        return sorted(self.teachers)
+
+    def client_model(self, pid: int) -> nn.Module:
+        """A fresh module of client ``pid``'s architecture."""
+        return self.model_factory()
+
+    def teacher_modules(self) -> list[nn.Module]:
+        """The uploaded models as modules (built once), in :attr:`pids` order, in eval mode."""
+        if self._modules is None:
+            mods = []
+            for pid in self.pids:
+                m = self.client_model(pid)
+                m.load_state_dict({k: torch.from_numpy(v) for k, v in self.teachers[pid].items()})
+                mods.append(m.to(self.resources.device).eval())
+            self._modules = mods
+        return self._modules
+
+    def data_size_weights(self) -> Tensor:
+        sizes = torch.tensor([self.teacher_sizes[p] for p in self.pids], dtype=torch.float32)
+        return sizes / sizes.sum()
+
+    def test_logits(self) -> Tensor:
+        """Every uploaded model's logits on the test split, ``(n, N, C)`` (computed once)."""
+        if self._test_logits is None:
+            test, dev = self.resources.bundle.test, self.resources.device
+            bs = self.params.teacher_batch_size
+            self._test_logits = torch.stack(
+                [predict_logits(m, test, bs, dev).float() for m in self.teacher_modules()]
+            )
+        return self._test_logits
+
+    def ensemble_accuracy(self, weights: Tensor) -> float:
+        """Test accuracy of ``A_w`` (eq. 2) for scalar weights ``(n,)``."""
+        labels = torch.as_tensor(self.resources.bundle.test.y, dtype=torch.long)
+        pred = weighted_logits(self.test_logits(), weights).argmax(1)
+        return float((pred == labels).float().mean())
+
+    def ensemble_metrics(self) -> dict[str, float]:
+        n = len(self.pids)
+        return {
+            "ensemble_accuracy_uniform": self.ensemble_accuracy(torch.full((n,), 1.0 / n)),
+            "ensemble_accuracy_data_size": self.ensemble_accuracy(self.data_size_weights()),
+        }
+
+    # -- the round -------------------------------------------------------------------------
+    def absorb(self, server_round: int, reply: Reply) -> None:
+        self.teachers[reply.partition_id] = {k: np.array(v) for k, v in reply.arrays.items()}
+        self.teacher_sizes[reply.partition_id] = reply.num_examples
+        if self.needs_average():
+            super().absorb(server_round, reply)
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
+        self.average = self.averaged() if self.needs_average() else None
+        return self.average if self.average is not None else self.global_arrays
+
+    def clients_round(
+        self, grid: Grid, initial: ArrayRecord, config: ConfigRecord, timeout: float
+    ) -> dict[str, np.ndarray]:
+        """Round 1: every sampled client trains once and uploads; the rest are left out."""
+        messages = self.configure_train(1, initial, config, grid)
+        arrays, _ = self.aggregate_train(1, stream_replies(grid, messages, timeout))
+        raise_if_stopping("the clients' round")
+        self.left_out = [p for p in self.sampled if p not in self.teachers]
+        if self.left_out:
+            log(WARNING, "%s: clients %s are left out (no usable model)", self.name, self.left_out)
+        if arrays is None:
+            raise RuntimeError(
+                f"{self.name}: only {len(self.teachers)} usable client models (clients "
+                f"{self.pids}); min_clients is {self.cfg.min_clients}. Left out: {self.left_out}"
+            )
+        return to_numpy(arrays)
+
+    # -- the loop --------------------------------------------------------------------------
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 1,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        *,
+        first_round: int = 1,
+        round_end: Callable[[int, ArrayRecord], None] | None = None,
+    ) -> Result:
+        """Round 1 (the clients), then rows ``1 + e`` for the server epochs ``e``."""
+        log(INFO, "Starting %s (one round, then %d server epochs)", self.name, self.epochs)
+        self.summary()
+        result = Result()
+        arrays = initial_arrays
+        result.arrays = arrays
+        if first_round == 1:
+            if evaluate_fn:
+                evaluate_fn(0, arrays)
+            log(INFO, "")
+            log(INFO, "[ROUND 1/1] clients train once")
+            config = ConfigRecord() if train_config is None else ConfigRecord(train_config)
+            self.clients_round(grid, initial_arrays, config, timeout)
+            t0 = time.perf_counter()
+            state = self.after_clients(to_numpy(initial_arrays))
+            self.last_round.update(self.ensemble_metrics())
+            self.last_round["clients_left_out"] = len(self.left_out)
+            self.last_round["server_setup_time"] = time.perf_counter() - t0
+            self.finished = self.epochs == 0
+            arrays = to_record(state)
+            result.arrays = arrays
+            self._row(1, arrays, evaluate_fn, round_end, due=True)
+        for epoch in range(self.epochs_done + 1, self.epochs + 1):
+            state, metrics = self.server_epoch(epoch)
+            raise_if_stopping(f"server epoch {epoch}")
+            self.epochs_done = epoch
+            self.finished = epoch == self.epochs
+            self.last_round = {"epoch": epoch, **metrics}
+            arrays = to_record(state)
+            result.arrays = arrays
+            due = epoch % self.cfg.eval.every == 0 or self.finished
+            self._row(1 + epoch, arrays, evaluate_fn, round_end, due=due)
+        return result
+
+    def _row(
+        self,
+        row: int,
+        arrays: ArrayRecord,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None,
+        round_end: Callable[[int, ArrayRecord], None] | None,
+        due: bool,
+    ) -> None:
+        self.evaluate_now = due
+        if evaluate_fn:
+            evaluate_fn(row, arrays if due else ArrayRecord())
+        self.evaluate_now = False
+        if round_end is not None:
+            raise_if_stopping(f"row {row}'s checkpoint")
+            round_end(row, arrays)
+
+    # -- results and resume ----------------------------------------------------------------
+    def report(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "clients_used": self.pids,
+            "clients_left_out": self.left_out,
+            "server_epochs": self.epochs_done,
+        }
+        if self.teachers:
+            out.update(self.ensemble_metrics())
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "teachers": [
+                {"pid": p, "size": self.teacher_sizes[p], "arrays": self.teachers[p]}
+                for p in self.pids
+            ],
+            "left_out": list(self.left_out),
+            "average": self.average,
+            "epochs_done": self.epochs_done,
+            "sampled": list(self.sampled),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.teachers = {int(t["pid"]): dict(t["arrays"]) for t in state.get("teachers", [])}
+        self.teacher_sizes = {int(t["pid"]): int(t["size"]) for t in state.get("teachers", [])}
+        self.left_out = [int(p) for p in state.get("left_out", [])]
+        self.average = state.get("average")
+        self.epochs_done = int(state.get("epochs_done", 0))
+        self.sampled = [int(p) for p in state.get("sampled", [])]
+        self._modules, self._test_logits = None, None
