@@ -56,6 +56,7 @@ from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset, batches
 from fedgo_flwr.schema import Checker
+from fedgo_flwr.weighting import log_discriminator_odds
 
 __all__ = [
     "DIVERSIFY_VARIANTS",
@@ -70,6 +71,7 @@ __all__ = [
     "SyntheticPool",
     "adversarial_kl",
     "diversify",
+    "fedgo_multipliers",
     "frozen",
     "hard_cross_entropy",
     "image_prior_losses",
@@ -213,18 +215,41 @@ def weighted_logits(logits: Tensor, weights: Tensor) -> Tensor:
     return (w * logits).sum(0) / w.sum(0).clamp_min(MIN_WEIGHT_SUM)
 
 
-def weight_step(weights: Tensor, logits: Tensor, labels: Tensor, step: float) -> Tensor:
+def weight_step(
+    weights: Tensor,
+    logits: Tensor,
+    labels: Tensor,
+    step: float,
+    multipliers: Tensor | None = None,
+) -> Tensor:
     """One update of the ensemble weights, eq. 12: ``clip(w - step * sign(grad_w L_w), 0, 1)``.
 
     ``L_w`` is eq. 11's cross-entropy of the weighted ensemble (:func:`weighted_logits`) on a
     labelled synthetic batch; ``logits`` are the members' logits on it ``(n, N, C)`` (computed
-    once, without gradients: only ``w`` is differentiated). Returns new weights; the input is
-    not modified. ``step`` is ``mu`` (paper 0.1 / n) times the per-epoch decay.
+    once, without gradients: only ``w`` is differentiated). With per-sample ``multipliers``
+    ``(n, N)`` (FedGO's odds weights, :func:`fedgo_multipliers`) member ``k`` weighs
+    ``w_k m_k(x)`` on sample ``x``. Returns new weights; the input is not modified. ``step`` is
+    ``mu`` (paper 0.1 / n) times the per-epoch decay.
     """
     w = weights.detach().clone().requires_grad_(True)
-    loss = F.cross_entropy(weighted_logits(logits.detach(), w), labels)
+    mixed = w if multipliers is None else w[:, None] * multipliers.detach()
+    loss = F.cross_entropy(weighted_logits(logits.detach(), mixed), labels)
     (grad,) = torch.autograd.grad(loss, w)
     return (weights.detach() - step * grad.sign()).clamp(0.0, 1.0)
+
+
+def fedgo_multipliers(disc_logits: Tensor, sizes: Tensor, mode: str = "double_sigmoid") -> Tensor:
+    """FedGO's per-sample weights ``n_k Phi_k(x) / sum_i n_i Phi_i(x)`` ``(n, N)`` (FedGO,
+    Jang et al. ICML 2025, Thm 3.6 Eq. (9)) from discriminator logits ``(n, N)``.
+
+    Computed as a softmax over clients of ``log n_k + log Phi_k(x)``
+    (:func:`fedgo_flwr.weighting.log_discriminator_odds`): stable for any logit and
+    differentiable in ``x``, so the generator and the diversification step see the weights
+    change with the sample. Equal to :func:`fedgo_flwr.weighting.compute_weights` ``("fedgo")``.
+    """
+    log_phi = log_discriminator_odds(disc_logits.float(), mode)
+    log_n = sizes.to(log_phi).log().view(-1, 1)
+    return torch.softmax(log_n + log_phi, dim=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -516,6 +541,7 @@ def synthesize(
     device: torch.device,
     generator: nn.Module | None = None,
     nz: int = 256,
+    sample_weights: Callable[[Tensor], Tensor] | None = None,
 ) -> SynthesisResult:
     """Synthesise one labelled batch against the weighted ensemble and the student (Alg. 1, 5-9).
 
@@ -557,7 +583,17 @@ def synthesize(
         bn_stats = BNStatistics(models) if settings.bn_weight else None
         try:
             best = _synthesis_steps(
-                models, weights, student, settings, labels, params, opt, images, bn_stats, generator
+                models,
+                weights,
+                student,
+                settings,
+                labels,
+                params,
+                opt,
+                images,
+                bn_stats,
+                generator,
+                sample_weights,
             )
         finally:
             if bn_stats is not None:
@@ -576,6 +612,7 @@ def _synthesis_steps(
     images: Callable[[], Tensor],
     bn_stats: BNStatistics | None,
     generator: nn.Module | None,
+    sample_weights: Callable[[Tensor], Tensor] | None = None,
 ) -> SynthesisResult:
     w = weights.detach().to(labels.device)
     best_loss, last_loss = float("inf"), float("inf")
@@ -586,7 +623,8 @@ def _synthesis_steps(
         x = to_model_input(x01)
         if bn_stats is not None:
             bn_stats.reset()
-        t_out = weighted_logits(member_logits(models, x), w)
+        mixed = w if sample_weights is None else w[:, None] * sample_weights(x)
+        t_out = weighted_logits(member_logits(models, x), mixed)
         terms: dict[str, Tensor] = {}
         if settings.ce_weight:
             terms["ce"] = settings.ce_weight * hard_cross_entropy(t_out, labels, settings.hardness)
@@ -704,6 +742,7 @@ class DataFreeDistillation:
         epochs: int,
         nz: int = 256,
         ngf: int = 64,
+        sample_weights: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
         if not models:
             raise ValueError("data-free distillation needs at least one client model")
@@ -736,12 +775,16 @@ class DataFreeDistillation:
             self.optimizer, T_max=max(int(epochs), 1)
         )
         self.epoch = 0
+        self.sample_weights = sample_weights
 
     # -- pieces ----------------------------------------------------------------------------
     def ensemble(self, x: Tensor, weights: Tensor | None = None) -> Tensor:
-        """``A_w(x)`` under the current (or given) weights."""
-        w = self.weights if weights is None else weights
-        return weighted_logits(member_logits(self.models, x), w.to(x.device))
+        """``A_w(x)`` under the current (or given) weights, times the per-sample multipliers
+        ``m_k(x)`` when the engine has them (FedGO's odds: member ``k`` weighs ``w_k m_k(x)``)."""
+        w = (self.weights if weights is None else weights).to(x.device)
+        if self.sample_weights is not None:
+            w = w[:, None] * self.sample_weights(x)
+        return weighted_logits(member_logits(self.models, x), w)
 
     def step_size(self) -> float:
         """``mu * mu_decay ** epoch``: this epoch's weight step."""
@@ -769,7 +812,8 @@ class DataFreeDistillation:
                 x = self._diversified(x)
             with torch.no_grad():
                 logits = member_logits(self.models, x)
-            self.weights = weight_step(self.weights, logits.cpu(), y.cpu(), step)
+                mult = None if self.sample_weights is None else self.sample_weights(x).cpu()
+            self.weights = weight_step(self.weights, logits.cpu(), y.cpu(), step, mult)
             steps += 1
         return steps
 
@@ -809,6 +853,7 @@ class DataFreeDistillation:
             device=self.device,
             generator=self.generator,
             nz=self.nz,
+            sample_weights=self.sample_weights,
         )
         synth_time = time.perf_counter() - start
         start = time.perf_counter()

@@ -95,6 +95,10 @@ class CoBoosting(OneShot):
         self.engine: DataFreeDistillation | None = None
         self._engine_state: dict[str, Any] | None = None
 
+    def boost_settings(self) -> BoostSettings:
+        """The engine's re-weighting, diversification and distillation settings."""
+        return self.params.boost
+
     def build_engine(self, initial: dict[str, np.ndarray]) -> DataFreeDistillation:
         p: CoBoostingConfig = self.params
         student = self.model_factory()
@@ -105,7 +109,7 @@ class CoBoosting(OneShot):
             self.teacher_modules(),
             student,
             p.synthesis,
-            p.boost,
+            self.boost_settings(),
             num_classes=train.num_classes,
             image_shape=train.input_shape,
             flip=train.flip,

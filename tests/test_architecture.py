@@ -104,6 +104,7 @@ def test_checking_a_config_does_not_import_any_strategy():
 def test_every_algorithm_module_is_found_by_name():
     assert strategies.available() == [
         "coboosting",
+        "coboosting_fedgo",
         "cpfl",
         "dense",
         "fadi",
@@ -114,7 +115,14 @@ def test_every_algorithm_module_is_found_by_name():
         "oneshot",
         "scaffold",
     ]
-    assert clients.available() == ["cpfl", "fedavg", "fedgo", "fedprox", "scaffold"]
+    assert clients.available() == [
+        "cpfl",
+        "fedavg",
+        "fedgo",
+        "fedprox",
+        "oneshot_fedgo",
+        "scaffold",
+    ]
     for name in strategies.available():
         cls = strategies.strategy_class(name)
         assert cls.name == name and cls.__module__ == f"strategies.{name}"

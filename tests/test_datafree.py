@@ -18,6 +18,7 @@ from fedgo_flwr.datafree import (
     SyntheticPool,
     adversarial_kl,
     diversify,
+    fedgo_multipliers,
     frozen,
     hard_cross_entropy,
     kd_loss,
@@ -417,3 +418,53 @@ def test_frozen_restores_modes_and_flags() -> None:
     with frozen([m]):
         assert not m.training and not any(p.requires_grad for p in m.parameters())
     assert m.training and m[0].weight.requires_grad and not m[0].bias.requires_grad
+
+
+# -- FedGO's odds weights in the data-free loop ------------------------------------------------
+
+
+def test_fedgo_multipliers_equal_fedgo_weighting_and_reduce_to_data_size():
+    from fedgo_flwr.weighting import WeightingInputs, compute_weights
+
+    torch.manual_seed(5)
+    z = torch.randn(3, 7) * 4
+    sizes = torch.tensor([10.0, 30.0, 60.0])
+    for mode in ("double_sigmoid", "sigmoid"):
+        ref = compute_weights(
+            "fedgo",
+            WeightingInputs(logits=torch.zeros(3, 7, CLASSES), num_examples=sizes, disc_logits=z),
+            disc_mode=mode,
+        )
+        assert torch.allclose(fedgo_multipliers(z, sizes, mode), ref.float(), atol=1e-6)
+    same = fedgo_multipliers(torch.full((3, 7), 2.5), sizes)
+    assert torch.allclose(same, (sizes / sizes.sum()).view(3, 1).expand(3, 7), atol=1e-7)
+    # Differentiable in the discriminator logits (the generator sees the weights move).
+    zg = z.clone().requires_grad_(True)
+    fedgo_multipliers(zg, sizes)[0].sum().backward()
+    assert zg.grad is not None and zg.grad.abs().sum() > 0
+
+
+def test_weight_step_through_per_sample_multipliers():
+    labels = torch.tensor([0, 1])
+    right = F.one_hot(labels, CLASSES).float() * 5
+    wrong = F.one_hot((labels + 1) % CLASSES, CLASSES).float() * 5
+    z = torch.stack([right, wrong])
+    w = torch.tensor([0.5, 0.5])
+    # The multipliers already favour member 0 on sample 0 and member 1 on sample 1.
+    m = torch.tensor([[0.9, 0.1], [0.1, 0.9]])
+    new = weight_step(w, z, labels, 0.1, m)
+    assert torch.allclose(new, torch.tensor([0.6, 0.4]))
+    mixed = weighted_logits(z, w[:, None] * m)
+    assert torch.allclose(mixed[0], 0.9 * right[0] + 0.1 * wrong[0])
+
+
+def test_engine_ensemble_with_sample_weights():
+    run = loop()
+    x = torch.randn(5, *SHAPE)
+    plain = run.ensemble(x)
+    run.sample_weights = lambda v: torch.full((3, v.shape[0]), 1 / 3)
+    assert torch.allclose(run.ensemble(x), plain, atol=1e-6)
+    run.sample_weights = lambda v: torch.tensor([1.0, 0.0, 0.0]).view(3, 1).expand(3, v.shape[0])
+    assert torch.allclose(run.ensemble(x), member_logits(run.models, x)[0], atol=1e-6)
+    stats = run.run_epoch()
+    assert stats["pool_size"] == 6

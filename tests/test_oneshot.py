@@ -200,3 +200,50 @@ def test_server_holds_no_data_and_student_can_start_from_the_average(tmp_path):
     run_inprocess(config(tmp_path / "avg", "strategy.epochs=1", name="oneshot"))
     assert first == rows_of(tmp_path / "avg")[1]["test_accuracy"]  # student = the average
     assert np.isfinite(summary_of(tmp_path)["final_accuracy"])
+
+
+def test_coboosting_with_fedgo_odds_in_the_one_round(tmp_path):
+    cfg = config(tmp_path, "strategy.discriminator.epochs=1", name="coboosting_fedgo")
+    assert cfg.strategy.params.generator.steps == 0  # untrained generator, no server data
+    run_inprocess(cfg)
+    rows = rows_of(tmp_path)
+    assert rows[1]["clients_replied"] == 4
+    assert rows[1]["clients_failed"] == 0  # every reply carried a usable discriminator
+    s = summary_of(tmp_path)
+    for key in ("ensemble_accuracy_fedgo", "ensemble_accuracy_learned", "final_accuracy"):
+        assert 0 <= s[key] <= 1
+    assert s["ensemble_weights"] != [0.25] * 4
+    run_inprocess(
+        config(
+            tmp_path / "odds",
+            "strategy.discriminator.epochs=1",
+            "strategy.combine=odds",
+            name="coboosting_fedgo",
+        )
+    )
+    odds = summary_of(tmp_path / "odds")
+    assert odds["ensemble_weights"] == [0.25] * 4
+    assert odds["ensemble_accuracy_learned"] == odds["ensemble_accuracy_fedgo"]
+    assert odds["ensemble_accuracy_fedgo"] == s["ensemble_accuracy_fedgo"]  # same discriminators
+
+
+def test_a_reply_without_a_discriminator_is_refused(tmp_path):
+    from flwr.app import ArrayRecord, RecordDict
+
+    from fedgo_flwr.task import load_bundle, make_partition, new_model
+    from strategies.base import ServerResources
+    from strategies.coboosting_fedgo import CoBoostingFedGO
+
+    cfg = config(tmp_path, name="coboosting_fedgo")
+    bundle = load_bundle(cfg.data)
+    res = ServerResources(bundle, make_partition(cfg), torch.device("cpu"), tmp_path)
+    strategy = CoBoostingFedGO(cfg, {p: p + 1 for p in range(4)}, new_model(cfg, bundle), res)
+    assert "no ArrayRecord 'discriminator'" in strategy.check_reply(RecordDict({}))
+    wrong = RecordDict({"discriminator": ArrayRecord({"w": torch.zeros(3)})})
+    assert "discriminator" in strategy.check_reply(wrong)
+
+
+def test_fedgo_generator_training_needs_server_data(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        preflight(config(tmp_path, "strategy.generator.steps=10", name="coboosting_fedgo"))
+    assert err.value.key == "data.server_fraction"

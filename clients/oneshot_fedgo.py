@@ -1,0 +1,36 @@
+"""One-shot client with a FedGO discriminator: local training and D_k in the same round.
+
+The beyond-the-paper variant of Co-Boosting's one-shot setting (issue 14): the one training
+message carries a generator G besides the model; the client trains its model as FedAvg does,
+then its discriminator D_k against G (FedGO, Jang et al. ICML 2025, Alg. 3: local data
+labelled 1, samples of the frozen G labelled 0; :meth:`clients.fedgo.FedGOClient.
+train_discriminator`), and uploads both in one reply (``discriminator`` ArrayRecord beside the
+model). The generator may be untrained: FedGO's Table 12 found odds against a random G
+already informative.
+"""
+
+from __future__ import annotations
+
+from flwr.app import ArrayRecord
+
+from clients.base import ClientAlgorithm, ClientJob
+from clients.fedgo import FedGOClient
+from fedgo_flwr.gan.settings import GanConfig
+from fedgo_flwr.messages import ARRAYS
+from fedgo_flwr.training import TrainStats
+
+DISCRIMINATOR_KEY = "discriminator"
+
+
+class OneShotFedGOClient(ClientAlgorithm):
+    """FedAvg's local training, then the discriminator, one reply."""
+
+    name = "oneshot_fedgo"
+    needs_server_state = True  # the generator and the discriminators
+    Config = GanConfig
+
+    def train(self, job: ClientJob) -> tuple[TrainStats, dict[str, ArrayRecord]]:
+        stats, extra = super().train(job)
+        records, metrics = FedGOClient().train_discriminator(job)
+        stats.metrics.update(metrics)
+        return stats, {**extra, DISCRIMINATOR_KEY: records[ARRAYS]}

@@ -1,0 +1,237 @@
+"""Co-Boosting with FedGO's discriminator-odds weights (beyond both papers).
+
+One-shot FL as :class:`~strategies.coboosting.CoBoosting`, but the ensemble weighs client
+``k`` on sample ``x`` by FedGO's odds weight ``w_k(x) = n_k Phi_k(x) / sum_i n_i Phi_i(x)``
+(Jang, Park, Lee, ICML 2025, Thm 3.6 Eq. (9)) instead of, or on top of, Co-Boosting's learned
+scalar ``w_k``. The generator G goes out with the one training message; every client trains
+its model and then its discriminator against G and uploads both in the same reply
+(``clients/oneshot_fedgo.py``): still one round, and the discriminators cost one extra
+upload each. G is loaded from ``strategy.generator.path`` (FedGO's G2, an off-the-shelf
+generator), trained on the server's share when it has one (G1, ``generator.steps > 0``), and
+otherwise left untrained (seeded): FedGO's Table 12 reports odds against an untrained G
+already help.
+
+``combine``: ``odds`` (FedGO's weights alone; the scalar weights stay 1/n) or ``odds_learned``
+(member ``k`` weighs ``w_k Phi-weight_k(x)``, ``w`` learned by Co-Boosting's eq. 12 through the
+odds). The weights enter everywhere the ensemble does: synthesis, the weight steps,
+diversification, distillation, and the reported ``ensemble_accuracy_fedgo`` (odds only) and
+``ensemble_accuracy_learned`` (the combination). A client whose discriminator is missing or
+unusable is left out with its model (it has no weight to give).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from logging import INFO
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.supercore import log
+from torch import Tensor, nn
+
+from clients.oneshot_fedgo import DISCRIMINATOR_KEY
+from fedgo_flwr.aggregation import check_arrays
+from fedgo_flwr.checkpoint import safe_torch_load
+from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.datafree import (
+    BoostSettings,
+    DataFreeDistillation,
+    fedgo_multipliers,
+    weighted_logits,
+)
+from fedgo_flwr.gan import build_critic, build_discriminator, build_generator, train_wgan_gp
+from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
+from fedgo_flwr.messages import to_numpy
+from fedgo_flwr.rng import derive_seed, make_rng
+from fedgo_flwr.schema import Checker
+from fedgo_flwr.training import predict_logits
+from fedgo_flwr.weighting import DISC_MODES
+from strategies.base import Reply, ReplyRejected
+from strategies.coboosting import CoBoosting, CoBoostingConfig
+
+__all__ = ["CoBoostingFedGO", "CoBoostingFedGOConfig"]
+
+COMBINE = ("odds", "odds_learned")
+GENERATOR_KEY = "generator"
+
+
+@dataclass
+class CoBoostingFedGOConfig(CoBoostingConfig):
+    """Co-Boosting's parameters plus FedGO's generator and discriminator sections."""
+
+    combine: str = "odds_learned"
+    disc_mode: str = "double_sigmoid"
+    generator: GeneratorConfig = field(default_factory=lambda: GeneratorConfig(steps=0))
+    discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
+
+    def check(self, c: Checker) -> None:
+        super().check(c)
+        c.choice("combine", COMBINE)
+        c.choice("disc_mode", DISC_MODES)
+
+
+class CoBoostingFedGO(CoBoosting):
+    """Co-Boosting whose ensemble weighs each sample by the clients' discriminator odds."""
+
+    name = "coboosting_fedgo"
+    client_algorithm = "oneshot_fedgo"
+    Config = CoBoostingFedGOConfig
+
+    @classmethod
+    def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
+        super().preflight(cfg, c)
+        gp = cfg.strategy.params.generator
+        if gp.steps > 0 and not gp.path:
+            c.at("data.", cfg.data).require(
+                "server_fraction",
+                cfg.data.server_fraction > 0,
+                "must be > 0 to train the generator on server data (strategy.generator.steps "
+                "> 0); or give strategy.generator.path, or steps: 0 for an untrained generator",
+            )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.discriminators: dict[int, dict[str, np.ndarray]] = {}
+        self._disc_modules: list[nn.Module] | None = None
+        self._test_disc: Tensor | None = None
+        self.generator = self._generator()
+        shape = self.resources.bundle.train.input_shape
+        ref = build_discriminator(self.params.discriminator.name, shape, seed=0)
+        self._disc_reference = {k: v.numpy() for k, v in ref.state_dict().items()}
+
+    def _generator(self) -> nn.Module:
+        """G: loaded (G2), trained on the server's share (G1), or untrained (seeded)."""
+        gp, res = self.params.generator, self.resources
+        shape = res.bundle.train.input_shape
+        gen = build_generator(
+            gp.name,
+            gp.latent_dim,
+            shape,
+            seed=derive_seed(self.cfg.seed, "gen-init"),
+            **gp.model_kwargs(),
+        )
+        if gp.path:
+            gen.load_state_dict(safe_torch_load(gp.path, "generator file"))
+            log(INFO, "%s: generator loaded from %s", self.name, gp.path)
+        elif gp.steps > 0:
+            critic = build_critic(
+                gp.name, shape, seed=derive_seed(self.cfg.seed, "critic-init"), **gp.model_kwargs()
+            )
+            train_wgan_gp(
+                gen,
+                critic,
+                res.bundle.train.subset(res.partition.server),
+                steps=gp.steps,
+                batch_size=gp.batch_size,
+                lr=gp.lr,
+                n_critic=gp.n_critic,
+                gp_lambda=gp.gp_lambda,
+                rng=make_rng(self.cfg.seed, "wgan"),
+                device=res.device,
+                augment=self.cfg.data.augment,
+            )
+        else:
+            log(INFO, "%s: untrained generator (seeded)", self.name)
+        return gen.cpu().eval()
+
+    # -- the round -------------------------------------------------------------------------
+    def train_record(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
+    ) -> RecordDict:
+        record = super().train_record(server_round, arrays, config)
+        record[GENERATOR_KEY] = ArrayRecord(self.generator.state_dict())
+        return record
+
+    def check_reply(self, content: RecordDict) -> str | None:
+        if DISCRIMINATOR_KEY not in content.array_records:
+            return f"no ArrayRecord '{DISCRIMINATOR_KEY}' (the client's discriminator)"
+        return check_arrays(
+            to_numpy(content[DISCRIMINATOR_KEY]), self._disc_reference, "discriminator"
+        )
+
+    def absorb(self, server_round: int, reply: Reply) -> None:
+        if DISCRIMINATOR_KEY not in reply.content.array_records:  # checked; for safety
+            raise ReplyRejected("no discriminator")
+        disc = {k: np.array(v) for k, v in to_numpy(reply.content[DISCRIMINATOR_KEY]).items()}
+        super().absorb(server_round, reply)
+        self.discriminators[reply.partition_id] = disc
+
+    # -- the weights -----------------------------------------------------------------------
+    def discriminator_modules(self) -> list[nn.Module]:
+        """The uploaded discriminators, in :attr:`pids` order, frozen."""
+        if self._disc_modules is None:
+            shape = self.resources.bundle.train.input_shape
+            mods = []
+            for pid in self.pids:
+                d = build_discriminator(self.params.discriminator.name, shape)
+                d.load_state_dict(
+                    {k: torch.from_numpy(v) for k, v in self.discriminators[pid].items()}
+                )
+                mods.append(d.to(self.resources.device).eval().requires_grad_(False))
+            self._disc_modules = mods
+        return self._disc_modules
+
+    def sizes(self) -> Tensor:
+        return torch.tensor([self.teacher_sizes[p] for p in self.pids], dtype=torch.float32)
+
+    def odds_weights(self, x: Tensor) -> Tensor:
+        """``n_k Phi_k(x) / sum_i n_i Phi_i(x)`` on a batch of model inputs, ``(n, N)``."""
+        z = torch.stack([d(x).float().view(-1) for d in self.discriminator_modules()])
+        return fedgo_multipliers(z, self.sizes().to(z.device), self.params.disc_mode)
+
+    def boost_settings(self) -> BoostSettings:
+        """``odds`` keeps the scalar weights at 1/n: no weight steps."""
+        boost = self.params.boost
+        return (
+            dataclasses.replace(boost, reweight=False) if self.params.combine == "odds" else boost
+        )
+
+    def build_engine(self, initial: dict[str, np.ndarray]) -> DataFreeDistillation:
+        engine = super().build_engine(initial)
+        engine.sample_weights = self.odds_weights
+        return engine
+
+    def test_odds(self) -> Tensor:
+        """The FedGO weights on the test split, ``(n, N)`` (computed once)."""
+        if self._test_disc is None:
+            test, dev = self.resources.bundle.test, self.resources.device
+            bs = self.params.teacher_batch_size
+            z = torch.stack(
+                [
+                    predict_logits(d, test, bs, dev).float().view(-1)
+                    for d in self.discriminator_modules()
+                ]
+            )
+            self._test_disc = fedgo_multipliers(z, self.sizes(), self.params.disc_mode)
+        return self._test_disc
+
+    def _accuracy(self, weights: Tensor) -> float:
+        labels = torch.as_tensor(self.resources.bundle.test.y, dtype=torch.long)
+        pred = weighted_logits(self.test_logits(), weights).argmax(1)
+        return float((pred == labels).float().mean())
+
+    def ensemble_metrics(self) -> dict[str, float]:
+        out = super().ensemble_metrics()
+        odds = self.test_odds()
+        out["ensemble_accuracy_fedgo"] = self._accuracy(odds)
+        if self.engine is not None:
+            out["ensemble_accuracy_learned"] = self._accuracy(self.engine.weights[:, None] * odds)
+        return out
+
+    # -- resume ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["discriminators"] = [
+            {"pid": p, "arrays": self.discriminators[p]} for p in sorted(self.discriminators)
+        ]
+        return state
+
+    def load_state_dict(self, state: Any) -> None:
+        super().load_state_dict(state)
+        self.discriminators = {
+            int(d["pid"]): dict(d["arrays"]) for d in state.get("discriminators", [])
+        }
+        self._disc_modules, self._test_disc = None, None
