@@ -153,11 +153,31 @@ class CoBoostingFedGO(CoBoosting):
         )
 
     def absorb(self, server_round: int, reply: Reply) -> None:
-        if DISCRIMINATOR_KEY not in reply.content.array_records:  # checked; for safety
+        if DISCRIMINATOR_KEY in reply.content.array_records:
+            disc = {k: np.array(v) for k, v in to_numpy(reply.content[DISCRIMINATOR_KEY]).items()}
+        elif reply.partition_id in self.discriminators:  # reused uploads (teachers_from)
+            disc = self.discriminators[reply.partition_id]
+        else:  # check_reply refused it already; for safety
             raise ReplyRejected("no discriminator")
-        disc = {k: np.array(v) for k, v in to_numpy(reply.content[DISCRIMINATOR_KEY]).items()}
         super().absorb(server_round, reply)
         self.discriminators[reply.partition_id] = disc
+
+    @classmethod
+    def extra_fingerprint(cls, cfg: ExperimentConfig) -> dict[str, Any] | None:
+        p = cfg.strategy.params
+        return {
+            "generator": dataclasses.asdict(p.generator),
+            "discriminator": dataclasses.asdict(p.discriminator),
+        }
+
+    def extra_uploads(self, pid: int) -> dict[str, np.ndarray] | None:
+        return self.discriminators.get(pid)
+
+    def load_extra_uploads(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
+        problem = check_arrays(arrays, self._disc_reference, "discriminator")
+        if problem is not None:
+            raise ValueError(f"saved discriminator of client {pid}: {problem}")
+        self.discriminators[pid] = arrays
 
     # -- the weights -----------------------------------------------------------------------
     def discriminator_modules(self) -> list[nn.Module]:

@@ -31,18 +31,22 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 from torch import Tensor, nn
 
+from fedgo_flwr.aggregation import check_arrays
+from fedgo_flwr.checkpoint import safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.datafree import weighted_logits
+from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
@@ -54,9 +58,13 @@ __all__ = ["OneShot", "OneShotConfig"]
 
 @dataclass
 class OneShotConfig(BaseConfig):
-    """``teacher_batch_size``: batch of the client models' test-set inference."""
+    """``teacher_batch_size``: batch of the client models' test-set inference.
+    ``teachers_from``: reuse the models uploaded in an earlier one-shot run (its folder or its
+    ``client_models.pt``) instead of training the clients again; its data, model, training,
+    seed and sampling settings must equal this run's (the models would differ otherwise)."""
 
     teacher_batch_size: int = 256
+    teachers_from: str | None = None
 
     def check(self, c: Checker) -> None:
         c.require("teacher_batch_size", self.teacher_batch_size >= 1, "must be >= 1")
@@ -78,6 +86,12 @@ class OneShot(Strategy):
             f"must be 1 for {cls.name}: a one-shot run has one communication round"
             + ("; the server's epochs are strategy.epochs" if epochs else ""),
         )
+        source = cfg.strategy.params.teachers_from
+        if source:
+            try:
+                read_client_models(source, cfg, cls.extra_fingerprint(cfg))
+            except ValueError as exc:
+                c.at("strategy.", cfg.strategy.params).fail("teachers_from", str(exc))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -98,6 +112,19 @@ class OneShot(Strategy):
     def epochs(self) -> int:
         """Server epochs after the clients' round (none for one-shot FedAvg)."""
         return int(getattr(self.params, "epochs", 0))
+
+    @classmethod
+    def extra_fingerprint(cls, cfg: ExperimentConfig) -> dict[str, Any] | None:
+        """What besides the models' settings the saved uploads must match (``None``: the
+        models only). :class:`~strategies.coboosting_fedgo.CoBoostingFedGO`: its GAN settings."""
+        return None
+
+    def extra_uploads(self, pid: int) -> dict[str, np.ndarray] | None:
+        """What else client ``pid`` uploaded, saved beside its model (its discriminator)."""
+        return None
+
+    def load_extra_uploads(self, pid: int, arrays: dict[str, np.ndarray]) -> None:
+        """Take back what :meth:`extra_uploads` saved."""
 
     def needs_average(self) -> bool:
         """Whether the clients' parameter average is computed (one architecture for all)."""
@@ -174,7 +201,10 @@ class OneShot(Strategy):
     def clients_round(
         self, grid: Grid, initial: ArrayRecord, config: ConfigRecord, timeout: float
     ) -> dict[str, np.ndarray]:
-        """Round 1: every sampled client trains once and uploads; the rest are left out."""
+        """Round 1: every sampled client trains once and uploads; the rest are left out.
+        With ``teachers_from`` the uploads of an earlier run are taken instead."""
+        if self.params.teachers_from:
+            return self.reuse_uploads(self.params.teachers_from, initial)
         messages = self.configure_train(1, initial, config, grid)
         arrays, _ = self.aggregate_train(1, stream_replies(grid, messages, timeout))
         raise_if_stopping("the clients' round")
@@ -186,7 +216,65 @@ class OneShot(Strategy):
                 f"{self.name}: only {len(self.teachers)} usable client models (clients "
                 f"{self.pids}); min_clients is {self.cfg.min_clients}. Left out: {self.left_out}"
             )
+        self.save_uploads()
         return to_numpy(arrays)
+
+    def save_uploads(self) -> None:
+        """``client_models.pt``: the uploaded models (and extras) with what made them."""
+        clients = {}
+        for pid in self.pids:
+            entry: dict[str, Any] = {
+                "size": self.teacher_sizes[pid],
+                "state": {k: torch.from_numpy(np.array(v)) for k, v in self.teachers[pid].items()},
+            }
+            extra = self.extra_uploads(pid)
+            if extra is not None:
+                entry["extra"] = {k: torch.from_numpy(np.array(v)) for k, v in extra.items()}
+            clients[str(pid)] = entry
+        atomic_torch_save(
+            self.resources.out_dir / UPLOADS_FILE,
+            {
+                "fingerprint": fingerprint(self.cfg),
+                "extra_fingerprint": self.extra_fingerprint(self.cfg),
+                "clients": clients,
+                "left_out": list(self.left_out),
+                "sampled": list(self.sampled),
+            },
+        )
+
+    def reuse_uploads(self, source: str, initial: ArrayRecord) -> dict[str, np.ndarray]:
+        """Round 1 from an earlier run's ``client_models.pt`` (checked before the run)."""
+        saved = read_client_models(source, self.cfg, self.extra_fingerprint(self.cfg))
+        reference = to_numpy(initial)
+        self.begin_round(1)
+        self.global_arrays = reference
+        self.sampled = [int(p) for p in saved["sampled"]]
+        self.left_out = [int(p) for p in saved["left_out"]]
+        for key, entry in saved["clients"].items():
+            pid = int(key)
+            arrays = {k: v.numpy() for k, v in entry["state"].items()}
+            problem = check_arrays(arrays, self.client_reference(pid))
+            size = int(entry["size"])
+            if problem is None and self.client_sizes is not None and size != self.client_sizes[pid]:
+                problem = f"size {size}, but the server counts {self.client_sizes[pid]}"
+            if problem is not None:
+                raise ValueError(f"{UPLOADS_FILE} in {source}: client {pid}: {problem}")
+            if "extra" in entry:
+                self.load_extra_uploads(pid, {k: v.numpy() for k, v in entry["extra"].items()})
+            self.absorb(1, Reply(-1, pid, size, arrays, {}, RecordDict()))
+        self.average = self.averaged() if self.needs_average() else None
+        log(INFO, "%s: the uploads of %s reused (clients %s)", self.name, source, self.pids)
+        self.last_round = {
+            "clients_sampled": len(self.sampled),
+            "clients_replied": len(self.teachers),
+            "clients_failed": len(self.left_out),
+            "uploads_reused": 1,
+        }
+        return self.average if self.average is not None else reference
+
+    def client_reference(self, pid: int) -> dict[str, np.ndarray]:
+        """What client ``pid``'s uploaded arrays must look like (keys, shapes, dtypes)."""
+        return {k: v.numpy() for k, v in self.client_model(pid).state_dict().items()}
 
     # -- the loop --------------------------------------------------------------------------
     def start(
@@ -283,3 +371,39 @@ class OneShot(Strategy):
         self.epochs_done = int(state.get("epochs_done", 0))
         self.sampled = [int(p) for p in state.get("sampled", [])]
         self._modules, self._test_logits = None, None
+
+
+UPLOADS_FILE = "client_models.pt"
+FINGERPRINT_KEYS = ("seed", "fraction", "min_clients", "data", "model", "train", "faults")
+
+
+def fingerprint(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The settings that decide what the clients upload in a one-shot round."""
+    full = cfg.to_dict(strategy_params=False)
+    return {k: full[k] for k in FINGERPRINT_KEYS}
+
+
+def read_client_models(
+    source: str, cfg: ExperimentConfig, extra: dict[str, Any] | None
+) -> dict[str, Any]:
+    """An earlier run's ``client_models.pt``, checked against ``cfg`` (``ValueError`` naming the
+    file and the settings that differ)."""
+    path = Path(source)
+    if path.is_dir():
+        path = path / UPLOADS_FILE
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist (a one-shot run writes it after its round)")
+    saved = safe_torch_load(path, "uploads file")
+    if not isinstance(saved, Mapping) or not {"fingerprint", "clients"} <= set(saved):
+        raise ValueError(f"{path} is not a one-shot run's {UPLOADS_FILE}")
+    mine = fingerprint(cfg)
+    theirs = saved["fingerprint"]
+    differ = sorted(k for k in mine if not isinstance(theirs, Mapping) or theirs.get(k) != mine[k])
+    if differ:
+        raise ValueError(f"{path} was made with other settings: {', '.join(differ)} differ")
+    if extra is not None and saved.get("extra_fingerprint") != extra:
+        raise ValueError(
+            f"{path} holds no uploads made with this strategy's client settings "
+            "(e.g. its discriminators' generator and training)"
+        )
+    return dict(saved)

@@ -218,9 +218,11 @@ def test_coboosting_with_fedgo_odds_in_the_one_round(tmp_path):
             tmp_path / "odds",
             "strategy.discriminator.epochs=1",
             "strategy.combine=odds",
+            f"strategy.teachers_from={tmp_path}",  # the models and discriminators, reused
             name="coboosting_fedgo",
         )
     )
+    assert rows_of(tmp_path / "odds")[1]["uploads_reused"] == 1
     odds = summary_of(tmp_path / "odds")
     assert odds["ensemble_weights"] == [0.25] * 4
     assert odds["ensemble_accuracy_learned"] == odds["ensemble_accuracy_fedgo"]
@@ -247,3 +249,39 @@ def test_fedgo_generator_training_needs_server_data(tmp_path):
     with pytest.raises(ConfigError) as err:
         preflight(config(tmp_path, "strategy.generator.steps=10", name="coboosting_fedgo"))
     assert err.value.key == "data.server_fraction"
+
+
+def test_uploads_are_reused_by_another_method(tmp_path):
+    """teachers_from: the same uploaded models without training the clients again."""
+    run_inprocess(config(tmp_path / "oneshot", name="oneshot"))
+    assert (tmp_path / "oneshot" / "client_models.pt").is_file()
+    run_inprocess(config(tmp_path / "trained"))
+    run_inprocess(config(tmp_path / "reused", f"strategy.teachers_from={tmp_path / 'oneshot'}"))
+    rows = rows_of(tmp_path / "reused")
+    assert rows[1]["uploads_reused"] == 1 and rows[1]["clients_replied"] == 4
+    a = torch.load(tmp_path / "trained" / "model.pt")
+    b = torch.load(tmp_path / "reused" / "model.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (
+        summary_of(tmp_path / "reused")["ensemble_weights"]
+        == summary_of(tmp_path / "trained")["ensemble_weights"]
+    )
+    with pytest.raises(ConfigError) as err:
+        preflight(
+            config(
+                tmp_path / "other",
+                "train.local_epochs=3",
+                f"strategy.teachers_from={tmp_path / 'oneshot'}",
+            )
+        )
+    assert err.value.key == "strategy.teachers_from" and "train differ" in str(err.value)
+    with pytest.raises(ConfigError, match="discriminators"):
+        preflight(
+            config(
+                tmp_path / "fedgo",
+                f"strategy.teachers_from={tmp_path / 'oneshot'}",
+                name="coboosting_fedgo",
+            )
+        )
+    with pytest.raises(ConfigError, match="does not exist"):
+        preflight(config(tmp_path / "x", f"strategy.teachers_from={tmp_path / 'nothing'}"))
