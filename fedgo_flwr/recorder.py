@@ -154,12 +154,13 @@ class RunRecorder:
         self.rows.append(row)
         with open(self.out_dir / "metrics.jsonl", "a") as fh:
             fh.write(json_line(row))
+        label = getattr(self.strategy, "row_label", None)
+        where = label(server_round) if callable(label) else None
         log(
             INFO,
-            "[%s] round %d/%d  test_acc %.4f  test_loss %.4f  round %.2fs",
+            "[%s] %s  test_acc %.4f  test_loss %.4f  round %.2fs",
             self.cfg.name,
-            server_round,
-            self.cfg.rounds,
+            where or f"round {server_round}/{self.cfg.rounds}",
             acc,
             loss,
             row["round_time"],

@@ -324,6 +324,12 @@ class OneShot(Strategy):
             self._row(1 + epoch, arrays, evaluate_fn, round_end, due=due)
         return result
 
+    def row_label(self, row: int) -> str:
+        """How the log names a row: the clients' round, or a server epoch."""
+        if row <= 1:
+            return f"round {row}/1"
+        return f"server epoch {row - 1}/{self.epochs}"
+
     def _row(
         self,
         row: int,
