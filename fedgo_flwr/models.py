@@ -23,13 +23,19 @@ Models:
   319,242 parameters on CIFAR-10), :class:`CNN5`.
 * ``"lenet5"``: the PyTorch-tutorial LeNet-5 (6-16-120-84), Co-Boosting's MNIST/FMNIST model
   and the "CNN2" of its heterogeneous setting, :class:`LeNet5`.
+* ``"mobilenetv3_small"``: MobileNetV3-Small (Howard et al. 2019), Co-Boosting's "MobileNet"
+  client, :class:`fedgo_flwr.models_mobile.MobileNetV3`.
+* ``"shufflenetv2"``: ShuffleNetV2 x1.0 (Ma et al. 2018), Co-Boosting's "ShuffleNet" client,
+  :class:`fedgo_flwr.models_mobile.ShuffleNetV2`.
 
 Co-Boosting (Dai et al., "Enhancing One-Shot Federated Learning Through Data and Ensemble
 Co-Boosting", ICLR 2024, Sec. 5 and App. B) names its models after papers; the authors' code
 (``registry.py`` of github.com/rong-dai/Co-Boosting) maps them to: "CNN with 5 layers" / CNN1
 = ``cnn`` (``CNNCifar``) -> zoo ``"cnn5"``; LeNet-5 (MNIST, FMNIST) = ``lenet`` and CNN2 =
 ``cnn_torch`` -> zoo ``"lenet5"`` (the two are the same function on 32x32 inputs, see
-:class:`LeNet5`); ResNet = ``resnet18`` -> zoo ``"resnet18"``.
+:class:`LeNet5`); ResNet = ``resnet18`` -> zoo ``"resnet18"``; MobileNet = ``mobile`` -> zoo
+``"mobilenetv3_small"``; ShuffleNet = ``shuffle`` -> zoo ``"shufflenetv2"``. The last two keep
+their ImageNet layout (stride-2 stems) on 32x32 images, as the authors' code does.
 
 The ResNet and VGG architectures follow kuangliu/pytorch-cifar
 (https://github.com/kuangliu/pytorch-cifar), the CIFAR variants used by FedGO (Jang et al.,
@@ -41,7 +47,8 @@ one (and, in VGG, max-pools that would shrink a feature map below 1x1 are skippe
 same models also run on small inputs such as 8x8 digits; on 32x32 inputs the computation is
 identical.
 
-Initialisation uses PyTorch's default layer initialisers only, so a model is fully determined
+Initialisation uses PyTorch's default layer initialisers (``"mobilenetv3_small"``: the
+MobileNet reference initialisers, also drawn from torch's RNG), so a model is fully determined
 by the global torch RNG state: calling ``torch.manual_seed(s)`` before :func:`build_model`
 gives identical initial parameters for identical ``s``.
 """
@@ -53,6 +60,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+
+from fedgo_flwr.models_mobile import MobileNetV3, ShuffleNetV2
 
 __all__ = [
     "MODEL_NAMES",
@@ -84,6 +93,8 @@ MODEL_NAMES: tuple[str, ...] = (
     "gn_lenet",
     "cnn5",
     "lenet5",
+    "mobilenetv3_small",
+    "shufflenetv2",
 )
 """Names accepted by :func:`build_model`."""
 
@@ -250,7 +261,7 @@ def _valid_or_same_padding(h: int, w: int, kernel: int) -> tuple[int, int]:
     ``kernel // 2``, the side is kept) along a shorter side, where a valid convolution would
     have no output. Used by :class:`CNN5` and :class:`LeNet5` so that they build on small
     inputs such as 8x8 digits; on their native 32x32 inputs every convolution is valid."""
-    return tuple(0 if side >= kernel else kernel // 2 for side in (h, w))  # type: ignore[return-value]
+    return (0 if h >= kernel else kernel // 2, 0 if w >= kernel else kernel // 2)
 
 
 class _ConvPoolStack(nn.Module):
@@ -665,6 +676,10 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
         return CNN5(c, h, w, num_classes)
     if name == "lenet5":
         return LeNet5(c, h, w, num_classes)
+    if name == "mobilenetv3_small":
+        return MobileNetV3(c, num_classes)
+    if name == "shufflenetv2":
+        return ShuffleNetV2(c, num_classes)
     raise AssertionError(f"unhandled model name {name!r}")  # pragma: no cover
 
 

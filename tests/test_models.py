@@ -290,3 +290,38 @@ def test_coboosting_models_are_deterministic_with_a_seed(name: str) -> None:
 def test_coboosting_models_reject_vectors(name: str) -> None:
     with pytest.raises(ValueError, match=name):
         build_model(name, (20,), NUM_CLASSES)
+
+
+def test_mobilenetv3_small_matches_the_paper_layout() -> None:
+    # Howard et al. 2019, Table 2: stride-2 stem of 16, 11 bottlenecks, 1x1 conv to 576,
+    # Linear(576, 1024), Linear(1024, classes): 1,528,106 parameters (the authors' `mobile`).
+    model = build_model("mobilenetv3_small", (3, 32, 32), NUM_CLASSES)
+    assert count_parameters(model) == 1_528_106
+    stem = _layers(model, torch.nn.Conv2d)[0]
+    assert (stem.out_channels, stem.stride) == (16, (2, 2))
+    depthwise = [c for c in _layers(model, torch.nn.Conv2d) if c.groups > 1]
+    assert [c.kernel_size[0] for c in depthwise] == [3, 3, 3] + [5] * 8
+    assert [c.stride[0] for c in depthwise] == [2, 2, 1, 2, 1, 1, 1, 1, 2, 1, 1]
+    linears = [(x.in_features, x.out_features) for x in _layers(model, torch.nn.Linear)]
+    assert linears[-2:] == [(576, 1024), (1024, NUM_CLASSES)]
+
+
+def test_shufflenetv2_matches_the_paper_layout() -> None:
+    # Ma et al. 2018, Table 5 (x1.0): stem 24 + max-pool, stages 116/232/464 of 4/8/4 units,
+    # conv 1x1 to 1024: 1,263,854 parameters (the authors' `shuffle`).
+    model = build_model("shufflenetv2", (3, 32, 32), NUM_CLASSES)
+    assert count_parameters(model) == 1_263_854
+    assert len(_layers(model, torch.nn.MaxPool2d)) == 1
+    strided = [c.out_channels for c in _layers(model, torch.nn.Conv2d) if c.stride == (2, 2)]
+    # the stem, then each stage's first unit: two depthwise convs (left and right branch)
+    assert sorted(strided) == [24, 24, 58, 116, 116, 232, 232]
+    assert [(x.in_features, x.out_features) for x in _layers(model, torch.nn.Linear)] == [
+        (1024, NUM_CLASSES)
+    ]
+
+
+def test_channel_shuffle_interleaves_the_halves() -> None:
+    from fedgo_flwr.models_mobile import channel_shuffle
+
+    x = torch.arange(6.0).reshape(1, 6, 1, 1)
+    assert channel_shuffle(x, 2).flatten().tolist() == [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
