@@ -2,8 +2,8 @@
 
 Server and clients derive the same partition independently from the experiment config (same
 dataset, seed and ``data.`` partition keys), so no data or index list is ever sent over the
-network. Loaded datasets
-and partitions are cached per process: a simulated ClientApp worker loads them once per run.
+network. Loaded datasets and partitions are cached per process: a simulated ClientApp worker
+loads them once per run.
 """
 
 from __future__ import annotations
