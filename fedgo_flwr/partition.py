@@ -402,8 +402,8 @@ def dirichlet_prior_partition(
     3. samples dealt one at a time (:func:`_deal`): a random client still short of its amount
        takes a sample of a class drawn from ``p_k`` among the classes with samples left.
 
-    Deviations from the authors' code, none of which changes the distribution of the class
-    mix: the amounts are rounded by largest remainders so that they sum to ``P`` exactly (the
+    Deviations from the authors' code (none changes how a client's classes are drawn): the
+    amounts are rounded by largest remainders so that they sum to ``P`` exactly (the
     authors floor them and leave up to ``K - 1`` samples unused), so every client-pool sample
     is dealt; a class's samples are taken in a random order (the authors take them in dataset
     order from the end); a prior with no mass left on the remaining classes falls back to a
@@ -442,7 +442,7 @@ def dirichlet_prior_partition(
         raw = rng.lognormal(np.log(pool_size / num_clients), float(sigma), num_clients)
         amounts = _amounts(raw, pool_size)
         best = max(best, int(amounts.min()))
-        if best >= min_size:
+        if amounts.min() >= min_size:
             break
     else:
         raise PartitionError(
@@ -559,8 +559,9 @@ def classes_partition(
         for pool, h in zip(pools, holders, strict=True):
             for k, part in zip(h, np.array_split(pool, len(h)), strict=True):
                 shards[k].append(part)
-        best = max(best, min(sum(part.size for part in parts) for parts in shards))
-        if best >= min_size:
+        smallest = min(sum(part.size for part in parts) for parts in shards)
+        best = max(best, smallest)
+        if smallest >= min_size:
             clients = tuple(np.sort(np.concatenate(parts)).astype(np.int64) for parts in shards)
             return Partition(server=server, clients=clients)
     raise PartitionError(
