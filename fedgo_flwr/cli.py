@@ -21,6 +21,7 @@ from fedgo_flwr.config import ConfigError, DataConfig, ExperimentConfig, resolve
 from fedgo_flwr.data.sources import DEFAULT_TORCHVISION_ROOT
 from fedgo_flwr.recorder import check_output_dir, resolve_output_dir
 from fedgo_flwr.schema import Checker
+from fedgo_flwr.task import make_partition
 from strategies import available, load_experiment, resolve, strategy_class
 
 CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
@@ -71,11 +72,16 @@ def preflight(cfg: ExperimentConfig) -> None:
       ``strategy.discriminator.path``) must name an existing file;
     - ``device: cuda:N`` needs a CUDA device N on this machine, ``mps`` Apple's MPS;
     - what the strategy needs of the whole experiment (:meth:`Strategy.preflight`, e.g. FedDF's
-      and FedGO's server data, ``data.server_fraction > 0``).
+      and FedGO's server data, ``data.server_fraction > 0``);
+    - with ``data.partition`` other than the default ``dirichlet``, that the split exists: it is
+      drawn here (it needs the dataset's labels; cached, so the ServerApp does not draw it
+      again), e.g. ``data.classes_per_client`` no larger than the dataset's number of classes.
     """
     cfg = resolve(cfg)
     c = Checker(cfg.strategy.sources)
     _check_data(cfg.data, c.at("data.", cfg.data))
+    if cfg.data.partition != "dirichlet":
+        make_partition(cfg)
     _check_device(cfg.device, c.at("", cfg))
     _check_paths(cfg.strategy.params, c.at("strategy.", cfg.strategy.params))
     cls = strategy_class(cfg.strategy.name)

@@ -35,6 +35,7 @@ import yaml
 
 from fedgo_flwr.data import DATASET_NAMES, HF_PREFIX, is_dataset_name
 from fedgo_flwr.models import MODEL_NAMES
+from fedgo_flwr.partition import PARTITION_SCHEMES
 from fedgo_flwr.schema import Checker, ConfigError, build_section
 
 __all__ = [
@@ -61,7 +62,13 @@ MAX_SECONDS = 30 * 24 * 3600
 
 @dataclass
 class DataConfig:
-    """Dataset and partition (FedGO paper Sec. 4: server share + Dirichlet client split)."""
+    """Dataset and partition (FedGO paper Sec. 4: server share + Dirichlet client split).
+
+    ``partition`` picks the client split (:mod:`fedgo_flwr.partition`): ``dirichlet`` (per-class
+    Dirichlet over clients, FedGO/FedDF/CPFL), ``dirichlet_prior`` (per-client Dirichlet class
+    priors and ``LogNormal(quantity_sigma)`` amounts, the Co-Boosting code's "dir") or
+    ``classes`` (``classes_per_client`` classes per client, Co-Boosting's ``C_cls``).
+    """
 
     dataset: str = "digits"
     path: str | None = None
@@ -73,6 +80,9 @@ class DataConfig:
     augment: bool = True
     train_subset: int | None = field(default=None, metadata={"max": 2**31 - 1})
     public_path: str | None = None
+    partition: str = "dirichlet"
+    quantity_sigma: float = 0.0
+    classes_per_client: int | None = None
 
     def check(self, c: Checker) -> None:
         names = ", ".join(DATASET_NAMES)
@@ -89,6 +99,27 @@ class DataConfig:
             c.require("train_subset", self.train_subset >= 1, "must be >= 1")
         if self.dataset == "imagefolder":
             c.require("path", bool(self.path), "imagefolder needs data.path")
+        c.choice("partition", PARTITION_SCHEMES)
+        c.require("quantity_sigma", self.quantity_sigma >= 0, "must be >= 0")
+        c.require(
+            "quantity_sigma",
+            self.quantity_sigma == 0 or self.partition == "dirichlet_prior",
+            "only data.partition: dirichlet_prior draws client amounts (log-normal); "
+            f"data.partition is {self.partition}",
+        )
+        if self.classes_per_client is None:
+            c.require(
+                "classes_per_client",
+                self.partition != "classes",
+                "data.partition: classes needs it (the number of classes of every client)",
+            )
+        else:
+            c.require("classes_per_client", self.classes_per_client >= 1, "must be >= 1")
+            c.require(
+                "classes_per_client",
+                self.partition == "classes",
+                f"only used by data.partition: classes; data.partition is {self.partition}",
+            )
 
 
 @dataclass

@@ -19,6 +19,23 @@ Models:
 * ``"vgg11_bn"``: CIFAR VGG-11 with BatchNorm, :class:`VGG`.
 * ``"resnet50"``: CIFAR ResNet-50, :func:`resnet50`.
 * ``"gn_lenet"``: GroupNorm LeNet of Hsieh et al. 2020 as used by CPFL, :class:`GNLeNet`.
+* ``"cnn5"``: Co-Boosting's "5-layer CNN" of McMahan et al. 2017 (the authors' ``CNNCifar``,
+  319,242 parameters on CIFAR-10), :class:`CNN5`.
+* ``"lenet5"``: the PyTorch-tutorial LeNet-5 (6-16-120-84), Co-Boosting's MNIST/FMNIST model
+  and the "CNN2" of its heterogeneous setting, :class:`LeNet5`.
+* ``"mobilenetv3_small"``: MobileNetV3-Small (Howard et al. 2019), Co-Boosting's "MobileNet"
+  client, :class:`fedgo_flwr.models_mobile.MobileNetV3`.
+* ``"shufflenetv2"``: ShuffleNetV2 x1.0 (Ma et al. 2018), Co-Boosting's "ShuffleNet" client,
+  :class:`fedgo_flwr.models_mobile.ShuffleNetV2`.
+
+Co-Boosting (Dai et al., "Enhancing One-Shot Federated Learning Through Data and Ensemble
+Co-Boosting", ICLR 2024, Sec. 5 and App. B) names its models after papers; the authors' code
+(``registry.py`` of github.com/rong-dai/Co-Boosting) maps them to: "CNN with 5 layers" / CNN1
+= ``cnn`` (``CNNCifar``) -> zoo ``"cnn5"``; LeNet-5 (MNIST, FMNIST) = ``lenet`` and CNN2 =
+``cnn_torch`` -> zoo ``"lenet5"`` (the two are the same function on 32x32 inputs, see
+:class:`LeNet5`); ResNet = ``resnet18`` -> zoo ``"resnet18"``; MobileNet = ``mobile`` -> zoo
+``"mobilenetv3_small"``; ShuffleNet = ``shuffle`` -> zoo ``"shufflenetv2"``. The last two keep
+their ImageNet layout (stride-2 stems) on 32x32 images, as the authors' code does.
 
 The ResNet and VGG architectures follow kuangliu/pytorch-cifar
 (https://github.com/kuangliu/pytorch-cifar), the CIFAR variants used by FedGO (Jang et al.,
@@ -30,7 +47,8 @@ one (and, in VGG, max-pools that would shrink a feature map below 1x1 are skippe
 same models also run on small inputs such as 8x8 digits; on 32x32 inputs the computation is
 identical.
 
-Initialisation uses PyTorch's default layer initialisers only, so a model is fully determined
+Initialisation uses PyTorch's default layer initialisers (``"mobilenetv3_small"``: the
+MobileNet reference initialisers, also drawn from torch's RNG), so a model is fully determined
 by the global torch RNG state: calling ``torch.manual_seed(s)`` before :func:`build_model`
 gives identical initial parameters for identical ``s``.
 """
@@ -43,13 +61,17 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from fedgo_flwr.models_mobile import MobileNetV3, ShuffleNetV2
+
 __all__ = [
     "MODEL_NAMES",
     "MLP",
     "VGG",
     "VGG11_CFG",
     "BasicBlock",
+    "CNN5",
     "GNLeNet",
+    "LeNet5",
     "Bottleneck",
     "ResNet",
     "SmallCNN",
@@ -69,6 +91,10 @@ MODEL_NAMES: tuple[str, ...] = (
     "vgg11_bn",
     "resnet50",
     "gn_lenet",
+    "cnn5",
+    "lenet5",
+    "mobilenetv3_small",
+    "shufflenetv2",
 )
 """Names accepted by :func:`build_model`."""
 
@@ -223,6 +249,134 @@ class GNLeNet(nn.Module):
             c_in = c_out
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Linear(64 * h * w, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return logits ``(N, num_classes)`` for images ``x`` of shape ``(N, C, H, W)``."""
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+def _valid_or_same_padding(h: int, w: int, kernel: int) -> tuple[int, int]:
+    """Padding of a ``kernel`` x ``kernel`` convolution that is "valid" (no padding, the map
+    shrinks by ``kernel - 1``) along every side at least ``kernel`` long, and "same" (padding
+    ``kernel // 2``, the side is kept) along a shorter side, where a valid convolution would
+    have no output. Used by :class:`CNN5` and :class:`LeNet5` so that they build on small
+    inputs such as 8x8 digits; on their native 32x32 inputs every convolution is valid."""
+    return (0 if h >= kernel else kernel // 2, 0 if w >= kernel else kernel // 2)
+
+
+class _ConvPoolStack(nn.Module):
+    """Shared body of :class:`CNN5` and :class:`LeNet5`: ``Conv -> ReLU [-> MaxPool(2)]`` blocks.
+
+    Each convolution is valid where the map is large enough, else same-size
+    (:func:`_valid_or_same_padding`); each 2x2 max-pool is kept only along a side of at least 2
+    (:func:`_pool_kernel`, as in :class:`VGG`), and replaced by ``nn.Identity`` when both sides
+    are 1, so parameter names never depend on the input size. ``out_shape`` is the final map's
+    ``(channels, h, w)``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        height: int,
+        width: int,
+        widths: Sequence[int],
+        kernel: int,
+        pool_after: Sequence[bool],
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in, h, w = in_channels, height, width
+        for c_out, pool in zip(widths, pool_after, strict=True):
+            pad = _valid_or_same_padding(h, w, kernel)
+            layers += [nn.Conv2d(c_in, c_out, kernel, padding=pad), nn.ReLU(inplace=True)]
+            h, w = h + 2 * pad[0] - kernel + 1, w + 2 * pad[1] - kernel + 1
+            if pool:
+                pk = _pool_kernel(h, w)
+                layers.append(nn.Identity() if pk is None else nn.MaxPool2d(pk))
+                if pk is not None:
+                    h, w = h // pk[0], w // pk[1]
+            c_in = c_out
+        self.layers = nn.Sequential(*layers)
+        self.out_shape = (c_in, h, w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the blocks."""
+        return self.layers(x)
+
+
+class CNN5(nn.Module):
+    """The "CNN with 5 layers" of Co-Boosting (Dai et al., ICLR 2024, Sec. 5 and App. B:
+    "following McMahan et al. (2017)"; the "CNN1" of its heterogeneous setting, Table 3), as
+    defined by the authors' ``CNNCifar`` (registry name ``cnn``).
+
+    ``Conv(3x3) 3->128 -> ReLU -> MaxPool(2) -> Conv(3x3) 128->128 -> ReLU -> MaxPool(2) ->
+    Conv(3x3) 128->128 -> ReLU -> Linear(128*4*4, num_classes)``: unpadded convolutions, no
+    normalisation, no dropout. On (3, 32, 32) the maps are 30, 15, 13, 6, 4 pixels wide and the
+    model has **319,242** parameters for 10 classes (the "about 0.32M" of the notes).
+
+    Other image shapes: a convolution whose input side is shorter than 3 is padded by 1 along
+    that side (kept size) instead of having no output, a max-pool along a side of 1 is skipped,
+    and the linear head takes whatever map is left (``128*h*w`` inputs). On (1, 8, 8) the maps
+    are 6, 3, 1, 1 (second pool skipped), 1 (third conv padded): 297,738 parameters. On 32x32
+    nothing changes.
+
+    Args:
+        in_channels: number of input channels ``C``.
+        height: input height ``H``.
+        width: input width ``W``.
+        num_classes: number of output logits.
+    """
+
+    def __init__(self, in_channels: int, height: int, width: int, num_classes: int) -> None:
+        super().__init__()
+        self.features = _ConvPoolStack(
+            in_channels, height, width, (128, 128, 128), 3, (True, True, False)
+        )
+        c, h, w = self.features.out_shape
+        self.classifier = nn.Linear(c * h * w, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return logits ``(N, num_classes)`` for images ``x`` of shape ``(N, C, H, W)``."""
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+class LeNet5(nn.Module):
+    """LeNet-5 as in the PyTorch tutorial ("Training a classifier"): Co-Boosting's model for
+    MNIST and FMNIST (Dai et al., ICLR 2024, Sec. 5 / App. B, LeCun et al. 1998; the authors
+    resize MNIST to 32x32) and the "CNN2" of its heterogeneous setting (Table 3).
+
+    ``Conv(5x5) C->6 -> ReLU -> MaxPool(2) -> Conv(5x5) 6->16 -> ReLU -> MaxPool(2) ->
+    Linear(16*5*5, 120) -> ReLU -> Linear(120, 84) -> ReLU -> Linear(84, num_classes)``.
+    On (3, 32, 32) it has **62,006** parameters for 10 classes, on (1, 32, 32) 61,706.
+
+    The authors' code has two versions: ``cnn_torch`` (CNN2, this layout) and ``lenet`` (from
+    DAFL, used for MNIST/FMNIST), whose third layer is a 5x5 convolution 16->120 on the 5x5 map
+    instead of ``Linear(400, 120)``. On 32x32 inputs that convolution is the same linear map
+    of the same 400 inputs (same parameter count, same default initialiser), so one zoo model
+    serves both; only the state-dict layout differs.
+
+    Other image shapes: as :class:`CNN5`, with padding 2 for a side shorter than 5. On
+    (1, 8, 8) the maps are 4, 2, 2 (second conv padded), 1: ``Linear(16, 120)``, 15,626
+    parameters. On (1, 28, 28) (MNIST not resized) the head is ``Linear(16*4*4, 120)``.
+
+    Args:
+        in_channels: number of input channels ``C``.
+        height: input height ``H``.
+        width: input width ``W``.
+        num_classes: number of output logits.
+    """
+
+    def __init__(self, in_channels: int, height: int, width: int, num_classes: int) -> None:
+        super().__init__()
+        self.features = _ConvPoolStack(in_channels, height, width, (6, 16), 5, (True, True))
+        c, h, w = self.features.out_shape
+        self.classifier = nn.Sequential(
+            nn.Linear(c * h * w, 120),
+            nn.ReLU(inplace=True),
+            nn.Linear(120, 84),
+            nn.ReLU(inplace=True),
+            nn.Linear(84, num_classes),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return logits ``(N, num_classes)`` for images ``x`` of shape ``(N, C, H, W)``."""
@@ -477,9 +631,8 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
 
     Notes:
         ``"mlp"`` accepts any input shape (it flattens). ``"cnn"`` on a vector input ``(D,)``
-        falls back to the ``"mlp"`` model (an :class:`MLP` is returned). ``"resnet18"``,
-        ``"vgg11_bn"`` and ``"resnet50"`` need a ``(C, H, W)`` input; any ``C`` and any
-        ``H, W >= 1`` work.
+        falls back to the ``"mlp"`` model (an :class:`MLP` is returned). Every other model
+        needs a ``(C, H, W)`` input; any ``C`` and any ``H, W >= 1`` work.
 
     Raises:
         ValueError: unknown ``name`` (the message lists :data:`MODEL_NAMES`), a malformed
@@ -519,6 +672,14 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
         return resnet50(in_channels=c, num_classes=num_classes)
     if name == "gn_lenet":
         return GNLeNet(c, h, w, num_classes)
+    if name == "cnn5":
+        return CNN5(c, h, w, num_classes)
+    if name == "lenet5":
+        return LeNet5(c, h, w, num_classes)
+    if name == "mobilenetv3_small":
+        return MobileNetV3(c, num_classes)
+    if name == "shufflenetv2":
+        return ShuffleNetV2(c, num_classes)
     raise AssertionError(f"unhandled model name {name!r}")  # pragma: no cover
 
 

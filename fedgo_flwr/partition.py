@@ -1,4 +1,5 @@
-"""Server / client data partitioning as in FedGO (Jang et al., ICML 2025, Sec. 4 and App. E.2).
+"""Server / client data partitioning as in FedGO (Jang et al., ICML 2025, Sec. 4 and App. E.2),
+plus the client splits of Co-Boosting (Dai et al., ICLR 2024, Sec. 5 and App. B).
 
 The training set is split in two stages:
 
@@ -6,19 +7,36 @@ The training set is split in two stages:
    ``floor(server_fraction * n_c)`` randomly chosen samples go to the server (default: half of each
    class, as in the paper).  The server uses them *without* labels for ensemble distillation; the
    labels stay available to the caller for diagnostics only.
-2. **Client split.**  The remaining samples (the "client pool") are divided over ``K`` clients
-   with the per-class Dirichlet label-skew scheme of Hsu, Qi and Brown (2019), "Measuring the
-   Effects of Non-Identical Data Distribution for Federated Visual Classification"
-   (arXiv:1909.06335), which FedGO uses following Lin et al. (2020) and Cho et al. (2022): for
-   every class a proportion vector ``q ~ Dir(alpha * 1_K)`` is drawn and the (shuffled) class
-   indices are cut at the cumulative proportions.  The whole draw is repeated until every client
-   holds at least ``min_size`` samples.  Small ``alpha`` (0.1, 0.05 in the paper) gives strongly
-   skewed clients; ``alpha -> inf`` approaches an IID split (see :func:`iid_partition`).
+2. **Client split.**  The remaining samples (the "client pool") are divided over ``K`` clients by
+   one of three schemes (config key ``data.partition``, :data:`PARTITION_SCHEMES`):
+
+   * ``dirichlet`` (default, :func:`dirichlet_partition`): the per-class Dirichlet label-skew
+     scheme of Hsu, Qi and Brown (2019), "Measuring the Effects of Non-Identical Data
+     Distribution for Federated Visual Classification" (arXiv:1909.06335), which FedGO uses
+     following Lin et al. (2020) and Cho et al. (2022), as do FedDF and CPFL: **for every class**
+     a proportion vector over the *clients* ``q ~ Dir(alpha * 1_K)`` is drawn and the (shuffled)
+     class indices are cut at the cumulative proportions.  Client sizes follow from the cuts.
+     The whole draw is repeated until every client holds at least ``min_size`` samples.  Small
+     ``alpha`` (0.1, 0.05 in the paper) gives strongly skewed clients; ``alpha -> inf``
+     approaches an IID split (see :func:`iid_partition`).
+   * ``dirichlet_prior`` (:func:`dirichlet_prior_partition`): the "dir" scheme of the
+     Co-Boosting authors' code (``utils_fl.partition_data``), itself after Acar et al. (2021):
+     **every client** draws a prior over the *classes* ``p_k ~ Dir(alpha * 1_M)`` and a data
+     amount ``~ LogNormal(log(N / K), sigma)`` (``sigma = 0``: equal amounts; the paper's
+     quantity skew uses 0.4, 0.8, 1.2).  Samples are then dealt one at a time: a random client
+     that still needs samples takes one, of a class drawn from its prior among the classes that
+     still have samples, without replacement.  Client sizes are set by the amounts, not by the
+     labels; the class mix of a client follows its own prior until classes run out.
+   * ``classes`` (:func:`classes_partition`): Co-Boosting's ``C_cls`` setting ("each client only
+     possesses data of C out of all classes", after Diao et al.): every client holds exactly
+     ``classes_per_client`` classes, and each class is split evenly among the clients that
+     hold it.
 
 Everything is driven by a single ``np.random.default_rng(seed)``, so the same labels and arguments
 always give the same index arrays.  The server split consumes the generator first and in the same
-way for :func:`dirichlet_partition` and :func:`iid_partition`, so for a given seed the server share
-does not depend on ``alpha`` or on the client-split scheme.
+way for every scheme, so for a given seed the server share does not depend on ``alpha``, on the
+client-split scheme or on its other arguments.  A split that cannot satisfy ``min_size`` or whose
+arguments cannot work for these labels raises :class:`PartitionError` naming the argument.
 
 :func:`component_partition` additionally implements the client split of the FedGO toy example
 (App. E.1): each client owns a mixture component and holds 90% of it plus 10% of the others.
@@ -33,11 +51,28 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "PARTITION_SCHEMES",
     "Partition",
+    "PartitionError",
+    "classes_partition",
     "component_partition",
     "dirichlet_partition",
+    "dirichlet_prior_partition",
     "iid_partition",
 ]
+
+PARTITION_SCHEMES: tuple[str, ...] = ("dirichlet", "dirichlet_prior", "classes")
+"""Client-split schemes of ``data.partition`` (see the module docstring)."""
+
+
+class PartitionError(ValueError):
+    """No split with these arguments exists for these labels (or none was found in
+    ``max_retries`` draws); ``argument`` names the argument to change."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        self.argument = argument
+        super().__init__(message)
+
 
 # Guard against floating-point noise such as 0.29 * 100 == 28.999999999999996 when flooring.
 _FLOOR_EPS = 1e-9
@@ -133,6 +168,38 @@ def _check_common(num_clients: int, server_fraction: float) -> None:
         raise ValueError(f"server_fraction must be in [0, 1), got {server_fraction!r}")
 
 
+def _check_alpha(alpha: float) -> None:
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
+
+
+def _check_retries(min_size: int, max_retries: int) -> None:
+    if int(min_size) != min_size or min_size < 0:
+        raise ValueError(f"min_size must be an integer >= 0, got {min_size!r}")
+    if int(max_retries) != max_retries or max_retries < 1:
+        raise ValueError(f"max_retries must be an integer >= 1, got {max_retries!r}")
+
+
+def _check_pool(
+    labels: np.ndarray,
+    pools: list[np.ndarray],
+    num_clients: int,
+    server_fraction: float,
+    min_size: int,
+) -> int:
+    """The client pool's size; :class:`PartitionError` if it cannot give every client
+    ``min_size`` samples."""
+    pool_size = int(sum(p.size for p in pools))
+    if pool_size < num_clients * min_size:
+        raise PartitionError(
+            "min_size",
+            f"the client pool has only {pool_size} samples ({labels.size} total, server_fraction="
+            f"{server_fraction}), fewer than num_clients * min_size = {num_clients} * {min_size}; "
+            "use fewer clients, a smaller min_size or a smaller server_fraction",
+        )
+    return pool_size
+
+
 def _server_split(
     labels: np.ndarray, server_fraction: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -186,28 +253,19 @@ def dirichlet_partition(
         The :class:`Partition`; all index arrays are sorted ``int64``.
 
     Raises:
-        ValueError: On invalid arguments, or if no draw satisfying ``min_size`` was found within
-            ``max_retries`` attempts (``alpha`` too small / too many clients for the data).
+        ValueError: On invalid arguments.
+        PartitionError: If no draw satisfying ``min_size`` was found within ``max_retries``
+            attempts (``alpha`` too small / too many clients for the data).
     """
     labels = _as_labels(labels)
     _check_common(num_clients, server_fraction)
-    if not (np.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
-    if int(min_size) != min_size or min_size < 0:
-        raise ValueError(f"min_size must be an integer >= 0, got {min_size!r}")
-    if int(max_retries) != max_retries or max_retries < 1:
-        raise ValueError(f"max_retries must be an integer >= 1, got {max_retries!r}")
+    _check_alpha(alpha)
+    _check_retries(min_size, max_retries)
     num_clients = int(num_clients)
 
     rng = np.random.default_rng(seed)
     server, pools = _server_split(labels, server_fraction, rng)
-    pool_size = int(sum(p.size for p in pools))
-    if pool_size < num_clients * min_size:
-        raise ValueError(
-            f"the client pool has only {pool_size} samples ({labels.size} total, server_fraction="
-            f"{server_fraction}), fewer than num_clients * min_size = {num_clients} * {min_size}; "
-            "use fewer clients, a smaller min_size or a smaller server_fraction"
-        )
+    pool_size = _check_pool(labels, pools, num_clients, server_fraction, min_size)
 
     concentration = np.full(num_clients, float(alpha))
     best = 0
@@ -231,13 +289,14 @@ def dirichlet_partition(
             clients = tuple(np.sort(np.concatenate(parts)).astype(np.int64) for parts in shards)
             return Partition(server=server, clients=clients)
 
-    raise ValueError(
+    raise PartitionError(
+        "min_size",
         f"could not draw a Dirichlet(alpha={alpha}) split of {pool_size} client-pool samples "
         f"({len(pools)} classes) over {num_clients} clients in which every client holds at least "
         f"min_size={min_size} samples after max_retries={max_retries} draws (the best draw's "
         f"smallest client had {best}); alpha is too small or there are too many clients for the "
         "data - use a larger alpha, fewer clients, a smaller min_size, a smaller server_fraction "
-        "or more retries"
+        "or more retries",
     )
 
 
@@ -268,6 +327,251 @@ def iid_partition(
         )
     clients = tuple(np.sort(p).astype(np.int64) for p in np.array_split(pool, num_clients))
     return Partition(server=server, clients=clients)
+
+
+def _amounts(raw: np.ndarray, total: int) -> np.ndarray:
+    """Integer amounts proportional to ``raw`` that sum to ``total`` (largest remainders get
+    the leftover units; ties go to the lower index)."""
+    exact = raw / raw.sum() * total
+    out = np.floor(exact).astype(np.int64)
+    short = total - int(out.sum())
+    if short > 0:
+        out[np.argsort(-(exact - out), kind="stable")[:short]] += 1
+    return out
+
+
+def _deal(
+    pools: list[np.ndarray],
+    priors: np.ndarray,
+    amounts: np.ndarray,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, ...]:
+    """Deal the pools' samples to clients one at a time (the Co-Boosting authors' loop).
+
+    Each step picks a client uniformly among those still short of their ``amounts`` and gives
+    it one sample of a class drawn from its prior restricted to the classes with samples left
+    (the authors redraw client and class until both are available, which has the same
+    distribution). The sample is the last one left in the (already shuffled) class pool. If a
+    client's prior puts no mass at all on the classes left (possible only when its prior
+    underflowed to exact zeros, at tiny ``alpha``; the authors' loop never ends then), the class
+    is drawn uniformly among those left.
+    """
+    left = np.array([p.size for p in pools], dtype=np.int64)
+    need = amounts.astype(np.int64).copy()
+    active = [k for k in range(need.size) if need[k] > 0]
+    taken: list[list[int]] = [[] for _ in range(need.size)]
+    draws = rng.random((int(need.sum()), 2))
+    for u_client, u_class in draws:
+        j = int(u_client * len(active))
+        k = active[j]
+        cum = np.cumsum(priors[k] * (left > 0))
+        if cum[-1] > 0:
+            c = int(np.searchsorted(cum, u_class * cum[-1], side="right"))
+        else:
+            avail = np.flatnonzero(left)
+            c = int(avail[int(u_class * avail.size)])
+        left[c] -= 1
+        taken[k].append(int(pools[c][left[c]]))
+        need[k] -= 1
+        if need[k] == 0:
+            active[j] = active[-1]
+            active.pop()
+    return tuple(np.sort(np.asarray(t, dtype=np.int64)) for t in taken)
+
+
+def dirichlet_prior_partition(
+    labels: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    sigma: float = 0.0,
+    server_fraction: float = 0.5,
+    seed: int = 0,
+    min_size: int = 1,
+    max_retries: int = 1000,
+) -> Partition:
+    """Server share plus the Co-Boosting code's per-client Dirichlet prior split.
+
+    Co-Boosting (Dai et al., ICLR 2024, Sec. 5, "Dir(alpha)-parted"; App. B quantity skew) as
+    implemented by the authors (``utils_fl.partition_data``, ``partition == "dir"``, after
+    Acar et al. 2021):
+
+    1. client amounts ``a_k ~ LogNormal(log(P / K), sigma)`` (``P``: client-pool size),
+       rescaled to sum to ``P``; drawn again (up to ``max_retries`` times) while a client
+       would get fewer than ``min_size``;
+    2. a class prior per client, ``p_k ~ Dir(alpha * 1_M)`` over the ``M`` classes present;
+    3. samples dealt one at a time (:func:`_deal`): a random client still short of its amount
+       takes a sample of a class drawn from ``p_k`` among the classes with samples left.
+
+    Deviations from the authors' code (none changes how a client's classes are drawn): the
+    amounts are rounded by largest remainders so that they sum to ``P`` exactly (the
+    authors floor them and leave up to ``K - 1`` samples unused), so every client-pool sample
+    is dealt; a class's samples are taken in a random order (the authors take them in dataset
+    order from the end); a prior with no mass left on the remaining classes falls back to a
+    uniform draw over them (the authors' loop would not end). Unlike :func:`dirichlet_partition`
+    the amounts do not depend on the labels, and with ``sigma = 0`` all clients get
+    ``P / K`` samples (differing by at most one).
+
+    Args:
+        labels: Integer class labels of the training set, shape ``(N,)``.
+        num_clients: Number of clients ``K >= 1``.
+        alpha: Dirichlet concentration of the class priors, ``> 0``; small ``alpha`` gives
+            clients dominated by one or two classes.
+        sigma: Log-normal spread of the client amounts, ``>= 0`` (``0``: equal amounts).
+        server_fraction: As in :func:`dirichlet_partition` (same server share for a seed).
+        seed: Seed of the single ``np.random.default_rng`` that drives the whole split.
+        min_size: Every client must end up with at least this many samples (``>= 0``).
+        max_retries: Maximum number of amount draws before giving up.
+
+    Raises:
+        ValueError: On invalid arguments.
+        PartitionError: If no amount draw gave every client ``min_size`` samples.
+    """
+    labels = _as_labels(labels)
+    _check_common(num_clients, server_fraction)
+    _check_alpha(alpha)
+    _check_retries(min_size, max_retries)
+    if not (np.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+    num_clients = int(num_clients)
+    rng = np.random.default_rng(seed)
+    server, pools = _server_split(labels, server_fraction, rng)
+    pool_size = _check_pool(labels, pools, num_clients, server_fraction, min_size)
+
+    best = 0
+    for _ in range(int(max_retries)):
+        raw = rng.lognormal(np.log(pool_size / num_clients), float(sigma), num_clients)
+        amounts = _amounts(raw, pool_size)
+        best = max(best, int(amounts.min()))
+        if amounts.min() >= min_size:
+            break
+    else:
+        raise PartitionError(
+            "min_size",
+            f"could not draw LogNormal(sigma={sigma}) client amounts for {pool_size} client-pool "
+            f"samples over {num_clients} clients in which every client holds at least "
+            f"min_size={min_size} samples after max_retries={max_retries} draws (the best "
+            f"draw's smallest client had {best}); use a smaller sigma, fewer clients or a "
+            "smaller min_size",
+        )
+    priors = rng.dirichlet(np.full(len(pools), float(alpha)), size=num_clients)
+    bad = ~np.all(np.isfinite(priors), axis=1)
+    priors[bad] = 1.0 / len(pools)  # pragma: no cover - defensive, tiny alpha
+    clients = _deal(pools, priors, amounts, rng)
+    return Partition(server=server, clients=clients)
+
+
+def _held_classes(
+    num_clients: int, cpc: int, num_classes: int, rng: np.random.Generator | None
+) -> list[list[int]]:
+    """The ``cpc`` classes of each client. ``rng is None``: consecutive classes, client ``k``
+    holding ``(cpc*k + j) mod num_classes`` (the authors' rule for ``K <= 5``). Otherwise a
+    random assignment in which every class has a holder (``cpc * num_clients >= num_classes``):
+    class ``i`` goes to the ``i``-th of ``num_classes`` distinct random slots among the
+    ``cpc * num_clients`` (slot ``s`` belongs to client ``s // cpc``), and each client's
+    remaining slots get distinct random classes it does not hold yet."""
+    if rng is None:
+        return [[(cpc * k + j) % num_classes for j in range(cpc)] for k in range(num_clients)]
+    held: list[list[int]] = [[] for _ in range(num_clients)]
+    for c, slot in enumerate(rng.permutation(cpc * num_clients)[:num_classes]):
+        held[int(slot) // cpc].append(c)
+    for classes in held:
+        rest = np.setdiff1d(np.arange(num_classes), classes)
+        classes += rng.choice(rest, cpc - len(classes), replace=False).tolist()
+    return held
+
+
+def classes_partition(
+    labels: np.ndarray,
+    num_clients: int,
+    classes_per_client: int,
+    server_fraction: float = 0.5,
+    seed: int = 0,
+    min_size: int = 1,
+    max_retries: int = 1000,
+) -> Partition:
+    """Server share plus a split in which every client holds exactly ``classes_per_client``
+    classes: Co-Boosting's ``C_cls`` partition (Dai et al., ICLR 2024, Sec. 5, Table 5, "each
+    client only possesses data of C out of all classes", after Diao et al.).
+
+    Which classes a client holds follows the authors' code (``utils_fl.partition_data``,
+    ``partition == "n_cls"``): with ``K <= 5`` clients, client ``k`` holds classes
+    ``(C*k + j) mod M`` for ``j < C`` (consecutive, no randomness); with more clients the
+    classes are random (:func:`_held_classes`). Then each class's client-pool samples (already
+    shuffled) are split evenly (sizes differing by at most one) among the clients holding it.
+
+    Deviations from the authors' code: (a) with ``K > 5`` the authors draw ``C`` distinct
+    classes per client independently, so some class may have no holder (its samples then go
+    unused, and their sampling loop waits forever for samples no client may take); here the
+    random draw gives every class a holder, and is repeated (up to ``max_retries`` times) while
+    a client would get fewer than ``min_size`` samples. (b) The authors deal
+    ``N / K`` samples to every client, one at a time from a uniform prior over its classes,
+    redrawing the class when it ran out, which also never ends once all of a client's classes
+    are used up; an even split of every class among its holders always ends, uses every sample
+    and gives clients sizes that depend on how many others share their classes.
+
+    Args:
+        labels: Integer class labels of the training set, shape ``(N,)``.
+        num_clients: Number of clients ``K >= 1``.
+        classes_per_client: ``C``, with ``1 <= C <= M`` (the number of classes present) and
+            ``C * K >= M`` (else some class has no holder).
+        server_fraction: As in :func:`dirichlet_partition` (same server share for a seed).
+        seed: Seed of the single ``np.random.default_rng`` that drives the whole split.
+        min_size: Every client must end up with at least this many samples (``>= 0``).
+        max_retries: Maximum number of class assignments drawn before giving up.
+
+    Raises:
+        ValueError: On invalid arguments.
+        PartitionError: If ``classes_per_client`` cannot work for these labels, or no
+            assignment met the conditions above within ``max_retries`` draws.
+    """
+    labels = _as_labels(labels)
+    _check_common(num_clients, server_fraction)
+    _check_retries(min_size, max_retries)
+    cpc = classes_per_client
+    if isinstance(cpc, bool) or int(cpc) != cpc or cpc < 1:
+        raise ValueError(f"classes_per_client must be an integer >= 1, got {cpc!r}")
+    num_clients, cpc = int(num_clients), int(cpc)
+    rng = np.random.default_rng(seed)
+    server, pools = _server_split(labels, server_fraction, rng)
+    num_classes = len(pools)
+    if cpc > num_classes:
+        raise PartitionError(
+            "classes_per_client",
+            f"classes_per_client={cpc} is more than the {num_classes} classes of the labels",
+        )
+    if cpc * num_clients < num_classes:
+        raise PartitionError(
+            "classes_per_client",
+            f"classes_per_client * num_clients = {cpc} * {num_clients} < {num_classes} classes: "
+            "some class would have no client; use more classes per client or more clients",
+        )
+    _check_pool(labels, pools, num_clients, server_fraction, min_size)
+    fixed = num_clients <= 5
+    tries = 1 if fixed else int(max_retries)
+    best = 0
+    for _ in range(tries):
+        held = _held_classes(num_clients, cpc, num_classes, None if fixed else rng)
+        holders: list[list[int]] = [[] for _ in range(num_classes)]
+        for k, classes in enumerate(held):
+            for c in classes:
+                holders[c].append(k)
+        shards: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        for pool, h in zip(pools, holders, strict=True):
+            for k, part in zip(h, np.array_split(pool, len(h)), strict=True):
+                shards[k].append(part)
+        smallest = min(sum(part.size for part in parts) for parts in shards)
+        best = max(best, smallest)
+        if smallest >= min_size:
+            clients = tuple(np.sort(np.concatenate(parts)).astype(np.int64) for parts in shards)
+            return Partition(server=server, clients=clients)
+    raise PartitionError(
+        "min_size",
+        f"could not assign {cpc} classes to each of {num_clients} clients ({num_classes} classes, "
+        f"{'fixed consecutive classes' if fixed else f'max_retries={max_retries} random draws'}) "
+        f"so that every client holds at least min_size={min_size} samples (the best "
+        f"assignment's smallest client had {best}); use more classes per client, fewer "
+        "clients or a smaller min_size",
+    )
 
 
 def component_partition(

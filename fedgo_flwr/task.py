@@ -1,8 +1,9 @@
 """Glue shared by the ServerApp and the ClientApp: data, partition, model and client sampling.
 
 Server and clients derive the same partition independently from the experiment config (same
-dataset, seed, alpha), so no data or index list is ever sent over the network. Loaded datasets
-and partitions are cached per process: a simulated ClientApp worker loads them once per run.
+dataset, seed and ``data.`` partition keys), so no data or index list is ever sent over the
+network. Loaded datasets and partitions are cached per process: a simulated ClientApp worker
+loads them once per run.
 """
 
 from __future__ import annotations
@@ -17,8 +18,15 @@ from torch import nn
 from fedgo_flwr.config import DataConfig, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, DataBundle, load_dataset, stratified_subset
 from fedgo_flwr.models import build_model
-from fedgo_flwr.partition import Partition, dirichlet_partition
+from fedgo_flwr.partition import (
+    Partition,
+    PartitionError,
+    classes_partition,
+    dirichlet_partition,
+    dirichlet_prior_partition,
+)
 from fedgo_flwr.rng import derive_seed
+from fedgo_flwr.schema import Checker
 
 
 @functools.lru_cache(maxsize=4)
@@ -48,32 +56,52 @@ def _partition(
     server_fraction: float,
     min_size: int,
     seed: int,
+    scheme: str,
+    quantity_sigma: float,
+    classes_per_client: int | None,
 ) -> Partition:
-    bundle = _load_bundle(dataset, path, download, train_subset)
-    return dirichlet_partition(
-        bundle.train.y,
-        num_clients=num_clients,
-        alpha=alpha,
-        server_fraction=server_fraction,
-        seed=seed,
-        min_size=min_size,
-    )
+    y = _load_bundle(dataset, path, download, train_subset).train.y
+    common = {"server_fraction": server_fraction, "seed": seed, "min_size": min_size}
+    if scheme == "dirichlet":
+        return dirichlet_partition(y, num_clients=num_clients, alpha=alpha, **common)
+    if scheme == "dirichlet_prior":
+        return dirichlet_prior_partition(y, num_clients, alpha, sigma=quantity_sigma, **common)
+    if scheme == "classes":
+        return classes_partition(y, num_clients, int(classes_per_client or 0), **common)
+    raise ValueError(f"unknown partition scheme {scheme!r}")  # pragma: no cover - config checks
+
+
+PARTITION_KEYS = {"min_size": "min_client_size", "classes_per_client": "classes_per_client"}
+"""The ``data.`` key behind each argument a :class:`PartitionError` can name."""
 
 
 def make_partition(cfg: ExperimentConfig, path_override: str | None = None) -> Partition:
-    """The experiment's partition; it depends only on data settings and ``seed``."""
+    """The experiment's partition; it depends only on data settings and ``seed``.
+
+    Raises:
+        ConfigError: no split exists for these settings (or none was found), naming the
+            ``data.`` key to change (``min_client_size``, ``classes_per_client``).
+    """
     d = cfg.data
-    return _partition(
-        d.dataset,
-        path_override or d.path,
-        d.download,
-        d.train_subset,
-        d.num_clients,
-        d.alpha,
-        d.server_fraction,
-        d.min_client_size,
-        cfg.seed,
-    )
+    try:
+        return _partition(
+            d.dataset,
+            path_override or d.path,
+            d.download,
+            d.train_subset,
+            d.num_clients,
+            d.alpha,
+            d.server_fraction,
+            d.min_client_size,
+            cfg.seed,
+            d.partition,
+            d.quantity_sigma,
+            d.classes_per_client,
+        )
+    except PartitionError as exc:
+        key = PARTITION_KEYS.get(exc.argument, "partition")
+        checker = Checker(cfg.strategy.sources).at("data.", d)
+        checker.fail(key, f"no data.partition: {d.partition} split of {d.dataset}: {exc}")
 
 
 def client_dataset(

@@ -20,6 +20,7 @@ from fedgo_flwr.config import OPTIMIZERS, ExperimentConfig
 from fedgo_flwr.data import DATASET_NAMES
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.models import MODEL_NAMES
+from fedgo_flwr.partition import PARTITION_SCHEMES
 from fedgo_flwr.schema import ConfigError
 from strategies import load_experiment
 
@@ -145,6 +146,7 @@ def test_base_yaml_holds_the_dataclass_defaults():
     assert choices(r"^model:\n\s+name: \w+") == set(MODEL_NAMES)
     assert choices(r"^\s+dataset: \w+") == {*DATASET_NAMES, "hf:<id>"}
     assert choices(r"^\s+optimizer: \w+") == set(OPTIMIZERS)
+    assert choices(r"^\s+partition: \w+") == set(PARTITION_SCHEMES)
 
 
 @pytest.mark.parametrize(

@@ -248,6 +248,42 @@ REFUSED = {
         "data.server_fraction", "fedgo", ("data.server_fraction=0",), conf="fedgo.yaml"
     ),
     "cuda-missing": Refused("device", "CUDA device", ("device=cuda:999",)),
+    # -- data.partition and its keys (the split is drawn by the pre-flight check) ---------------
+    "partition-name": Refused("data.partition", "unknown", ("data.partition=dir",)),
+    "sigma-negative": Refused(
+        "data.quantity_sigma",
+        "must be >= 0",
+        ("data.partition=dirichlet_prior", "data.quantity_sigma=-0.5"),
+    ),
+    "sigma-other-scheme": Refused(
+        "data.quantity_sigma", "only data.partition: dirichlet_prior", ("data.quantity_sigma=0.5",)
+    ),
+    "classes-missing": Refused(
+        "data.classes_per_client", "needs it", ("data.partition=classes",), where=""
+    ),
+    "classes-0": Refused(
+        "data.classes_per_client",
+        "must be >= 1",
+        ("data.partition=classes", "data.classes_per_client=0"),
+    ),
+    "classes-other-scheme": Refused(
+        "data.classes_per_client", "only used by", ("data.classes_per_client=2",)
+    ),
+    "classes-too-many": Refused(
+        "data.classes_per_client",
+        "more than the 10 classes",
+        ("data.partition=classes", "data.classes_per_client=11"),
+    ),
+    "classes-too-few": Refused(
+        "data.classes_per_client",
+        "some class would have no client",
+        ("data.partition=classes", "data.classes_per_client=1", "data.num_clients=5"),
+    ),
+    "prior-min-size": Refused(
+        "data.min_client_size",
+        "could not draw LogNormal(sigma=3.0) client amounts",
+        ("data.partition=dirichlet_prior", "data.quantity_sigma=3", "data.min_client_size=20"),
+    ),
 }
 
 

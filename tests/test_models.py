@@ -92,7 +92,7 @@ def test_unknown_name_raises_and_lists_names() -> None:
         assert name in str(info.value)
 
 
-@pytest.mark.parametrize("name", ["resnet8", "resnet18", "vgg11_bn", "resnet50", "gn_lenet"])
+@pytest.mark.parametrize("name", [n for n in MODEL_NAMES if n not in ("mlp", "cnn")])
 @pytest.mark.parametrize("shape", [(2,), (8, 8), (1, 1, 8, 8)])
 def test_incompatible_shape_raises(name: str, shape: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match=name) as info:
@@ -121,7 +121,7 @@ def test_mlp_accepts_any_shape() -> None:
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 5), (2, 3, 3)])
 def test_tiny_images(shape: tuple[int, ...]) -> None:
-    for name in ("cnn", "cnn_bn", "vgg11_bn", "resnet8", "resnet18", "gn_lenet"):
+    for name in ("cnn", "cnn_bn", "vgg11_bn", "resnet8", "resnet18", "gn_lenet", "cnn5", "lenet5"):
         model = build_model(name, shape, 4).eval()
         with torch.no_grad():
             assert model(torch.randn(BATCH, *shape)).shape == (BATCH, 4)
@@ -213,3 +213,115 @@ def test_gn_lenet_rejects_vector_input_naming_the_model() -> None:
     with pytest.raises(ValueError, match="gn_lenet") as info:
         build_model("gn_lenet", (20,), NUM_CLASSES)
     assert "(20,)" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Co-Boosting's models (Dai et al., ICLR 2024, Sec. 5 / App. B; the authors' registry.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def _layers(model: torch.nn.Module, kind: type) -> list[torch.nn.Module]:
+    return [m for m in model.modules() if isinstance(m, kind)]
+
+
+def test_cnn5_is_the_authors_cnncifar() -> None:
+    # conv3x3 3->128, pool, conv 128->128, pool, conv 128->128, fc 2048->10: 319,242.
+    model = build_model("cnn5", (3, 32, 32), NUM_CLASSES)
+    assert count_parameters(model) == 319_242
+    convs = _layers(model, torch.nn.Conv2d)
+    assert [(c.in_channels, c.out_channels, c.kernel_size, c.padding) for c in convs] == [
+        (3, 128, (3, 3), (0, 0)),
+        (128, 128, (3, 3), (0, 0)),
+        (128, 128, (3, 3), (0, 0)),
+    ]
+    assert len(_layers(model, torch.nn.MaxPool2d)) == 2
+    assert [(x.in_features, x.out_features) for x in _layers(model, torch.nn.Linear)] == [
+        (128 * 4 * 4, NUM_CLASSES)
+    ]
+    assert not _layers(model, torch.nn.BatchNorm2d)
+
+
+def test_cnn5_on_digits_pads_the_last_conv_and_skips_the_last_pool() -> None:
+    # 8x8: conv -> 6, pool -> 3, conv -> 1, pool skipped, conv padded -> 1: Linear(128, 10).
+    model = build_model("cnn5", (1, 8, 8), NUM_CLASSES)
+    assert count_parameters(model) == 297_738
+    assert len(_layers(model, torch.nn.MaxPool2d)) == 1
+    assert [c.padding for c in _layers(model, torch.nn.Conv2d)] == [(0, 0), (0, 0), (1, 1)]
+
+
+def test_lenet5_is_the_tutorial_lenet() -> None:
+    # PyTorch-tutorial LeNet (the authors' cnn_torch / CNN2): 6-16 convs 5x5, 120-84 linears.
+    model = build_model("lenet5", (3, 32, 32), NUM_CLASSES)
+    assert count_parameters(model) == 62_006
+    assert count_parameters(build_model("lenet5", (1, 32, 32), NUM_CLASSES)) == 61_706
+    convs = _layers(model, torch.nn.Conv2d)
+    assert [(c.in_channels, c.out_channels, c.kernel_size) for c in convs] == [
+        (3, 6, (5, 5)),
+        (6, 16, (5, 5)),
+    ]
+    assert [(x.in_features, x.out_features) for x in _layers(model, torch.nn.Linear)] == [
+        (16 * 5 * 5, 120),
+        (120, 84),
+        (84, NUM_CLASSES),
+    ]
+
+
+def test_lenet5_on_digits() -> None:
+    # 8x8: conv -> 4, pool -> 2, conv padded -> 2, pool -> 1: Linear(16, 120).
+    model = build_model("lenet5", (1, 8, 8), NUM_CLASSES)
+    assert count_parameters(model) == 15_626
+    assert [c.padding for c in _layers(model, torch.nn.Conv2d)] == [(0, 0), (2, 2)]
+
+
+@pytest.mark.parametrize("name", ["cnn5", "lenet5"])
+def test_coboosting_models_are_deterministic_with_a_seed(name: str) -> None:
+    x = torch.randn(2, 3, 32, 32)
+    outs = []
+    for seed in (5, 5, 6):
+        torch.manual_seed(seed)
+        model = build_model(name, (3, 32, 32), NUM_CLASSES).eval()
+        with torch.no_grad():
+            outs.append(model(x))
+    assert torch.equal(outs[0], outs[1])
+    assert not torch.allclose(outs[0], outs[2])
+
+
+@pytest.mark.parametrize("name", ["cnn5", "lenet5"])
+def test_coboosting_models_reject_vectors(name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        build_model(name, (20,), NUM_CLASSES)
+
+
+def test_mobilenetv3_small_matches_the_paper_layout() -> None:
+    # Howard et al. 2019, Table 2: stride-2 stem of 16, 11 bottlenecks, 1x1 conv to 576,
+    # Linear(576, 1024), Linear(1024, classes): 1,528,106 parameters (the authors' `mobile`).
+    model = build_model("mobilenetv3_small", (3, 32, 32), NUM_CLASSES)
+    assert count_parameters(model) == 1_528_106
+    stem = _layers(model, torch.nn.Conv2d)[0]
+    assert (stem.out_channels, stem.stride) == (16, (2, 2))
+    depthwise = [c for c in _layers(model, torch.nn.Conv2d) if c.groups > 1]
+    assert [c.kernel_size[0] for c in depthwise] == [3, 3, 3] + [5] * 8
+    assert [c.stride[0] for c in depthwise] == [2, 2, 1, 2, 1, 1, 1, 1, 2, 1, 1]
+    linears = [(x.in_features, x.out_features) for x in _layers(model, torch.nn.Linear)]
+    assert linears[-2:] == [(576, 1024), (1024, NUM_CLASSES)]
+
+
+def test_shufflenetv2_matches_the_paper_layout() -> None:
+    # Ma et al. 2018, Table 5 (x1.0): stem 24 + max-pool, stages 116/232/464 of 4/8/4 units,
+    # conv 1x1 to 1024: 1,263,854 parameters (the authors' `shuffle`).
+    model = build_model("shufflenetv2", (3, 32, 32), NUM_CLASSES)
+    assert count_parameters(model) == 1_263_854
+    assert len(_layers(model, torch.nn.MaxPool2d)) == 1
+    strided = [c.out_channels for c in _layers(model, torch.nn.Conv2d) if c.stride == (2, 2)]
+    # the stem, then each stage's first unit: two depthwise convs (left and right branch)
+    assert sorted(strided) == [24, 24, 58, 116, 116, 232, 232]
+    assert [(x.in_features, x.out_features) for x in _layers(model, torch.nn.Linear)] == [
+        (1024, NUM_CLASSES)
+    ]
+
+
+def test_channel_shuffle_interleaves_the_halves() -> None:
+    from fedgo_flwr.models_mobile import channel_shuffle
+
+    x = torch.arange(6.0).reshape(1, 6, 1, 1)
+    assert channel_shuffle(x, 2).flatten().tolist() == [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]

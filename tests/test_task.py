@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from fedgo_flwr.config import ConfigError
 from fedgo_flwr.task import client_dataset, load_bundle, make_partition
 from strategies import load_experiment
 
@@ -18,3 +20,34 @@ def test_train_subset_shrinks_train_only_and_partition_covers_it():
     assert sorted(covered.tolist()) == list(range(600))
     sizes = [len(client_dataset(cfg, k)) for k in range(cfg.data.num_clients)]
     assert sum(sizes) + len(part.server) == 600
+
+
+def _clients(overrides: list[str]) -> list[list[int]]:
+    return [c.tolist() for c in make_partition(load_experiment(None, overrides)).clients]
+
+
+def test_partition_cache_tells_the_schemes_apart():
+    # The per-process cache is keyed by every partition key: changing only data.partition,
+    # data.quantity_sigma or data.classes_per_client gives another split.
+    base = ["data.num_clients=10", "seed=2"]
+    prior = [*base, "data.partition=dirichlet_prior"]
+    splits = [
+        _clients(base),
+        _clients(prior),
+        _clients([*prior, "data.quantity_sigma=0.8"]),
+        _clients([*base, "data.partition=classes", "data.classes_per_client=2"]),
+        _clients([*base, "data.partition=classes", "data.classes_per_client=3"]),
+    ]
+    assert all(a != b for i, a in enumerate(splits) for b in splits[i + 1 :])
+    assert _clients(base) == splits[0]  # and the same keys give the same split
+
+
+def test_partition_problems_name_the_data_key():
+    cfg = load_experiment(None, ["data.partition=classes", "data.classes_per_client=11"])
+    with pytest.raises(ConfigError, match="more than the 10 classes") as info:
+        make_partition(cfg)
+    assert info.value.key == "data.classes_per_client"
+    cfg = load_experiment(None, ["data.alpha=0.001", "data.min_client_size=20"])
+    with pytest.raises(ConfigError, match="could not draw a Dirichlet") as info:
+        make_partition(cfg)
+    assert info.value.key == "data.min_client_size"
