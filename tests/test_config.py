@@ -166,6 +166,12 @@ REFUSED = {
         "more than data.num_clients (2)",
         ("data.num_clients=2", "model.client_models=[cnn, cnn, cnn]"),
     ),
+    "client-models-fedavg": Refused(
+        "model.client_models", "fedavg", ("model.client_models=[cnn, mlp]",)
+    ),
+    "client-models-feddf": Refused(
+        "model.client_models", "feddf", ("strategy.name=feddf", "model.client_models=[mlp]")
+    ),
     "optimizer": Refused("train.optimizer", "unknown", ("train.optimizer=rmsprop",)),
     "device-name": Refused("device", "auto, cpu", ("device=gpu0",)),
     "device-digits": Refused("device", "auto, cpu", (f"device=cuda:{BIG}",)),
