@@ -144,7 +144,9 @@ class Strategy(FlowerStrategy):
     """Whether it distils on ``data.public_path`` when given (other strategies refuse it)."""
     supports_heterogeneous_models: ClassVar[bool] = False
     """Whether clients may train architectures other than ``model.name``
-    (``model.client_models``). A strategy that averages parameters cannot: it refuses them."""
+    (``model.client_models``). A strategy that averages parameters cannot: it refuses them. One
+    that sets it must override :meth:`absorb` / :meth:`aggregate` (the default averages every
+    reply's arrays) and may override :meth:`arrays_for`."""
 
     def __init__(
         self,
@@ -441,8 +443,8 @@ class Strategy(FlowerStrategy):
     def _arrays_problem(self, arrays: dict[str, np.ndarray], pid: int) -> str | None:
         if not self.heterogeneous:
             return check_arrays(arrays, self.global_arrays)
-        of = f"model '{self.client_arch(pid)}' (its architecture, model.client_models)"
-        return check_arrays(arrays, self.reference_arrays(pid), of=of)
+        what = f"arrays (its model '{self.client_arch(pid)}')"
+        return check_arrays(arrays, self.reference_arrays(pid), what, of="that model")
 
     def _unpack(self, msg: Message, pid: int) -> Reply:
         content = msg.content
