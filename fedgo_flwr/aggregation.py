@@ -280,8 +280,12 @@ def _cast_like(value: np.ndarray, like: np.ndarray) -> np.ndarray:
     return np.asarray(value.astype(like.dtype))
 
 
-def check_arrays(received: Arrays, reference: Arrays, what: str = "arrays") -> str | None:
+def check_arrays(
+    received: Arrays, reference: Arrays, what: str = "arrays", of: str = "the global model"
+) -> str | None:
     """Why ``received`` cannot be used in place of ``reference`` (``None`` if it can).
+
+    ``what`` names the received arrays and ``of`` the reference in the message.
 
     Rejects missing or extra keys, wrong shapes, dtypes other than the reference's, and
     non-finite values. The dtype must match exactly: :class:`RunningAverage` casts the average
@@ -293,9 +297,7 @@ def check_arrays(received: Arrays, reference: Arrays, what: str = "arrays") -> s
     missing = sorted(set(reference) - set(received))
     extra = sorted(set(received) - set(reference))
     if missing or extra:
-        return (
-            f"{what}: keys differ from the global model (missing {missing[:3]}, extra {extra[:3]})"
-        )
+        return f"{what}: keys differ from {of} (missing {missing[:3]}, extra {extra[:3]})"
     for key, ref in reference.items():
         value, ref = np.asarray(received[key]), np.asarray(ref)
         if value.shape != ref.shape:

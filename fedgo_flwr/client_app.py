@@ -6,8 +6,10 @@ own parameters in every message (:mod:`fedgo_flwr.messages`), so a SuperNode nee
 
 - ``query``: reply with the node's partition id (the server maps partition ids to node ids with
   it, for seeded client sampling).
-- ``train``: load the global weights, train with the algorithm named in the message, reply with
-  the weights, ``num-examples`` and training metrics (plus the algorithm's extra ArrayRecords).
+- ``train``: build the client's own architecture (``model.client_models``, else
+  ``model.name``), load the weights the server sent into it, train with the algorithm named in
+  the message, reply with the weights, ``num-examples`` and training metrics (plus the
+  algorithm's extra ArrayRecords).
 - every ``train.<action>`` a client algorithm declares in its ``messages`` (FedGO's
   ``train.discriminator``), answered by the algorithm's method of that name.
 
@@ -49,7 +51,7 @@ from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.recorder import resolve_output_dir
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.schema import build_section
-from fedgo_flwr.task import client_dataset, load_bundle, new_model
+from fedgo_flwr.task import client_dataset, client_model_name, load_bundle, new_client_model
 from fedgo_flwr.training import get_device
 
 app = ClientApp()
@@ -246,6 +248,20 @@ def save_state(context: Context, folder: Path | None, server_round: int) -> None
         (folder / f"round-{r}.pt").unlink(missing_ok=True)
 
 
+def load_arrays(
+    model: torch.nn.Module, arrays: ArrayRecord, cfg: ExperimentConfig, pid: int
+) -> None:
+    """Load the server's ``arrays`` into this client's own architecture (``model.client_models``);
+    arrays of another architecture raise ``ValueError`` naming it (the reply is an error)."""
+    try:
+        model.load_state_dict(arrays.to_torch_state_dict())
+    except RuntimeError as exc:
+        name = client_model_name(cfg, pid)
+        raise ValueError(
+            f"the server's arrays do not fit client {pid}'s model '{name}': {exc}"
+        ) from None
+
+
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Report this node's partition id (and the federation size, if its node config says)."""
@@ -293,8 +309,8 @@ def train(msg: Message, context: Context) -> Message:
         inject_fault(cfg, pid, server_round, "before")
     state_dir = _state_dir(context, cfg, str(msg.content[msgs.CONFIG].get(msgs.RUN_TOKEN, "")), pid)
     restore_state(context, state_dir, server_round)
-    job.model = new_model(cfg, load_bundle(cfg.data, _data_path(context)))
-    job.model.load_state_dict(msg.content[msgs.ARRAYS].to_torch_state_dict())
+    job.model = new_client_model(cfg, load_bundle(cfg.data, _data_path(context)), pid)
+    load_arrays(job.model, msg.content[msgs.ARRAYS], cfg, pid)
     stats, extra = algorithm.train(job)
     save_state(context, state_dir, server_round)
     metrics = MetricRecord(

@@ -124,12 +124,25 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    """Model architecture by name (see ``fedgo_flwr.models.MODEL_NAMES``)."""
+    """Model architecture by name (see ``fedgo_flwr.models.MODEL_NAMES``).
+
+    ``name`` is the server's (global) model. ``client_models`` lets clients train other
+    architectures, as in one-shot FL's "model market" (Co-Boosting, Dai et al., ICLR 2024,
+    Sec. 3): client ``k`` trains ``client_models[k % len(client_models)]``
+    (:func:`fedgo_flwr.task.client_model_name`); empty, every client trains ``name``. Only a
+    strategy that declares ``supports_heterogeneous_models`` accepts names other than ``name``.
+    """
 
     name: str = "cnn"
+    client_models: list[str] = field(default_factory=list)
 
     def check(self, c: Checker) -> None:
         c.choice("name", MODEL_NAMES)
+        for i, model in enumerate(self.client_models):
+            if model not in MODEL_NAMES:
+                c.fail(
+                    f"client_models[{i}]", f"unknown; choose one of {', '.join(MODEL_NAMES)}", model
+                )
 
 
 @dataclass
@@ -320,6 +333,12 @@ class ExperimentConfig:
             "round_timeout",
             self.round_timeout <= MAX_SECONDS,
             f"must be <= {MAX_SECONDS} (30 days)",
+        )
+        c.at("model.", self.model).require(
+            "client_models",
+            len(self.model.client_models) <= k,
+            f"{len(self.model.client_models)} names, more than data.num_clients ({k}): one per "
+            "client, or a shorter list repeated over the partition ids",
         )
         for i, fault in enumerate(self.faults):
             c.at(f"faults[{i}].", fault).require(

@@ -141,7 +141,8 @@ def build_section(
     Keys of ``raw`` must be fields of ``cls`` (the error suggests the closest one; with
     ``owner`` it says whose parameters they are, e.g. a strategy's). Values are type-checked
     against the annotations (``int`` is accepted for ``float``), nested dataclasses and lists of
-    dataclasses are built from mappings, and every built section's ``check(checker)`` runs,
+    dataclasses are built from mappings, lists of plain values are checked entry by entry (an
+    error names ``key[i]``), and every built section's ``check(checker)`` runs,
     innermost first.
     """
     checker = checker or Checker(sources)
@@ -188,6 +189,17 @@ def _convert(tp: Any, value: Any, key: str, checker: Checker) -> Any:
         if not isinstance(value, Mapping):
             _fail(checker, key, value, "must be a mapping of keys")
         return build_section(tp, value, f"{key}.", checker=checker)
+    if typing.get_origin(tp) is list:  # a list of plain values, each checked and named key[i]
+        (arg,) = typing.get_args(tp)
+        if value is None:
+            value = []
+        if not isinstance(value, list):
+            _fail(checker, key, value, f"must be a list of {_type_name(arg)}")
+        out = []
+        for i, entry in enumerate(value):
+            out.append(_convert(arg, entry, f"{key}[{i}]", checker))
+            _check_number(out[-1], {}, f"{key}[{i}]", checker)
+        return out
     ok, cast = _type_ok(value, tp)
     if not ok:
         problem = f"must be {_type_name(tp)}, got {type(value).__name__}"

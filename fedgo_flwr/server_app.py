@@ -30,7 +30,8 @@ from fedgo_flwr.cli import preflight
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.messages import CONFIG, METRICS, NUM_PARTITIONS, PARTITION_ID, to_numpy, to_record
 from fedgo_flwr.recorder import RunRecorder, check_output_dir
-from fedgo_flwr.task import load_bundle, make_partition, new_model
+from fedgo_flwr.schema import Checker
+from fedgo_flwr.task import check_model_inputs, load_bundle, make_partition, new_model
 from fedgo_flwr.training import get_device
 from strategies import load_experiment, resolve, strategy_class
 from strategies.base import ServerResources
@@ -145,6 +146,9 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
                     f"cannot resume {cfg.output_dir}: the configuration differs from the "
                     f"checkpointed run's in {', '.join(changed)}"
                 )
+    bundle = load_bundle(cfg.data)
+    # A model that cannot take the data's inputs is refused by key, before anything is written.
+    check_model_inputs(cfg, bundle, Checker(cfg.strategy.sources))
     recorder = RunRecorder.create(cfg, ckpt.metrics if ckpt else None)
     log(
         INFO,
@@ -154,7 +158,6 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
         recorder.out_dir,
     )
 
-    bundle = load_bundle(cfg.data)
     partition = make_partition(cfg)
     recorder.write_partition(partition.to_json(bundle.train.y, bundle.train.num_classes))
     device = get_device(cfg.device)

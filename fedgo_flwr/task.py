@@ -117,10 +117,58 @@ def client_dataset(
     return bundle.train.subset(make_partition(cfg, path_override).clients[partition_id])
 
 
-def new_model(cfg: ExperimentConfig, bundle: DataBundle) -> nn.Module:
-    """The experiment's model, initialised deterministically from ``cfg.seed``."""
-    torch.manual_seed(derive_seed(cfg.seed, "model-init"))
-    return build_model(cfg.model.name, bundle.train.input_shape, bundle.train.num_classes)
+def new_model(cfg: ExperimentConfig, bundle: DataBundle, name: str | None = None) -> nn.Module:
+    """The experiment's model (``model.name``), or architecture ``name``, initialised
+    deterministically from ``cfg.seed`` (it seeds torch's global generator, as it always has).
+
+    ``model.name`` is seeded by ``(seed, "model-init")``; any other architecture by
+    ``(seed, "model-init", name)``, so every client of one architecture starts from the same
+    weights.
+    """
+    name = cfg.model.name if name is None else name
+    keys: tuple[str, ...] = ("model-init",) if name == cfg.model.name else ("model-init", name)
+    torch.manual_seed(derive_seed(cfg.seed, *keys))
+    return build_model(name, bundle.train.input_shape, bundle.train.num_classes)
+
+
+def client_model_name(cfg: ExperimentConfig, partition_id: int) -> str:
+    """The architecture client ``partition_id`` trains: ``model.client_models`` repeated over
+    the partition ids (client ``k`` gets entry ``k % len``), or ``model.name`` if it is empty."""
+    names = cfg.model.client_models
+    return names[partition_id % len(names)] if names else cfg.model.name
+
+
+def heterogeneous_models(cfg: ExperimentConfig) -> bool:
+    """Whether some client trains an architecture other than ``model.name``."""
+    return any(name != cfg.model.name for name in cfg.model.client_models)
+
+
+def new_client_model(cfg: ExperimentConfig, bundle: DataBundle, partition_id: int) -> nn.Module:
+    """Client ``partition_id``'s model (:func:`client_model_name`), seeded by :func:`new_model`."""
+    return new_model(cfg, bundle, client_model_name(cfg, partition_id))
+
+
+def check_model_inputs(cfg: ExperimentConfig, bundle: DataBundle, c: Checker) -> None:
+    """Refuse (``ConfigError`` naming ``model.name`` or ``model.client_models[i]``) an
+    architecture that cannot take the dataset's inputs, e.g. a ResNet on 2-D vectors.
+
+    The models are built on PyTorch's ``meta`` device: shapes only, no memory, no RNG draws.
+    """
+    shape, classes = bundle.train.input_shape, bundle.train.num_classes
+    named = [("name", cfg.model.name)]
+    named += [(f"client_models[{i}]", name) for i, name in enumerate(cfg.model.client_models)]
+    problems: dict[str, str | None] = {}
+    at = c.at("model.", cfg.model)
+    for key, name in named:
+        if name not in problems:
+            problems[name] = None
+            try:
+                with torch.device("meta"):
+                    build_model(name, shape, classes)
+            except ValueError as exc:
+                problems[name] = str(exc)
+        if problems[name] is not None:
+            at.fail(key, f"cannot take the inputs of {bundle.name}: {problems[name]}", name)
 
 
 def sample_clients(seed: int, server_round: int, num_clients: int, per_round: int) -> list[int]:

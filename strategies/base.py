@@ -12,7 +12,8 @@
   memory does not grow with the number of clients.
 - Every reply checked on its own (:meth:`Strategy.accept`): error replies, replies from nodes
   not sampled this round, missing records, unreadable arrays, arrays whose keys, shapes or
-  dtypes differ from the global model's or that hold non-finite values, training metrics that
+  dtypes differ from the replying client's architecture's (the global model's, unless
+  ``model.client_models`` gives it another) or that hold non-finite values, training metrics that
   are not finite numbers, and a ``num-examples`` other than the server's own count of the
   client's partition. A bad reply is logged with its partition and node id and the reason and
   dropped, and the round goes on if at least ``min_clients`` replied. Nothing a client sends
@@ -20,6 +21,14 @@
   :class:`ReplyRejected` (FedDF: teacher logits that are not finite or too large).
 - Centralised evaluation (server side); no federated evaluation round.
 - A resumable round loop (:meth:`Strategy.start`) that records nothing once a stop was asked for.
+
+**Clients of other architectures** (``model.client_models``; one-shot FL's model market,
+Co-Boosting, Dai et al., ICLR 2024): only a strategy that sets
+:attr:`Strategy.supports_heterogeneous_models` accepts them; every other strategy averages
+parameters and refuses such a configuration (:meth:`Strategy.check_config`). Each sampled
+client is sent the arrays of its own architecture (:meth:`Strategy.arrays_for`) and its reply
+is checked against that architecture (:meth:`Strategy.reference_arrays`). With
+``model.client_models`` empty nothing of this costs anything per round.
 
 **n_k is the server's count.** Every n_k-weighted step (FedAvg's average, SCAFFOLD's buffers,
 FedDF's and FedGO's data-size weights) uses the size of the client's partition as the server
@@ -74,7 +83,7 @@ from fedgo_flwr.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.partition import Partition
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
-from fedgo_flwr.task import sample_clients
+from fedgo_flwr.task import client_model_name, heterogeneous_models, new_model, sample_clients
 
 __all__ = ["BaseConfig", "Reply", "ReplyRejected", "ServerResources", "Strategy", "client_metrics"]
 
@@ -133,6 +142,11 @@ class Strategy(FlowerStrategy):
     """The strategy's own YAML parameters (``strategy.<key>``), a dataclass."""
     uses_public_data: ClassVar[bool] = False
     """Whether it distils on ``data.public_path`` when given (other strategies refuse it)."""
+    supports_heterogeneous_models: ClassVar[bool] = False
+    """Whether clients may train architectures other than ``model.name``
+    (``model.client_models``). A strategy that averages parameters cannot: it refuses them. One
+    that sets it must override :meth:`absorb` / :meth:`aggregate` (the default averages every
+    reply's arrays) and may override :meth:`arrays_for`."""
 
     def __init__(
         self,
@@ -158,6 +172,13 @@ class Strategy(FlowerStrategy):
         # n_k of every partition, as the server counts it (None: no resources, trust the claim).
         self.client_sizes = None if resources is None else resources.partition.client_sizes
         self._template = copy.deepcopy(model).cpu()
+        self.heterogeneous = heterogeneous_models(cfg)
+        # Architectures other than model.name: a seeded initial model of each, built once.
+        self._arch_templates: dict[str, nn.Module] = {}
+        self._arch_arrays: dict[str, dict[str, np.ndarray]] = {}
+        self._arch_records: dict[str, ArrayRecord] = {}
+        if self.heterogeneous:
+            self._build_architectures()
         self.global_arrays: dict[str, np.ndarray] = {}
         self.sampled: list[int] = []
         self.rejected = 0  # replies dropped in the current round
@@ -168,7 +189,10 @@ class Strategy(FlowerStrategy):
     @classmethod
     def check_config(cls, config: Any, c: Checker, cfg: ExperimentConfig | None = None) -> None:
         """Checks of ``Config`` that depend on the strategy class or on the rest of the
-        experiment ``cfg`` (``c.fail`` names the key)."""
+        experiment ``cfg`` (``c.fail`` names the key). Here: client architectures other than
+        ``model.name`` only for a strategy that supports them."""
+        if cfg is not None and heterogeneous_models(cfg) and not cls.supports_heterogeneous_models:
+            c.at("model.", cfg.model).fail("client_models", cls._homogeneous_only(cfg))
         agg = getattr(config, "aggregation", None)
         if cfg is not None and agg is not None and agg.rule == "trimmed_mean":
             k = cfg.clients_per_round
@@ -186,6 +210,31 @@ class Strategy(FlowerStrategy):
         experiment's sources, e.g. ``c.at("data.", cfg.data).require("server_fraction", ...)``.
         """
 
+    @classmethod
+    def _homogeneous_only(cls, cfg: ExperimentConfig) -> str:
+        return (
+            f"strategy {cls.name} averages parameters: every client must train model.name "
+            f"('{cfg.model.name}'); clients of other architectures need a strategy with "
+            "supports_heterogeneous_models"
+        )
+
+    def _build_architectures(self) -> None:
+        """The seeded initial model of every client architecture other than ``model.name``."""
+        if not self.supports_heterogeneous_models:
+            raise ValueError(f"model.client_models: {self._homogeneous_only(self.cfg)}")
+        if self.resources is None:
+            raise ValueError(
+                "model.client_models: the server needs its data bundle (ServerResources) "
+                "to build the clients' architectures"
+            )
+        names = {client_model_name(self.cfg, pid) for pid in range(self.cfg.data.num_clients)}
+        for name in sorted(names - {self.cfg.model.name}):
+            with torch.random.fork_rng(devices=[]):  # the server's own random stream is kept
+                model = new_model(self.cfg, self.resources.bundle, name).cpu()
+            self._arch_templates[name] = model
+            self._arch_arrays[name] = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+            self._arch_records[name] = to_record(self._arch_arrays[name])
+
     def summary(self) -> None:
         log(INFO, "\t├──> %s, params %s", type(self).__name__, self.params)
         log(
@@ -196,9 +245,38 @@ class Strategy(FlowerStrategy):
             self.cfg.seed,
         )
 
-    def model_factory(self) -> nn.Module:
-        """A fresh copy of the experiment's model (weights to be loaded by the caller)."""
-        return copy.deepcopy(self._template)
+    def model_factory(self, arch: str | None = None) -> nn.Module:
+        """A fresh copy of the experiment's model, or of client architecture ``arch`` (a name
+        of ``model.client_models``), with its initial weights (to be replaced by the caller)."""
+        if arch is None or arch == self.cfg.model.name:
+            return copy.deepcopy(self._template)
+        return copy.deepcopy(self._arch_templates[arch])
+
+    def client_arch(self, pid: int) -> str:
+        """The architecture client ``pid`` trains (:func:`fedgo_flwr.task.client_model_name`)."""
+        return client_model_name(self.cfg, pid)
+
+    def arrays_for(self, arch: str, arrays: ArrayRecord) -> ArrayRecord:
+        """What clients of architecture ``arch`` start the round from.
+
+        ``model.name``'s clients get the global model (``arrays``). Clients of any other
+        architecture get that architecture's seeded initial model
+        (:func:`fedgo_flwr.task.new_model`: seed ``derive_seed(cfg.seed, "model-init", arch)``),
+        the same every round, so all clients of one architecture start equal (one-shot FL,
+        e.g. Co-Boosting, needs no more). A strategy that keeps a model per architecture
+        overrides this.
+        """
+        if arch == self.cfg.model.name:
+            return arrays
+        return self._arch_records[arch]
+
+    def reference_arrays(self, pid: int) -> dict[str, np.ndarray]:
+        """What client ``pid``'s reply must match in keys, shapes and dtypes: this round's
+        global model, or the initial model of the client's own architecture."""
+        if not self.heterogeneous:
+            return self.global_arrays
+        arch = self.client_arch(pid)
+        return self.global_arrays if arch == self.cfg.model.name else self._arch_arrays[arch]
 
     def setup(self, grid: Grid) -> None:
         """Work before round 1 (e.g. FedGO's discriminator round); nothing by default."""
@@ -295,7 +373,8 @@ class Strategy(FlowerStrategy):
     def train_record(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
     ) -> RecordDict:
-        """The content sent to every sampled client (subclasses add their own records)."""
+        """The content sent to every sampled client (subclasses add their own records); with
+        ``model.client_models``, once per architecture, ``arrays`` being :meth:`arrays_for`'s."""
         return RecordDict({msgs.ARRAYS: arrays, msgs.CONFIG: config})
 
     def configure_train(
@@ -306,9 +385,22 @@ class Strategy(FlowerStrategy):
             self.cfg.seed, server_round, self.cfg.data.num_clients, self.cfg.clients_per_round
         )
         log(INFO, "configure_train: clients %s", pids)
-        record = self.train_record(server_round, arrays, self.message_config(server_round, config))
+        config = self.message_config(server_round, config)
+        if not self.heterogeneous:
+            record = self.train_record(server_round, arrays, config)
+            self.sampled = pids
+            return self.messages_to(record, [self.node_ids[p] for p in pids], MessageType.TRAIN)
+        records: dict[str, RecordDict] = {}  # one per architecture, shared by its clients
+        messages: list[Message] = []
+        for pid in pids:  # in partition order, as without client_models
+            arch = self.client_arch(pid)
+            if arch not in records:
+                records[arch] = self.train_record(
+                    server_round, self.arrays_for(arch, arrays), config
+                )
+            messages += self.messages_to(records[arch], [self.node_ids[pid]], MessageType.TRAIN)
         self.sampled = pids
-        return self.messages_to(record, [self.node_ids[p] for p in pids], MessageType.TRAIN)
+        return messages
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -339,9 +431,7 @@ class Strategy(FlowerStrategy):
             reason = self._reply_problem(msg, pid)
             if reason is None:
                 reply = self._unpack(msg, pid)  # the arrays are read once, then checked
-                reason = check_arrays(reply.arrays, self.global_arrays) or self.check_reply(
-                    msg.content
-                )
+                reason = self._arrays_problem(reply.arrays, pid) or self.check_reply(msg.content)
         except Exception as exc:  # noqa: BLE001 - no reply may end the run
             reason = f"unreadable reply ({type(exc).__name__}: {exc})"
         if reason is not None:
@@ -349,6 +439,12 @@ class Strategy(FlowerStrategy):
             log(WARNING, "Dropping reply of client %d (node %d): %s", pid, node, reason)
             return None
         return reply
+
+    def _arrays_problem(self, arrays: dict[str, np.ndarray], pid: int) -> str | None:
+        if not self.heterogeneous:
+            return check_arrays(arrays, self.global_arrays)
+        what = f"arrays (its model '{self.client_arch(pid)}')"
+        return check_arrays(arrays, self.reference_arrays(pid), what, of="that model")
 
     def _unpack(self, msg: Message, pid: int) -> Reply:
         content = msg.content

@@ -152,6 +152,26 @@ REFUSED = {
     "strategy-name": Refused("strategy.name", "unknown", ("strategy.name=fedfoo",)),
     "dataset": Refused("data.dataset", "unknown", ("data.dataset=mnist3",)),
     "model": Refused("model.name", "unknown", ("model.name=resnet7",)),
+    "client-model": Refused(
+        "model.client_models[1]", "unknown", ("model.client_models=[cnn, resnet7]",)
+    ),
+    "client-models-str": Refused(
+        "model.client_models", "must be a list", ("model.client_models=cnn",)
+    ),
+    "client-model-int": Refused(
+        "model.client_models[0]", "must be str", ("model.client_models=[3]",)
+    ),
+    "client-models-long": Refused(
+        "model.client_models",
+        "more than data.num_clients (2)",
+        ("data.num_clients=2", "model.client_models=[cnn, cnn, cnn]"),
+    ),
+    "client-models-fedavg": Refused(
+        "model.client_models", "fedavg", ("model.client_models=[cnn, mlp]",)
+    ),
+    "client-models-feddf": Refused(
+        "model.client_models", "feddf", ("strategy.name=feddf", "model.client_models=[mlp]")
+    ),
     "optimizer": Refused("train.optimizer", "unknown", ("train.optimizer=rmsprop",)),
     "device-name": Refused("device", "auto, cpu", ("device=gpu0",)),
     "device-digits": Refused("device", "auto, cpu", (f"device=cuda:{BIG}",)),

@@ -52,6 +52,17 @@ def test_feddf_records_distillation_and_diagnostics(tmp_path):
     assert last["test_loss"] != pytest.approx(last["init_test_loss"], rel=1e-6)
 
 
+def test_fedavg_runs_without_server_data(tmp_path):
+    """``data.server_fraction: 0``: every sample is a client's, and FedAvg needs none on the
+    server (FedDF and FedGO refuse it, tests/test_config.py)."""
+    rows = run(tmp_path, "data.server_fraction=0")
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert all(np.isfinite(r["test_loss"]) for r in rows)
+    assert [r["clients_replied"] for r in rows[1:]] == [2, 2]
+    partition = json.loads((tmp_path / "partition.json").read_text())
+    assert partition["server_size"] == 0
+
+
 @pytest.mark.parametrize("strategy", ["fedavg", "feddf"])
 def test_batch_norm_model_runs_and_its_buffers_are_averaged(tmp_path, strategy):
     # BatchNorm buffers (running statistics, the 0-d num_batches_tracked) travel with the
