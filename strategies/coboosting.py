@@ -39,7 +39,7 @@ from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.datafree import BoostSettings, DataFreeDistillation, SynthesisSettings
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.schema import Checker
-from fedgo_flwr.task import load_bundle
+from fedgo_flwr.task import heterogeneous_models, load_bundle
 from strategies.oneshot import OneShot, OneShotConfig
 
 __all__ = ["CoBoosting", "CoBoostingConfig"]
@@ -72,6 +72,19 @@ class CoBoosting(OneShot):
 
     name = "coboosting"
     Config = CoBoostingConfig
+    supports_heterogeneous_models = True  # only logits meet (eq. 2); the student is model.name
+
+    @classmethod
+    def check_config(
+        cls, config: CoBoostingConfig, c: Checker, cfg: ExperimentConfig | None = None
+    ) -> None:
+        super().check_config(config, c, cfg)
+        if cfg is not None and config.student_init == "average" and heterogeneous_models(cfg):
+            c.fail(
+                "student_init",
+                "'average' needs one architecture for every client (model.client_models "
+                "names others); use 'fresh'",
+            )
 
     def needs_average(self) -> bool:
         return self.params.student_init == "average"

@@ -26,7 +26,7 @@ from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.datafree import BoostSettings, SynthesisSettings
 from fedgo_flwr.models import build_model
 from fedgo_flwr.schema import Checker
-from fedgo_flwr.task import load_bundle
+from fedgo_flwr.task import client_model_name, load_bundle
 from strategies.coboosting import CoBoosting, CoBoostingConfig
 
 __all__ = ["FADI", "FADIConfig"]
@@ -68,7 +68,7 @@ class FADI(CoBoosting):
         if cfg.strategy.params.synthesis.bn_weight == 0:
             return
         bundle = load_bundle(cfg.data)
-        names = set(client_model_names(cfg))
+        names = {client_model_name(cfg, pid) for pid in range(cfg.data.num_clients)}
         for name in sorted(names):
             model = build_model(name, bundle.train.input_shape, bundle.train.num_classes)
             has_bn = any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
@@ -79,9 +79,3 @@ class FADI(CoBoosting):
                 f"{cls.name} matches batch-norm statistics: client model {name!r} has no "
                 "BatchNorm2d (use e.g. cnn_bn or resnet8, or strategy.synthesis.bn_weight: 0)",
             )
-
-
-def client_model_names(cfg: ExperimentConfig) -> list[str]:
-    """The architecture names of the clients (``model.client_models`` or ``model.name``)."""
-    names = list(getattr(cfg.model, "client_models", []) or [])
-    return names or [cfg.model.name]

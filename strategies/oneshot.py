@@ -146,8 +146,8 @@ class OneShot(Strategy):
         return sorted(self.teachers)
 
     def client_model(self, pid: int) -> nn.Module:
-        """A fresh module of client ``pid``'s architecture."""
-        return self.model_factory()
+        """A fresh module of client ``pid``'s architecture (``model.client_models``)."""
+        return self.model_factory(self.client_arch(pid))
 
     def teacher_modules(self) -> list[nn.Module]:
         """The uploaded models as modules (built once), in :attr:`pids` order, in eval mode."""

@@ -58,7 +58,16 @@ def test_without_client_models_every_client_trains_model_name(tmp_path):
 
 
 # -- refusals ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", available())
+HETEROGENEOUS = ["coboosting", "coboosting_fedgo", "dense", "fadi"]  # the ensemble meets in logits
+
+
+def test_which_strategies_take_other_architectures():
+    assert [n for n in available() if strategy_class(n).supports_heterogeneous_models] == (
+        HETEROGENEOUS
+    )
+
+
+@pytest.mark.parametrize("name", [n for n in available() if n not in HETEROGENEOUS])
 def test_every_averaging_strategy_refuses_other_architectures(tmp_path, name):
     """Parameter averaging needs one architecture: refused before the run starts."""
     assert not strategy_class(name).supports_heterogeneous_models

@@ -285,3 +285,25 @@ def test_uploads_are_reused_by_another_method(tmp_path):
         )
     with pytest.raises(ConfigError, match="does not exist"):
         preflight(config(tmp_path / "x", f"strategy.teachers_from={tmp_path / 'nothing'}"))
+
+
+def test_clients_of_other_architectures(tmp_path):
+    """Co-Boosting's model market: the ensemble meets in the logits, the student is model.name."""
+    cfg = config(tmp_path, "model.client_models=[cnn, lenet5]")
+    run_inprocess(cfg)
+    s = summary_of(tmp_path)
+    assert s["clients_used"] == [0, 1, 2, 3] and len(s["ensemble_weights"]) == 4
+    saved = torch.load(tmp_path / "client_models.pt")
+    shapes = {
+        k: {n: tuple(v.shape) for n, v in e["state"].items()} for k, e in saved["clients"].items()
+    }
+    assert shapes["0"] == shapes["2"] and shapes["1"] == shapes["3"] and shapes["0"] != shapes["1"]
+    for name in ("oneshot",):
+        with pytest.raises(ConfigError) as err:
+            config(tmp_path / name, "model.client_models=[cnn, lenet5]", name=name)
+        assert err.value.key == "model.client_models"
+    with pytest.raises(ConfigError) as err:
+        config(
+            tmp_path / "avg", "model.client_models=[cnn, lenet5]", "strategy.student_init=average"
+        )
+    assert err.value.key == "strategy.student_init"
