@@ -157,6 +157,35 @@ def test_cpfl_over_tls(federation):
     )
 
 
+def test_coboosting_fedgo_over_tls(federation):
+    """One-shot over the deployment engine: the generator goes out with the one training
+    message, each client uploads its model and its discriminator in one reply; a client that
+    crashes its round is left out and named; the server's epochs need no client."""
+    result = federation.run(
+        "coboosting_fedgo",
+        "conf/coboosting.yaml",
+        [
+            *TINY,
+            "rounds=1",
+            "strategy.epochs=2",
+            "strategy.nz=16",
+            "strategy.ngf=8",
+            "strategy.synthesis.batch_size=16",
+            "strategy.synthesis.steps=2",
+            "strategy.boost.batch_size=16",
+            "strategy.discriminator.epochs=1",
+            "model.client_models=[cnn, lenet5]",
+            "faults=[{partition: 2, round: 1, kind: crash}]",
+        ],
+    )
+    s = result.summary
+    assert s["strategy"] == "coboosting_fedgo" and s["clients_used"] == [0, 1]
+    assert s["clients_left_out"] == [2] and "clients [2] are left out" in result.log
+    assert [r["round"] for r in result.rows] == [0, 1, 2, 3]
+    assert result.rows[-1]["pool_size"] == 32
+    assert 0 <= s["ensemble_accuracy_fedgo"] <= 1 and math.isfinite(s["final_accuracy"])
+
+
 def test_fedavg_over_tls_survives_a_crash_and_a_killed_supernode(federation):
     """Round 1: client 1's ClientApp raises (``faults``). Round 2: SuperNode 2 is SIGKILLed.
 

@@ -152,3 +152,39 @@ def test_cpfl_cohorts_train_side_by_side_under_ray(tmp_path):
     assert [c["clients_sampled"] for c in ray[1]["cohorts"]] == [2, 2]
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     assert summary["strategy"] == "cpfl" and summary["final_accuracy"] == ray[-1]["test_accuracy"]
+
+
+def test_coboosting_one_round_under_ray(tmp_path):
+    """The one-shot round under Ray (clients of two architectures, discriminators uploaded with
+    the models) equals the in-process run, server epochs included."""
+    tiny = [
+        "data.num_clients=4",
+        "train.local_epochs=1",
+        "strategy.epochs=2",
+        "strategy.nz=16",
+        "strategy.ngf=8",
+        "strategy.synthesis.batch_size=16",
+        "strategy.synthesis.steps=2",
+        "strategy.boost.batch_size=16",
+        "strategy.discriminator.epochs=1",
+        "strategy.name=coboosting_fedgo",
+        "model.client_models=[cnn, lenet5]",
+        "eval.every=1",
+    ]
+    conf = ROOT / "conf/coboosting.yaml"
+    cfg = load_experiment(conf, [*tiny, f"output_dir={tmp_path / 'ray'}"])
+    run_simulation(
+        server_app=server_app_for(cfg),
+        client_app=client_app,
+        num_supernodes=cfg.data.num_clients,
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
+    )
+    run_inprocess(load_experiment(conf, [*tiny, f"output_dir={tmp_path / 'local'}"]))
+
+    def rows(name: str) -> list[dict]:
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        keep = ("round", "test_accuracy", "ensemble_weights", "ensemble_accuracy_fedgo")
+        return [{k: r.get(k) for k in keep} for r in map(json.loads, lines)]
+
+    assert rows("ray") == rows("local")
+    assert len(rows("ray")) == 4
