@@ -593,7 +593,8 @@ def table(
             name,
         ),
         "",
-        "Same client models across runs (runs that trained their own clients against oneshot):",
+        "Same client models in the runs that train their own (FedDF, CB + FedGO) as in "
+        "oneshot: equal test accuracies, per (alpha, seed) with both runs:",
         "",
         *same_client_checks(alphas, runs),
     ]
@@ -618,7 +619,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         nargs="*",
         type=float,
         default=list(ABLATION_ALPHAS),
-        help="alphas that also run the Table-7 ablation (none: no ablation)",
+        help="alphas that also run the Table-7 ablation, those of --alphas only (none given: "
+        "no ablation)",
     )
     parser.add_argument("--tag", default=DEFAULT_TAG)
     add_data_arguments(parser)
