@@ -5,7 +5,7 @@ of reused uploads (a source that failed, one whose scratch folder was cleaned, o
 record no longer matches) runs with a stand-in for the subprocess that writes genuine
 ``client_models.pt`` headers; the tables are built from hand-made records whose figures a
 wrong mean, sd, seed count or column would change. One real tiny sweep goes through the
-subprocess path on digits (``test_real_*``, about half a minute).
+subprocess path on digits (``test_real_*``, about 25 s, most of it the subprocesses' start-up).
 """
 
 from __future__ import annotations
@@ -473,8 +473,8 @@ def test_table_without_a_reference_or_runs(driver, records, tmp_path: Path) -> N
 
 TINY = [
     "data.num_clients=4",
-    "train.local_epochs=2",
-    "strategy.epochs=2",
+    "train.local_epochs=1",
+    "strategy.epochs=1",
     "strategy.nz=16",
     "strategy.ngf=8",
     "strategy.synthesis.batch_size=16",
@@ -505,7 +505,7 @@ def test_real_sweep_reuses_uploads_and_feddf_trains_the_oneshot_clients(
     assert sweep() == []
     runs = driver.load_runs(results, methods)
     cob = runs["a0.1-coboosting"][0]
-    assert cob.metrics[1]["uploads_reused"] == 1 and cob.summary["server_epochs"] == 2
+    assert cob.metrics[1]["uploads_reused"] == 1 and cob.summary["server_epochs"] == 1
     oneshot = runs["a0.1-oneshot"][0].summary
     assert cob.summary["ensemble_accuracy_uniform"] == oneshot["ensemble_accuracy_uniform"]
     text = driver.table(results, alphas=[0.1], ablation_alphas=[])
