@@ -167,6 +167,7 @@ def test_coboosting_fedgo_over_tls(federation):
         [
             *TINY,
             "rounds=1",
+            "strategy.name=coboosting_fedgo",
             "strategy.epochs=2",
             "strategy.nz=16",
             "strategy.ngf=8",
