@@ -169,7 +169,7 @@ def test_preset_partitions_can_be_drawn_for_every_alpha_and_default_seed(driver)
     """Ten clients under Dirichlet(0.05) need every client to get ``data.min_client_size``
     images; a preset whose split cannot be drawn fails every run of the grid at its start.
     CIFAR-10's training subset is stratified, so its labels are balanced."""
-    from fedgo_flwr.partition import dirichlet_partition
+    from fedgo_flwr.partition import dirichlet_prior_partition
     from fedgo_flwr.task import load_bundle
 
     for preset in (DIGITS, driver.DEFAULT_CONFIG):
@@ -180,8 +180,15 @@ def test_preset_partitions_can_be_drawn_for_every_alpha_and_default_seed(driver)
             else:
                 labels = np.repeat(np.arange(10), d.train_subset // 10)
             for seed in range(5):
-                part = dirichlet_partition(
-                    labels, d.num_clients, d.alpha, d.server_fraction, seed, d.min_client_size
+                assert d.partition == "dirichlet_prior"
+                part = dirichlet_prior_partition(
+                    labels,
+                    d.num_clients,
+                    d.alpha,
+                    d.quantity_sigma,
+                    d.server_fraction,
+                    seed,
+                    d.min_client_size,
                 )
                 assert min(part.client_sizes) >= d.min_client_size
 
