@@ -30,9 +30,11 @@ from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, FedGOClient
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import check_arrays
 from fedgo_flwr.checkpoint import safe_torch_load
+from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.gan import build_critic, build_discriminator, build_generator, train_wgan_gp
+from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS, stream_replies, to_numpy
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.shutdown import raise_if_stopping
@@ -69,36 +71,15 @@ class DiscriminatorStage:
         if self.resuming and saved_gen.is_file() and saved_discs.is_file():
             # A resumed run reuses its own pre-FL results instead of redoing them.
             gen_path, disc_path = str(saved_gen), str(saved_discs)
-        generator = build_generator(
-            gp.name,
-            gp.latent_dim,
-            shape,
-            seed=derive_seed(self.cfg.seed, "gen-init"),
-            **gp.model_kwargs(),
-        )
+        generator = seeded_generator(self.cfg.seed, gp, shape)
         t0 = time.perf_counter()
         if gen_path:
             generator.load_state_dict(safe_torch_load(gen_path, "generator file"))
             report["generator"] = {"source": gen_path}
             log(INFO, "FedGO: generator loaded from %s", gen_path)
         else:
-            critic = build_critic(
-                gp.name, shape, seed=derive_seed(self.cfg.seed, "critic-init"), **gp.model_kwargs()
-            )
             log(INFO, "FedGO: training the WGAN-GP generator, %d steps", gp.steps)
-            stats = train_wgan_gp(
-                generator,
-                critic,
-                self.generator_data(),
-                steps=gp.steps,
-                batch_size=gp.batch_size,
-                lr=gp.lr,
-                n_critic=gp.n_critic,
-                gp_lambda=gp.gp_lambda,
-                rng=make_rng(self.cfg.seed, "wgan"),
-                device=res.device,
-                augment=self.cfg.data.augment,
-            )
+            stats = train_generator(generator, self.cfg, self.generator_data(), res.device, shape)
             report["generator"] = {"source": "trained on server data (G1)", **stats}
         generator.cpu()
         report["generator_time"] = time.perf_counter() - t0
@@ -269,3 +250,38 @@ def discriminator_stats(z: torch.Tensor) -> dict[str, float]:
         if z.shape[0] > 1
         else 0.0,
     }
+
+
+def seeded_generator(seed: int, gp: GeneratorConfig, shape: tuple[int, ...]) -> torch.nn.Module:
+    """FedGO's generator of ``strategy.generator`` with its seeded initial weights."""
+    return build_generator(
+        gp.name, gp.latent_dim, shape, seed=derive_seed(seed, "gen-init"), **gp.model_kwargs()
+    )
+
+
+def train_generator(
+    generator: torch.nn.Module,
+    cfg: ExperimentConfig,
+    data: ArrayDataset,
+    device: torch.device,
+    shape: tuple[int, ...],
+) -> dict[str, float]:
+    """Train ``generator`` with WGAN-GP on ``data`` (scenario G1) as ``strategy.generator``
+    says, against a seeded critic; returns the training statistics."""
+    gp = cfg.strategy.params.generator
+    critic = build_critic(
+        gp.name, shape, seed=derive_seed(cfg.seed, "critic-init"), **gp.model_kwargs()
+    )
+    return train_wgan_gp(
+        generator,
+        critic,
+        data,
+        steps=gp.steps,
+        batch_size=gp.batch_size,
+        lr=gp.lr,
+        n_critic=gp.n_critic,
+        gp_lambda=gp.gp_lambda,
+        rng=make_rng(cfg.seed, "wgan"),
+        device=device,
+        augment=cfg.data.augment,
+    )

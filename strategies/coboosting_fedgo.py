@@ -42,13 +42,13 @@ from fedgo_flwr.datafree import (
     fedgo_multipliers,
     weighted_logits,
 )
-from fedgo_flwr.gan import build_critic, build_discriminator, build_generator, train_wgan_gp
+from fedgo_flwr.gan import build_discriminator
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.messages import to_numpy
-from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.training import predict_logits
 from fedgo_flwr.weighting import DISC_MODES
+from strategies._prefl import seeded_generator, train_generator
 from strategies.base import Reply, ReplyRejected
 from strategies.coboosting import CoBoosting, CoBoostingConfig
 
@@ -106,33 +106,13 @@ class CoBoostingFedGO(CoBoosting):
         """G: loaded (G2), trained on the server's share (G1), or untrained (seeded)."""
         gp, res = self.params.generator, self.resources
         shape = res.bundle.train.input_shape
-        gen = build_generator(
-            gp.name,
-            gp.latent_dim,
-            shape,
-            seed=derive_seed(self.cfg.seed, "gen-init"),
-            **gp.model_kwargs(),
-        )
+        gen = seeded_generator(self.cfg.seed, gp, shape)
         if gp.path:
             gen.load_state_dict(safe_torch_load(gp.path, "generator file"))
             log(INFO, "%s: generator loaded from %s", self.name, gp.path)
         elif gp.steps > 0:
-            critic = build_critic(
-                gp.name, shape, seed=derive_seed(self.cfg.seed, "critic-init"), **gp.model_kwargs()
-            )
-            train_wgan_gp(
-                gen,
-                critic,
-                res.bundle.train.subset(res.partition.server),
-                steps=gp.steps,
-                batch_size=gp.batch_size,
-                lr=gp.lr,
-                n_critic=gp.n_critic,
-                gp_lambda=gp.gp_lambda,
-                rng=make_rng(self.cfg.seed, "wgan"),
-                device=res.device,
-                augment=self.cfg.data.augment,
-            )
+            server_share = res.bundle.train.subset(res.partition.server)
+            train_generator(gen, self.cfg, server_share, res.device, shape)
         else:
             log(INFO, "%s: untrained generator (seeded)", self.name)
         return gen.cpu().eval()

@@ -307,3 +307,33 @@ def test_clients_of_other_architectures(tmp_path):
             tmp_path / "avg", "model.client_models=[cnn, lenet5]", "strategy.student_init=average"
         )
     assert err.value.key == "strategy.student_init"
+
+
+def test_fedgo_generator_trained_on_a_server_share(tmp_path, monkeypatch):
+    """G1 in the one-shot setting: the generator is trained on the server's share first (and
+    not at all with steps 0, the default)."""
+    import strategies.coboosting_fedgo as module
+
+    calls = []
+    original = module.train_generator
+
+    def counting(generator, cfg, data, device, shape):
+        calls.append(len(data))
+        return original(generator, cfg, data, device, shape)
+
+    monkeypatch.setattr(module, "train_generator", counting)
+    common = ["data.server_fraction=0.3", "strategy.discriminator.epochs=1", "strategy.epochs=1"]
+    run_inprocess(config(tmp_path / "u", *common, name="coboosting_fedgo"))
+    assert calls == []
+    g1 = [
+        "strategy.generator.steps=2",
+        "strategy.generator.width=8",
+        "strategy.generator.batch_size=16",
+        "strategy.generator.n_critic=1",
+    ]
+    run_inprocess(config(tmp_path / "g1", *common, *g1, name="coboosting_fedgo"))
+    cfg = config(tmp_path / "x", *common, name="coboosting_fedgo")
+    from fedgo_flwr.task import make_partition
+
+    assert calls == [len(make_partition(cfg).server)]
+    assert summary_of(tmp_path / "g1")["clients_used"] == [0, 1, 2, 3]
