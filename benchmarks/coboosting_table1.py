@@ -47,16 +47,14 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from cpfl_cohorts import MISSING, RunFailed, fmt, run_grid
+from cpfl_cohorts import MISSING, fmt, run_grid
 from fedgo_table3 import add_data_arguments, ensure_data
-from sweep import SUMMARY, Run, load_runs, run_name
+from sweep import SUMMARY, Run, RunFailed, load_runs, run_child, run_name
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/coboosting-cifar10-cpu.yaml"
@@ -278,28 +276,8 @@ def child(argv: Sequence[str]) -> None:
 def execute(method: str, seed: int, args: argparse.Namespace) -> Path:
     """One run in its own subprocess; its output folder (``RunFailed`` if it failed)."""
     run_dir = SCRATCH / args.tag / run_name(method, seed)
-    if (run_dir / SUMMARY).exists():
-        # Finished, but its records were not kept (the driver stopped in between): the
-        # config may have changed since, so run it again rather than trust it.
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     overrides = run_overrides(method, seed, args.overrides, run_dir, args.data)
-    cmd = child_command(args.config, overrides)
-    print("$", " ".join(cmd[2:]), file=sys.stderr, flush=True)
-    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    log = run_dir / "run.log"
-    with open(log, "a") as out:
-        proc = subprocess.run(
-            cmd,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": pythonpath},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    if proc.returncode != 0 or not (run_dir / SUMMARY).exists():
-        tail = log.read_text()[-2000:]
-        raise RunFailed(f"{run_name(method, seed)} failed (exit {proc.returncode}; {log}):\n{tail}")
-    return run_dir
+    return run_child(child_command(args.config, overrides), run_dir, run_name(method, seed), ROOT)
 
 
 def uploads_problem(method: str, seed: int, args: argparse.Namespace) -> str | None:

@@ -30,16 +30,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import shutil
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from fedgo_table3 import add_data_arguments, ensure_data
-from sweep import SUMMARY, Run, column, load_runs, run_name, sweep
+from sweep import Run, RunFailed, column, load_runs, run_child, run_name, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/cpfl-cifar10-cpu.yaml"
@@ -52,10 +49,6 @@ ANCHOR = (
     "Paper anchor (CPFL, CIFAR-10, alpha 0.1, 5 seeds, full scale): student accuracy "
     "70.4% (n = 1) -> 69.8% (n = 4), 1.9x less time to convergence, 1.3x fewer CPU-hours."
 )
-
-
-class RunFailed(RuntimeError):
-    """A run's subprocess exited with an error (its log names the cause)."""
 
 
 # -- the grid --------------------------------------------------------------------------------
@@ -143,26 +136,8 @@ def child(argv: Sequence[str]) -> None:
 def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
     """One run in its own subprocess; its output folder (``RunFailed`` if it failed)."""
     run_dir = SCRATCH / args.tag / run_name(method, seed)
-    if (run_dir / SUMMARY).exists():
-        # Finished, but its records were not kept (the driver stopped in between): the
-        # config may have changed since, so run it again rather than trust it.
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     overrides = run_overrides(method, seed, args.overrides, run_dir, args.data)
-    cmd = child_command(args.config, overrides)
-    print("$", " ".join(cmd[2:]), file=sys.stderr, flush=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), _pythonpath()]))}
-    log = run_dir / "run.log"
-    with open(log, "a") as out:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    if proc.returncode != 0 or not (run_dir / SUMMARY).exists():
-        tail = log.read_text()[-2000:]
-        raise RunFailed(f"{run_name(method, seed)} failed (exit {proc.returncode}; {log}):\n{tail}")
-    return run_dir
-
-
-def _pythonpath() -> str:
-    return os.environ.get("PYTHONPATH", "")
+    return run_child(child_command(args.config, overrides), run_dir, run_name(method, seed), ROOT)
 
 
 def run_grid(

@@ -22,7 +22,11 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tarfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -81,6 +85,38 @@ def sweep(
                 keep_run(run_dir, results, name, root=root)
             ran.append(name)
     return ran
+
+
+class RunFailed(RuntimeError):
+    """A run's subprocess exited with an error (its log names the cause)."""
+
+
+def run_child(cmd: Sequence[str], run_dir: Path, name: str, root: Path) -> Path:
+    """Run ``cmd`` (a driver's ``--child`` entry) with its output in ``run_dir/run.log``;
+    return ``run_dir``, or raise :class:`RunFailed` with the log's tail.
+
+    A ``run_dir`` that holds a finished run whose records were not kept (the driver stopped in
+    between) is cleared first: the config may have changed since, so it runs again rather than
+    being trusted. ``root`` goes first on the child's ``PYTHONPATH``.
+    """
+    if (run_dir / SUMMARY).exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    print("$", " ".join(cmd[2:]), file=sys.stderr, flush=True)
+    pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH", "")]))
+    log = run_dir / "run.log"
+    with open(log, "a") as out:
+        proc = subprocess.run(
+            list(cmd),
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": pythonpath},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    if proc.returncode != 0 or not (run_dir / SUMMARY).exists():
+        tail = log.read_text()[-2000:]
+        raise RunFailed(f"{name} failed (exit {proc.returncode}; {log}):\n{tail}")
+    return run_dir
 
 
 def relative_paths(text: str, root: Path | None) -> str:
