@@ -40,7 +40,6 @@ from fedgo_flwr.datafree import (
     BoostSettings,
     DataFreeDistillation,
     fedgo_multipliers,
-    weighted_logits,
 )
 from fedgo_flwr.gan import build_discriminator
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
@@ -208,17 +207,14 @@ class CoBoostingFedGO(CoBoosting):
             self._test_disc = fedgo_multipliers(z, self.sizes(), self.params.disc_mode)
         return self._test_disc
 
-    def _accuracy(self, weights: Tensor) -> float:
-        labels = torch.as_tensor(self.resources.bundle.test.y, dtype=torch.long)
-        pred = weighted_logits(self.test_logits(), weights).argmax(1)
-        return float((pred == labels).float().mean())
-
     def ensemble_metrics(self) -> dict[str, float]:
         out = super().ensemble_metrics()
         odds = self.test_odds()
-        out["ensemble_accuracy_fedgo"] = self._accuracy(odds)
+        out["ensemble_accuracy_fedgo"] = self.ensemble_accuracy(odds)
         if self.engine is not None:
-            out["ensemble_accuracy_learned"] = self._accuracy(self.engine.weights[:, None] * odds)
+            out["ensemble_accuracy_learned"] = self.ensemble_accuracy(
+                self.engine.weights[:, None] * odds
+            )
         return out
 
     # -- resume ----------------------------------------------------------------------------

@@ -175,7 +175,8 @@ class OneShot(Strategy):
         return self._test_logits
 
     def ensemble_accuracy(self, weights: Tensor) -> float:
-        """Test accuracy of ``A_w`` (eq. 2) for scalar weights ``(n,)``."""
+        """Test accuracy of ``A_w`` (eq. 2) for scalar weights ``(n,)`` or per-sample weights
+        ``(n, N_test)`` (FedGO's odds)."""
         labels = torch.as_tensor(self.resources.bundle.test.y, dtype=torch.long)
         pred = weighted_logits(self.test_logits(), weights).argmax(1)
         return float((pred == labels).float().mean())
