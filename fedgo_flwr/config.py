@@ -79,6 +79,7 @@ class DataConfig:
     min_client_size: int = 2
     augment: bool = True
     train_subset: int | None = field(default=None, metadata={"max": 2**31 - 1})
+    test_subset: int | None = field(default=None, metadata={"max": 2**31 - 1})
     public_path: str | None = None
     partition: str = "dirichlet"
     quantity_sigma: float = 0.0
@@ -97,6 +98,8 @@ class DataConfig:
         c.require("min_client_size", self.min_client_size >= 1, "must be >= 1")
         if self.train_subset is not None:
             c.require("train_subset", self.train_subset >= 1, "must be >= 1")
+        if self.test_subset is not None:
+            c.require("test_subset", self.test_subset >= 1, "must be >= 1")
         if self.dataset == "imagefolder":
             c.require("path", bool(self.path), "imagefolder needs data.path")
         c.choice("partition", PARTITION_SCHEMES)

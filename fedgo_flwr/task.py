@@ -31,18 +31,27 @@ from fedgo_flwr.schema import Checker
 
 @functools.lru_cache(maxsize=4)
 def _load_bundle(
-    dataset: str, path: str | None, download: bool, train_subset: int | None
+    dataset: str,
+    path: str | None,
+    download: bool,
+    train_subset: int | None,
+    test_subset: int | None = None,
 ) -> DataBundle:
     bundle = load_dataset(dataset, path=path, download=download)
-    if train_subset is None or train_subset >= len(bundle.train):
-        return bundle
-    idx = stratified_subset(bundle.train.y, train_subset)
-    return dataclasses.replace(bundle, train=bundle.train.subset(idx))
+    if train_subset is not None and train_subset < len(bundle.train):
+        idx = stratified_subset(bundle.train.y, train_subset)
+        bundle = dataclasses.replace(bundle, train=bundle.train.subset(idx))
+    if test_subset is not None and test_subset < len(bundle.test):
+        idx = stratified_subset(bundle.test.y, test_subset)
+        bundle = dataclasses.replace(bundle, test=bundle.test.subset(idx))
+    return bundle
 
 
 def load_bundle(data: DataConfig, path_override: str | None = None) -> DataBundle:
     """The dataset of ``data`` (cached per process). ``path_override``: a node's own data path."""
-    return _load_bundle(data.dataset, path_override or data.path, data.download, data.train_subset)
+    return _load_bundle(
+        data.dataset, path_override or data.path, data.download, data.train_subset, data.test_subset
+    )
 
 
 @functools.lru_cache(maxsize=8)

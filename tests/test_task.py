@@ -22,6 +22,19 @@ def test_train_subset_shrinks_train_only_and_partition_covers_it():
     assert sum(sizes) + len(part.server) == 600
 
 
+def test_test_subset_is_stratified_and_leaves_training_alone():
+    full = load_bundle(load_experiment(None, []).data)
+    base = make_partition(load_experiment(None, ["seed=3"]))
+    cfg = load_experiment(None, ["data.test_subset=100", "seed=3"])
+    bundle = load_bundle(cfg.data)
+    assert len(bundle.test) == 100 and len(bundle.train) == len(full.train)
+    # every class keeps its share (digits: 10 classes, about 36 test images each)
+    assert np.bincount(bundle.test.y, minlength=10).tolist() == [10] * 10
+    assert [c.tolist() for c in make_partition(cfg).clients] == [c.tolist() for c in base.clients]
+    with pytest.raises(ConfigError, match="test_subset"):
+        load_experiment(None, ["data.test_subset=0"])
+
+
 def _clients(overrides: list[str]) -> list[list[int]]:
     return [c.tolist() for c in make_partition(load_experiment(None, overrides)).clients]
 

@@ -219,7 +219,7 @@ def stratified_subset(labels: np.ndarray, size: int) -> np.ndarray:
     """``size`` sorted indices with the classes in their original proportions.
 
     Drawn with a fixed seed, not the experiment's: every seed and strategy sees the same subset
-    (and the test split is never subsampled).
+    (``data.train_subset`` of the training split, ``data.test_subset`` of the test split).
     """
     rng = np.random.default_rng(derive_seed("train-subset"))
     classes, counts = np.unique(labels, return_counts=True)
