@@ -102,7 +102,8 @@ class Checker:
     def fail(self, name: str, problem: str, value: Any = _UNSET) -> typing.NoReturn:
         """Raise for field ``name`` of this section (its value is read unless given)."""
         if value is _UNSET:
-            value = getattr(self.obj, name, None)
+            obj = self.obj
+            value = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
         key = f"{self.prefix}{name}"
         raise ConfigError(key, value, problem, self.source_of(key))
 

@@ -43,7 +43,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedgo_flwr.rng import make_rng
+
 __all__ = [
+    "BYZANTINE_LOGIT",
     "DISC_MODES",
     "WEIGHTING_METHODS",
     "WEIGHTING_NAMES",
@@ -54,10 +57,12 @@ __all__ = [
     "compute_weights",
     "discriminator_odds",
     "discriminator_probability",
+    "byzantine_clients",
     "ensemble_logits",
     "get_weighting",
     "log_discriminator_odds",
     "log_discriminator_probability",
+    "make_byzantine",
     "pseudo_labels",
 ]
 
@@ -280,6 +285,11 @@ def _positive_float(method: str, name: str, value: Any) -> float:
     return value
 
 
+def _clip_param(method: str, value: Any) -> float | None:
+    """``None`` (no clip) or ``value`` as a finite float ``> 0``, else ``ValueError``."""
+    return None if value is None else _positive_float(method, "clip", value)
+
+
 def _disc_mode_param(method: str, value: Any) -> str:
     """Return ``value`` if it is a valid ``disc_mode`` string, else raise ``ValueError``."""
     if not isinstance(value, str) or value not in DISC_MODES:
@@ -369,7 +379,9 @@ def _domain_weights(inputs: WeightingInputs, disc_mode: Any = "sigmoid") -> Tens
     return torch.softmax(log_d, dim=0)
 
 
-def _fedgo_weights(inputs: WeightingInputs, disc_mode: Any = "double_sigmoid") -> Tensor:
+def _fedgo_weights(
+    inputs: WeightingInputs, disc_mode: Any = "double_sigmoid", clip: Any = None
+) -> Tensor:
     """FedGO: ``w_k(x) = n_k Φ_k(x) / Σ_i n_i Φ_i(x)``, ``Φ = D / (1 - D)`` (Thm 3.6, Eq. (9)).
 
     Alg. 2 writes the same weights inside the pseudo-labelling step. With optimal discriminators
@@ -381,11 +393,21 @@ def _fedgo_weights(inputs: WeightingInputs, disc_mode: Any = "double_sigmoid") -
     every exponential is ``<= 1`` and the client attaining the maximum contributes ``n_k · 1`` to
     the denominator; then ``w_k = n_k r_k / Σ_i n_i r_i`` in float64. When all discriminators
     agree at ``x`` every ``r_k`` is exactly 1 and the result is bit-identical to ``data_size``.
+
+    ``clip`` (default ``None``: none): a defence against discriminators that overfit or lie
+    (FedGO App. F.8's Byzantine clients). ``log Φ_k`` is clamped to ``[-clip, clip]``, so no
+    client's odds exceed ``e^clip`` times another's: with the exact odds (``disc_mode:
+    sigmoid``) one discriminator that outputs huge logits otherwise takes the whole weight of
+    every sample. Not in the paper (whose double sigmoid bounds ``log Φ`` to ``(0, 1)``
+    already); a clip below 1 narrows that range too.
     """
     mode = _disc_mode_param("fedgo", disc_mode)
     assert inputs.disc_logits is not None  # checked by compute_weights
     n = _positive_total("fedgo", inputs.num_examples)  # (K,)
     log_phi = log_discriminator_odds(inputs.disc_logits.to(torch.float64), mode)  # (K, N)
+    bound = _clip_param("fedgo", clip)
+    if bound is not None:
+        log_phi = log_phi.clamp(-bound, bound)
     active = (n > 0)[:, None]  # (K, 1)
     neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=log_phi.device)
     shift = torch.where(active, log_phi, neg_inf).amax(dim=0, keepdim=True)  # (1, N), finite
@@ -420,6 +442,7 @@ _PARAM_CHECKS: Mapping[str, Callable[[str, Any], Any]] = MappingProxyType(
     {
         "temperature": lambda method, value: _positive_float(method, "temperature", value),
         "disc_mode": _disc_mode_param,
+        "clip": _clip_param,
     }
 )
 """How each weighting parameter is checked: ``check(method, value) -> value`` or ``ValueError``."""
@@ -508,7 +531,7 @@ WEIGHTING_METHODS: Mapping[str, WeightingMethod] = MappingProxyType(
                 "fedgo",
                 _fedgo_weights,
                 requires=("disc_logits",),
-                defaults={"disc_mode": "double_sigmoid"},
+                defaults={"disc_mode": "double_sigmoid", "clip": None},
                 variants={
                     "sigmoid": {"disc_mode": "sigmoid"},
                     "double_sigmoid": {"disc_mode": "double_sigmoid"},
@@ -551,8 +574,9 @@ def compute_weights(name: str, inputs: WeightingInputs, **params: Any) -> Tensor
     Args:
         name: one of :data:`WEIGHTING_NAMES`.
         inputs: validated :class:`WeightingInputs`.
-        **params: method parameters: ``temperature`` (``entropy``, default 1.0) or ``disc_mode``
-            (``domain``: default ``"sigmoid"``; ``fedgo``: default ``"double_sigmoid"``).
+        **params: method parameters: ``temperature`` (``entropy``, default 1.0), ``disc_mode``
+            (``domain``: default ``"sigmoid"``; ``fedgo``: default ``"double_sigmoid"``) and
+            ``clip`` (``fedgo``: bound on ``|log Φ|``, default ``None``).
 
     Returns:
         ``(K, N)`` float32 tensor on the device of ``inputs.logits``: finite, ``>= 0``, and summing
@@ -676,3 +700,32 @@ def pseudo_labels(logits: Tensor, weights: Tensor, temperature: float = 1.0) -> 
     """
     tau = _positive_float("pseudo_labels", "temperature", temperature)
     return torch.softmax(ensemble_logits(logits, weights) / tau, dim=-1)
+
+
+# ------------------------------------------------------------------------------------------
+# Byzantine discriminators (FedGO App. F.8)
+# ------------------------------------------------------------------------------------------
+
+BYZANTINE_LOGIT = 1e4
+"""The raw output of a Byzantine discriminator everywhere: its maximum for every squashing in
+use. ``sigmoid(1e4)`` is exactly 1 in float32 and float64, so the double sigmoid's odds are
+``e`` (their supremum), the exact odds ``exp(1e4)`` (handled in log space) and ``D = 1``."""
+
+
+def byzantine_clients(seed: int, num_clients: int, m: int) -> list[int]:
+    """The ``m`` partition ids (sorted) whose discriminators are Byzantine, drawn once per run
+    from ``seed`` alone (the same clients in every round and on resume)."""
+    if not 0 <= m <= num_clients:
+        raise ValueError(f"byzantine: m must be in [0, {num_clients}], got {m}")
+    order = torch.randperm(num_clients, generator=make_rng(seed, "byzantine"))
+    return sorted(int(i) for i in order[:m])
+
+
+def make_byzantine(disc_logits: Tensor, clients: list[int]) -> Tensor:
+    """``disc_logits`` (``(K, ...)``, row ``k`` = client ``k``) with the rows of ``clients``
+    replaced by :data:`BYZANTINE_LOGIT`: a discriminator that claims every sample (FedGO App.
+    F.8, "Byzantine clients ... output the maximum value"). A copy; the input is unchanged."""
+    out = disc_logits.clone()
+    if clients:
+        out[clients] = BYZANTINE_LOGIT
+    return out

@@ -77,6 +77,11 @@ class DiscriminatorStage:
             generator.load_state_dict(safe_torch_load(gen_path, "generator file"))
             report["generator"] = {"source": gen_path}
             log(INFO, "FedGO: generator loaded from %s", gen_path)
+        elif gp.steps == 0:
+            # FedGO's Table 12: even an untrained generator's discriminators help; and the
+            # only choice without server data and without a generator file.
+            report["generator"] = {"source": "untrained (generator.steps 0)"}
+            log(INFO, "FedGO: untrained generator (strategy.generator.steps 0)")
         else:
             log(INFO, "FedGO: training the WGAN-GP generator, %d steps", gp.steps)
             stats = train_generator(generator, self.cfg, self.generator_data(), res.device, shape)

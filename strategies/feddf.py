@@ -157,14 +157,19 @@ class FedDF(Strategy):
             )
 
     @classmethod
+    def distils_on_server_data(cls, config: FedDFConfig) -> bool:
+        """Whether the distillation set is the server's share of the data (FedDF Alg. 1; FedGO
+        D1): then ``data.server_fraction`` must be > 0. FedGO's D2 distils on generated data."""
+        return True
+
+    @classmethod
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
-        # The distillation set is the server's share of the data (FedDF Alg. 1; FedGO D1), and
-        # FedGO's generator (G1) and evaluation of the pseudo-labels need it too.
-        c.at("data.", cfg.data).require(
-            "server_fraction",
-            cfg.data.server_fraction > 0,
-            f"must be > 0 for {cls.name}: it distils on the server's share of the data",
-        )
+        if cls.distils_on_server_data(cfg.strategy.params):
+            c.at("data.", cfg.data).require(
+                "server_fraction",
+                cfg.data.server_fraction > 0,
+                f"must be > 0 for {cls.name}: it distils on the server's share of the data",
+            )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -172,7 +177,7 @@ class FedDF(Strategy):
         if res is None:
             raise ValueError(f"{self.name} needs the server's data (ServerResources)")
         server_set = res.bundle.train.subset(res.partition.server)
-        if len(server_set) == 0:
+        if len(server_set) == 0 and self.distils_on_server_data(self.params):
             raise ValueError(f"{self.name} needs server data: data.server_fraction is 0")
         rng = np.random.default_rng(self.cfg.seed)
         order = rng.permutation(len(server_set))

@@ -40,13 +40,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from logging import INFO
+from logging import INFO, WARNING
 
 import numpy as np
 import torch
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import num_views
 from fedgo_flwr.gan import (
@@ -58,7 +59,7 @@ from fedgo_flwr.gan import (
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.schema import Checker
-from fedgo_flwr.weighting import get_weighting
+from fedgo_flwr.weighting import byzantine_clients, get_weighting, make_byzantine
 from strategies._prefl import DiscriminatorStage, discriminator_stats
 from strategies.feddf import FedDF, FedDFConfig
 
@@ -75,6 +76,7 @@ class FedGOConfig(FedDFConfig):
     weighting: str = "fedgo"
     distill_data: str = "server"
     generated_size: int = 10_000
+    byzantine: int = 0
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
 
@@ -82,6 +84,7 @@ class FedGOConfig(FedDFConfig):
         super().check(c)
         c.choice("distill_data", DISTILL_DATA)
         c.require("generated_size", self.generated_size >= 1, "must be >= 1")
+        c.require("byzantine", self.byzantine >= 0, "must be >= 0")
         if self.distill_data == "generated":
             c.require(
                 "weighting",
@@ -97,6 +100,44 @@ class FedGO(DiscriminatorStage, FedDF):
     client_algorithm = "fedgo"
     Config = FedGOConfig
     uses_discriminators = True
+
+    @classmethod
+    def check_config(
+        cls, config: FedGOConfig, c: Checker, cfg: ExperimentConfig | None = None
+    ) -> None:
+        super().check_config(config, c, cfg)
+        if cfg is not None:
+            k = cfg.data.num_clients
+            c.require(
+                "byzantine",
+                config.byzantine <= k,
+                f"must be at most data.num_clients ({k})",
+            )
+
+    @classmethod
+    def distils_on_server_data(cls, config: FedGOConfig) -> bool:
+        return config.distill_data == "server"
+
+    @classmethod
+    def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
+        super().preflight(cfg, c)
+        params = cfg.strategy.params
+        if cfg.data.server_fraction > 0:
+            return
+        # No server data (data-free, scenario D2): the generator cannot be trained on it (G1).
+        gen = params.generator
+        c.at("strategy.generator.", gen).require(
+            "path",
+            gen.path is not None or gen.steps == 0 or params.discriminator.path is not None,
+            "is needed with data.server_fraction 0: there is no server data to train the "
+            "generator on (scenario G1); load one (G2) or set generator.steps 0 (untrained)",
+        )
+        c.at("strategy.distill.", params.distill).require(
+            "protocol",
+            params.distill.protocol != "feddf",
+            "feddf early-stops on labelled server data; with data.server_fraction 0 use "
+            "the fedgo protocol",
+        )
 
     def disc_logits(self, pids: list[int], split: str) -> torch.Tensor | None:
         return self._disc[split][pids]
@@ -117,6 +158,19 @@ class FedGO(DiscriminatorStage, FedDF):
             "test": self._logits_all(discs, res.bundle.test, 1),
         }
         report["disc_logits_time"] = time.perf_counter() - t0
+        if self.params.byzantine:
+            liars = byzantine_clients(
+                self.cfg.seed, self.cfg.data.num_clients, self.params.byzantine
+            )
+            self._disc = {split: make_byzantine(z, liars) for split, z in self._disc.items()}
+            report["byzantine_clients"] = liars
+            log(
+                WARNING,
+                "FedGO: clients %s return Byzantine discriminators (strategy.byzantine %d): "
+                "maximal output everywhere",
+                liars,
+                self.params.byzantine,
+            )
         report["disc_stats"] = discriminator_stats(self._disc["distill"][sorted(discs), 0])
         report["bytes"] = {
             "model": count_bytes(self.model_factory()),

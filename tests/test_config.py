@@ -267,6 +267,41 @@ REFUSED = {
     "fedgo-no-server-data": Refused(
         "data.server_fraction", "fedgo", ("data.server_fraction=0",), conf="fedgo.yaml"
     ),
+    "fedgo-d2-no-server-data-no-generator": Refused(
+        "strategy.generator.path",
+        "no server data to train the generator",
+        ("data.server_fraction=0", "strategy.distill_data=generated"),
+        conf="fedgo.yaml",
+        where="",  # the key is not set: its default is the problem
+    ),
+    "fedgo-d2-no-server-data-feddf-protocol": Refused(
+        "strategy.distill.protocol",
+        "fedgo protocol",
+        (
+            "data.server_fraction=0",
+            "strategy.distill_data=generated",
+            "strategy.generator.steps=0",
+            "strategy.distill.protocol=feddf",
+            "strategy.val_fraction=0.1",
+        ),
+        conf="fedgo.yaml",
+    ),
+    "fedgo-byzantine-negative": Refused(
+        "strategy.byzantine", ">= 0", ("strategy.byzantine=-1",), conf="fedgo.yaml"
+    ),
+    "fedgo-byzantine-too-many": Refused(
+        "strategy.byzantine",
+        "at most data.num_clients",
+        ("strategy.byzantine=99",),
+        conf="fedgo.yaml",
+    ),
+    "fedgo-clip-negative": Refused(
+        "strategy.weighting_params.fedgo",
+        "clip must be a finite number > 0",
+        ("strategy.weighting_params={fedgo: {clip: -1}}",),
+        conf="fedgo.yaml",
+        where="",  # merged into conf/fedgo.yaml's own weighting_params.fedgo
+    ),
     "cuda-missing": Refused("device", "CUDA device", ("device=cuda:999",)),
     # -- data.partition and its keys (the split is drawn by the pre-flight check) ---------------
     "partition-name": Refused("data.partition", "unknown", ("data.partition=dir",)),

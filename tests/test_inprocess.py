@@ -13,7 +13,7 @@ from clients.fedavg import FedAvgClient
 from clients.fedgo import FedGOClient
 from fedgo_flwr.config import ConfigError
 from fedgo_flwr.inprocess import run_inprocess
-from fedgo_flwr.task import sample_clients
+from fedgo_flwr.task import make_partition, sample_clients
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ def test_feddf_records_distillation_and_diagnostics(tmp_path):
 
 def test_fedavg_runs_without_server_data(tmp_path):
     """``data.server_fraction: 0``: every sample is a client's, and FedAvg needs none on the
-    server (FedDF and FedGO refuse it, tests/test_config.py)."""
+    server (FedDF and FedGO on server data refuse it, tests/test_config.py)."""
     rows = run(tmp_path, "data.server_fraction=0")
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert all(np.isfinite(r["test_loss"]) for r in rows)
@@ -186,6 +186,46 @@ def test_fedgo_on_generated_data(tmp_path):
     rows = run(tmp_path, *FEDGO, "strategy.distill_data=generated", "strategy.generated_size=64")
     assert rows[-1]["distill_steps"] == 2 * 1  # 64 samples, batch 64, 2 epochs
     assert "pl_acc_fedgo" not in rows[-1]  # no labels for generated data
+
+
+def test_fedgo_without_server_data_distils_on_generated_data(tmp_path):
+    """Data-free FedGO (G2/untrained generator + D2): ``data.server_fraction 0`` and every
+    sample is a client's; the generator is not trained (no server data), the ensemble is
+    distilled on its samples."""
+    rows = run(
+        tmp_path,
+        *FEDGO,
+        "data.server_fraction=0",
+        "strategy.generator.steps=0",
+        "strategy.distill_data=generated",
+        "strategy.generated_size=64",
+    )
+    prefl = json.loads((tmp_path / "prefl.json").read_text())
+    assert prefl["generator"] == {"source": "untrained (generator.steps 0)"}
+    assert prefl["missing_discriminators"] == []
+    assert rows[-1]["distill_steps"] == 2 and np.isfinite(rows[-1]["test_loss"])
+    cfg = load_experiment(ROOT / "conf/default.yaml", [*TINY, "data.server_fraction=0"])
+    assert len(make_partition(cfg).server) == 0
+
+
+def test_byzantine_discriminators(tmp_path):
+    """FedGO App. F.8: m seeded clients' discriminators output their maximum everywhere. When
+    every client is Byzantine all odds are equal, and FedGO is n_k weighting exactly."""
+    rows = run(tmp_path / "all", *FEDGO, "strategy.byzantine=4")
+    assert json.loads((tmp_path / "all" / "prefl.json").read_text())["byzantine_clients"] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    for row in rows[1:]:
+        assert row["pl_acc_fedgo"] == row["pl_acc_data_size"]
+        assert row["pl_acc_fedgo_sigmoid"] == row["pl_acc_data_size"]
+    run(tmp_path / "one", *FEDGO, "strategy.byzantine=1")
+    liars = json.loads((tmp_path / "one" / "prefl.json").read_text())["byzantine_clients"]
+    assert len(liars) == 1 and 0 <= liars[0] < 4
+    with pytest.raises(ConfigError, match="strategy.byzantine"):
+        run(tmp_path / "many", *FEDGO, "strategy.byzantine=5")
 
 
 def test_missing_discriminator_gets_neutral_weight(tmp_path, monkeypatch):

@@ -15,16 +15,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedgo_flwr.weighting import (
+    BYZANTINE_LOGIT,
     DISC_MODES,
     WEIGHTING_METHODS,
     WEIGHTING_NAMES,
     WeightingInputs,
+    byzantine_clients,
     compute_weights,
     discriminator_odds,
     discriminator_probability,
     ensemble_logits,
     get_weighting,
     log_discriminator_odds,
+    make_byzantine,
     pseudo_labels,
 )
 
@@ -176,6 +179,62 @@ def test_fedgo_weight_is_monotone_in_own_discriminator(mode: str) -> None:
     # Raising z_0 can only lower every other client's weight.
     w_rest = compute_weights("fedgo", inputs, disc_mode=mode)[1:]
     assert bool((w_rest.diff(dim=1) <= 0).all())
+
+
+def test_byzantine_clients_are_seeded_distinct_and_bounded() -> None:
+    assert byzantine_clients(0, 10, 3) == byzantine_clients(0, 10, 3)
+    draws = {tuple(byzantine_clients(seed, 10, 3)) for seed in range(20)}
+    assert len(draws) > 1  # the seed chooses them
+    for liars in draws:
+        assert list(liars) == sorted(set(liars)) and len(liars) == 3
+        assert all(0 <= i < 10 for i in liars)
+    assert byzantine_clients(0, 10, 0) == [] and byzantine_clients(0, 4, 4) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="byzantine"):
+        byzantine_clients(0, 4, 5)
+
+
+@pytest.mark.parametrize("mode", DISC_MODES)
+def test_byzantine_discriminator_claims_every_sample(mode: str) -> None:
+    """FedGO App. F.8: a discriminator at its maximum everywhere. With the exact odds it takes
+    the whole weight of every sample; the double sigmoid bounds its odds ratio by e."""
+    g = torch.Generator().manual_seed(0)
+    disc = 2 * torch.randn(4, 50, generator=g)
+    liar = make_byzantine(disc, [2])
+    assert bool((liar[2] == BYZANTINE_LOGIT).all()) and torch.equal(
+        liar[[0, 1, 3]], disc[[0, 1, 3]]
+    )
+    assert not bool((disc == BYZANTINE_LOGIT).any())  # the input is left alone
+    n = torch.tensor([10, 10, 10, 10])
+    w = compute_weights("fedgo", WeightingInputs(torch.zeros(4, 50, 3), n, liar), disc_mode=mode)
+    assert bool((w[2] >= w.amax(0) - 1e-7).all())  # the liar's weight is the largest
+    if mode == "sigmoid":
+        torch.testing.assert_close(w[2], torch.ones(50))
+    else:
+        assert bool((w[2] / w[[0, 1, 3]] <= math.e + 1e-5).all())
+
+
+def test_fedgo_clip_bounds_any_odds_ratio() -> None:
+    """``clip``: log-odds in [-c, c], so w_i / w_j <= (n_i / n_j) e^{2c} whatever the logits;
+    a Byzantine client with the exact odds then no longer takes every sample."""
+    g = torch.Generator().manual_seed(1)
+    disc = make_byzantine(30 * torch.randn(3, 40, generator=g), [0])
+    inputs = WeightingInputs(torch.zeros(3, 40, 2), torch.tensor([1, 2, 4]), disc)
+    for clip in (0.5, 2.0, 5.0):
+        w = compute_weights("fedgo", inputs, disc_mode="sigmoid", clip=clip).double()
+        n = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)[:, None]
+        ratio = (w / n)[:, None, :] / (w / n)[None, :, :]
+        assert float(ratio.max()) <= math.exp(2 * clip) * (1 + 1e-5)
+        torch.testing.assert_close(w.sum(0), torch.ones(40, dtype=torch.float64))
+    unclipped = compute_weights("fedgo", inputs, disc_mode="sigmoid")
+    torch.testing.assert_close(unclipped[0], torch.ones(40))
+    # A clip wider than every |log Φ| changes nothing.
+    mild = WeightingInputs(torch.zeros(3, 40, 2), torch.tensor([1, 2, 4]), disc.clamp(-3, 3))
+    torch.testing.assert_close(
+        compute_weights("fedgo", mild, disc_mode="sigmoid", clip=3.5),
+        compute_weights("fedgo", mild, disc_mode="sigmoid"),
+    )
+    with pytest.raises(ValueError, match="clip"):
+        compute_weights("fedgo", inputs, clip=0)
 
 
 def test_fedgo_scales_with_num_examples() -> None:
