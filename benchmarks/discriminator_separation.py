@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
-from fedgo_flwr.gan import build_discriminator, discriminator_logits
+from fedgo_flwr.gan import discriminator_logits
 from fedgo_flwr.task import load_bundle, make_partition
 from fedgo_flwr.training import get_device
 from fedgo_flwr.weighting import WeightingInputs, compute_weights
@@ -49,6 +49,28 @@ def shown(path: Path) -> str:
     """``path`` relative to the repository if it lies inside it (a saved report is committed)."""
     full = path.resolve()
     return str(full.relative_to(ROOT)) if full.is_relative_to(ROOT) else str(path)
+
+
+def own_vs_unseen_aucs(z: torch.Tensor, y: torch.Tensor, counts: torch.Tensor) -> list[float]:
+    """Per client (rows of ``z``: logits ``(K, N)``; ``counts``: its class histogram
+    ``(K, C)``), the ROC AUC of ``z_k`` on images of its own classes (>= :data:`OWN_SHARE` of
+    its data) against images of classes it holds none of; clients without both are skipped."""
+    aucs = []
+    for row in range(len(z)):
+        share = counts[row] / counts[row].sum()
+        own = share[y] >= OWN_SHARE
+        unseen = counts[row][y] == 0
+        if own.any() and unseen.any():
+            keep = own | unseen
+            aucs.append(float(roc_auc_score(own[keep].numpy(), z[row][keep].numpy())))
+    return aucs
+
+
+def weight_on_knowing(w: torch.Tensor, y: torch.Tensor, counts: torch.Tensor) -> float:
+    """Mean over the samples of the weight (``w``: ``(K, N)``) on the clients that hold at
+    least one training example of the sample's class (``counts``: ``(K, C)``), in %."""
+    knows = (counts[:, y] > 0).double()
+    return round(100 * (w.double() * knows).sum(0).mean().item(), 1)
 
 
 def separation(run_dir: str) -> dict:
@@ -71,21 +93,13 @@ def separation(run_dir: str) -> dict:
     k_all = sorted(saved)
     discs = []
     for pid in k_all:
-        disc = build_discriminator(params.discriminator.name, bundle.train.input_shape)
+        disc = params.discriminator.build(bundle.train.input_shape)
         disc.load_state_dict(saved[pid])
         discs.append(disc)
     z = discriminator_logits(dict(enumerate(discs)), server, device=get_device(cfg.device))
     z = z[:, 0]  # (K, N): rows in k_all order
 
-    aucs = []
-    for row, pid in enumerate(k_all):
-        share = counts[pid] / sizes[pid]
-        own = share[y] >= OWN_SHARE
-        unseen = counts[pid][y] == 0
-        if own.any() and unseen.any():
-            keep = own | unseen
-            aucs.append(roc_auc_score(own[keep].numpy(), z[row][keep].numpy()))
-
+    aucs = own_vs_unseen_aucs(z, y, counts[k_all])
     inputs = WeightingInputs(
         logits=torch.zeros(len(k_all), len(y), bundle.train.num_classes),
         num_examples=sizes[k_all],
@@ -93,11 +107,9 @@ def separation(run_dir: str) -> dict:
         labels=y,
         class_counts=counts[k_all],
     )
-    knows = (counts[k_all][:, y] > 0).double()  # (K, N): client k holds x's class
 
     def mass(name: str, **kw) -> float:
-        w = compute_weights(name, inputs, **kw).double()  # (K, N)
-        return round(100 * (w * knows).sum(0).mean().item(), 1)
+        return weight_on_knowing(compute_weights(name, inputs, **kw), y, counts[k_all])
 
     sig = torch.sigmoid(z)
     report = {

@@ -33,7 +33,7 @@ from replay import client_model, replay
 from torch import nn
 
 from fedgo_flwr.distill import TeacherBank
-from fedgo_flwr.gan import build_discriminator, discriminator_logits, train_discriminator
+from fedgo_flwr.gan import discriminator_logits, train_discriminator
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.task import client_dataset, load_bundle, make_partition, new_model
 from fedgo_flwr.training import get_device
@@ -89,15 +89,13 @@ def main() -> None:
     saved = torch.load(run / "discriminators.pt", map_location="cpu")
     own = []
     for pid in pids:
-        disc = build_discriminator(params.discriminator.name, shape)
+        disc = params.discriminator.build(shape)
         disc.load_state_dict(saved[pid])
         own.append(disc)
     pool = PoolSampler(x_server, params.generator.latent_dim)
     ideal = []
     for pid in pids:
-        disc = build_discriminator(
-            params.discriminator.name, shape, seed=derive_seed(cfg.seed, "disc-init", pid)
-        )
+        disc = params.discriminator.build(shape, seed=derive_seed(cfg.seed, "disc-init", pid))
         train_discriminator(
             disc,
             pool,

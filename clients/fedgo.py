@@ -5,19 +5,26 @@ discriminator D_k for ``epochs`` with the vanilla GAN loss (local data labelled 
 the frozen G labelled 0) and sends D_k back (message ``train.discriminator``). In the FL rounds
 the client trains as in FedAvg.
 The discriminator outputs raw logits; the server turns them into odds (``fedgo_flwr.weighting``).
+
+Beyond the paper (``strategy.discriminator.reference``, :class:`~fedgo_flwr.gan.settings.
+DiscriminatorConfig`): the negatives may instead be the server's unlabeled images, sent in the
+same message (``reference``), or a mix of both; the message then carries only what is used.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
-from fedgo_flwr.gan import build_discriminator, build_generator, train_discriminator
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.gan import train_discriminator
 from fedgo_flwr.gan.settings import GanConfig
 from fedgo_flwr.messages import ARRAYS
 from fedgo_flwr.rng import derive_seed, make_rng
 
 GENERATOR_KEY = "generator"
+REFERENCE_KEY = "reference"  # the server's reference images (discriminator.reference)
 DISCRIMINATOR_MESSAGE = "train.discriminator"
 
 
@@ -30,18 +37,26 @@ class FedGOClient(ClientAlgorithm):
     messages = {DISCRIMINATOR_MESSAGE: "train_discriminator"}
 
     def train_discriminator(self, job: ClientJob) -> tuple[dict[str, ArrayRecord], dict]:
-        """Alg. 3 for one client: train D_k against the received generator, once per run."""
+        """Alg. 3 for one client: train D_k against the received generator (and/or the
+        server's reference images, ``discriminator.reference``), once per run."""
         gs = job.params
+        dp = gs.discriminator
         shape = job.data.input_shape
-        gen = build_generator(
-            gs.generator.name, gs.generator.latent_dim, shape, **gs.generator.model_kwargs()
-        )
-        gen.load_state_dict(job.content[GENERATOR_KEY].to_torch_state_dict())
-        disc = build_discriminator(
-            gs.discriminator.name,
-            shape,
-            seed=derive_seed(job.cfg.seed, "disc-init", job.partition_id),
-        )
+        gen = None
+        if GENERATOR_KEY in job.content.array_records:
+            # The server's builder (strategy.generator.name, or its module: importable here too).
+            gen = gs.generator.build(shape, seed=derive_seed(job.cfg.seed, "gen-init"))
+            gen.load_state_dict(job.content[GENERATOR_KEY].to_torch_state_dict())
+        reference = None
+        if REFERENCE_KEY in job.content.array_records:
+            x = job.content[REFERENCE_KEY][REFERENCE_KEY].numpy()
+            reference = ArrayDataset(
+                x=x,
+                y=np.zeros(len(x), dtype=np.int64),
+                num_classes=job.data.num_classes,
+                flip=job.data.flip,
+            )
+        disc = dp.build(shape, seed=derive_seed(job.cfg.seed, "disc-init", job.partition_id))
         stats = train_discriminator(
             disc,
             gen,
@@ -54,7 +69,12 @@ class FedGOClient(ClientAlgorithm):
             rng=make_rng(job.cfg.seed, "disc", job.partition_id),
             device=job.device,
             augment=job.cfg.data.augment,
-            loss=gs.discriminator.loss,
+            loss=dp.loss,
+            reference=reference,
+            mixture={"generator": 0.0, "server": 1.0, "mixture": dp.mixture}[dp.reference],
+            label_smoothing=dp.label_smoothing,
+            patience=dp.patience,
+            holdout=dp.holdout,
         )
         disc.cpu()
         metrics = {f"disc_{k}": float(v) for k, v in stats.items() if k != "num_examples"}

@@ -380,7 +380,10 @@ def _domain_weights(inputs: WeightingInputs, disc_mode: Any = "sigmoid") -> Tens
 
 
 def _fedgo_weights(
-    inputs: WeightingInputs, disc_mode: Any = "double_sigmoid", clip: Any = None
+    inputs: WeightingInputs,
+    disc_mode: Any = "double_sigmoid",
+    clip: Any = None,
+    temperature: Any = 1.0,
 ) -> Tensor:
     """FedGO: ``w_k(x) = n_k Φ_k(x) / Σ_i n_i Φ_i(x)``, ``Φ = D / (1 - D)`` (Thm 3.6, Eq. (9)).
 
@@ -400,11 +403,18 @@ def _fedgo_weights(
     sigmoid``) one discriminator that outputs huge logits otherwise takes the whole weight of
     every sample. Not in the paper (whose double sigmoid bounds ``log Φ`` to ``(0, 1)``
     already); a clip below 1 narrows that range too.
+
+    ``temperature`` ``T`` (default 1): ``log Φ_k / T`` (before the clip), i.e. ``Φ_k^{1/T}``;
+    ``T > 1`` flattens over-confident odds towards ``data_size``, ``T < 1`` sharpens them. Not
+    in the paper: a calibration knob for discriminators trained on a few hundred images.
     """
     mode = _disc_mode_param("fedgo", disc_mode)
+    tau = _positive_float("fedgo", "temperature", temperature)
     assert inputs.disc_logits is not None  # checked by compute_weights
     n = _positive_total("fedgo", inputs.num_examples)  # (K,)
     log_phi = log_discriminator_odds(inputs.disc_logits.to(torch.float64), mode)  # (K, N)
+    if tau != 1.0:
+        log_phi = log_phi / tau
     bound = _clip_param("fedgo", clip)
     if bound is not None:
         log_phi = log_phi.clamp(-bound, bound)
@@ -531,10 +541,11 @@ WEIGHTING_METHODS: Mapping[str, WeightingMethod] = MappingProxyType(
                 "fedgo",
                 _fedgo_weights,
                 requires=("disc_logits",),
-                defaults={"disc_mode": "double_sigmoid", "clip": None},
+                defaults={"disc_mode": "double_sigmoid", "clip": None, "temperature": 1.0},
                 variants={
                     "sigmoid": {"disc_mode": "sigmoid"},
                     "double_sigmoid": {"disc_mode": "double_sigmoid"},
+                    "sigmoid_clip20": {"disc_mode": "sigmoid", "clip": 20.0},
                 },
                 reference="FedGO Thm 3.6 Eq. (9), Alg. 2, App. E.2",
             ),

@@ -26,27 +26,48 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, FedGOClient
+from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, REFERENCE_KEY, FedGOClient
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import check_arrays
 from fedgo_flwr.checkpoint import safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.fileio import atomic_torch_save
-from fedgo_flwr.gan import build_critic, build_discriminator, build_generator, train_wgan_gp
+from fedgo_flwr.gan import build_critic, train_wgan_gp
+from fedgo_flwr.gan.external import generator_output_problem
 from fedgo_flwr.gan.settings import GeneratorConfig
-from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS, stream_replies, to_numpy
+from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS, stream_replies, to_numpy, to_record
 from fedgo_flwr.rng import derive_seed, make_rng
+from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
+from fedgo_flwr.task import load_bundle
 
 
 class DiscriminatorStage:
     """Generator and client discriminators (FedGO Alg. 2-3), as a Strategy mixin."""
 
+    @classmethod
+    def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
+        """The strategy's own checks, then :func:`check_generator` (``strategy.generator``)."""
+        super().preflight(cfg, c)  # the Strategy's, next in the MRO
+        check_generator(cfg, c)
+
     def generator_data(self) -> ArrayDataset:
         """What a G1 generator is trained on: the server's unlabeled share."""
         res = self.resources
         return res.bundle.train.subset(res.partition.server)
+
+    def needs_generator(self) -> bool:
+        """Whether the run uses G: as the discriminators' reference (or part of it)."""
+        return self.params.discriminator.uses_generator
+
+    def reference_images(self) -> np.ndarray:
+        """The server images sent as the discriminators' reference (``discriminator.reference``
+        ``server`` or ``mixture``): ``reference_size`` of :meth:`generator_data`, drawn once per
+        run with the seed (0: all of them), in index order."""
+        data = self.generator_data()
+        size = self.params.discriminator.reference_size
+        return np.asarray(data.x[reference_indices(len(data), size, self.cfg.seed)])
 
     def discriminator_message_config(self) -> ConfigRecord:
         """The config of the ``train.discriminator`` messages: the ``fedgo`` client algorithm
@@ -73,10 +94,19 @@ class DiscriminatorStage:
             gen_path, disc_path = str(saved_gen), str(saved_discs)
         generator = seeded_generator(self.cfg.seed, gp, shape)
         t0 = time.perf_counter()
-        if gen_path:
+        if not self.needs_generator() and not gen_path:
+            report["generator"] = {"source": "not needed (discriminator.reference: server)"}
+            log(INFO, "FedGO: no generator needed (strategy.discriminator.reference: server)")
+        elif gen_path:
             generator.load_state_dict(safe_torch_load(gen_path, "generator file"))
             report["generator"] = {"source": gen_path}
+            if gp.module:
+                report["generator"]["module"] = gp.module
             log(INFO, "FedGO: generator loaded from %s", gen_path)
+        elif gp.module:
+            # G2 with the user's generator as its factory made it (e.g. pretrained weights).
+            report["generator"] = {"source": "module (its own weights)", "module": gp.module}
+            log(INFO, "FedGO: generator of strategy.generator.module %s", gp.module)
         elif gp.steps == 0:
             # FedGO's Table 12: even an untrained generator's discriminators help; and the
             # only choice without server data and without a generator file.
@@ -104,18 +134,23 @@ class DiscriminatorStage:
         states: dict[int, dict[str, torch.Tensor]] = {}
         report: dict[str, object] = {}
         # What every discriminator must look like. Seeded, so the global RNG is left alone.
-        template = build_discriminator(dp.name, shape, seed=0).state_dict()
+        template = dp.build(shape, seed=0).state_dict()
         reference = {k: v.numpy() for k, v in template.items()}
         if path:
             states = self._load_discriminators(path, reference)
             report["discriminators"] = {"source": path}
         else:
-            content = RecordDict(
-                {
-                    GENERATOR_KEY: ArrayRecord(generator.state_dict()),
-                    CONFIG: self.discriminator_message_config(),
+            content = RecordDict({CONFIG: self.discriminator_message_config()})
+            if dp.uses_generator:
+                content[GENERATOR_KEY] = ArrayRecord(generator.state_dict())
+            if dp.uses_server_images:
+                images = self.reference_images()
+                content[REFERENCE_KEY] = to_record({REFERENCE_KEY: images})
+                report["reference"] = {
+                    "kind": dp.reference,
+                    "images": len(images),
+                    "bytes_per_client": int(images.nbytes),
                 }
-            )
             messages = self.messages_to(content, self.node_ids.values(), DISCRIMINATOR_MESSAGE)
             t0 = time.perf_counter()
             per_client: dict[str, dict[str, float]] = {}
@@ -135,7 +170,7 @@ class DiscriminatorStage:
             atomic_torch_save(res.out_dir / "discriminators.pt", states)
         discs: dict[int, torch.nn.Module] = {}
         for pid, state in states.items():
-            disc = build_discriminator(dp.name, shape)
+            disc = dp.build(shape)
             disc.load_state_dict(state)
             discs[pid] = disc
         missing = sorted(set(range(self.cfg.data.num_clients)) - set(discs))
@@ -229,6 +264,15 @@ class DiscriminatorStage:
         return states
 
 
+def reference_indices(n: int, size: int, seed: int) -> np.ndarray:
+    """Which of the server's ``n`` images are the discriminators' reference: ``size`` of them
+    drawn with the seed (all if ``size`` is 0 or at least ``n``), in index order."""
+    if not 0 < size < n:
+        return np.arange(n)
+    order = torch.randperm(n, generator=make_rng(seed, "disc-reference")).numpy()
+    return np.sort(order[:size])
+
+
 def _partition_id(key: object) -> int | None:
     """A ``discriminators.pt`` key as a partition id: an int, or a string of digits."""
     if isinstance(key, int) and not isinstance(key, bool):
@@ -258,10 +302,54 @@ def discriminator_stats(z: torch.Tensor) -> dict[str, float]:
 
 
 def seeded_generator(seed: int, gp: GeneratorConfig, shape: tuple[int, ...]) -> torch.nn.Module:
-    """FedGO's generator of ``strategy.generator`` with its seeded initial weights."""
-    return build_generator(
-        gp.name, gp.latent_dim, shape, seed=derive_seed(seed, "gen-init"), **gp.model_kwargs()
-    )
+    """FedGO's generator of ``strategy.generator`` with its seeded initial weights (the
+    ``module`` factory's or the ``name`` generator, :meth:`GeneratorConfig.build`; the clients
+    build theirs with the same seed, ``clients/fedgo.py``)."""
+    return gp.build(shape, seed=derive_seed(seed, "gen-init"))
+
+
+KNOWN_INPUT_SHAPES: dict[str, tuple[int, ...]] = {
+    "digits": (1, 8, 8),
+    "cifar10": (3, 32, 32),
+    "cifar100": (3, 32, 32),
+    "four_gaussians": (2,),
+}
+"""The input shape of each built-in dataset, so the pre-flight check need not load it."""
+
+
+def preflight_input_shape(cfg: ExperimentConfig) -> tuple[int, ...]:
+    """The classifier's input shape: known for the built-in datasets, else read from the
+    data (``imagefolder``, ``hf:``; cached per process, so the ServerApp loads it once)."""
+    known = KNOWN_INPUT_SHAPES.get(cfg.data.dataset.strip().lower())
+    return known if known is not None else load_bundle(cfg.data).train.input_shape
+
+
+def check_generator(cfg: ExperimentConfig, c: Checker) -> None:
+    """Pre-flight check of ``strategy.generator.module`` (scenario G2 with the user's factory;
+    :class:`GeneratorConfig` has checked already that it imports and that ``steps`` is 0).
+
+    The generator is built as the run will build it (seeded), drawn on 2 codes, and its output
+    must be ``(2, *input_shape)`` of the classifier and finite; a ``path`` must load into it.
+    A problem raises :class:`ConfigError` naming ``strategy.generator.module`` (or ``.path``).
+    """
+    gp = getattr(cfg.strategy.params, "generator", None)
+    if not isinstance(gp, GeneratorConfig) or gp.module is None:
+        return
+    g = c.at("strategy.generator.", gp)
+    shape = preflight_input_shape(cfg)
+    try:
+        generator = seeded_generator(cfg.seed, gp, shape)
+    except ValueError as exc:
+        g.fail("module", str(exc))
+    problem = generator_output_problem(generator, gp.latent_dim, shape)
+    if problem is not None:
+        g.fail("module", f"{problem} (data.dataset {cfg.data.dataset})")
+    if gp.path:
+        try:
+            generator.load_state_dict(safe_torch_load(gp.path, "generator file"))
+        except Exception as exc:  # noqa: BLE001 - any failure is the file's: say which
+            text = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
+            g.fail("path", f"does not load into the generator of {gp.module}: {text}")
 
 
 def train_generator(

@@ -7,9 +7,10 @@ scalar ``w_k``. The generator G goes out with the one training message; every cl
 its model and then its discriminator against G and uploads both in the same reply
 (``clients/oneshot_fedgo.py``): still one round, and the discriminators cost one extra
 upload each. G is loaded from ``strategy.generator.path`` (FedGO's G2, an off-the-shelf
-generator), trained on the server's share when it has one (G1, ``generator.steps > 0``), and
-otherwise left untrained (seeded): FedGO's Table 12 reports odds against an untrained G
-already help.
+generator; ``strategy.generator.module`` names any generator factory, see
+:mod:`fedgo_flwr.gan.external`), trained on the server's share when it has one (G1,
+``generator.steps > 0``), and otherwise left untrained (seeded): FedGO's Table 12 reports odds
+against an untrained G already help.
 
 ``combine``: ``odds`` (FedGO's weights alone; the scalar weights stay 1/n) or ``odds_learned``
 (member ``k`` weighs ``w_k Phi-weight_k(x)``, ``w`` learned by Co-Boosting's eq. 12 through the
@@ -41,13 +42,12 @@ from fedgo_flwr.datafree import (
     DataFreeDistillation,
     fedgo_multipliers,
 )
-from fedgo_flwr.gan import build_discriminator
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.messages import to_numpy
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.training import predict_logits
 from fedgo_flwr.weighting import DISC_MODES
-from strategies._prefl import seeded_generator, train_generator
+from strategies._prefl import check_generator, seeded_generator, train_generator
 from strategies.base import Reply, ReplyRejected
 from strategies.coboosting import CoBoosting, CoBoostingConfig
 
@@ -83,6 +83,12 @@ class CoBoostingFedGO(CoBoosting):
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
         super().preflight(cfg, c)
         gp = cfg.strategy.params.generator
+        dp = cfg.strategy.params.discriminator
+        c.at("strategy.discriminator.", dp).require(
+            "reference",
+            dp.reference == "generator",
+            "must be 'generator' in the one-shot setting: the server sends no images",
+        )
         if gp.steps > 0 and not gp.path:
             c.at("data.", cfg.data).require(
                 "server_fraction",
@@ -90,6 +96,7 @@ class CoBoostingFedGO(CoBoosting):
                 "must be > 0 to train the generator on server data (strategy.generator.steps "
                 "> 0); or give strategy.generator.path, or steps: 0 for an untrained generator",
             )
+        check_generator(cfg, c)  # strategy.generator.module: builds, right output shape
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -98,7 +105,7 @@ class CoBoostingFedGO(CoBoosting):
         self._test_disc: Tensor | None = None
         self.generator = self._generator()
         shape = self.resources.bundle.train.input_shape
-        ref = build_discriminator(self.params.discriminator.name, shape, seed=0)
+        ref = self.params.discriminator.build(shape, seed=0)
         self._disc_reference = {k: v.numpy() for k, v in ref.state_dict().items()}
 
     def _generator(self) -> nn.Module:
@@ -112,6 +119,8 @@ class CoBoostingFedGO(CoBoosting):
         elif gp.steps > 0:
             server_share = res.bundle.train.subset(res.partition.server)
             train_generator(gen, self.cfg, server_share, res.device, shape)
+        elif gp.module:
+            log(INFO, "%s: generator of strategy.generator.module %s", self.name, gp.module)
         else:
             log(INFO, "%s: untrained generator (seeded)", self.name)
         return gen.cpu().eval()
@@ -165,7 +174,7 @@ class CoBoostingFedGO(CoBoosting):
             shape = self.resources.bundle.train.input_shape
             mods = []
             for pid in self.pids:
-                d = build_discriminator(self.params.discriminator.name, shape)
+                d = self.params.discriminator.build(shape)
                 d.load_state_dict(
                     {k: torch.from_numpy(v) for k, v in self.discriminators[pid].items()}
                 )

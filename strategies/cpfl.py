@@ -223,6 +223,7 @@ class CPFL(DiscriminatorStage, Strategy):
 
     @classmethod
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
+        super().preflight(cfg, c)  # DiscriminatorStage's: strategy.generator.module
         p: CPFLConfig = cfg.strategy.params
         s = c.at("strategy.", p)
         if p.profiles is not None:

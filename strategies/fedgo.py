@@ -22,6 +22,11 @@ clients (Thm 3.6, Eq. 9). The discriminator output is the paper's composition of
 as an option.
 The same stage serves the DaFKD-style ``domain`` weighting (``strategy.weighting: domain``).
 
+Beyond the paper, ``strategy.discriminator.reference`` (``server`` / ``mixture``) has the
+clients train D_k against the server's own unlabeled images instead of (or beside) G's samples:
+D_k then estimates ``p_k / p_server``, and by Eq. (9) the reference cancels in ``w_k`` wherever
+it covers the clients' data. With ``server`` and D1 no generator is trained at all.
+
 ``distill_data``: ``server`` distils on the server's unlabeled data (D1); ``generated`` on
 ``generated_size`` samples of G drawn once (D2; no labels, so no pseudo-label diagnostics).
 
@@ -51,7 +56,6 @@ from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import num_views
 from fedgo_flwr.gan import (
-    build_discriminator,
     count_bytes,
     discriminator_logits,
     sample,
@@ -124,6 +128,13 @@ class FedGO(DiscriminatorStage, FedDF):
         params = cfg.strategy.params
         if cfg.data.server_fraction > 0:
             return
+        dp = params.discriminator
+        c.at("strategy.discriminator.", dp).require(
+            "reference",
+            not dp.uses_server_images,
+            f"'{dp.reference}' sends server images, and data.server_fraction 0 leaves none; "
+            "use 'generator'",
+        )
         # No server data (data-free, scenario D2): the generator cannot be trained on it (G1).
         gen = params.generator
         c.at("strategy.generator.", gen).require(
@@ -138,6 +149,9 @@ class FedGO(DiscriminatorStage, FedDF):
             "feddf early-stops on labelled server data; with data.server_fraction 0 use "
             "the fedgo protocol",
         )
+
+    def needs_generator(self) -> bool:
+        return super().needs_generator() or self.params.distill_data == "generated"
 
     def disc_logits(self, pids: list[int], split: str) -> torch.Tensor | None:
         return self._disc[split][pids]
@@ -175,9 +189,7 @@ class FedGO(DiscriminatorStage, FedDF):
         report["bytes"] = {
             "model": count_bytes(self.model_factory()),
             "generator": count_bytes(generator),
-            "discriminator": count_bytes(
-                build_discriminator(self.params.discriminator.name, shape)
-            ),
+            "discriminator": count_bytes(self.params.discriminator.build(shape)),
         }
         name = "prefl-resume.json" if self.resuming else "prefl.json"
         (res.out_dir / name).write_text(json.dumps(report, indent=2, default=float))

@@ -7,6 +7,7 @@ YAML loader or by the pre-flight check (``prepare``, run by ``run.sh`` and the S
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,53 @@ def test_every_shipped_config_is_valid():
     for path in files:
         cfg = load_experiment(path)
         assert cfg.rounds >= 1, path
+
+
+PAPER = CONF / "paper"
+
+
+@pytest.mark.parametrize("path", sorted(PAPER.glob("*.yaml")), ids=lambda p: p.name)
+def test_paper_presets_say_what_they_run_and_pass_the_preflight(path, tmp_path):
+    """conf/paper/<strategy>-<dataset>-a<alpha>.yaml runs that strategy on that setting; the
+    pre-flight check passes with the CIFAR folders in place (no download)."""
+    for folder in CIFAR_FOLDERS.values():
+        (tmp_path / folder).mkdir()
+    cfg = load_experiment(path, [f"data.path={tmp_path}"])
+    preflight(cfg)
+    strategy, dataset, alpha = re.fullmatch(
+        r"([a-z]+)(?:-d2)?-(cifar10|cifar100)-a([0-9.]+)", path.stem
+    ).groups()
+    assert cfg.strategy.name == strategy
+    assert (cfg.data.dataset, cfg.data.alpha) == (dataset, float(alpha))
+    assert (cfg.name, cfg.output_dir) == (path.stem, f"outputs/paper/{path.stem}")
+    if "-d2-" in path.stem:
+        assert cfg.strategy.params.distill_data == "generated"
+
+
+def test_fedgo_paper_presets_carry_the_papers_settings():
+    """FedGO, ICML 2025, Sec. 4 and App. E.2, in every conf/paper/fedgo*.yaml."""
+
+    def check(section, **expected):
+        assert {k: getattr(section, k) for k in expected} == expected, name
+
+    names = {p.stem for p in PAPER.glob("fedgo*.yaml")}
+    assert {"fedgo-cifar10-a0.1", "fedgo-cifar10-a0.05", "fedgo-cifar100-a0.1"} <= names
+    for name in sorted(names):
+        cfg = load_experiment(PAPER / f"{name}.yaml")
+        p = cfg.strategy.params
+        check(cfg, rounds=100, fraction=0.4)
+        check(cfg.data, num_clients=20, server_fraction=0.5, augment=True)
+        check(cfg.model, name="resnet18")
+        check(cfg.train, optimizer="adam", lr=1e-3, batch_size=64, local_epochs=30, weight_decay=0)
+        check(p.distill, protocol="fedgo", epochs=10, lr=1e-3, batch_size=64, decay_rounds=100)
+        assert p.distill.lr_decay, name  # cosine annealing until round T = 100
+        # G1: WGAN-GP on the server's half, trained here (no file, no module)
+        check(p.generator, name="resnet", steps=100_000, lr=2e-4, n_critic=5, gp_lambda=10)
+        check(p.generator, batch_size=64, path=None, module=None)
+        check(p.discriminator, name="cnn4", epochs=30, lr=2e-4, batch_size=64)
+        check(p.discriminator, loss="double_sigmoid")  # the output is two sigmoids (App. E.2)
+        assert p.weighting == "fedgo", name
+        assert p.weighting_params["fedgo"]["disc_mode"] == "double_sigmoid", name
 
 
 def test_base_chain_and_overrides(tmp_path):
@@ -101,6 +149,7 @@ class Refused:
 BIG = "9" * 5000  # more digits than Python turns into an int
 DEEP = "[" * 50_000  # deeper than any recursive parser goes
 NOT_FINITE = "must be a finite number"
+FACTORIES = "{conf}/../tests/generator_factories.py"  # generator factories, the file form
 ALIAS_BOMB = "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
     f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)
 )  # 10^9 values in 1 kB
@@ -255,6 +304,41 @@ REFUSED = {
         ("strategy.generator.path={tmp}/g.pt",),
         conf="fedgo.yaml",
     ),
+    # strategy.generator.module: G2 with the user's factory (tests/generator_factories.py)
+    "generator-module-import": Refused(
+        "strategy.generator.module",
+        "cannot import 'no_such_module_for_fedgo': ModuleNotFoundError",
+        (
+            "strategy.generator.module=no_such_module_for_fedgo:factory",
+            "strategy.generator.steps=0",
+        ),
+        conf="fedgo.yaml",
+    ),
+    "generator-module-attribute": Refused(
+        "strategy.generator.module",
+        "has no attribute 'nope'",
+        (f"strategy.generator.module={FACTORIES}:nope", "strategy.generator.steps=0"),
+        conf="fedgo.yaml",
+    ),
+    "generator-module-not-callable": Refused(
+        "strategy.generator.module",
+        "is not callable",
+        (f"strategy.generator.module={FACTORIES}:NOT_CALLABLE", "strategy.generator.steps=0"),
+        conf="fedgo.yaml",
+    ),
+    "generator-module-shape": Refused(
+        "strategy.generator.module",
+        "has shape (2, 1, 16, 16); the classifier's input needs (2, 1, 8, 8)",
+        (f"strategy.generator.module={FACTORIES}:wrong_shape", "strategy.generator.steps=0"),
+        conf="fedgo.yaml",
+    ),
+    "generator-module-trained": Refused(
+        "strategy.generator.steps",
+        "must be 0 with strategy.generator.module",
+        (f"strategy.generator.module={FACTORIES}:factory",),
+        conf="fedgo.yaml",
+        where="file",  # conf/fedgo.yaml sets steps: 300
+    ),
     "discriminator-path": Refused(
         "strategy.discriminator.path",
         "not found",
@@ -301,6 +385,66 @@ REFUSED = {
         ("strategy.weighting_params={fedgo: {clip: -1}}",),
         conf="fedgo.yaml",
         where="",  # merged into conf/fedgo.yaml's own weighting_params.fedgo
+    ),
+    "disc-reference-unknown": Refused(
+        "strategy.discriminator.reference",
+        "generator",
+        ("strategy.discriminator.reference=noise",),
+        conf="fedgo.yaml",
+    ),
+    "disc-mixture-1": Refused(
+        "strategy.discriminator.mixture",
+        "(0, 1)",
+        ("strategy.discriminator.mixture=1.0",),
+        conf="fedgo.yaml",
+    ),
+    "disc-reference-size-negative": Refused(
+        "strategy.discriminator.reference_size",
+        ">= 0",
+        ("strategy.discriminator.reference_size=-5",),
+        conf="fedgo.yaml",
+    ),
+    "disc-label-smoothing": Refused(
+        "strategy.discriminator.label_smoothing",
+        "[0, 0.5)",
+        ("strategy.discriminator.label_smoothing=0.5",),
+        conf="fedgo.yaml",
+    ),
+    "disc-patience-negative": Refused(
+        "strategy.discriminator.patience",
+        ">= 0",
+        ("strategy.discriminator.patience=-1",),
+        conf="fedgo.yaml",
+    ),
+    "disc-holdout-1": Refused(
+        "strategy.discriminator.holdout",
+        "(0, 1)",
+        ("strategy.discriminator.holdout=1",),
+        conf="fedgo.yaml",
+    ),
+    "disc-server-reference-no-server-data": Refused(
+        "strategy.discriminator.reference",
+        "data.server_fraction 0 leaves none",
+        (
+            "data.server_fraction=0",
+            "strategy.distill_data=generated",
+            "strategy.generator.steps=0",
+            "strategy.discriminator.reference=server",
+        ),
+        conf="fedgo.yaml",
+    ),
+    "fedgo-temperature-0": Refused(
+        "strategy.weighting_params.fedgo",
+        "temperature must be a finite number > 0",
+        ("strategy.weighting_params={fedgo: {temperature: 0}}",),
+        conf="fedgo.yaml",
+        where="",
+    ),
+    "coboosting-fedgo-server-reference": Refused(
+        "strategy.discriminator.reference",
+        "one-shot",
+        ("strategy.name=coboosting_fedgo", "strategy.discriminator.reference=mixture"),
+        conf="coboosting.yaml",
     ),
     "cuda-missing": Refused("device", "CUDA device", ("device=cuda:999",)),
     # -- data.partition and its keys (the split is drawn by the pre-flight check) ---------------

@@ -208,6 +208,44 @@ def test_fedgo_without_server_data_distils_on_generated_data(tmp_path):
     assert len(make_partition(cfg).server) == 0
 
 
+@pytest.mark.parametrize(
+    ("reference", "extra"),
+    [
+        ("server", ("strategy.discriminator.reference_size=20",)),
+        (
+            "mixture",
+            (
+                "strategy.discriminator.spectral_norm=true",
+                "strategy.discriminator.label_smoothing=0.1",
+                "strategy.discriminator.patience=1",
+                "strategy.discriminator.epochs=3",
+            ),
+        ),
+    ],
+)
+def test_fedgo_discriminators_against_server_images(tmp_path, reference, extra):
+    """``discriminator.reference``: the server sends images of its own share with the
+    discriminator message; with ``server`` no generator is trained or sent."""
+    rows = run(tmp_path, *FEDGO, f"strategy.discriminator.reference={reference}", *extra)
+    prefl = json.loads((tmp_path / "prefl.json").read_text())
+    assert prefl["missing_discriminators"] == []
+    sent = prefl["reference"]
+    cfg = load_experiment(ROOT / "conf/default.yaml", [*TINY, "data.alpha=1.0"])
+    server_size = len(make_partition(cfg).server)
+    images = 20 if reference == "server" else server_size
+    assert sent["kind"] == reference and sent["images"] == images
+    assert sent["bytes_per_client"] > 0 and sent["bytes_per_client"] % images == 0
+    if reference == "server":
+        assert prefl["generator"]["source"].startswith("not needed")
+    else:
+        assert prefl["generator"]["steps"] == 5
+        for client in prefl["discriminators"].values():
+            assert 1 <= client["disc_best_epoch"] <= client["disc_epochs"] <= 3
+    assert np.isfinite(rows[-1]["test_loss"]) and "pl_acc_fedgo_sigmoid_clip20" in rows[-1]
+    again = run(tmp_path / "again", *FEDGO, f"strategy.discriminator.reference={reference}", *extra)
+    assert [r["test_accuracy"] for r in rows] == [r["test_accuracy"] for r in again]
+
+
 def test_byzantine_discriminators(tmp_path):
     """FedGO App. F.8: m seeded clients' discriminators output their maximum everywhere. When
     every client is Byzantine all odds are equal, and FedGO is n_k weighting exactly."""

@@ -10,12 +10,21 @@ per client trained against it. This package holds, by what each part owns:
   discriminators with raw-logit output), their builders and name tuples, :func:`count_bytes`;
 * :mod:`fedgo_flwr.gan.training` -- WGAN-GP training and its gradient penalty, client
   discriminator training (Alg. 3), sampling, and the discriminators' logits on a data set;
+* :mod:`fedgo_flwr.gan.external` -- generators from a user's factory
+  (``strategy.generator.module``, scenario G2 with any ``nn.Module``) and the one builder of
+  FedGO's generator from its configuration, :func:`generator_from_config`;
 * :mod:`fedgo_flwr.gan.settings` -- the generator / discriminator configuration sections that the
   server and the clients share.
 
 The names below are re-exported here: ``from fedgo_flwr.gan import build_generator`` works.
 """
 
+from fedgo_flwr.gan.external import (
+    build_module_generator,
+    generator_from_config,
+    generator_output_problem,
+    load_generator_factory,
+)
 from fedgo_flwr.gan.networks import (
     CRITIC_NAMES,
     DISCRIMINATOR_NAMES,
@@ -36,7 +45,7 @@ from fedgo_flwr.gan.networks import (
     count_bytes,
     upsampling_plan,
 )
-from fedgo_flwr.gan.settings import DiscriminatorConfig, GanConfig, GeneratorConfig
+from fedgo_flwr.gan.settings import REFERENCES, DiscriminatorConfig, GanConfig, GeneratorConfig
 from fedgo_flwr.gan.training import (
     DISCRIMINATOR_LOSSES,
     discriminator_logits,
@@ -52,6 +61,7 @@ __all__ = [
     "DISCRIMINATOR_LOSSES",
     "DISCRIMINATOR_NAMES",
     "GENERATOR_NAMES",
+    "REFERENCES",
     "CNN4Discriminator",
     "CNNMLPDiscriminator",
     "DCGANCritic",
@@ -68,10 +78,14 @@ __all__ = [
     "build_critic",
     "build_discriminator",
     "build_generator",
+    "build_module_generator",
     "count_bytes",
     "discriminator_logits",
+    "generator_from_config",
+    "generator_output_problem",
     "gradient_penalty",
     "interpolate_gradient_norms",
+    "load_generator_factory",
     "sample",
     "train_discriminator",
     "train_wgan_gp",

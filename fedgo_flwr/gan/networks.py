@@ -746,7 +746,12 @@ def build_critic(
 
 
 def build_discriminator(
-    name: str, input_shape: Sequence[int], *, seed: int | None = None, **kwargs: Any
+    name: str,
+    input_shape: Sequence[int],
+    *,
+    seed: int | None = None,
+    spectral_norm: bool = False,
+    **kwargs: Any,
 ) -> nn.Module:
     """Build a client discriminator returning **raw logits** ``z`` of shape ``(N,)``.
 
@@ -760,6 +765,11 @@ def build_discriminator(
             ``"cnn_mlp"``, ``"resnet8"`` (App. F.7.3) or ``"mlp"`` (vectors; flattens images).
         input_shape: ``(C, H, W)`` for the convolutional models; anything for ``"mlp"``.
         seed: Seed the initial weights (forked RNG).
+        spectral_norm: Wrap every convolution and linear layer in spectral normalisation
+            (Miyato et al., ICLR 2018; ``torch.nn.utils.parametrizations.spectral_norm``, one
+            power iteration per training forward pass). Not in FedGO: a regulariser that bounds
+            the discriminator's Lipschitz constant, so its logits cannot grow without bound on
+            a few hundred local images (saturated odds carry no weighting information).
         **kwargs: Model options (``width``, ``norm`` for the CNNs; ``hidden`` for ``mlp``).
 
     Raises:
@@ -768,7 +778,12 @@ def build_discriminator(
     """
     cls = _lookup("discriminator", name, _DISCRIMINATORS)
     with _seeded(seed):
-        return cls(input_shape, **kwargs)
+        model = cls(input_shape, **kwargs)
+        if spectral_norm:
+            for module in list(model.modules()):
+                if isinstance(module, (nn.Conv2d, nn.Linear)):
+                    nn.utils.parametrizations.spectral_norm(module)
+        return model
 
 
 # ------------------------------------------------------------------------------------------

@@ -10,13 +10,17 @@ checked by the section's ``check`` method (see :mod:`fedgo_flwr.schema`), one ke
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fedgo_flwr.gan.networks import DISCRIMINATOR_NAMES, GENERATOR_NAMES
+from torch import nn
+
+from fedgo_flwr.gan.external import generator_from_config, load_generator_factory
+from fedgo_flwr.gan.networks import DISCRIMINATOR_NAMES, GENERATOR_NAMES, build_discriminator
 from fedgo_flwr.gan.training import DISCRIMINATOR_LOSSES
 from fedgo_flwr.schema import Checker
 
-__all__ = ["DiscriminatorConfig", "GanConfig", "GeneratorConfig"]
+__all__ = ["REFERENCES", "DiscriminatorConfig", "GanConfig", "GeneratorConfig"]
 
 
 @dataclass
@@ -27,6 +31,17 @@ class GeneratorConfig:
     generator from an earlier run); otherwise it is trained on the server's unlabeled data (G1).
     ``width``: channel width of the ``dcgan``/``resnet`` generator and critic (64 in WGAN-GP's
     reference code; 32 costs about a quarter on a CPU).
+
+    ``module``: G2 with any generator, ``"package.module:callable"`` or
+    ``"path/to/file.py:callable"``, a factory called as ``factory(latent_dim=..., shape=(C, H,
+    W))`` that returns an ``nn.Module`` mapping ``(n, latent_dim)`` normal codes to ``(n,
+    *shape)`` images in ``[-1, 1]`` (:mod:`fedgo_flwr.gan.external`). It replaces ``name`` (and
+    ``width``); ``path``, if given, holds its state dict, else the factory's own weights are used.
+    ``steps`` must then be 0: WGAN-GP trains only this project's generators (``name``), whose
+    critic it has. **The module must be importable on every client too**, not only on the
+    server: each client builds the same generator (:meth:`build`) to load the server's weights.
+    :meth:`check` imports it (on the server and on each client); the strategy's pre-flight
+    check builds it and checks its output shape against the classifier's input.
     """
 
     name: str = "dcgan"
@@ -38,6 +53,13 @@ class GeneratorConfig:
     n_critic: int = 5
     gp_lambda: float = 10.0
     path: str | None = None
+    module: str | None = None
+
+    def build(self, shape: Sequence[int], *, seed: int | None = None) -> nn.Module:
+        """This section's generator for samples of ``shape`` (seeded initial weights): the
+        factory of ``module`` if set, else ``name``; the one builder of server and clients
+        (:func:`~fedgo_flwr.gan.external.generator_from_config`)."""
+        return generator_from_config(self, shape, seed=seed)
 
     def model_kwargs(self) -> dict[str, int]:
         """Keyword arguments of :func:`~fedgo_flwr.gan.networks.build_generator` and
@@ -53,6 +75,25 @@ class GeneratorConfig:
         c.require("lr", self.lr > 0, "must be > 0")
         c.require("n_critic", self.n_critic >= 1, "must be >= 1")
         c.require("gp_lambda", self.gp_lambda >= 0, "must be >= 0")
+        if self.module is not None:
+            try:
+                load_generator_factory(self.module)
+            except ValueError as exc:
+                c.fail(
+                    "module",
+                    f"{exc} (the module must be importable on the server and on every client)",
+                )
+            c.require(
+                "steps",
+                self.steps == 0,
+                f"must be 0 with {c.prefix}module: an off-the-shelf generator (scenario G2) is "
+                "used as it is (its own weights, or those of path); WGAN-GP trains only this "
+                "project's generators (name)",
+            )
+
+
+REFERENCES: tuple[str, ...] = ("generator", "server", "mixture")
+"""What a client discriminator learns to tell its data from (``discriminator.reference``)."""
 
 
 @dataclass
@@ -62,6 +103,24 @@ class DiscriminatorConfig:
     ``epochs``: 30 in the paper on CIFAR. ``path``: reuse discriminators saved by an earlier
     run (``discriminators.pt``) instead of a discriminator round. ``loss``: the squashing the
     discriminator is trained through (``sigmoid``: BCE on sigmoid(z), the paper's Alg. 3).
+
+    Beyond the paper (the issue's "informative discriminators"): by FedGO's Eq. (9) the weight
+    is ``n_k p_k(x) / sum_i n_i p_i(x)``, and a discriminator trained against any reference
+    density ``p_ref`` estimates ``p_k / p_ref``; the reference cancels in the weights wherever it
+    covers the clients' data. ``reference`` picks it:
+
+    * ``generator`` (the paper, Alg. 3): samples of the server's generator G;
+    * ``server``: the server's unlabeled images, ``reference_size`` of them (0: its whole share)
+      drawn once per run with the seed and sent with the discriminator message (the bytes are
+      reported in ``prefl.json``); no generator is needed unless the distillation set is
+      generated (D2);
+    * ``mixture``: each negative batch takes a ``mixture`` share of server images, the rest
+      from G.
+
+    Regularisers that keep D_k from saturating: ``spectral_norm`` (every conv/linear layer),
+    ``label_smoothing`` (one-sided: real targets ``1 - s``, Salimans et al. 2016), and early
+    stopping (``patience`` epochs without a lower loss on a held-out ``holdout`` share of the
+    client's data and of the reference; the best epoch's weights are kept; 0: off).
     """
 
     name: str = "cnn4"
@@ -70,13 +129,40 @@ class DiscriminatorConfig:
     lr: float = 2e-4
     loss: str = "sigmoid"
     path: str | None = None
+    reference: str = "generator"
+    reference_size: int = 0
+    mixture: float = 0.5
+    spectral_norm: bool = False
+    label_smoothing: float = 0.0
+    patience: int = 0
+    holdout: float = 0.1
+
+    @property
+    def uses_generator(self) -> bool:
+        """Whether the negatives include samples of G."""
+        return self.reference != "server"
+
+    @property
+    def uses_server_images(self) -> bool:
+        """Whether the server sends images of its own share as negatives."""
+        return self.reference != "generator"
+
+    def build(self, shape: Sequence[int], *, seed: int | None = None) -> nn.Module:
+        """This section's discriminator for inputs of ``shape`` (seeded initial weights)."""
+        return build_discriminator(self.name, shape, seed=seed, spectral_norm=self.spectral_norm)
 
     def check(self, c: Checker) -> None:
         c.choice("name", DISCRIMINATOR_NAMES)
         c.choice("loss", DISCRIMINATOR_LOSSES)
+        c.choice("reference", REFERENCES)
         c.require("epochs", self.epochs >= 1, "must be >= 1")
         c.require("batch_size", self.batch_size >= 1, "must be >= 1")
         c.require("lr", self.lr > 0, "must be > 0")
+        c.require("reference_size", self.reference_size >= 0, "must be >= 0 (0: all)")
+        c.require("mixture", 0 < self.mixture < 1, "must lie in (0, 1)")
+        c.require("label_smoothing", 0 <= self.label_smoothing < 0.5, "must lie in [0, 0.5)")
+        c.require("patience", self.patience >= 0, "must be >= 0 (0: no early stopping)")
+        c.require("holdout", 0 < self.holdout < 1, "must lie in (0, 1)")
 
 
 @dataclass

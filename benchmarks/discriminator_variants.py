@@ -1,0 +1,385 @@
+"""Which client discriminators make FedGO's weights informative? Every variant on the same
+client models.
+
+FedGO's weight (Jang, Park, Lee, ICML 2025, Eq. 9) is w_k(x) = n_k p_k(x) / sum_i n_i p_i(x),
+estimated with discriminator odds Phi_k = p_k / p_ref. The paper's reference p_ref is its
+generator; any reference that covers the clients' data cancels in w_k. This script trains the
+K clients of one seed once (one round of local training from the seeded initial model, as in
+round 1 of a run), keeps their logits on the server set and on the test split, and then, for
+each discriminator variant (the reference -- generator, server images, a mixture -- and the
+regularisers of ``strategy.discriminator``), trains all K discriminators through the project's
+own client code (``clients/fedgo.py``) and measures, for each weighting:
+
+- ``pl``: pseudo-label accuracy of the weighted ensemble on the server set (what distillation
+  learns from), and the share of the uniform -> label-oracle gap it closes;
+- ``test``: test accuracy of the weighted ensemble (images no discriminator has seen);
+- ``owner``: the weight on clients that hold the image's class (test split), in %;
+- the discriminators' own-vs-unseen-class AUC (``discriminator_separation.py``) on the test
+  split and the server set, their mean sigmoid, and the cost: discriminator training time
+  (sum over the clients), the reference bytes sent to each client, logits time.
+
+With ``reference_size`` below the server share (variant ``server-half``), the pseudo-label
+accuracy is also split into the reference images (every discriminator saw them as negatives)
+and the rest, which measures how much the discriminators memorise their negatives.
+
+    .venv/bin/python benchmarks/discriminator_variants.py --seeds 0 \
+        [--variants paper server ...] [--out benchmarks/results/discriminator-variants]
+
+Client logits, the generator and each variant's results are cached under ``--work``
+(``outputs/bench/discriminator-variants``): a rerun skips what is done. ``--table-only``
+rebuilds ``table.md`` from the saved results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, RecordDict
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from discriminator_separation import own_vs_unseen_aucs, weight_on_knowing  # noqa: E402
+
+from clients.base import ClientJob  # noqa: E402
+from clients.fedgo import GENERATOR_KEY, REFERENCE_KEY, FedGOClient  # noqa: E402
+from fedgo_flwr.gan import discriminator_logits  # noqa: E402
+from fedgo_flwr.gan.settings import GanConfig  # noqa: E402
+from fedgo_flwr.messages import ARRAYS, to_record  # noqa: E402
+from fedgo_flwr.rng import make_rng  # noqa: E402
+from fedgo_flwr.task import load_bundle, make_partition, new_model  # noqa: E402
+from fedgo_flwr.training import get_device, predict_logits, train_local  # noqa: E402
+from fedgo_flwr.weighting import WeightingInputs, compute_weights, ensemble_logits  # noqa: E402
+from strategies import load_experiment  # noqa: E402
+from strategies._prefl import reference_indices, seeded_generator, train_generator  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+VARIANTS: dict[str, dict[str, object]] = {
+    "paper": {},  # generator reference, BCE on sigmoid(z) (this project's default)
+    "paper-double": {"loss": "double_sigmoid"},  # the paper's literal two-sigmoid output
+    "server": {"reference": "server"},
+    "server-half": {"reference": "server", "reference_size": 2500},
+    "mixture": {"reference": "mixture"},
+    "server-sn": {"reference": "server", "spectral_norm": True},
+    "server-ls": {"reference": "server", "label_smoothing": 0.1},
+    "server-es": {"reference": "server", "epochs": 30, "patience": 3},
+    "server-30": {"reference": "server", "epochs": 30},
+}
+"""Overrides of ``strategy.discriminator`` (the config's own section otherwise)."""
+
+WEIGHTINGS: dict[str, tuple[str, dict[str, object]]] = {
+    "uniform": ("uniform", {}),
+    "n_k": ("data_size", {}),
+    "fedgo": ("fedgo", {}),
+    "fedgo_single": ("fedgo", {"disc_mode": "sigmoid"}),
+    "fedgo_single_clip20": ("fedgo", {"disc_mode": "sigmoid", "clip": 20.0}),
+    "fedgo_single_t2": ("fedgo", {"disc_mode": "sigmoid", "temperature": 2.0}),
+    "domain": ("domain", {}),
+    "oracle": ("oracle", {}),
+}
+"""Columns: ``name -> (weighting method, parameters)``."""
+
+DISC_WEIGHTINGS = [k for k, (m, _) in WEIGHTINGS.items() if m in ("fedgo", "domain")]
+
+
+def setup(config: Path, seed: int, overrides: list[str]):
+    cfg = load_experiment(config, [f"seed={seed}", *overrides])
+    bundle = load_bundle(cfg.data)
+    partition = make_partition(cfg)
+    return cfg, bundle, partition
+
+
+def client_logits(cfg, bundle, partition, work: Path) -> dict[str, torch.Tensor]:
+    """Each client trained once from the seeded initial model; its logits on the server set
+    and the test split (cached)."""
+    path = work / "clients.pt"
+    if path.is_file():
+        return torch.load(path)
+    device = get_device(cfg.device)
+    server = bundle.train.subset(partition.server)
+    out: dict[str, list[torch.Tensor]] = {"server": [], "test": []}
+    t0 = time.perf_counter()
+    for k, idx in enumerate(partition.clients):
+        model = new_model(cfg, bundle)
+        train_local(
+            model,
+            bundle.train.subset(idx),
+            cfg.train,
+            rng=make_rng(cfg.seed, "variants-client", k),
+            device=device,
+            augment=cfg.data.augment,
+        )
+        out["server"].append(predict_logits(model, server, cfg.eval.batch_size, device))
+        out["test"].append(predict_logits(model, bundle.test, cfg.eval.batch_size, device))
+        print(f"client {k}: {time.perf_counter() - t0:.0f} s", flush=True)
+    result = {k: torch.stack(v) for k, v in out.items()}
+    result["seconds"] = torch.tensor(time.perf_counter() - t0)
+    torch.save(result, path)
+    return result
+
+
+def generator_for(cfg, bundle, partition, work: Path) -> tuple[torch.nn.Module, float]:
+    """The config's G1 generator (WGAN-GP on the server share), trained once (cached)."""
+    gp = cfg.strategy.params.generator
+    shape = bundle.train.input_shape
+    generator = seeded_generator(cfg.seed, gp, shape)
+    path = work / "generator.pt"
+    if path.is_file():
+        saved = torch.load(path)
+        generator.load_state_dict(saved["state"])
+        return generator, float(saved["seconds"])
+    t0 = time.perf_counter()
+    server = bundle.train.subset(partition.server)
+    train_generator(generator, cfg, server, get_device(cfg.device), shape)
+    generator.cpu()
+    seconds = time.perf_counter() - t0
+    torch.save({"state": generator.state_dict(), "seconds": seconds}, path)
+    return generator, seconds
+
+
+def discriminators(cfg, bundle, partition, generator):
+    """All K discriminators of one variant (``cfg``), trained by the FedGO client's own code
+    from what the server would send (``strategies/_prefl.py``)."""
+    params = cfg.strategy.params
+    dp = params.discriminator
+    gan = GanConfig(generator=params.generator, discriminator=dp)
+    content = RecordDict()
+    if dp.uses_generator:
+        content[GENERATOR_KEY] = ArrayRecord(generator.state_dict())
+    sent = 0
+    if dp.uses_server_images:
+        server = bundle.train.subset(partition.server)
+        images = np.asarray(server.x[reference_indices(len(server), dp.reference_size, cfg.seed)])
+        content[REFERENCE_KEY] = to_record({REFERENCE_KEY: images})
+        sent = int(images.nbytes)
+    device = get_device(cfg.device)
+    discs, seconds = {}, 0.0
+    for k, idx in enumerate(partition.clients):
+        job = ClientJob(
+            cfg=cfg,
+            params=gan,
+            partition_id=k,
+            server_round=0,
+            data=bundle.train.subset(idx),
+            device=device,
+            rng=make_rng(cfg.seed, "unused", k),
+            content=content,
+            state=RecordDict(),
+        )
+        records, metrics = FedGOClient().train_discriminator(job)
+        disc = dp.build(bundle.train.input_shape)
+        disc.load_state_dict(records[ARRAYS].to_torch_state_dict())
+        discs[k] = disc
+        seconds += metrics["disc_seconds"]
+    return discs, seconds, sent
+
+
+def evaluate_variant(cfg, bundle, partition, logits, discs) -> dict:
+    server = bundle.train.subset(partition.server)
+    device = get_device(cfg.device)
+    t0 = time.perf_counter()
+    z = {
+        "server": discriminator_logits(discs, server, device=device)[:, 0],
+        "test": discriminator_logits(discs, bundle.test, device=device)[:, 0],
+    }
+    logits_seconds = time.perf_counter() - t0
+    counts = torch.as_tensor(
+        np.asarray(partition.histogram(bundle.train.y, bundle.train.num_classes)),
+        dtype=torch.float64,
+    )
+    sizes = counts.sum(1)
+    labels = {"server": torch.as_tensor(server.y), "test": torch.as_tensor(bundle.test.y)}
+    dp = cfg.strategy.params.discriminator
+    seen = np.zeros(len(server), dtype=bool)
+    seen[reference_indices(len(server), dp.reference_size, cfg.seed)] = True
+    report: dict[str, object] = {"logits_seconds": logits_seconds}
+    for split in ("server", "test"):
+        y = labels[split]
+        aucs = own_vs_unseen_aucs(z[split], y, counts)
+        report[f"auc_{split}"] = statistics.mean(aucs)
+        report[f"mean_sigmoid_{split}"] = torch.sigmoid(z[split]).mean().item()
+        inputs = WeightingInputs(
+            logits=logits[split],
+            num_examples=sizes,
+            disc_logits=z[split],
+            labels=y,
+            class_counts=counts,
+        )
+        for name, (method, params) in WEIGHTINGS.items():
+            w = compute_weights(method, inputs, **params)
+            correct = ensemble_logits(logits[split], w).argmax(1) == y
+            key = "pl" if split == "server" else "test"
+            report[f"{key}_{name}"] = 100 * correct.double().mean().item()
+            report[f"owner_{split}_{name}"] = weight_on_knowing(w, y, counts)
+            if split == "server" and not seen.all():
+                mask = torch.from_numpy(seen)
+                report[f"pl_seen_{name}"] = 100 * correct[mask].double().mean().item()
+                report[f"pl_unseen_{name}"] = 100 * correct[~mask].double().mean().item()
+    return report
+
+
+def run_seed(args: argparse.Namespace, seed: int) -> None:
+    overrides = [f"data.test_subset={args.test_subset}", *args.override]
+    cfg, bundle, partition = setup(args.config, seed, overrides)
+    work = args.work / f"seed{seed}"
+    work.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"seed{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    logits = client_logits(cfg, bundle, partition, work)
+    generator, gen_seconds = generator_for(cfg, bundle, partition, work)
+    (out / "clients.json").write_text(
+        json.dumps(
+            {
+                "client_train_seconds": float(logits["seconds"]),
+                "generator_seconds": gen_seconds,
+                "clients": len(partition.clients),
+                "server_images": len(partition.server),
+                "test_images": len(bundle.test),
+            },
+            indent=2,
+        )
+    )
+    for name in args.variants:
+        path = out / f"{name}.json"
+        if path.is_file():
+            continue
+        variant = VARIANTS[name]
+        vcfg, _, _ = setup(
+            args.config,
+            seed,
+            [*overrides, *(f"strategy.discriminator.{k}={v}" for k, v in variant.items())],
+        )
+        t0 = time.perf_counter()
+        discs, disc_seconds, sent = discriminators(vcfg, bundle, partition, generator)
+        report = {
+            "variant": name,
+            "overrides": variant,
+            "disc_train_seconds": disc_seconds,
+            "reference_bytes_per_client": sent,
+            **evaluate_variant(vcfg, bundle, partition, logits, discs),
+        }
+        report["wall_seconds"] = time.perf_counter() - t0
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"seed {seed} {name}: {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def _mean(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def table(out: Path) -> str:
+    runs: dict[str, list[dict]] = {}
+    for path in sorted(out.glob("seed*/*.json")):
+        if path.name != "clients.json":
+            report = json.loads(path.read_text())
+            runs.setdefault(report["variant"], []).append(report)
+    seeds = sorted({p.parent.name for p in out.glob("seed*/*.json")})
+    lines = [
+        "# Discriminator variants on the same client models",
+        "",
+        f"Seeds: {', '.join(s.removeprefix('seed') for s in seeds)} (mean ± sd where more "
+        "than one). Written by `benchmarks/discriminator_variants.py --table-only`.",
+        "",
+        "## Pseudo-label accuracy on the server set (%), per weighting",
+        "",
+        "| variant | " + " | ".join(WEIGHTINGS) + " | gap closed by fedgo / best |",
+        "|---|" + "---|" * (len(WEIGHTINGS) + 1),
+    ]
+    for name in VARIANTS:
+        if name not in runs:
+            continue
+        rs = runs[name]
+        cells = [_mean([r[f"pl_{w}"] for r in rs]) for w in WEIGHTINGS]
+        gaps, best = [], []
+        for r in rs:
+            gap = r["pl_oracle"] - r["pl_uniform"]
+            gaps.append(100 * (r["pl_fedgo"] - r["pl_uniform"]) / gap)
+            top = max(r[f"pl_{w}"] for w in DISC_WEIGHTINGS)
+            best.append(100 * (top - r["pl_uniform"]) / gap)
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_mean(gaps)} / {_mean(best)} % |")
+    lines += [
+        "",
+        "## Test accuracy of the weighted ensemble (%), per weighting",
+        "",
+        "| variant | " + " | ".join(WEIGHTINGS) + " |",
+        "|---|" + "---|" * len(WEIGHTINGS),
+    ]
+    for name in VARIANTS:
+        if name in runs:
+            cells = [_mean([r[f"test_{w}"] for r in runs[name]]) for w in WEIGHTINGS]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Discriminators: separation, weight on the clients that hold the class, cost",
+        "",
+        "| variant | AUC test | AUC server | owner % test: n_k / fedgo / single / clip20 | "
+        "mean sigmoid test | disc train s | reference MB per client | logits s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in VARIANTS:
+        if name not in runs:
+            continue
+        rs = runs[name]
+        owner = " / ".join(
+            _mean([r[f"owner_test_{w}"] for r in rs])
+            for w in ("n_k", "fedgo", "fedgo_single", "fedgo_single_clip20")
+        )
+        auc_t = statistics.mean(r["auc_test"] for r in rs)
+        auc_s = statistics.mean(r["auc_server"] for r in rs)
+        lines.append(
+            f"| {name} | {auc_t:.3f} | {auc_s:.3f} | {owner} | "
+            f"{_mean([r['mean_sigmoid_test'] for r in rs])[:4]} | "
+            f"{_mean([r['disc_train_seconds'] for r in rs])} | "
+            f"{statistics.mean(r['reference_bytes_per_client'] for r in rs) / 1e6:.1f} | "
+            f"{_mean([r['logits_seconds'] for r in rs])} |"
+        )
+    split = [n for n in VARIANTS if n in runs and "pl_seen_uniform" in runs[n][0]]
+    if split:
+        lines += [
+            "",
+            "## Memorised negatives: pseudo-label accuracy on reference vs other server images",
+            "",
+            "| variant | weighting | reference images | other images |",
+            "|---|---|---|---|",
+        ]
+        for name in split:
+            for w in ("uniform", "fedgo", "fedgo_single", "fedgo_single_clip20"):
+                rs = runs[name]
+                seen = _mean([r[f"pl_seen_{w}"] for r in rs])
+                unseen = _mean([r[f"pl_unseen_{w}"] for r in rs])
+                lines.append(f"| {name} | {w} | {seen} | {unseen} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", type=Path, default=ROOT / "conf/bench/cifar10-cpu-bn.yaml")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--test-subset", type=int, default=2000)
+    parser.add_argument("--work", type=Path, default=ROOT / "outputs/bench/discriminator-variants")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks/results/discriminator-variants"
+    )
+    parser.add_argument("--override", nargs="*", default=[], help="more config overrides")
+    parser.add_argument("--table-only", action="store_true")
+    args = parser.parse_args()
+    if not args.table_only:
+        for seed in args.seeds:
+            run_seed(args, seed)
+    (args.out / "table.md").write_text(table(args.out))
+    print(table(args.out))
+
+
+if __name__ == "__main__":
+    main()
