@@ -25,9 +25,10 @@ and the rest, which measures how much the discriminators memorise their negative
     .venv/bin/python benchmarks/discriminator_variants.py --seeds 0 \
         [--variants paper server ...] [--out benchmarks/results/discriminator-variants]
 
-Client logits, the generator and each variant's results are cached under ``--work``
-(``outputs/bench/discriminator-variants``): a rerun skips what is done. ``--table-only``
-rebuilds ``table.md`` from the saved results.
+Client logits, the generator and each variant's discriminator logits are cached under
+``--work`` (``outputs/bench/discriminator-variants``), the reports in ``--out``: a rerun skips
+what is done (delete a report to recompute it from the cached logits, e.g. after adding a
+weighting). ``--table-only`` rebuilds ``table.md`` from the saved reports.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ VARIANTS: dict[str, dict[str, object]] = {
     "server-sn": {"reference": "server", "spectral_norm": True},
     "server-ls": {"reference": "server", "label_smoothing": 0.1},
     "server-es": {"reference": "server", "epochs": 30, "patience": 3},
-    "server-30": {"reference": "server", "epochs": 30},
+    "server-30": {"reference": "server", "epochs": 30},  # the paper's 30 epochs
+    "server-sn-30": {"reference": "server", "spectral_norm": True, "epochs": 30},
 }
 """Overrides of ``strategy.discriminator`` (the config's own section otherwise)."""
 
@@ -80,6 +82,7 @@ WEIGHTINGS: dict[str, tuple[str, dict[str, object]]] = {
     "fedgo_single": ("fedgo", {"disc_mode": "sigmoid"}),
     "fedgo_single_clip20": ("fedgo", {"disc_mode": "sigmoid", "clip": 20.0}),
     "fedgo_single_t2": ("fedgo", {"disc_mode": "sigmoid", "temperature": 2.0}),
+    "fedgo_single_t0.5": ("fedgo", {"disc_mode": "sigmoid", "temperature": 0.5}),
     "domain": ("domain", {}),
     "oracle": ("oracle", {}),
 }
@@ -180,7 +183,8 @@ def discriminators(cfg, bundle, partition, generator):
     return discs, seconds, sent
 
 
-def evaluate_variant(cfg, bundle, partition, logits, discs) -> dict:
+def variant_logits(cfg, bundle, partition, discs) -> dict[str, torch.Tensor]:
+    """The K discriminators' raw logits ``(K, N)`` on the server set and the test split."""
     server = bundle.train.subset(partition.server)
     device = get_device(cfg.device)
     t0 = time.perf_counter()
@@ -188,7 +192,13 @@ def evaluate_variant(cfg, bundle, partition, logits, discs) -> dict:
         "server": discriminator_logits(discs, server, device=device)[:, 0],
         "test": discriminator_logits(discs, bundle.test, device=device)[:, 0],
     }
-    logits_seconds = time.perf_counter() - t0
+    z["seconds"] = torch.tensor(time.perf_counter() - t0)
+    return z
+
+
+def evaluate_variant(cfg, bundle, partition, logits, z) -> dict:
+    """The report of one variant from its discriminators' logits ``z``."""
+    server = bundle.train.subset(partition.server)
     counts = torch.as_tensor(
         np.asarray(partition.histogram(bundle.train.y, bundle.train.num_classes)),
         dtype=torch.float64,
@@ -198,7 +208,7 @@ def evaluate_variant(cfg, bundle, partition, logits, discs) -> dict:
     dp = cfg.strategy.params.discriminator
     seen = np.zeros(len(server), dtype=bool)
     seen[reference_indices(len(server), dp.reference_size, cfg.seed)] = True
-    report: dict[str, object] = {"logits_seconds": logits_seconds}
+    report: dict[str, object] = {"logits_seconds": float(z["seconds"])}
     for split in ("server", "test"):
         y = labels[split]
         aucs = own_vs_unseen_aucs(z[split], y, counts)
@@ -217,7 +227,7 @@ def evaluate_variant(cfg, bundle, partition, logits, discs) -> dict:
             key = "pl" if split == "server" else "test"
             report[f"{key}_{name}"] = 100 * correct.double().mean().item()
             report[f"owner_{split}_{name}"] = weight_on_knowing(w, y, counts)
-            if split == "server" and not seen.all():
+            if split == "server" and dp.uses_server_images and not seen.all():
                 mask = torch.from_numpy(seen)
                 report[f"pl_seen_{name}"] = 100 * correct[mask].double().mean().item()
                 report[f"pl_unseen_{name}"] = 100 * correct[~mask].double().mean().item()
@@ -256,13 +266,21 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
             [*overrides, *(f"strategy.discriminator.{k}={v}" for k, v in variant.items())],
         )
         t0 = time.perf_counter()
-        discs, disc_seconds, sent = discriminators(vcfg, bundle, partition, generator)
+        cached = work / f"{name}-logits.pt"
+        if cached.is_file():  # the discriminators' logits of an earlier run of this script
+            z = torch.load(cached)
+        else:
+            discs, disc_seconds, sent = discriminators(vcfg, bundle, partition, generator)
+            z = variant_logits(vcfg, bundle, partition, discs)
+            z["disc_train_seconds"] = torch.tensor(disc_seconds)
+            z["reference_bytes_per_client"] = torch.tensor(sent)
+            torch.save(z, cached)
         report = {
             "variant": name,
             "overrides": variant,
-            "disc_train_seconds": disc_seconds,
-            "reference_bytes_per_client": sent,
-            **evaluate_variant(vcfg, bundle, partition, logits, discs),
+            "disc_train_seconds": float(z["disc_train_seconds"]),
+            "reference_bytes_per_client": int(z["reference_bytes_per_client"]),
+            **evaluate_variant(vcfg, bundle, partition, logits, z),
         }
         report["wall_seconds"] = time.perf_counter() - t0
         path.write_text(json.dumps(report, indent=2) + "\n")
@@ -361,7 +379,7 @@ def table(out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=ROOT / "conf/bench/cifar10-cpu-bn.yaml")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -373,12 +391,13 @@ def main() -> None:
     )
     parser.add_argument("--override", nargs="*", default=[], help="more config overrides")
     parser.add_argument("--table-only", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not args.table_only:
         for seed in args.seeds:
             run_seed(args, seed)
-    (args.out / "table.md").write_text(table(args.out))
-    print(table(args.out))
+    text = table(args.out)
+    (args.out / "table.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

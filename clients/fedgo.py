@@ -18,14 +18,16 @@ from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.gan import train_discriminator
+from fedgo_flwr.gan import build_critic, fedgan_generator_steps, train_discriminator, train_wgan_gp
 from fedgo_flwr.gan.settings import GanConfig
 from fedgo_flwr.messages import ARRAYS
 from fedgo_flwr.rng import derive_seed, make_rng
 
 GENERATOR_KEY = "generator"
 REFERENCE_KEY = "reference"  # the server's reference images (discriminator.reference)
+CRITIC_KEY = "critic"  # FedGAN's WGAN-GP critic (scenario G3)
 DISCRIMINATOR_MESSAGE = "train.discriminator"
+FEDGAN_MESSAGE = "train.fedgan"
 
 
 class FedGOClient(ClientAlgorithm):
@@ -34,7 +36,38 @@ class FedGOClient(ClientAlgorithm):
     name = "fedgo"
     needs_server_state = True  # the generator and discriminators
     Config = GanConfig
-    messages = {DISCRIMINATOR_MESSAGE: "train_discriminator"}
+    messages = {DISCRIMINATOR_MESSAGE: "train_discriminator", FEDGAN_MESSAGE: "train_fedgan"}
+
+    def train_fedgan(self, job: ClientJob) -> tuple[dict[str, ArrayRecord], dict]:
+        """One client's FedGAN round (scenario G3, ``strategies/_fedgan.py``): the received
+        generator and critic trained with WGAN-GP for ``generator.local_epochs`` passes of the
+        critic over the local data (:func:`~fedgo_flwr.gan.fedgan_generator_steps`), fresh
+        Adam states; both go back. ``job.rng`` depends on the round and the client."""
+        gp = job.params.generator
+        shape = job.data.input_shape
+        gen = gp.build(shape, seed=0)  # the weights are the server's; seeded: no global RNG
+        gen.load_state_dict(job.content[GENERATOR_KEY].to_torch_state_dict())
+        critic = build_critic(gp.name, shape, seed=0, **gp.model_kwargs())
+        critic.load_state_dict(job.content[CRITIC_KEY].to_torch_state_dict())
+        steps = fedgan_generator_steps(len(job.data), gp.batch_size, gp.local_epochs, gp.n_critic)
+        stats = train_wgan_gp(
+            gen,
+            critic,
+            job.data,
+            steps=steps,
+            batch_size=gp.batch_size,
+            lr=gp.lr,
+            n_critic=gp.n_critic,
+            gp_lambda=gp.gp_lambda,
+            rng=job.rng,
+            device=job.device,
+            augment=job.cfg.data.augment,
+        )
+        records = {
+            GENERATOR_KEY: ArrayRecord(gen.cpu().state_dict()),
+            CRITIC_KEY: ArrayRecord(critic.cpu().state_dict()),
+        }
+        return records, {f"gan_{k}": float(v) for k, v in stats.items()}
 
     def train_discriminator(self, job: ClientJob) -> tuple[dict[str, ArrayRecord], dict]:
         """Alg. 3 for one client: train D_k against the received generator (and/or the

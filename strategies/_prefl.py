@@ -41,9 +41,10 @@ from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.task import load_bundle
+from strategies._fedgan import FedGANStage
 
 
-class DiscriminatorStage:
+class DiscriminatorStage(FedGANStage):
     """Generator and client discriminators (FedGO Alg. 2-3), as a Strategy mixin."""
 
     @classmethod
@@ -79,9 +80,12 @@ class DiscriminatorStage:
         config[msgs.CLIENT_PARAMS] = json.dumps({k: own[k] for k in fields}, sort_keys=True)
         return config
 
-    def obtain_generator(self) -> tuple[torch.nn.Module, str | None, dict[str, object]]:
+    def obtain_generator(
+        self, grid: Grid | None = None
+    ) -> tuple[torch.nn.Module, str | None, dict[str, object]]:
         """G (trained, loaded, or the resumed run's own), where the discriminators come from
-        (a file, or ``None``: ask the clients), and the report so far; G is saved with the run."""
+        (a file, or ``None``: ask the clients), and the report so far; G is saved with the run.
+        ``grid`` reaches the clients for scenario G3 (``generator.federated_rounds``)."""
         res = self.resources
         assert res is not None
         report: dict[str, object] = {}
@@ -107,6 +111,11 @@ class DiscriminatorStage:
             # G2 with the user's generator as its factory made it (e.g. pretrained weights).
             report["generator"] = {"source": "module (its own weights)", "module": gp.module}
             log(INFO, "FedGO: generator of strategy.generator.module %s", gp.module)
+        elif gp.federated_rounds > 0:
+            if grid is None:
+                raise RuntimeError("scenario G3 (generator.federated_rounds) needs the grid")
+            log(INFO, "FedGO: FedGAN at the clients, %d rounds (G3)", gp.federated_rounds)
+            report["generator"] = self.train_federated_generator(grid, generator)
         elif gp.steps == 0:
             # FedGO's Table 12: even an untrained generator's discriminators help; and the
             # only choice without server data and without a generator file.

@@ -89,6 +89,11 @@ class CoBoostingFedGO(CoBoosting):
             dp.reference == "generator",
             "must be 'generator' in the one-shot setting: the server sends no images",
         )
+        c.at("strategy.generator.", gp).require(
+            "federated_rounds",
+            gp.federated_rounds == 0,
+            "must be 0 in the one-shot setting: FedGAN (G3) takes rounds of its own",
+        )
         if gp.steps > 0 and not gp.path:
             c.at("data.", cfg.data).require(
                 "server_fraction",

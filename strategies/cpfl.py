@@ -290,7 +290,7 @@ class CPFL(DiscriminatorStage, Strategy):
         (:class:`strategies._prefl.DiscriminatorStage`); ``prefl.json`` reports it."""
         if self.params.distill.weights != "fedgo" or len(self.groups) == 1:
             return  # one cohort is not distilled
-        generator, disc_path, report = self.obtain_generator()
+        generator, disc_path, report = self.obtain_generator(grid)
         self.discriminators, disc_report = self._discriminators(grid, generator, disc_path)
         report.update(disc_report)
         name = "prefl-resume.json" if self.resuming else "prefl.json"

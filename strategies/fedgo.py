@@ -141,7 +141,9 @@ class FedGO(DiscriminatorStage, FedDF):
             "path",
             gen.path is not None or gen.steps == 0 or params.discriminator.path is not None,
             "is needed with data.server_fraction 0: there is no server data to train the "
-            "generator on (scenario G1); load one (G2) or set generator.steps 0 (untrained)",
+            "generator on (scenario G1); load one (G2), train it at the clients "
+            "(generator.federated_rounds > 0 and steps 0: G3), or set generator.steps 0 "
+            "(untrained)",
         )
         c.at("strategy.distill.", params.distill).require(
             "protocol",
@@ -161,7 +163,7 @@ class FedGO(DiscriminatorStage, FedDF):
         res = self.resources
         assert res is not None
         shape = res.bundle.train.input_shape
-        generator, disc_path, report = self.obtain_generator()
+        generator, disc_path, report = self.obtain_generator(grid)
         discs, disc_report = self._discriminators(grid, generator, disc_path)
         report.update(disc_report)
         if self.params.distill_data == "generated":

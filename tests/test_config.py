@@ -446,6 +446,45 @@ REFUSED = {
         ("strategy.name=coboosting_fedgo", "strategy.discriminator.reference=mixture"),
         conf="coboosting.yaml",
     ),
+    "g3-rounds-negative": Refused(
+        "strategy.generator.federated_rounds",
+        ">= 0",
+        ("strategy.generator.federated_rounds=-1",),
+        conf="fedgo.yaml",
+    ),
+    "g3-local-epochs-0": Refused(
+        "strategy.generator.local_epochs",
+        ">= 1",
+        ("strategy.generator.local_epochs=0",),
+        conf="fedgo.yaml",
+    ),
+    "g3-with-server-steps": Refused(
+        "strategy.generator.steps",
+        "FedGAN at the clients",
+        ("strategy.generator.federated_rounds=5",),
+        conf="fedgo.yaml",
+        where="",  # steps is conf/fedgo.yaml's
+    ),
+    "g3-with-path": Refused(
+        "strategy.generator.path",
+        "must be unset with strategy.generator.federated_rounds",
+        (
+            "strategy.generator.federated_rounds=5",
+            "strategy.generator.steps=0",
+            "strategy.generator.path=g.pt",
+        ),
+        conf="fedgo.yaml",
+    ),
+    "g3-one-shot": Refused(
+        "strategy.generator.federated_rounds",
+        "one-shot",
+        (
+            "strategy.name=coboosting_fedgo",
+            "strategy.generator.federated_rounds=2",
+            "strategy.generator.steps=0",
+        ),
+        conf="coboosting.yaml",
+    ),
     "cuda-missing": Refused("device", "CUDA device", ("device=cuda:999",)),
     # -- data.partition and its keys (the split is drawn by the pre-flight check) ---------------
     "partition-name": Refused("data.partition", "unknown", ("data.partition=dir",)),

@@ -178,3 +178,14 @@ def test_fedgo_temperature_divides_the_log_odds():
         torch.testing.assert_close(got.sum(0), torch.ones(3))
     with pytest.raises(ValueError, match="temperature"):
         compute_weights("fedgo", inputs, temperature=0)
+
+
+def test_fedgan_epochs_are_critic_passes_over_the_local_data():
+    from fedgo_flwr.gan import fedgan_generator_steps
+
+    # 250 images at batch 64: 4 critic steps an epoch, 3 epochs = 12 critic steps, n_critic 5.
+    assert fedgan_generator_steps(250, 64, 3, 5) == 2
+    assert fedgan_generator_steps(1250, 64, 3, 5) == 12  # the paper's CIFAR-10 client size
+    assert fedgan_generator_steps(10, 64, 1, 5) == 1  # never fewer than one step
+    with pytest.raises(ValueError, match="epochs"):
+        fedgan_generator_steps(10, 64, 0, 5)

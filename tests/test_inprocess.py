@@ -8,13 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from flwr.app import ArrayRecord
 
 from clients.fedavg import FedAvgClient
-from clients.fedgo import FedGOClient
+from clients.fedgo import CRITIC_KEY, GENERATOR_KEY, FedGOClient
 from fedgo_flwr.config import ConfigError
+from fedgo_flwr.gan import build_critic
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.task import make_partition, sample_clients
 from strategies import load_experiment
+from strategies._fedgan import FedGANStage
+from strategies._prefl import seeded_generator
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["rounds=2", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
@@ -244,6 +248,95 @@ def test_fedgo_discriminators_against_server_images(tmp_path, reference, extra):
     assert np.isfinite(rows[-1]["test_loss"]) and "pl_acc_fedgo_sigmoid_clip20" in rows[-1]
     again = run(tmp_path / "again", *FEDGO, f"strategy.discriminator.reference={reference}", *extra)
     assert [r["test_accuracy"] for r in rows] == [r["test_accuracy"] for r in again]
+
+
+G3 = [
+    *FEDGO,
+    "strategy.generator.steps=0",
+    "strategy.generator.federated_rounds=2",
+    "strategy.generator.local_epochs=1",
+]
+
+
+def test_fedgo_g3_fedgan_then_data_free_distillation(tmp_path):
+    """Scenario G3 + D2 (FedGO Table 2): no server data; the generator is trained by FedGAN
+    rounds at the clients, then serves the discriminators and the generated distillation set."""
+    rows = run(
+        tmp_path,
+        *G3,
+        "data.server_fraction=0",
+        "strategy.distill_data=generated",
+        "strategy.generated_size=64",
+    )
+    gen = json.loads((tmp_path / "prefl.json").read_text())["generator"]
+    assert gen["source"] == "trained federatedly (G3, FedGAN)"
+    assert [r["round"] for r in gen["rounds"]] == [1, 2]
+    assert all(r["clients"] == [0, 1, 2, 3] and r["left_out"] == [] for r in gen["rounds"])
+    assert gen["bytes_per_client_per_round"] > 0
+    cfg = load_experiment(ROOT / "conf/default.yaml", [*TINY, *G3, "data.server_fraction=0"])
+    gp = cfg.strategy.params.generator
+    initial = seeded_generator(cfg.seed, gp, (1, 8, 8)).state_dict()
+    trained = torch.load(tmp_path / "generator.pt")
+    assert any(not torch.equal(initial[k], trained[k]) for k in initial)  # FedGAN moved it
+    assert rows[-1]["distill_steps"] == 2 and np.isfinite(rows[-1]["test_loss"])
+
+
+def test_fedgan_averages_by_data_size_and_leaves_out_a_failed_client(tmp_path, monkeypatch):
+    """FedGAN's server step: the n_k-weighted mean of the clients' generators and critics;
+    a client that fails its round is left out of the mean and named."""
+
+    def fake(self, job):
+        if job.partition_id == 2:
+            raise RuntimeError("client 2 fails its FedGAN round")
+        gp = job.params.generator
+        value = float(job.partition_id + 1)
+        pair = {}
+        for key, net in (
+            (GENERATOR_KEY, gp.build(job.data.input_shape, seed=0)),
+            (CRITIC_KEY, build_critic(gp.name, job.data.input_shape, seed=0)),
+        ):
+            state = net.state_dict()
+            pair[key] = ArrayRecord(
+                {
+                    k: torch.full_like(v, value) if v.is_floating_point() else v
+                    for k, v in state.items()
+                }
+            )
+        return pair, {}
+
+    monkeypatch.setattr(FedGOClient, "train_fedgan", fake)
+    run(tmp_path, *G3, "strategy.generator.federated_rounds=1")
+    gen = json.loads((tmp_path / "prefl.json").read_text())["generator"]
+    assert gen["rounds"][0]["clients"] == [0, 1, 3] and gen["rounds"][0]["left_out"] == [2]
+    cfg = load_experiment(ROOT / "conf/default.yaml", [*TINY, "data.alpha=1.0"])
+    sizes = {p: len(idx) for p, idx in enumerate(make_partition(cfg).clients) if p != 2}
+    expected = sum(n * (p + 1) for p, n in sizes.items()) / sum(sizes.values())
+    state = torch.load(tmp_path / "generator.pt")
+    floats = [v for v in state.values() if v.is_floating_point()]
+    assert floats and all(torch.allclose(v, torch.full_like(v, expected)) for v in floats)
+
+
+def test_fedgan_resumes_after_its_last_finished_round(tmp_path, monkeypatch):
+    straight = tmp_path / "straight"
+    run(straight, *G3)
+    original = FedGANStage._fedgan_reply
+
+    def dying(self, reply, templates, rnd, used):
+        if rnd == 2:
+            raise KeyboardInterrupt  # the server stops inside FedGAN round 2
+        return original(self, reply, templates, rnd, used)
+
+    stopped = tmp_path / "stopped"
+    with monkeypatch.context() as m:
+        m.setattr(FedGANStage, "_fedgan_reply", dying)
+        with pytest.raises(KeyboardInterrupt):
+            run(stopped, *G3)
+    assert torch.load(stopped / "fedgan.pt")["round"] == 1
+    run(stopped, *G3, "resume=true")
+    a, b = torch.load(straight / "generator.pt"), torch.load(stopped / "generator.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    rounds = json.loads((stopped / "prefl.json").read_text())["generator"]["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2]
 
 
 def test_byzantine_discriminators(tmp_path):

@@ -42,6 +42,12 @@ class GeneratorConfig:
     server: each client builds the same generator (:meth:`build`) to load the server's weights.
     :meth:`check` imports it (on the server and on each client); the strategy's pre-flight
     check builds it and checks its output shape against the classifier's input.
+
+    ``federated_rounds`` (T'; 0: off): scenario G3, the generator and its WGAN-GP critic trained
+    federatedly with FedGAN before the discriminator round (``strategies/_fedgan.py``): each
+    round every client trains both for ``local_epochs`` passes of the critic over its data and
+    the server averages them (paper: T' = 5, 3 epochs). Needs no server data; ``steps`` must be
+    0 (the server trains nothing itself) and there is no ``path`` or ``module`` to load.
     """
 
     name: str = "dcgan"
@@ -54,6 +60,8 @@ class GeneratorConfig:
     gp_lambda: float = 10.0
     path: str | None = None
     module: str | None = None
+    federated_rounds: int = 0
+    local_epochs: int = 3
 
     def build(self, shape: Sequence[int], *, seed: int | None = None) -> nn.Module:
         """This section's generator for samples of ``shape`` (seeded initial weights): the
@@ -75,6 +83,13 @@ class GeneratorConfig:
         c.require("lr", self.lr > 0, "must be > 0")
         c.require("n_critic", self.n_critic >= 1, "must be >= 1")
         c.require("gp_lambda", self.gp_lambda >= 0, "must be >= 0")
+        c.require("federated_rounds", self.federated_rounds >= 0, "must be >= 0 (0: no G3)")
+        c.require("local_epochs", self.local_epochs >= 1, "must be >= 1")
+        if self.federated_rounds > 0:
+            g3 = f"with {c.prefix}federated_rounds > 0 (scenario G3, FedGAN at the clients)"
+            c.require("steps", self.steps == 0, f"must be 0 {g3}: the server trains nothing")
+            c.require("path", self.path is None, f"must be unset {g3}")
+            c.require("module", self.module is None, f"must be unset {g3}")
         if self.module is not None:
             try:
                 load_generator_factory(self.module)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -38,6 +39,7 @@ from fedgo_flwr.distill import view_batches
 __all__ = [
     "DISCRIMINATOR_LOSSES",
     "discriminator_logits",
+    "fedgan_generator_steps",
     "gradient_penalty",
     "interpolate_gradient_norms",
     "sample",
@@ -295,6 +297,21 @@ def train_wgan_gp(
         "seconds": time.perf_counter() - start,
         **stats,
     }
+
+
+def fedgan_generator_steps(n: int, batch_size: int, epochs: int, n_critic: int) -> int:
+    """Generator steps of one client's FedGAN round (FedGO's G3, App. E.2: "each local
+    generator and discriminator trained for 3 epochs per round").
+
+    Neither paper defines a WGAN-GP epoch; here it is one pass of the critic over the client's
+    ``n`` samples, ``ceil(n / batch_size)`` critic steps, so ``epochs`` epochs are
+    ``epochs * ceil(n / batch_size) / n_critic`` generator steps, rounded, and at least 1.
+    """
+    n = _check_positive_int("n", n)
+    batch_size = _check_positive_int("batch_size", batch_size)
+    epochs = _check_positive_int("epochs", epochs)
+    n_critic = _check_positive_int("n_critic", n_critic)
+    return max(1, round(epochs * math.ceil(n / batch_size) / n_critic))
 
 
 # ------------------------------------------------------------------------------------------

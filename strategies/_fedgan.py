@@ -1,0 +1,202 @@
+"""FedGO's scenario G3: the generator trained federatedly with FedGAN before the FL rounds.
+
+Rasouli, Sun, Rajagopal, "FedGAN: Federated Generative Adversarial Networks for Distributed
+Data", 2020, Alg. 1: every client trains a local generator and discriminator on its own data,
+starting from the server's current pair, and the server averages both, weighted by the
+clients' data sizes. FedGO (Jang, Park, Lee, ICML 2025, Sec. 3.2 and App. E.2): "When training
+a generator in a data-free setting, i.e., the case (G3), we utilized the FedGAN algorithm. The
+generator was trained for only T' = 5 communication rounds, with each local generator and
+discriminator trained for 3 epochs per round", with WGAN-GP's architecture and training
+(Sec. 4), here the ``strategy.generator`` section's (``federated_rounds`` = T',
+``local_epochs``). The generator then serves the discriminator round and the generated
+distillation set (D2) as a G1 or G2 generator would; a client's FedGAN critic is not its FedGO
+discriminator.
+
+Choices where the papers are silent (kept simple, and said here):
+
+- an "epoch" is one pass of the critic over the client's data
+  (:func:`fedgo_flwr.gan.fedgan_generator_steps`);
+- FedGAN's synchronisation interval is one round: the pair is averaged after every round;
+- every client takes part in every round (as FedGO's overhead analysis assumes, App. G), and
+  each starts its Adam states afresh (FedGAN averages the networks only);
+- a client whose reply is unusable (an error, missing records, arrays unlike the pair's, not
+  finite) is left out of that round's average with a warning naming it; a round without any
+  usable reply keeps the previous pair.
+
+Each round's pair is saved (``fedgan.pt`` in the run folder), so a resumed run goes on from the
+last finished round; the messages are ``train.fedgan``, answered by ``clients/fedgo.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from logging import INFO, WARNING
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from clients.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
+from fedgo_flwr import messages as msgs
+from fedgo_flwr.aggregation import RunningAverage, check_arrays
+from fedgo_flwr.checkpoint import config_differences, safe_torch_load
+from fedgo_flwr.fileio import atomic_torch_save
+from fedgo_flwr.gan import build_critic
+from fedgo_flwr.messages import CONFIG, METRICS, stream_replies, to_numpy
+from fedgo_flwr.rng import derive_seed
+from fedgo_flwr.shutdown import raise_if_stopping
+
+CHECKPOINT = "fedgan.pt"
+
+
+class FedGANStage:
+    """The FedGAN rounds of scenario G3, as a mixin of :class:`strategies._prefl.
+    DiscriminatorStage` (which gives it ``params``, ``cfg``, ``resources``, ``node_ids``,
+    ``partition_of``, ``messages_to`` and ``discriminator_message_config``)."""
+
+    def train_federated_generator(
+        self, grid: Grid, generator: torch.nn.Module
+    ) -> dict[str, object]:
+        """Train ``generator`` (in place) with ``strategy.generator.federated_rounds`` FedGAN
+        rounds; returns the report for ``prefl.json``."""
+        res = self.resources
+        gp = self.params.generator
+        shape = res.bundle.train.input_shape
+        critic = build_critic(
+            gp.name, shape, seed=derive_seed(self.cfg.seed, "critic-init"), **gp.model_kwargs()
+        )
+        templates = {
+            GENERATOR_KEY: {k: v.numpy() for k, v in generator.state_dict().items()},
+            CRITIC_KEY: {k: v.numpy() for k, v in critic.state_dict().items()},
+        }
+        checkpoint = res.out_dir / CHECKPOINT
+        rounds: list[dict[str, object]] = []
+        first = 1
+        if self.cfg.resume and checkpoint.is_file():
+            # The run may have stopped inside the pre-FL stage, before any round checkpoint
+            # of the ServerApp: the FedGAN checkpoint carries its own config to compare.
+            saved = safe_torch_load(str(checkpoint), "FedGAN checkpoint")
+            changed = config_differences(saved["config"], self.cfg)
+            if changed:
+                log(
+                    WARNING,
+                    "FedGAN: %s is another config's (%s); starting over",
+                    checkpoint,
+                    changed,
+                )
+            else:
+                generator.load_state_dict(saved[GENERATOR_KEY])
+                critic.load_state_dict(saved[CRITIC_KEY])
+                rounds, first = list(saved["rounds"]), int(saved["round"]) + 1
+                log(INFO, "FedGAN: resuming after round %d", first - 1)
+        bytes_pair = sum(a.nbytes for t in templates.values() for a in t.values())
+        for rnd in range(first, gp.federated_rounds + 1):
+            t0 = time.perf_counter()
+            config = self.discriminator_message_config()
+            config[msgs.SERVER_ROUND] = rnd  # the clients' rng depends on the round
+            content = RecordDict(
+                {
+                    GENERATOR_KEY: ArrayRecord(generator.state_dict()),
+                    CRITIC_KEY: ArrayRecord(critic.state_dict()),
+                    CONFIG: config,
+                }
+            )
+            messages = self.messages_to(content, self.node_ids.values(), FEDGAN_MESSAGE)
+            averages = {key: RunningAverage() for key in templates}
+            used, losses = [], []
+            for reply in stream_replies(grid, messages, self.cfg.round_timeout):
+                accepted = self._fedgan_reply(reply, templates, rnd, used)
+                if accepted is None:
+                    continue
+                pid, pair, weight, metrics = accepted
+                for key, arrays in pair.items():
+                    averages[key].add(arrays, weight)
+                used.append(pid)
+                losses.append(metrics.get("gan_wasserstein", float("nan")))
+            raise_if_stopping("the FedGAN round")
+            if used:
+                generator.load_state_dict(_as_state(averages[GENERATOR_KEY].result()))
+                critic.load_state_dict(_as_state(averages[CRITIC_KEY].result()))
+            else:
+                log(WARNING, "FedGAN round %d: no usable reply; the pair is unchanged", rnd)
+            missing = sorted(set(range(self.cfg.data.num_clients)) - set(used))
+            rounds.append(
+                {
+                    "round": rnd,
+                    "clients": sorted(used),
+                    "left_out": missing,
+                    "mean_wasserstein": float(np.nanmean(losses)) if losses else float("nan"),
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
+            log(INFO, "FedGAN round %d/%d: %d clients", rnd, gp.federated_rounds, len(used))
+            atomic_torch_save(
+                checkpoint,
+                {
+                    "round": rnd,
+                    "config": self.cfg.to_dict(),
+                    GENERATOR_KEY: generator.state_dict(),
+                    CRITIC_KEY: critic.state_dict(),
+                    "rounds": rounds,
+                },
+            )
+        return {
+            "source": "trained federatedly (G3, FedGAN)",
+            "federated_rounds": gp.federated_rounds,
+            "local_epochs": gp.local_epochs,
+            "rounds": rounds,
+            # Both ways, every round, every client: the generator and the critic.
+            "bytes_per_client_per_round": 2 * bytes_pair,
+        }
+
+    def _fedgan_reply(
+        self,
+        reply: Message,
+        templates: dict[str, dict[str, np.ndarray]],
+        rnd: int,
+        used: list[int],
+    ) -> tuple[int, dict[str, dict[str, np.ndarray]], float, dict] | None:
+        """``(partition id, {generator, critic} arrays, weight n_k, metrics)`` of a usable
+        FedGAN reply, ``None`` (logged) otherwise. Nothing in the reply can raise out of here."""
+        node = reply.metadata.src_node_id
+        pid = self.partition_of.get(node, -1)
+        try:
+            reason, accepted = _fedgan_problem(reply, pid, templates, used)
+            if accepted is not None:
+                return accepted
+        except Exception as exc:  # noqa: BLE001 - no reply may end the run
+            reason = f"unreadable reply ({type(exc).__name__}: {exc})"
+        log(WARNING, "FedGAN round %d: leaving out client %d (node %d): %s", rnd, pid, node, reason)
+        return None
+
+
+def _fedgan_problem(
+    reply: Message, pid: int, templates: dict[str, dict[str, np.ndarray]], used: list[int]
+) -> tuple[str | None, tuple[int, dict[str, dict[str, np.ndarray]], float, dict] | None]:
+    """``(why the reply is unusable, None)`` or ``(None, what it holds)``."""
+    if reply.has_error():
+        return f"client error: {reply.error.reason}", None
+    if pid < 0:
+        return "not a node of this run", None
+    if pid in used:
+        return "a second reply from this client", None
+    content = reply.content
+    absent = [k for k in templates if k not in content.array_records]
+    if absent or METRICS not in content.metric_records:
+        return f"missing records {absent or [METRICS]}", None
+    metrics = dict(content[METRICS])
+    weight = float(metrics.get(msgs.NUM_EXAMPLES, -1))
+    if not (np.isfinite(weight) and weight > 0):
+        return f"num-examples {weight} is not a positive number", None
+    pair = {key: to_numpy(content[key]) for key in templates}
+    for key, arrays in pair.items():
+        problem = check_arrays(arrays, templates[key], f"FedGAN {key}", "the server's")
+        if problem is not None:
+            return problem, None
+    return None, (pid, pair, weight, metrics)
+
+
+def _as_state(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}
