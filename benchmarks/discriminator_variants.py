@@ -34,6 +34,7 @@ weighting). ``--table-only`` rebuilds ``table.md`` from the saved reports.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -55,7 +56,14 @@ from fedgo_flwr.messages import ARRAYS, to_record  # noqa: E402
 from fedgo_flwr.rng import make_rng  # noqa: E402
 from fedgo_flwr.task import load_bundle, make_partition, new_model  # noqa: E402
 from fedgo_flwr.training import get_device, predict_logits, train_local  # noqa: E402
-from fedgo_flwr.weighting import WeightingInputs, compute_weights, ensemble_logits  # noqa: E402
+from fedgo_flwr.weighting import (  # noqa: E402
+    WeightingInputs,
+    byzantine_clients,
+    cap_weights,
+    compute_weights,
+    ensemble_logits,
+    make_byzantine,
+)
 from strategies import load_experiment  # noqa: E402
 from strategies._prefl import reference_indices, seeded_generator, train_generator  # noqa: E402
 
@@ -80,13 +88,29 @@ WEIGHTINGS: dict[str, tuple[str, dict[str, object]]] = {
     "n_k": ("data_size", {}),
     "fedgo": ("fedgo", {}),
     "fedgo_single": ("fedgo", {"disc_mode": "sigmoid"}),
-    "fedgo_single_clip20": ("fedgo", {"disc_mode": "sigmoid", "clip": 20.0}),
-    "fedgo_single_t2": ("fedgo", {"disc_mode": "sigmoid", "temperature": 2.0}),
     "fedgo_single_t0.5": ("fedgo", {"disc_mode": "sigmoid", "temperature": 0.5}),
+    "fedgo_single_t2": ("fedgo", {"disc_mode": "sigmoid", "temperature": 2.0}),
+    "fedgo_single_clip1": ("fedgo", {"disc_mode": "sigmoid", "clip": 1.0}),
+    "fedgo_single_clip2": ("fedgo", {"disc_mode": "sigmoid", "clip": 2.0}),
     "domain": ("domain", {}),
     "oracle": ("oracle", {}),
 }
 """Columns: ``name -> (weighting method, parameters)``."""
+
+BYZANTINE = (5, 10)
+"""Byzantine clients (FedGO App. F.8) simulated on the same discriminators: 25% and 50% of 20."""
+
+CAPPED = {"fedgo_single_cap0.1": ("fedgo_single", 0.1)}
+"""``name -> (weighting, weight_cap)``: the cap defence (``strategy.weight_cap``)."""
+
+BYZANTINE_WEIGHTINGS = (
+    "n_k",
+    "fedgo",
+    "fedgo_single",
+    "fedgo_single_clip1",
+    "fedgo_single_clip2",
+    "fedgo_single_cap0.1",
+)
 
 DISC_WEIGHTINGS = [k for k, (m, _) in WEIGHTINGS.items() if m in ("fedgo", "domain")]
 
@@ -231,7 +255,30 @@ def evaluate_variant(cfg, bundle, partition, logits, z) -> dict:
                 mask = torch.from_numpy(seen)
                 report[f"pl_seen_{name}"] = 100 * correct[mask].double().mean().item()
                 report[f"pl_unseen_{name}"] = 100 * correct[~mask].double().mean().item()
+        if split == "server":
+            report.update(byzantine_report(cfg.seed, logits[split], inputs, y))
     return report
+
+
+def byzantine_report(
+    seed: int, logits: torch.Tensor, inputs: WeightingInputs, y: torch.Tensor
+) -> dict[str, float]:
+    """Pseudo-label accuracy with :data:`BYZANTINE` seeded clients' discriminators at their
+    maximum (``strategy.byzantine``), for each of :data:`BYZANTINE_WEIGHTINGS`."""
+    out: dict[str, float] = {}
+    k = len(logits)
+    for m in (m for m in BYZANTINE if m <= k):
+        liars = byzantine_clients(seed, k, m)
+        lying = dataclasses.replace(inputs, disc_logits=make_byzantine(inputs.disc_logits, liars))
+        for name in BYZANTINE_WEIGHTINGS:
+            base, cap = CAPPED.get(name, (name, None))
+            method, params = WEIGHTINGS[base]
+            w = compute_weights(method, lying, **params)
+            if cap is not None:
+                w = cap_weights(w, cap)
+            right = ensemble_logits(logits, w).argmax(1) == y
+            out[f"byz{m}_pl_{name}"] = 100 * right.double().mean().item()
+    return out
 
 
 def run_seed(args: argparse.Namespace, seed: int) -> None:
@@ -287,12 +334,12 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
         print(f"seed {seed} {name}: {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def _mean(values: list[float]) -> str:
+def _mean(values: list[float], digits: int = 1) -> str:
     if not values:
         return "-"
     if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def table(out: Path) -> str:
@@ -340,7 +387,7 @@ def table(out: Path) -> str:
         "",
         "## Discriminators: separation, weight on the clients that hold the class, cost",
         "",
-        "| variant | AUC test | AUC server | owner % test: n_k / fedgo / single / clip20 | "
+        "| variant | AUC test | AUC server | owner % test: n_k / fedgo / single / single T 0.5 | "
         "mean sigmoid test | disc train s | reference MB per client | logits s |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -350,17 +397,38 @@ def table(out: Path) -> str:
         rs = runs[name]
         owner = " / ".join(
             _mean([r[f"owner_test_{w}"] for r in rs])
-            for w in ("n_k", "fedgo", "fedgo_single", "fedgo_single_clip20")
+            for w in ("n_k", "fedgo", "fedgo_single", "fedgo_single_t0.5")
         )
-        auc_t = statistics.mean(r["auc_test"] for r in rs)
-        auc_s = statistics.mean(r["auc_server"] for r in rs)
+        auc_t = _mean([r["auc_test"] for r in rs], 3)
+        auc_s = _mean([r["auc_server"] for r in rs], 3)
         lines.append(
-            f"| {name} | {auc_t:.3f} | {auc_s:.3f} | {owner} | "
-            f"{_mean([r['mean_sigmoid_test'] for r in rs])[:4]} | "
+            f"| {name} | {auc_t} | {auc_s} | {owner} | "
+            f"{_mean([r['mean_sigmoid_test'] for r in rs], 2)} | "
             f"{_mean([r['disc_train_seconds'] for r in rs])} | "
             f"{statistics.mean(r['reference_bytes_per_client'] for r in rs) / 1e6:.1f} | "
             f"{_mean([r['logits_seconds'] for r in rs])} |"
         )
+    byz = [n for n in VARIANTS if n in runs and f"byz{BYZANTINE[0]}_pl_fedgo" in runs[n][0]]
+    if byz:
+        heads = [f"{w}, {m} Byzantine" for m in BYZANTINE for w in BYZANTINE_WEIGHTINGS]
+        lines += [
+            "",
+            "## Byzantine discriminators (App. F.8): pseudo-label accuracy on the server set (%)",
+            "",
+            "The same discriminators, with the seeded Byzantine clients' logits set to their "
+            "maximum everywhere (`strategy.byzantine`); `clip1`, `clip2`: "
+            "`weighting_params.fedgo.clip` 1, 2; `cap0.1`: `strategy.weight_cap` 0.1.",
+            "",
+            "| variant | " + " | ".join(heads) + " |",
+            "|---|" + "---|" * len(heads),
+        ]
+        for name in byz:
+            cells = [
+                _mean([r[f"byz{m}_pl_{w}"] for r in runs[name]])
+                for m in BYZANTINE
+                for w in BYZANTINE_WEIGHTINGS
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     split = [n for n in VARIANTS if n in runs and "pl_seen_uniform" in runs[n][0]]
     if split:
         lines += [
@@ -371,7 +439,7 @@ def table(out: Path) -> str:
             "|---|---|---|---|",
         ]
         for name in split:
-            for w in ("uniform", "fedgo", "fedgo_single", "fedgo_single_clip20"):
+            for w in ("uniform", "fedgo", "fedgo_single", "fedgo_single_t0.5"):
                 rs = runs[name]
                 seen = _mean([r[f"pl_seen_{w}"] for r in rs])
                 unseen = _mean([r[f"pl_unseen_{w}"] for r in rs])

@@ -36,6 +36,15 @@ from sweep import Run, column, load_runs, mean_sd, run_name, seed_of, sweep
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ".cache/cifar10-jpg"
 
+G3 = [
+    "strategy.name=fedgo",
+    "data.server_fraction=0",
+    "strategy.generator.steps=0",
+    "strategy.generator.federated_rounds=5",
+    "strategy.generator.local_epochs=3",
+    "strategy.distill_data=generated",
+    "strategy.generated_size=5000",
+]
 METHODS: dict[str, list[str]] = {
     "fedavg": ["strategy.name=fedavg"],
     "feddf": ["strategy.name=feddf", "strategy.weighting=uniform"],
@@ -44,7 +53,32 @@ METHODS: dict[str, list[str]] = {
     "entropy": ["strategy.name=feddf", "strategy.weighting=entropy"],
     "fedgo": ["strategy.name=fedgo", "strategy.weighting=fedgo"],
     "domain": ["strategy.name=fedgo", "strategy.weighting=domain"],
+    # Beyond the paper (issue 15, part 2; benchmarks/discriminator_variants.py): discriminators
+    # trained against the server's own images, 30 epochs with spectral norm, exact odds.
+    "fedgo_server": [
+        "strategy.name=fedgo",
+        "strategy.weighting=fedgo",
+        "strategy.discriminator.reference=server",
+        "strategy.discriminator.epochs=30",
+        "strategy.discriminator.spectral_norm=true",
+        "strategy.weighting_params={fedgo: {disc_mode: sigmoid}}",
+    ],
+    # Data-free (G3 + D2): every image is a client's; FedGAN at the clients (T' = 5, 3 local
+    # epochs), distillation on 5,000 generated images; FedDF's uniform weights on the same ones.
+    "fedgo_g3": [*G3, "strategy.weighting=fedgo"],
+    "uniform_g3": [*G3, "strategy.weighting=uniform"],
+    # Byzantine discriminators (App. F.8): 25% and 50% of the 20 clients, on the discriminators
+    # of the run named in REUSE; the server-referenced ones with the log-odds clip defence.
+    "fedgo_byz25": ["strategy.name=fedgo", "strategy.weighting=fedgo", "strategy.byzantine=5"],
+    "fedgo_byz50": ["strategy.name=fedgo", "strategy.weighting=fedgo", "strategy.byzantine=10"],
 }
+REUSE: dict[str, str] = {
+    "domain": "fedgo",
+    "fedgo_byz25": "fedgo",
+    "fedgo_byz50": "fedgo",
+    "uniform_g3": "fedgo_g3",
+}
+"""Methods that load the generator and discriminators of another method's run (same seed)."""
 DIAGNOSTICS = [
     "uniform",
     "data_size",
@@ -53,8 +87,11 @@ DIAGNOSTICS = [
     "domain",
     "fedgo",
     "fedgo_sigmoid",
+    "fedgo_double_sigmoid",
     "oracle",
 ]
+DIAGNOSED = ("feddf", "fedgo", "fedgo_server")
+"""Methods whose runs report the paired pseudo-label diagnostics that the table shows."""
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,15 +135,16 @@ def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
     """One run through ``./run.sh``; returns its output folder."""
     run_dir = ROOT / "outputs" / "bench" / args.tag / run_name(method, seed)
     extra = []
-    if method == "domain":
-        fedgo_dir = ROOT / "outputs" / "bench" / args.tag / run_name("fedgo", seed)
-        if (fedgo_dir / "discriminators.pt").exists():
+    if method in REUSE:
+        source = ROOT / "outputs" / "bench" / args.tag / run_name(REUSE[method], seed)
+        if (source / "discriminators.pt").exists():
             extra = [
-                f"strategy.generator.path={fedgo_dir / 'generator.pt'}",
-                f"strategy.discriminator.path={fedgo_dir / 'discriminators.pt'}",
+                f"strategy.generator.path={source / 'generator.pt'}",
+                f"strategy.discriminator.path={source / 'discriminators.pt'}",
+                "strategy.generator.federated_rounds=0",  # loaded, not trained again
             ]
-        else:  # only the FedGO run's summary was kept: train them again (same seed and data)
-            note = f"note: {fedgo_dir} has no discriminators; domain trains its own"
+        else:  # only the source run's summary was kept: train them again (same seed and data)
+            note = f"note: {source} has no discriminators; {method} trains its own"
             print(note, file=sys.stderr)
     cmd = [
         str(ROOT / "run.sh"),
@@ -142,7 +180,7 @@ def table(results: Path) -> str:
         "| avg-param acc (last) | server s/round (median of seeds) |"
     )
     rows += [header, "|---|---|---|---|---|---|---|"]
-    diag: dict[str, list[float]] = {d: [] for d in DIAGNOSTICS}
+    diag: dict[str, dict[str, list[float]]] = {}  # method -> weighting -> per-seed means
     server_time: dict[str, dict[str, float]] = {}  # method -> seed folder -> s/round
     for method, method_runs in runs.items():
         times = server_time.setdefault(method, {})
@@ -154,11 +192,11 @@ def table(results: Path) -> str:
                 r.get("aggregate_time", 0) - r.get("ensemble_eval_time", 0) for r in metrics[1:]
             ]
             times[run.seed] = statistics.mean(per_round) if per_round else 0.0
-            if method in ("feddf", "fedgo"):
+            if method in DIAGNOSED:
                 for d in DIAGNOSTICS:
                     vals = [r[f"pl_acc_{d}"] for r in metrics[1:] if f"pl_acc_{d}" in r]
                     if vals:
-                        diag[d].append(statistics.mean(vals))
+                        diag.setdefault(method, {}).setdefault(d, []).append(statistics.mean(vals))
         rows.append(
             f"| {method} | {len(method_runs)} "
             f"| {column(method_runs, lambda r: r.summary['final_accuracy'])} "
@@ -167,14 +205,7 @@ def table(results: Path) -> str:
             f"| {column(method_runs, lambda r: last_round(r, 'init_test_accuracy'))} "
             f"| {statistics.median(times.values()):.2f} |"
         )
-    rows += [
-        "",
-        "Mean pseudo-label accuracy on the server set over rounds (FedDF and FedGO runs):",
-        "",
-        "| weighting | accuracy (%) |",
-        "|---|---|",
-    ]
-    rows += [f"| {d} | {mean_sd(v)} |" for d, v in diag.items() if v]
+    rows += diagnostics_rows(diag)
     rows += ["", *figure2(runs)]
     fedgo, feddf = server_time.get("fedgo", {}), server_time.get("feddf", {})
     both = [seed for seed in fedgo if feddf.get(seed)]
@@ -188,6 +219,44 @@ def table(results: Path) -> str:
         ]
     rows += separation_rows(results)
     return "\n".join(rows)
+
+
+def diagnostics_rows(diag: dict[str, dict[str, list[float]]]) -> list[str]:
+    """Mean pseudo-label accuracy over the rounds, every weighting on each run's own client
+    models, by method (mean ± sd over seeds), and the share of the uniform -> oracle gap that
+    the run's own FedGO weights close."""
+    if not diag:
+        return []
+    methods = list(diag)
+    rows = [
+        "",
+        "Mean pseudo-label accuracy (%) on the server set over the rounds, every weighting on "
+        "the same client models of each run (the runs of the column's method):",
+        "",
+        "| weighting | " + " | ".join(methods) + " |",
+        "|---|" + "---|" * len(methods),
+    ]
+    for d in DIAGNOSTICS:
+        cells = [mean_sd(diag[m].get(d, [])) if diag[m].get(d) else "-" for m in methods]
+        rows.append(f"| {d} | " + " | ".join(cells) + " |")
+    gaps = []
+    for m in methods:
+        per = diag[m]
+        if all(per.get(k) for k in ("uniform", "fedgo", "oracle")):
+            closed = [
+                100 * (f - u) / (o - u)
+                for u, f, o in zip(per["uniform"], per["fedgo"], per["oracle"], strict=True)
+            ]
+            gaps.append(
+                f"{m} {statistics.mean(closed):.1f}% ({', '.join(f'{c:.1f}' for c in closed)})"
+            )
+    if gaps:
+        rows += [
+            "",
+            "Share of the uniform -> oracle gap closed by the run's own FedGO weights "
+            "(mean, per seed): " + "; ".join(gaps),
+        ]
+    return rows
 
 
 def separation_rows(results: Path) -> list[str]:
@@ -269,7 +338,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default="conf/bench/cifar10-cpu.yaml")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--tag", default="cifar10-cpu")
     add_data_arguments(parser)
     parser.add_argument("--table-only", action="store_true")
@@ -280,10 +349,11 @@ def main() -> None:
         # Absolute for the run (its processes may start elsewhere); kept records name it
         # relative to the repository again.
         args.data = ensure_data(ROOT / args.data, args.archive)
-        order = ["fedgo"] + [m for m in args.methods if m != "fedgo"]
-        methods = [
-            m for m in order if m in args.methods or (m == "fedgo" and "domain" in args.methods)
-        ]
+        # The runs whose generator and discriminators others reuse go first.
+        wanted = set(args.methods) | {REUSE[m] for m in args.methods if m in REUSE}
+        sources = [m for m in METHODS if m in set(REUSE.values())]
+        order = [*sources, *(m for m in METHODS if m not in sources)]
+        methods = [m for m in order if m in wanted]
         sweep(methods, args.seeds, lambda m, s: run_one(m, s, args), results, root=ROOT)
     text = table(results)
     results.mkdir(parents=True, exist_ok=True)

@@ -69,7 +69,11 @@ def test_table_reports_means_per_seed_ratios_and_separation(table3, tmp_path: Pa
     # median of 20, 60 and 12 s: the seed that shared the cores does not count
     assert row["fedgo"].endswith("| 20.00 |")
     assert "| 40.0 ± 0.0 | 30.0 ± 0.0 |" in row["fedgo"]
-    assert "| fedgo | 30.0 ± 10.0 |" in text  # mean pseudo-label accuracy over seeds 0.2, 0.3, 0.4
+    # Mean pseudo-label accuracy over seeds 0.2, 0.3, 0.4, in the FedGO runs' column (FedDF
+    # runs have no discriminators, so no FedGO weighting of their own client models).
+    assert "| weighting | feddf | fedgo |" in text
+    assert "| fedgo | - | 30.0 ± 10.0 |" in text
+    assert "| oracle | 70.0 ± 0.0 | 70.0 ± 0.0 |" in text
     ratio = next(line for line in text if line.startswith("FedGO / FedDF"))
     assert ratio.endswith("seed0 1.00, seed1 3.00, seed2 1.20 (median 1.20)")
     assert "| seed1 | 0.600 (0.500-0.700) | 50.0 | 51.0 | 57.0 | 100.0 | 0.800 | 25.0% |" in text

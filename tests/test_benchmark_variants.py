@@ -43,6 +43,15 @@ def test_variants_on_the_same_client_models(variants, tmp_path) -> None:
     assert server["reference_bytes_per_client"] > 0
     assert {"pl_seen_fedgo", "pl_unseen_fedgo"} <= set(server)  # 50 of the server images sent
     assert "pl_seen_fedgo" not in paper  # the generator's samples were the negatives
+    # Byzantine clients (App. F.8) on the same discriminators: under the exact odds they take
+    # every sample, so the ensemble is theirs; n_k ignores the discriminators.
+    assert paper["byz5_pl_n_k"] == paper["pl_n_k"]
+    assert {
+        "byz5_pl_fedgo",
+        "byz10_pl_fedgo_single",
+        "byz10_pl_fedgo_single_clip2",
+        "byz10_pl_fedgo_single_cap0.1",
+    } <= set(paper)
     table = (tmp_path / "out/table.md").read_text()
     assert "| paper |" in table and "| server |" in table
     # A deleted report is rebuilt from the cached discriminator logits, identically.

@@ -54,12 +54,12 @@ def test_paper_presets_say_what_they_run_and_pass_the_preflight(path, tmp_path):
     cfg = load_experiment(path, [f"data.path={tmp_path}"])
     preflight(cfg)
     strategy, dataset, alpha = re.fullmatch(
-        r"([a-z]+)(?:-d2)?-(cifar10|cifar100)-a([0-9.]+)", path.stem
+        r"([a-z]+)(?:-d2|-g3)?-(cifar10|cifar100)-a([0-9.]+)", path.stem
     ).groups()
     assert cfg.strategy.name == strategy
     assert (cfg.data.dataset, cfg.data.alpha) == (dataset, float(alpha))
     assert (cfg.name, cfg.output_dir) == (path.stem, f"outputs/paper/{path.stem}")
-    if "-d2-" in path.stem:
+    if "-d2-" in path.stem or "-g3-" in path.stem:
         assert cfg.strategy.params.distill_data == "generated"
 
 
@@ -75,14 +75,22 @@ def test_fedgo_paper_presets_carry_the_papers_settings():
         cfg = load_experiment(PAPER / f"{name}.yaml")
         p = cfg.strategy.params
         check(cfg, rounds=100, fraction=0.4)
-        check(cfg.data, num_clients=20, server_fraction=0.5, augment=True)
+        g3 = "-g3-" in name  # App. F.5 / Table 9: data-free, 100 clients, FedGAN (T' 5, 3 epochs)
+        if g3:
+            check(cfg.data, num_clients=100, server_fraction=0, augment=True, alpha=0.05)
+        else:
+            check(cfg.data, num_clients=20, server_fraction=0.5, augment=True)
         check(cfg.model, name="resnet18")
         check(cfg.train, optimizer="adam", lr=1e-3, batch_size=64, local_epochs=30, weight_decay=0)
         check(p.distill, protocol="fedgo", epochs=10, lr=1e-3, batch_size=64, decay_rounds=100)
         assert p.distill.lr_decay, name  # cosine annealing until round T = 100
-        # G1: WGAN-GP on the server's half, trained here (no file, no module)
-        check(p.generator, name="resnet", steps=100_000, lr=2e-4, n_critic=5, gp_lambda=10)
+        # G1: WGAN-GP on the server's half, trained here (no file, no module); G3: FedGAN
+        steps = 0 if g3 else 100_000
+        check(p.generator, name="resnet", steps=steps, lr=2e-4, n_critic=5, gp_lambda=10)
         check(p.generator, batch_size=64, path=None, module=None)
+        check(p.generator, federated_rounds=5 if g3 else 0)
+        if g3:
+            check(p.generator, local_epochs=3)
         check(p.discriminator, name="cnn4", epochs=30, lr=2e-4, batch_size=64)
         check(p.discriminator, loss="double_sigmoid")  # the output is two sigmoids (App. E.2)
         assert p.weighting == "fedgo", name
