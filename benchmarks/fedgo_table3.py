@@ -36,6 +36,14 @@ from sweep import Run, column, load_runs, mean_sd, run_name, seed_of, sweep
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ".cache/cifar10-jpg"
 
+SERVER_REFERENCED = [
+    "strategy.name=fedgo",
+    "strategy.weighting=fedgo",
+    "strategy.discriminator.reference=server",
+    "strategy.discriminator.epochs=30",
+    "strategy.discriminator.spectral_norm=true",
+]
+CLIPPED = "strategy.weighting_params={fedgo: {disc_mode: sigmoid, clip: 1}}"
 G3 = [
     "strategy.name=fedgo",
     "data.server_fraction=0",
@@ -55,14 +63,7 @@ METHODS: dict[str, list[str]] = {
     "domain": ["strategy.name=fedgo", "strategy.weighting=domain"],
     # Beyond the paper (issue 15, part 2; benchmarks/discriminator_variants.py): discriminators
     # trained against the server's own images, 30 epochs with spectral norm, exact odds.
-    "fedgo_server": [
-        "strategy.name=fedgo",
-        "strategy.weighting=fedgo",
-        "strategy.discriminator.reference=server",
-        "strategy.discriminator.epochs=30",
-        "strategy.discriminator.spectral_norm=true",
-        "strategy.weighting_params={fedgo: {disc_mode: sigmoid}}",
-    ],
+    "fedgo_server": [*SERVER_REFERENCED, "strategy.weighting_params={fedgo: {disc_mode: sigmoid}}"],
     # Data-free (G3 + D2): every image is a client's; FedGAN at the clients (T' = 5, 3 local
     # epochs), distillation on 5,000 generated images; FedDF's uniform weights on the same ones.
     "fedgo_g3": [*G3, "strategy.weighting=fedgo"],
@@ -71,12 +72,17 @@ METHODS: dict[str, list[str]] = {
     # of the run named in REUSE; the server-referenced ones with the log-odds clip defence.
     "fedgo_byz25": ["strategy.name=fedgo", "strategy.weighting=fedgo", "strategy.byzantine=5"],
     "fedgo_byz50": ["strategy.name=fedgo", "strategy.weighting=fedgo", "strategy.byzantine=10"],
+    # The defence the variants' Byzantine analysis found best for the exact odds: clip 1.
+    "fedgo_server_byz25": [*SERVER_REFERENCED, CLIPPED, "strategy.byzantine=5"],
+    "fedgo_server_byz50": [*SERVER_REFERENCED, CLIPPED, "strategy.byzantine=10"],
 }
 REUSE: dict[str, str] = {
     "domain": "fedgo",
     "fedgo_byz25": "fedgo",
     "fedgo_byz50": "fedgo",
     "uniform_g3": "fedgo_g3",
+    "fedgo_server_byz25": "fedgo_server",
+    "fedgo_server_byz50": "fedgo_server",
 }
 """Methods that load the generator and discriminators of another method's run (same seed)."""
 DIAGNOSTICS = [
