@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.gan import build_critic, fedgan_generator_steps, train_discriminator, train_wgan_gp
+from fedgo_flwr.gan import fedgan_generator_steps, train_discriminator, train_wgan_gp
 from fedgo_flwr.gan.settings import GanConfig
 from fedgo_flwr.messages import ARRAYS
 from fedgo_flwr.rng import derive_seed, make_rng
@@ -47,7 +47,7 @@ class FedGOClient(ClientAlgorithm):
         shape = job.data.input_shape
         gen = gp.build(shape, seed=0)  # the weights are the server's; seeded: no global RNG
         gen.load_state_dict(job.content[GENERATOR_KEY].to_torch_state_dict())
-        critic = build_critic(gp.name, shape, seed=0, **gp.model_kwargs())
+        critic = gp.build_critic(shape, seed=0)
         critic.load_state_dict(job.content[CRITIC_KEY].to_torch_state_dict())
         steps = fedgan_generator_steps(len(job.data), gp.batch_size, gp.local_epochs, gp.n_critic)
         stats = train_wgan_gp(
@@ -55,10 +55,7 @@ class FedGOClient(ClientAlgorithm):
             critic,
             job.data,
             steps=steps,
-            batch_size=gp.batch_size,
-            lr=gp.lr,
-            n_critic=gp.n_critic,
-            gp_lambda=gp.gp_lambda,
+            **gp.wgan_kwargs(),
             rng=job.rng,
             device=job.device,
             augment=job.cfg.data.augment,

@@ -43,7 +43,6 @@ from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import RunningAverage, check_arrays
 from fedgo_flwr.checkpoint import config_differences, safe_torch_load
 from fedgo_flwr.fileio import atomic_torch_save
-from fedgo_flwr.gan import build_critic
 from fedgo_flwr.messages import CONFIG, METRICS, stream_replies, to_numpy
 from fedgo_flwr.rng import derive_seed
 from fedgo_flwr.shutdown import raise_if_stopping
@@ -64,9 +63,7 @@ class FedGANStage:
         res = self.resources
         gp = self.params.generator
         shape = res.bundle.train.input_shape
-        critic = build_critic(
-            gp.name, shape, seed=derive_seed(self.cfg.seed, "critic-init"), **gp.model_kwargs()
-        )
+        critic = gp.build_critic(shape, seed=derive_seed(self.cfg.seed, "critic-init"))
         templates = {
             GENERATOR_KEY: {k: v.numpy() for k, v in generator.state_dict().items()},
             CRITIC_KEY: {k: v.numpy() for k, v in critic.state_dict().items()},

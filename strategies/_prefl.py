@@ -33,7 +33,7 @@ from fedgo_flwr.checkpoint import safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.fileio import atomic_torch_save
-from fedgo_flwr.gan import build_critic, train_wgan_gp
+from fedgo_flwr.gan import train_wgan_gp
 from fedgo_flwr.gan.external import generator_output_problem
 from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS, stream_replies, to_numpy, to_record
@@ -371,18 +371,13 @@ def train_generator(
     """Train ``generator`` with WGAN-GP on ``data`` (scenario G1) as ``strategy.generator``
     says, against a seeded critic; returns the training statistics."""
     gp = cfg.strategy.params.generator
-    critic = build_critic(
-        gp.name, shape, seed=derive_seed(cfg.seed, "critic-init"), **gp.model_kwargs()
-    )
+    critic = gp.build_critic(shape, seed=derive_seed(cfg.seed, "critic-init"))
     return train_wgan_gp(
         generator,
         critic,
         data,
         steps=gp.steps,
-        batch_size=gp.batch_size,
-        lr=gp.lr,
-        n_critic=gp.n_critic,
-        gp_lambda=gp.gp_lambda,
+        **gp.wgan_kwargs(),
         rng=make_rng(cfg.seed, "wgan"),
         device=device,
         augment=cfg.data.augment,

@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from fedgo_flwr.gan.external import generator_from_config, load_generator_factory
-from fedgo_flwr.gan.networks import DISCRIMINATOR_NAMES, GENERATOR_NAMES, build_discriminator
+from fedgo_flwr.gan.networks import (
+    DISCRIMINATOR_NAMES,
+    GENERATOR_NAMES,
+    build_critic,
+    build_discriminator,
+)
 from fedgo_flwr.gan.training import DISCRIMINATOR_LOSSES
 from fedgo_flwr.schema import Checker
 
@@ -68,6 +73,20 @@ class GeneratorConfig:
         factory of ``module`` if set, else ``name``; the one builder of server and clients
         (:func:`~fedgo_flwr.gan.external.generator_from_config`)."""
         return generator_from_config(self, shape, seed=seed)
+
+    def build_critic(self, shape: Sequence[int], *, seed: int | None = None) -> nn.Module:
+        """The WGAN-GP critic of this section's generator (G1 at the server, G3 at clients)."""
+        return build_critic(self.name, shape, seed=seed, **self.model_kwargs())
+
+    def wgan_kwargs(self) -> dict[str, float]:
+        """The WGAN-GP settings of :func:`~fedgo_flwr.gan.training.train_wgan_gp` beyond the
+        networks, the data, the number of steps and the randomness."""
+        return {
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+            "n_critic": self.n_critic,
+            "gp_lambda": self.gp_lambda,
+        }
 
     def model_kwargs(self) -> dict[str, int]:
         """Keyword arguments of :func:`~fedgo_flwr.gan.networks.build_generator` and
