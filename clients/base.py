@@ -1,9 +1,11 @@
 """The base of every client algorithm: what a client gets for one message, and local training.
 
 A client algorithm (``clients/<name>.py``) subclasses :class:`ClientAlgorithm` and overrides only
-what differs (FL-bench style): a term added to the local loss (:meth:`~ClientAlgorithm.regularizer`,
-FedProx), an edit of the gradients (:meth:`~ClientAlgorithm.grad_correction`, SCAFFOLD) or the
-whole :meth:`~ClientAlgorithm.train` (extra records in the reply). Its own YAML parameters are a
+what differs (FL-bench style): a term added to the local loss that needs only the model
+(:meth:`~ClientAlgorithm.regularizer`, FedProx) or the minibatch, its logits and features
+(:meth:`~ClientAlgorithm.batch_loss`, FedGKD, FedUV), an edit of the gradients
+(:meth:`~ClientAlgorithm.grad_correction`, SCAFFOLD) or the whole
+:meth:`~ClientAlgorithm.train` (extra records in the reply). Its own YAML parameters are a
 ``Config`` dataclass, which the strategy declares as (part of) its own and sends with every
 message; the client reads only those. Message types beyond ``train`` that the algorithm handles
 (FedGO's ``train.discriminator``) are declared in ``messages``; the ClientApp registers them.
@@ -21,7 +23,7 @@ from torch import nn
 
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.training import TrainStats, train_local
+from fedgo_flwr.training import BatchLoss, TrainStats, train_local
 
 __all__ = ["ClientAlgorithm", "ClientJob", "EmptyConfig"]
 
@@ -58,6 +60,8 @@ class ClientAlgorithm:
     """Whether the server side keeps state beyond the averaged model for it (SCAFFOLD's
     control variate): such an algorithm cannot be run inside CPFL's cohorts, whose servers
     only average."""
+    uses_features: ClassVar[bool] = False
+    """Whether :meth:`batch_loss` reads the features of the output layer's input."""
     messages: ClassVar[Mapping[str, str]] = {}
     """Extra message types handled (``"train.<action>"``) -> name of the method that answers.
 
@@ -67,6 +71,12 @@ class ClientAlgorithm:
 
     def regularizer(self, job: ClientJob) -> Callable[[nn.Module], torch.Tensor] | None:
         """A term added to the local loss (``None``: plain cross-entropy)."""
+        return None
+
+    def batch_loss(self, job: ClientJob) -> BatchLoss | None:
+        """A term of each minibatch added to the local loss (``None``: none); it sees the
+        batch's inputs, labels, logits and, if :attr:`uses_features`, the features that enter
+        the output layer (:class:`fedgo_flwr.training.Batch`)."""
         return None
 
     def grad_correction(self, job: ClientJob) -> Callable[[nn.Module], None] | None:
@@ -85,5 +95,7 @@ class ClientAlgorithm:
             augment=job.cfg.data.augment,
             regularizer=self.regularizer(job),
             grad_correction=self.grad_correction(job),
+            batch_loss=self.batch_loss(job),
+            features=self.uses_features,
         )
         return stats, {}

@@ -49,7 +49,7 @@ def local_class(name: str) -> type[ClientAlgorithm]:
     if algorithm.needs_server_state:
         raise ValueError(
             f"'{name}' needs server-side state beyond the averaged model, which CPFL's cohort "
-            "servers do not keep; use an averaging algorithm (fedavg, fedprox)"
+            "servers do not keep; use an averaging algorithm (fedavg, fedprox, feduv)"
         )
     return algorithm
 

@@ -1,14 +1,17 @@
 """Training and evaluation loops shared by every algorithm (plain PyTorch, no Flower).
 
-Client algorithms customise local training through two hooks of :func:`train_local`:
-``regularizer(model) -> Tensor`` adds a term to the loss (FedProx), and ``grad_correction(model)``
-edits gradients after ``backward`` (SCAFFOLD). Everything random is drawn from one
-``torch.Generator`` (an ``rng``) derived from ``(seed, round, client)`` by
+Client algorithms customise local training through three hooks of :func:`train_local`:
+``regularizer(model) -> Tensor`` adds a term to the loss that needs only the model (FedProx),
+``batch_loss(batch) -> Tensor`` one that needs the minibatch, its logits or the features that
+enter the classifier (:class:`Batch`; FedGKD's distillation, FedUV's regularisers), and
+``grad_correction(model)`` edits gradients after ``backward`` (SCAFFOLD). Everything random is
+drawn from one ``torch.Generator`` (an ``rng``) derived from ``(seed, round, client)`` by
 :func:`fedgo_flwr.rng.derive_seed`, so a run is reproducible on CPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +22,7 @@ from torch import nn
 
 from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
+from fedgo_flwr.features import FeatureTap
 
 
 def get_device(preference: str = "auto") -> torch.device:
@@ -45,6 +49,20 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 
 @dataclass
+class Batch:
+    """One minibatch of local training, as :func:`train_local`'s ``batch_loss`` sees it."""
+
+    x: torch.Tensor  # the (augmented) inputs
+    y: torch.Tensor  # the labels
+    logits: torch.Tensor  # model(x), in the autograd graph
+    features: torch.Tensor | None = None  # the classifier's input (``features=True``), in the graph
+
+
+BatchLoss = Callable[[Batch], torch.Tensor]
+"""A term added to the local objective for one minibatch (its gradient flows into the model)."""
+
+
+@dataclass
 class TrainStats:
     """What one local training run did."""
 
@@ -65,33 +83,49 @@ def train_local(
     augment: bool = True,
     regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
     grad_correction: Callable[[nn.Module], None] | None = None,
+    batch_loss: BatchLoss | None = None,
+    features: bool = False,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> TrainStats:
-    """``cfg.local_epochs`` epochs of minibatch training with cross-entropy (FedAvg Alg. 1)."""
+    """``cfg.local_epochs`` epochs of minibatch training with cross-entropy (FedAvg Alg. 1).
+
+    The objective of a minibatch is ``CE + regularizer(model) + batch_loss(batch)`` (the terms
+    that are given); with ``features=True`` the batch carries the input of the model's output
+    layer (:class:`fedgo_flwr.features.FeatureTap`). ``TrainStats.loss`` is the mean CE alone.
+    A new optimizer (``cfg``'s) is made for the call unless one over ``model``'s parameters is
+    given (central training keeps its Adam moments across rounds).
+    """
     start = time.perf_counter()
     model.to(device).train()
-    optimizer = make_optimizer(model.parameters(), cfg)
+    if optimizer is None:
+        optimizer = make_optimizer(model.parameters(), cfg)
     total, count, steps = 0.0, 0, 0
     drop_last = ends_in_batch_of_one(len(data), cfg.batch_size)
-    for _ in range(cfg.local_epochs):
-        for x, y in batches(
-            data,
-            cfg.batch_size,
-            shuffle=True,
-            rng=rng,
-            augment=augment,
-            drop_last=drop_last,
-            device=device,
-        ):
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
-            objective = loss + regularizer(model) if regularizer is not None else loss
-            objective.backward()
-            if grad_correction is not None:
-                grad_correction(model)
-            optimizer.step()
-            total += loss.item() * len(y)
-            count += len(y)
-            steps += 1
+    with FeatureTap(model) if features else contextlib.nullcontext() as tap:
+        for _ in range(cfg.local_epochs):
+            for x, y in batches(
+                data,
+                cfg.batch_size,
+                shuffle=True,
+                rng=rng,
+                augment=augment,
+                drop_last=drop_last,
+                device=device,
+            ):
+                optimizer.zero_grad(set_to_none=True)
+                logits = model(x)
+                loss = F.cross_entropy(logits, y)
+                objective = loss + regularizer(model) if regularizer is not None else loss
+                if batch_loss is not None:
+                    feats = tap.read(logits) if tap is not None else None
+                    objective = objective + batch_loss(Batch(x, y, logits, feats))
+                objective.backward()
+                if grad_correction is not None:
+                    grad_correction(model)
+                optimizer.step()
+                total += loss.item() * len(y)
+                count += len(y)
+                steps += 1
     return TrainStats(
         loss=total / max(count, 1),
         steps=steps,

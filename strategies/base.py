@@ -142,6 +142,10 @@ class Strategy(FlowerStrategy):
     """The strategy's own YAML parameters (``strategy.<key>``), a dataclass."""
     uses_public_data: ClassVar[bool] = False
     """Whether it distils on ``data.public_path`` when given (other strategies refuse it)."""
+    reply_metrics: ClassVar[tuple[str, ...]] = ()
+    """The client algorithm's own reply metrics the round records (FedUV's ``uv_var``): the
+    n_k-weighted mean over the accepted replies that have it; a reply whose value is not a
+    finite number is dropped."""
     supports_heterogeneous_models: ClassVar[bool] = False
     """Whether clients may train architectures other than ``model.name``
     (``model.client_models``). A strategy that averages parameters cannot: it refuses them. One
@@ -473,7 +477,7 @@ class Strategy(FlowerStrategy):
         problem = self._examples_problem(metrics.get(msgs.NUM_EXAMPLES), pid)
         if problem is not None:
             return problem
-        for key in CLIENT_SCALARS:
+        for key in (*CLIENT_SCALARS, *self.reply_metrics):
             value = metrics.get(key, 0.0)
             if not _is_number(value) or not np.isfinite(value):
                 return f"metric '{key}' is {value!r}, not a finite number"
@@ -587,7 +591,7 @@ class Strategy(FlowerStrategy):
         t0 = time.perf_counter()
         arrays = self.aggregate(server_round, accepted)
         self.last_round["aggregate_time"] = time.perf_counter() - t0 + t_absorb
-        self.last_round.update(client_metrics(accepted))
+        self.last_round.update(client_metrics(accepted, self.reply_metrics))
         return to_record(arrays), MetricRecord(self.last_round)
 
 
@@ -596,13 +600,20 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def client_metrics(replies: list[Reply]) -> dict[str, float]:
-    """Example-weighted train loss; slowest and total client training time."""
+def client_metrics(replies: list[Reply], extra: Iterable[str] = ()) -> dict[str, float]:
+    """Example-weighted train loss; slowest and total client training time; the example-weighted
+    mean of each ``extra`` metric over the replies that have it."""
     n = np.array([r.num_examples for r in replies], dtype=np.float64)
     loss = np.array([float(r.metrics.get("train_loss", np.nan)) for r in replies])
     times = [float(r.metrics.get("train_time", 0.0)) for r in replies]
-    return {
+    out = {
         "train_loss": float((n * loss).sum() / n.sum()),
         "client_time_max": max(times),
         "client_time_sum": float(sum(times)),
     }
+    for key in extra:
+        have = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
+        if have:
+            w = np.array([h[0] for h in have], dtype=np.float64)
+            out[key] = float((w * np.array([h[1] for h in have])).sum() / w.sum())
+    return out

@@ -363,7 +363,8 @@ class FedDF(Strategy):
         )
         self.last_round.update(metrics)
         self.bank, self.test_logits = None, {}
-        out = {k: v.detach().cpu().numpy() for k, v in self.student.state_dict().items()}
+        # Copies: numpy views of the student's tensors would change with the next round's student.
+        out = {k: v.detach().cpu().numpy().copy() for k, v in self.student.state_dict().items()}
         self.previous = out
         return out
 

@@ -104,6 +104,7 @@ def test_checking_a_config_does_not_import_any_strategy():
 
 def test_every_algorithm_module_is_found_by_name():
     assert strategies.available() == [
+        "central",
         "coboosting",
         "coboosting_fedgo",
         "cpfl",
@@ -111,16 +112,22 @@ def test_every_algorithm_module_is_found_by_name():
         "fadi",
         "fedavg",
         "feddf",
+        "feddisco",
+        "fedgkd",
+        "fedgkd_plus",
         "fedgo",
         "fedprox",
+        "feduv",
         "oneshot",
         "scaffold",
     ]
     assert clients.available() == [
         "cpfl",
         "fedavg",
+        "fedgkd",
         "fedgo",
         "fedprox",
+        "feduv",
         "oneshot_fedgo",
         "scaffold",
     ]
@@ -128,7 +135,9 @@ def test_every_algorithm_module_is_found_by_name():
         cls = strategies.strategy_class(name)
         assert cls.name == name and cls.__module__ == f"strategies.{name}"
         assert clients.client_class(cls.client_algorithm).name == cls.client_algorithm
-    with pytest.raises(ValueError, match="unknown strategy 'fedfoo'; choose one of coboosting"):
+    with pytest.raises(
+        ValueError, match="unknown strategy 'fedfoo'; choose one of central, coboosting"
+    ):
         strategies.strategy_class("fedfoo")
 
 

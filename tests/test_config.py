@@ -493,6 +493,53 @@ REFUSED = {
         ),
         conf="coboosting.yaml",
     ),
+    # -- the Table-3 peers (issue 16) ----------------------------------------------------------
+    "feduv-bandwidth": Refused(
+        "strategy.bandwidth", "unknown", ("strategy.bandwidth=mean",), conf="feduv.yaml"
+    ),
+    "feduv-negative-weight": Refused(
+        "strategy.variance_weight", ">= 0", ("strategy.variance_weight=-1",), conf="feduv.yaml"
+    ),
+    "feddisco-median": Refused(
+        "strategy.aggregation.rule",
+        "weighted mean",
+        ("strategy.aggregation.rule=median",),
+        conf="feddisco.yaml",
+    ),
+    "feddisco-metric": Refused(
+        "strategy.metric", "unknown", ("strategy.metric=js",), conf="feddisco.yaml"
+    ),
+    "feddisco-a-negative": Refused(
+        "strategy.a", ">= 0", ("strategy.a=-0.5",), conf="feddisco.yaml"
+    ),
+    "fedgkd-buffer-0": Refused(
+        "strategy.buffer_length", "[1, 100]", ("strategy.buffer_length=0",), conf="fedgkd.yaml"
+    ),
+    "fedgkd-scale": Refused(
+        "strategy.kd_scale", "unknown", ("strategy.kd_scale=both",), conf="fedgkd.yaml"
+    ),
+    "fedgkd-val-loss-votes": Refused(
+        "strategy.vote_weights",
+        "labelled validation split",
+        ("strategy.teacher=all", "strategy.vote_weights=val_loss"),
+        conf="fedgkd.yaml",
+    ),
+    "fedgkd-plus-val-loss-without-split": Refused(
+        "strategy.val_fraction",
+        "labelled validation split",
+        ("strategy.teacher=all", "strategy.vote_weights=val_loss"),
+        conf="fedgkd_plus.yaml",
+        where="",
+    ),
+    "fedgkd-in-cpfl": Refused(
+        "strategy.local_algorithm",
+        "server-side state",
+        ("strategy.local_algorithm=fedgkd",),
+        conf="cpfl.yaml",
+    ),
+    "central-epochs-0": Refused(
+        "strategy.epochs_per_round", ">= 1", ("strategy.epochs_per_round=0",), conf="central.yaml"
+    ),
     "cuda-missing": Refused("device", "CUDA device", ("device=cuda:999",)),
     # -- data.partition and its keys (the split is drawn by the pre-flight check) ---------------
     "partition-name": Refused("data.partition", "unknown", ("data.partition=dir",)),

@@ -14,7 +14,7 @@ from fedgo_flwr.checkpoint import load_checkpoint
 from fedgo_flwr.config import ConfigError
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.task import sample_clients
-from strategies import load_experiment
+from strategies import load_experiment, strategy_class
 from strategies.base import Strategy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +94,9 @@ class Interrupted(Exception):
 def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *overrides: str):
     """Run until ``stop_round`` raises mid-aggregation, then resume; return both outputs."""
     cfg = config(tmp_path, "rounds=4", *overrides)
-    original = Strategy.aggregate_train
+    cls = strategy_class(cfg.strategy.name)  # the class whose aggregate_train runs
+    owner = next(c for c in cls.__mro__ if "aggregate_train" in vars(c))
+    original = owner.aggregate_train
 
     def dying(self, server_round, replies):
         if server_round == stop_round:
@@ -102,7 +104,7 @@ def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *over
         return original(self, server_round, replies)
 
     with monkeypatch.context() as m:
-        m.setattr(Strategy, "aggregate_train", dying)
+        m.setattr(owner, "aggregate_train", dying)
         with pytest.raises(Interrupted):
             run_inprocess(cfg)
     ckpt = load_checkpoint(tmp_path)
@@ -119,8 +121,16 @@ def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *over
         ["strategy.name=scaffold"],
         ["strategy.name=feddf", "strategy.distill.epochs=1", "strategy.init=previous"],
         FEDGO,
+        [
+            "strategy.name=fedgkd_plus",
+            "strategy.buffer_length=2",
+            "strategy.gamma=1.0",
+            "strategy.distill.epochs=1",
+            "strategy.init=previous",
+        ],
+        ["strategy.name=central"],
     ],
-    ids=["fedavg", "scaffold", "feddf", "fedgo"],
+    ids=["fedavg", "scaffold", "feddf", "fedgo", "fedgkd_plus", "central"],
 )
 def test_resume_ends_with_the_same_metrics(tmp_path, monkeypatch, overrides):
     run_inprocess(config(tmp_path / "straight", "rounds=4", *overrides))

@@ -1,0 +1,282 @@
+"""The Table-3 peers (issue 16): each algorithm's distinctive piece against a hand computation,
+its reductions to the method it extends, and a short run through the in-process grid."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import RecordDict
+from torch import nn
+
+from clients.base import ClientJob
+from clients.fedgkd import FedGKDConfig, kd_term
+from clients.feduv import FedUVClient, FedUVConfig, iid_gamma, uniformity_term, variance_term
+from fedgo_flwr.config import TrainConfig
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.features import FeatureTap
+from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.models import MODEL_NAMES, build_model
+from fedgo_flwr.rng import make_rng
+from fedgo_flwr.training import train_local
+from strategies import load_experiment
+from strategies._gkd import buffer_average
+from strategies.feddisco import disco_weights, discrepancy
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+CPU = torch.device("cpu")
+
+
+def run(tmp_path: Path, *overrides: str, rounds: int = 2) -> list[dict]:
+    cfg = load_experiment(
+        ROOT / "conf/default.yaml",
+        [f"rounds={rounds}", *TINY, f"output_dir={tmp_path}", *overrides],
+    )
+    run_inprocess(cfg)
+    return [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
+def accuracies(rows: list[dict]) -> list[float]:
+    return [r["test_accuracy"] for r in rows]
+
+
+def toy_images(n: int = 48, seed: int = 0) -> ArrayDataset:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 1, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 10, size=n).astype(np.int64)
+    return ArrayDataset(x=x, y=y, num_classes=10)
+
+
+def job(
+    model: nn.Module, data: ArrayDataset, params, server_round: int = 2, **content
+) -> ClientJob:
+    return ClientJob(
+        cfg=None,  # type: ignore[arg-type]  # the hooks read only params, data and model
+        params=params,
+        partition_id=0,
+        server_round=server_round,
+        data=data,
+        device=CPU,
+        rng=make_rng(0),
+        content=RecordDict(content),
+        state=RecordDict(),
+        model=model,
+    )
+
+
+def trained(hook_of=None, features=False) -> dict[str, torch.Tensor]:
+    """The weights after local training of a seeded cnn, with ``hook_of(model, data)`` as the
+    batch loss (none if ``None``)."""
+    torch.manual_seed(0)
+    model = build_model("cnn", (1, 8, 8), 10)
+    data = toy_images()
+    train_local(
+        model,
+        data,
+        TrainConfig(local_epochs=2, batch_size=8, lr=0.05),
+        rng=make_rng(3),
+        device=CPU,
+        augment=False,
+        batch_loss=None if hook_of is None else hook_of(model, data),
+        features=features,
+    )
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- the shared per-batch hook and the feature tap -------------------------------------------
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_feature_tap_reads_the_output_layers_input(name):
+    shape = (10,) if name == "mlp" else (3, 16, 16)
+    model = build_model(name, shape, 7).eval()
+    with FeatureTap(model) as tap:
+        logits = model(torch.randn(3, *shape))
+        z = tap.read(logits)
+        torch.testing.assert_close(tap.layer(z), logits)
+    assert z.shape[0] == 3 and z.ndim == 2
+
+
+def test_feature_tap_refuses_a_model_whose_output_is_not_its_last_linear():
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh())
+    with FeatureTap(model) as tap, pytest.raises(ValueError, match="last nn.Linear"):
+        tap.read(model(torch.randn(2, 4)))
+    with pytest.raises(ValueError, match="no nn.Linear"):
+        FeatureTap(nn.Sequential(nn.Tanh()))
+
+
+def test_a_zero_batch_loss_with_features_trains_bit_identically():
+    plain = trained()
+    hooked = trained(lambda m, d: lambda b: b.logits.sum() * 0 + b.features.sum() * 0, True)
+    assert same(plain, hooked)
+    # and a non-zero term does change training (the hook is really in the objective)
+    moved = trained(lambda m, d: lambda b: b.features.pow(2).mean(), True)
+    assert not same(plain, moved)
+
+
+# -- FedUV -------------------------------------------------------------------------------------
+def test_feduv_gamma_is_the_std_of_one_hot_outputs():
+    assert iid_gamma(10) == pytest.approx(1 / math.sqrt(10), abs=1e-7)
+    assert iid_gamma(4) == pytest.approx(0.5, abs=1e-7)
+
+
+def test_feduv_variance_term():
+    gamma = iid_gamma(5)
+    one_hot = torch.eye(5) * 1e4  # saturated, pairwise distinct predictions of every class
+    assert variance_term(one_hot, gamma).item() < 1e-6
+    same_pred = torch.zeros(6, 5)  # every std is 0
+    assert variance_term(same_pred, gamma).item() == pytest.approx(gamma)
+    logits = torch.randn(8, 5, generator=torch.Generator().manual_seed(0)) * 0.1
+    logits.requires_grad_(True)
+    before = torch.softmax(logits, 1).std(0).mean().item()
+    variance_term(logits, gamma).backward()
+    with torch.no_grad():
+        after = torch.softmax(logits - 10 * logits.grad, 1).std(0).mean().item()
+    assert after > before  # its gradient spreads the class probabilities over the batch
+
+
+def test_feduv_uniformity_term():
+    simplex = torch.eye(4)  # equidistant points: sigma is their common squared distance
+    assert uniformity_term(simplex).item() == pytest.approx(math.exp(-1), rel=1e-6)
+    z = torch.randn(6, 3, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(uniformity_term(z), uniformity_term(7.5 * z))  # scale-free
+    d2 = torch.pdist(z).pow(2)
+    sigma = d2.median()
+    assert uniformity_term(z).item() == pytest.approx(torch.exp(-d2 / sigma).mean().item())
+    u = z / z.norm(dim=1, keepdim=True)
+    fixed = torch.exp(-2.0 * torch.pdist(u).pow(2)).mean().item()
+    assert uniformity_term(z, "fixed", t=2.0).item() == pytest.approx(fixed, rel=1e-6)
+    flat = torch.ones(5, 3, requires_grad=True)  # no non-zero distance: 0, finite, no NaN
+    value = uniformity_term(flat)
+    value.backward()
+    assert value.item() == 0 and torch.isfinite(flat.grad).all()
+
+
+def test_feduv_with_zero_weights_trains_as_fedavg_and_reports_its_terms():
+    client = FedUVClient()
+    plain = trained()
+    zero = FedUVConfig(variance_weight=0.0, uniformity_weight=0.0)
+    assert same(plain, trained(lambda m, d: client.batch_loss(job(m, d, zero)), True))
+    assert client.sums["batches"] == 12 and client.sums["uv_unif"] > 0
+
+
+def test_feduv_end_to_end(tmp_path):
+    rows = run(tmp_path, "strategy.name=feduv")
+    assert all(math.isfinite(r["uv_var"]) and math.isfinite(r["uv_unif"]) for r in rows[1:])
+    assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"]
+
+
+# -- FedDisco ----------------------------------------------------------------------------------
+COUNTS = np.array([[30, 0, 0], [10, 10, 10], [5, 20, 0], [1, 1, 8]])
+UNIFORM = np.full(3, 1 / 3)
+
+
+def test_feddisco_kl_discrepancy():
+    d = discrepancy(COUNTS, UNIFORM)
+    assert d[0] == pytest.approx(math.log(3))  # one class: log C
+    assert d[1] == pytest.approx(0.0, abs=1e-12)  # balanced: 0
+    p = np.array([5, 20, 0]) / 25
+    assert d[2] == pytest.approx(float(np.sum(p[p > 0] * np.log(p[p > 0] * 3))))
+    l1 = discrepancy(COUNTS, UNIFORM, "l1")
+    assert l1[0] == pytest.approx(4 / 3)
+
+
+def test_feddisco_weights():
+    sizes = COUNTS.sum(1) / COUNTS.sum()
+    np.testing.assert_allclose(disco_weights(COUNTS, 0, 0, UNIFORM), sizes)
+    np.testing.assert_allclose(disco_weights(COUNTS, 0, 0.1, UNIFORM), (sizes + 0.1) / 1.4)
+    a, b = 0.5, 0.1
+    d = discrepancy(COUNTS, UNIFORM)
+    d = d / d.sum()
+    raw = np.maximum(sizes - a * d + b, 0)
+    w = disco_weights(COUNTS, a, b, UNIFORM)
+    np.testing.assert_allclose(w, raw / raw.sum())
+    assert w.sum() == pytest.approx(1) and (w >= 0).all()
+    perm = [2, 0, 3, 1]
+    np.testing.assert_allclose(disco_weights(COUNTS[perm], a, b, UNIFORM), w[perm])
+    # the same size, more skew: a smaller weight
+    skewed = np.array([[10, 10, 10], [20, 5, 5], [30, 0, 0]])
+    ws = disco_weights(skewed, a, b, UNIFORM)
+    assert ws[0] > ws[1] > ws[2]
+    # d_k > (n_k + b) / a: exactly 0; every ReLU 0: None
+    assert disco_weights(COUNTS, 5.0, 0.0, UNIFORM)[0] == 0
+    assert disco_weights(COUNTS[[0, 2, 3]], 100.0, 0.0, UNIFORM, metric="l1") is None
+
+
+def test_feddisco_end_to_end_and_its_reduction_to_fedavg(tmp_path):
+    rows = run(tmp_path / "disco", "strategy.name=feddisco", "data.alpha=0.1")
+    assert all(r["disco_weight_min"] < r["disco_weight_max"] for r in rows[1:])
+    reduced = run(tmp_path / "ab0", "strategy.name=feddisco", "strategy.a=0", "strategy.b=0")
+    fedavg = run(tmp_path / "fedavg", "strategy.name=fedavg")
+    assert accuracies(reduced) == accuracies(fedavg)
+
+
+# -- FedGKD / FedGKD+ --------------------------------------------------------------------------
+def test_fedgkd_kd_term_and_scales():
+    s = torch.tensor([[1.0, 0.0, -1.0], [0.5, 0.5, 2.0]])
+    t = torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]])
+    tau = 2.0
+    ps, pt = torch.softmax(s / tau, 1), torch.softmax(t / tau, 1)
+    hand = (pt * (pt.log() - ps.log())).sum(1).mean()
+    torch.testing.assert_close(kd_term(s, t, tau), hand)
+    assert kd_term(s, s, tau).item() == pytest.approx(0.0, abs=1e-7)
+    assert FedGKDConfig(gamma=0.01, temperature=3.0).kd_weight() == pytest.approx(0.005)
+    assert FedGKDConfig(0.01, 3.0, "code").kd_weight() == pytest.approx(0.09)
+
+
+def test_fedgkd_buffer_average_keeps_dtypes():
+    models = [{"w": np.full(2, v, np.float32), "n": np.array(v, np.int64)} for v in (1.0, 2.0, 6.0)]
+    avg = buffer_average(models)
+    np.testing.assert_allclose(avg["w"], [3.0, 3.0])
+    assert avg["w"].dtype == np.float32 and avg["n"].dtype == np.int64
+
+
+def test_fedgkd_teacher_is_the_average_of_the_last_m_global_models(tmp_path):
+    rows = run(
+        tmp_path, "strategy.name=fedgkd", "strategy.buffer_length=2", "strategy.gamma=1.0", rounds=4
+    )
+    dist = [r["teacher_distance"] for r in rows[1:]]
+    # rounds 1-2: the teacher is the model sent (empty buffer, then one model); then it differs
+    assert dist[0] == 0 and dist[1] == 0 and dist[2] > 0 and dist[3] > 0
+    assert "kd_loss" not in rows[1] and rows[2]["kd_loss"] > 0
+
+
+def test_fedgkd_without_kd_is_fedavg_and_fedgkd_plus_is_feddf(tmp_path):
+    off = ["strategy.gamma=0"]
+    assert accuracies(run(tmp_path / "g", "strategy.name=fedgkd", *off)) == accuracies(
+        run(tmp_path / "a", "strategy.name=fedavg")
+    )
+    distill = ["strategy.distill.epochs=1", "data.alpha=1.0"]
+    assert accuracies(run(tmp_path / "gp", "strategy.name=fedgkd_plus", *off, *distill)) == (
+        accuracies(run(tmp_path / "df", "strategy.name=feddf", *distill))
+    )
+
+
+def test_fedgkd_plus_sends_every_buffered_model_with_vote_weights(tmp_path):
+    rows = run(
+        tmp_path,
+        "strategy.name=fedgkd_plus",
+        "strategy.teacher=all",
+        "strategy.vote_weights=val_loss",
+        "strategy.val_fraction=0.2",
+        "strategy.distill.epochs=1",
+        "strategy.gamma=1.0",
+        rounds=3,
+    )
+    assert rows[3]["teacher_distance"] > 0 and rows[3]["kd_loss"] > 0
+
+
+# -- central training --------------------------------------------------------------------------
+def test_central_trains_on_the_union_of_the_clients_data(tmp_path):
+    rows = run(tmp_path, "strategy.name=central")
+    assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"] + 0.1
+    partition = json.loads((tmp_path / "partition.json").read_text())
+    assert rows[1]["central_examples"] == sum(partition["client_sizes"])
+    assert "clients_sampled" not in rows[1]
