@@ -537,6 +537,12 @@ REFUSED = {
         ("strategy.local_algorithm=fedgkd",),
         conf="cpfl.yaml",
     ),
+    "fedtgp-epochs-negative": Refused(
+        "strategy.tgp_epochs", ">= 0", ("strategy.tgp_epochs=-1",), conf="fedtgp.yaml"
+    ),
+    "fedtgp-distance": Refused(
+        "strategy.distance", "unknown", ("strategy.distance=cosine",), conf="fedtgp.yaml"
+    ),
     "central-epochs-0": Refused(
         "strategy.epochs_per_round", ">= 1", ("strategy.epochs_per_round=0",), conf="central.yaml"
     ),

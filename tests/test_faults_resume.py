@@ -129,8 +129,9 @@ def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *over
             "strategy.init=previous",
         ],
         ["strategy.name=central"],
+        ["strategy.name=fedtgp", "strategy.lam=1.0", "strategy.tgp_epochs=3"],
     ],
-    ids=["fedavg", "scaffold", "feddf", "fedgo", "fedgkd_plus", "central"],
+    ids=["fedavg", "scaffold", "feddf", "fedgo", "fedgkd_plus", "central", "fedtgp"],
 )
 def test_resume_ends_with_the_same_metrics(tmp_path, monkeypatch, overrides):
     run_inprocess(config(tmp_path / "straight", "rounds=4", *overrides))

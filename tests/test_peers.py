@@ -15,17 +15,20 @@ from torch import nn
 
 from clients.base import ClientJob
 from clients.fedgkd import FedGKDConfig, kd_term
+from clients.fedtgp import PROTOS_KEY, FedTGPClient, class_prototypes, prototype_term
 from clients.feduv import FedUVClient, FedUVConfig, iid_gamma, uniformity_term, variance_term
 from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.features import FeatureTap
 from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.messages import to_numpy, to_record
 from fedgo_flwr.models import MODEL_NAMES, build_model
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.training import train_local
 from strategies import load_experiment
 from strategies._gkd import buffer_average
 from strategies.feddisco import disco_weights, discrepancy
+from strategies.fedtgp import TrainableGlobalPrototypes, adaptive_margin, tgp_loss
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
@@ -280,3 +283,110 @@ def test_central_trains_on_the_union_of_the_clients_data(tmp_path):
     partition = json.loads((tmp_path / "partition.json").read_text())
     assert rows[1]["central_examples"] == sum(partition["client_sizes"])
     assert "clients_sampled" not in rows[1]
+
+
+# -- FedTGP ------------------------------------------------------------------------------------
+def test_fedtgp_adaptive_margin():
+    def upload(points, counts):
+        return np.array(points, dtype=np.float32).reshape(-1, 1), np.array(counts)
+
+    uploads = [upload([0, 1, 3, 0], [5, 1, 2, 0])]  # class 3 absent
+    delta, gaps = adaptive_margin(uploads, 4, threshold=100.0)
+    np.testing.assert_allclose(gaps, [1, 1, 2, 1])  # the absent class gets the smallest gap
+    assert delta == pytest.approx(2.0)
+    assert adaptive_margin(uploads, 4, threshold=0.5)[0] == 0.5
+    # class means are unweighted over the clients holding the class
+    two = [upload([0, 1, 0, 0], [1, 1, 0, 0]), upload([2, 9, 0, 0], [3, 0, 0, 0])]
+    _, gaps = adaptive_margin(two, 4, 100.0)
+    assert gaps[0] == pytest.approx(0.0)  # mean of class 0 is 1.0, class 1 is 1.0
+
+
+def test_fedtgp_loss_by_hand():
+    p = torch.tensor([[0.0, 0.0]])
+    generated = torch.tensor([[3.0, 4.0], [0.0, 1.0]])  # distances 5 and 1
+    y = torch.tensor([0])
+    margin = 0.5
+    hand = -math.log(math.exp(-5.5) / (math.exp(-5.5) + math.exp(-1.0)))
+    assert tgp_loss(p, y, generated, margin).item() == pytest.approx(hand, rel=1e-5)
+
+
+def test_fedtgp_training_moves_each_prototype_to_its_class():
+    rng = np.random.default_rng(0)
+    centres = np.eye(3, 4) * 5
+    protos = [(centres + rng.normal(0, 0.3, (3, 4))).astype(np.float32) for _ in range(4)]
+    torch.manual_seed(0)
+    tgp = TrainableGlobalPrototypes(3, 4, 8)
+    x = torch.as_tensor(np.concatenate(protos))
+    y = torch.arange(3).repeat(4)
+    frozen = tgp().detach().clone()
+    opt = torch.optim.SGD(tgp.parameters(), lr=0.05)
+    for _ in range(300):
+        loss = tgp_loss(x, y, tgp(), margin=1.0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    nearest = torch.cdist(torch.as_tensor(centres, dtype=torch.float32), tgp()).argmin(1)
+    assert nearest.tolist() == [0, 1, 2]
+    assert not torch.equal(frozen, tgp().detach())
+
+
+def test_fedtgp_client_term_and_upload():
+    z = torch.tensor([[1.0, 2.0], [0.0, 0.0], [3.0, 3.0]])
+    y = torch.tensor([1, 0, 1])
+    protos = torch.tensor([[0.0, 1.0], [1.0, 1.0]])
+    hand = ((0**2 + 1**2) + (0**2 + 1**2) + (2**2 + 2**2)) / 6
+    assert prototype_term(z, y, protos).item() == pytest.approx(hand)
+    l2 = (1 + 1 + math.sqrt(8)) / 3
+    assert prototype_term(z, y, protos, "l2").item() == pytest.approx(l2, rel=1e-5)
+    torch.manual_seed(0)
+    model = build_model("cnn_bn", (1, 8, 8), 10)
+    data = toy_images(20)
+    means, counts = class_prototypes(model, data, 7, CPU)
+    np.testing.assert_array_equal(counts, np.bincount(data.y, minlength=10))
+    model.eval()
+    with torch.no_grad(), FeatureTap(model) as tap:
+        feats = tap.read(model(torch.as_tensor(data.x)))
+    c = int(data.y[0])
+    np.testing.assert_allclose(means[c], feats[data.y == c].mean(0).numpy(), rtol=1e-5, atol=1e-6)
+    absent = [k for k in range(10) if counts[k] == 0]
+    assert all((means[k] == 0).all() for k in absent)
+
+
+def test_fedtgp_without_its_term_is_fedavg(tmp_path):
+    tgp = run(tmp_path / "tgp", "strategy.name=fedtgp", "strategy.lam=0", "strategy.tgp_epochs=2")
+    fedavg = run(tmp_path / "fedavg", "strategy.name=fedavg")
+    assert accuracies(tgp) == accuracies(fedavg)
+
+
+def test_fedtgp_end_to_end(tmp_path):
+    rows = run(
+        tmp_path, "strategy.name=fedtgp", "strategy.lam=1.0", "strategy.tgp_epochs=5", rounds=3
+    )
+    assert all(math.isfinite(r["tgp_loss"]) and r["tgp_margin"] > 0 for r in rows[1:])
+    assert all(0 <= r["proto_test_accuracy"] <= 1 for r in rows[1:])
+    assert "proto_loss" not in rows[1] and rows[2]["proto_loss"] > 0  # prototypes from round 2
+
+
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (lambda a: {**a, "protos": a["protos"] * np.nan}, "not finite"),
+        (lambda a: {**a, "protos": a["protos"][:, :3]}, "expected float32"),
+        (lambda a: {**a, "counts": a["counts"] + 1}, "differ from the server's class counts"),
+        (lambda a: {"protos": a["protos"]}, "not counts and protos"),
+    ],
+    ids=["nan", "shape", "counts", "keys"],
+)
+def test_fedtgp_drops_a_bad_upload(tmp_path, monkeypatch, edit, reason, caplog):
+    original = FedTGPClient.train
+
+    def bad(self, job):
+        stats, extra = original(self, job)
+        if job.partition_id == 1:
+            extra[PROTOS_KEY] = to_record(edit(to_numpy(extra[PROTOS_KEY])))
+        return stats, extra
+
+    monkeypatch.setattr(FedTGPClient, "train", bad)
+    rows = run(tmp_path, "strategy.name=fedtgp", "strategy.tgp_epochs=1", "fraction=1.0", rounds=1)
+    assert rows[1]["clients_failed"] == 1 and rows[1]["clients_replied"] == 3
+    assert reason in caplog.text
