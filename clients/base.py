@@ -23,7 +23,7 @@ from torch import nn
 
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.training import BatchLoss, TrainStats, train_local
+from fedgo_flwr.training import Batch, BatchLoss, TrainStats, train_local
 
 __all__ = ["ClientAlgorithm", "ClientJob", "EmptyConfig"]
 
@@ -79,6 +79,10 @@ class ClientAlgorithm:
         the output layer (:class:`fedgo_flwr.training.Batch`)."""
         return None
 
+    def after_step(self, job: ClientJob) -> Callable[[Batch], None] | None:
+        """Work after each local optimizer step (``None``: none), e.g. DaFKD's generator step."""
+        return None
+
     def grad_correction(self, job: ClientJob) -> Callable[[nn.Module], None] | None:
         """An in-place edit of the gradients after ``backward`` (``None``: none)."""
         return None
@@ -97,5 +101,6 @@ class ClientAlgorithm:
             grad_correction=self.grad_correction(job),
             batch_loss=self.batch_loss(job),
             features=self.uses_features,
+            after_step=self.after_step(job),
         )
         return stats, {}

@@ -56,6 +56,7 @@ class Batch:
     y: torch.Tensor  # the labels
     logits: torch.Tensor  # model(x), in the autograd graph
     features: torch.Tensor | None = None  # the classifier's input (``features=True``), in the graph
+    epoch: int = 0  # the local epoch it belongs to (0-based)
 
 
 BatchLoss = Callable[[Batch], torch.Tensor]
@@ -86,6 +87,7 @@ def train_local(
     batch_loss: BatchLoss | None = None,
     features: bool = False,
     optimizer: torch.optim.Optimizer | None = None,
+    after_step: Callable[[Batch], None] | None = None,
 ) -> TrainStats:
     """``cfg.local_epochs`` epochs of minibatch training with cross-entropy (FedAvg Alg. 1).
 
@@ -93,7 +95,8 @@ def train_local(
     that are given); with ``features=True`` the batch carries the input of the model's output
     layer (:class:`fedgo_flwr.features.FeatureTap`). ``TrainStats.loss`` is the mean CE alone.
     A new optimizer (``cfg``'s) is made for the call unless one over ``model``'s parameters is
-    given (central training keeps its Adam moments across rounds).
+    given (central training keeps its Adam moments across rounds). ``after_step(batch)`` runs
+    after each optimizer step (DaFKD's discriminator-head and generator steps).
     """
     start = time.perf_counter()
     model.to(device).train()
@@ -102,7 +105,7 @@ def train_local(
     total, count, steps = 0.0, 0, 0
     drop_last = ends_in_batch_of_one(len(data), cfg.batch_size)
     with FeatureTap(model) if features else contextlib.nullcontext() as tap:
-        for _ in range(cfg.local_epochs):
+        for epoch in range(cfg.local_epochs):
             for x, y in batches(
                 data,
                 cfg.batch_size,
@@ -116,13 +119,18 @@ def train_local(
                 logits = model(x)
                 loss = F.cross_entropy(logits, y)
                 objective = loss + regularizer(model) if regularizer is not None else loss
-                if batch_loss is not None:
+                batch = None
+                if batch_loss is not None or after_step is not None:
                     feats = tap.read(logits) if tap is not None else None
-                    objective = objective + batch_loss(Batch(x, y, logits, feats))
+                    batch = Batch(x, y, logits, feats, epoch)
+                if batch_loss is not None:
+                    objective = objective + batch_loss(batch)
                 objective.backward()
                 if grad_correction is not None:
                     grad_correction(model)
                 optimizer.step()
+                if after_step is not None:
+                    after_step(batch)
                 total += loss.item() * len(y)
                 count += len(y)
                 steps += 1

@@ -288,13 +288,13 @@ class FedDF(Strategy):
         t0 = time.perf_counter()
         self.scratch.load_state_dict(self.to_state(reply.arrays))
         bank = self.bank
-        logits = predict_views(self.scratch, bank.data, bank.views, bank.batch_size, res.device)
+        logits = self.teacher_logits(reply, "distill", bank.data, bank.views, bank.batch_size)
         self.teacher_time += time.perf_counter() - t0
         test_logits = None
         if self.ensemble_eval:
             t0 = time.perf_counter()
-            test_logits = predict_views(
-                self.scratch, res.bundle.test, 1, self.params.teacher_batch_size, res.device
+            test_logits = self.teacher_logits(
+                reply, "test", res.bundle.test, 1, self.params.teacher_batch_size
             )
             self.eval_time += time.perf_counter() - t0
         for where, z in (("distillation set", logits), ("test split", test_logits)):
@@ -307,6 +307,14 @@ class FedDF(Strategy):
         bank.add_logits(logits, key=reply.partition_id)
         if test_logits is not None:
             self.test_logits[reply.partition_id] = test_logits
+
+    def teacher_logits(
+        self, reply: Reply, split: str, data: ArrayDataset, views: int, batch_size: int
+    ) -> Tensor:
+        """``(V, N, C)`` logits of ``reply``'s model (loaded in ``self.scratch``) on ``data``
+        (``split``: ``distill`` or ``test``); DaFKD also reads its discriminator on the pass."""
+        assert self.resources is not None
+        return predict_views(self.scratch, data, views, batch_size, self.resources.device)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
         res = self.resources

@@ -47,7 +47,6 @@ import time
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
-import numpy as np
 import torch
 from flwr.serverapp import Grid
 from flwr.supercore import log
@@ -58,7 +57,7 @@ from fedgo_flwr.distill import num_views
 from fedgo_flwr.gan import (
     count_bytes,
     discriminator_logits,
-    sample,
+    generated_set,
 )
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.rng import make_rng
@@ -199,23 +198,12 @@ class FedGO(DiscriminatorStage, FedDF):
 
     def _use_generated_data(self, generator: torch.nn.Module) -> None:
         """Scenario D2: G's samples, drawn once, replace the server data for distillation."""
-        rng = make_rng(self.cfg.seed, "d2-samples")
-        x = sample(
+        self.distill_set = generated_set(
             generator,
             self.params.generated_size,
             self.params.generator.latent_dim,
-            rng=rng,
-        )
-        template = self.distill_set
-        if template.x.dtype == np.uint8:
-            x_np = ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
-        else:
-            x_np = x.numpy().astype(np.float32)
-        self.distill_set = ArrayDataset(
-            x=x_np,
-            y=np.zeros(len(x_np), dtype=np.int64),
-            num_classes=template.num_classes,
-            flip=template.flip,
+            make_rng(self.cfg.seed, "d2-samples"),
+            like=self.distill_set,
         )
         self.distill_labels = None
         self.views = num_views(self.distill_set, self.params.distill.augment)

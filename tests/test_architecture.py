@@ -108,6 +108,7 @@ def test_every_algorithm_module_is_found_by_name():
         "coboosting",
         "coboosting_fedgo",
         "cpfl",
+        "dafkd",
         "dense",
         "fadi",
         "fedavg",
@@ -124,6 +125,7 @@ def test_every_algorithm_module_is_found_by_name():
     ]
     assert clients.available() == [
         "cpfl",
+        "dafkd",
         "fedavg",
         "fedgkd",
         "fedgo",

@@ -543,6 +543,24 @@ REFUSED = {
     "fedtgp-distance": Refused(
         "strategy.distance", "unknown", ("strategy.distance=cosine",), conf="fedtgp.yaml"
     ),
+    "dafkd-distill-data": Refused(
+        "strategy.distill_data", "unknown", ("strategy.distill_data=public",), conf="dafkd.yaml"
+    ),
+    "dafkd-gp-norm": Refused(
+        "strategy.gp_norm", "unknown", ("strategy.gp_norm=pixel",), conf="dafkd.yaml"
+    ),
+    "dafkd-generator": Refused(
+        "strategy.generator.name", "unknown", ("strategy.generator.name=gan",), conf="dafkd.yaml"
+    ),
+    "dafkd-validation-on-generated": Refused(
+        "strategy.val_fraction", "generated", ("strategy.val_fraction=0.1",), conf="dafkd.yaml"
+    ),
+    "dafkd-server-data-missing": Refused(
+        "data.server_fraction",
+        "must be > 0",
+        ("strategy.distill_data=server", "data.server_fraction=0"),
+        conf="dafkd.yaml",
+    ),
     "central-epochs-0": Refused(
         "strategy.epochs_per_round", ">= 1", ("strategy.epochs_per_round=0",), conf="central.yaml"
     ),

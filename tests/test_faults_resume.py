@@ -130,8 +130,15 @@ def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *over
         ],
         ["strategy.name=central"],
         ["strategy.name=fedtgp", "strategy.lam=1.0", "strategy.tgp_epochs=3"],
+        [
+            "strategy.name=dafkd",
+            "strategy.generator.latent_dim=8",
+            "strategy.generator.width=8",
+            "strategy.distill_size=64",
+            "strategy.distill.epochs=1",
+        ],
     ],
-    ids=["fedavg", "scaffold", "feddf", "fedgo", "fedgkd_plus", "central", "fedtgp"],
+    ids=["fedavg", "scaffold", "feddf", "fedgo", "fedgkd_plus", "central", "fedtgp", "dafkd"],
 )
 def test_resume_ends_with_the_same_metrics(tmp_path, monkeypatch, overrides):
     run_inprocess(config(tmp_path / "straight", "rounds=4", *overrides))

@@ -10,10 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from flwr.app import RecordDict
+from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from clients.base import ClientJob
+from clients.dafkd import (
+    DISC_HEAD_KEY,
+    GENERATOR_KEY,
+    DaFKDClient,
+    DaFKDClientConfig,
+    DaFKDGenerator,
+    gradient_penalty,
+)
 from clients.fedgkd import FedGKDConfig, kd_term
 from clients.fedtgp import PROTOS_KEY, FedTGPClient, class_prototypes, prototype_term
 from clients.feduv import FedUVClient, FedUVConfig, iid_gamma, uniformity_term, variance_term
@@ -23,10 +31,11 @@ from fedgo_flwr.features import FeatureTap
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.messages import to_numpy, to_record
 from fedgo_flwr.models import MODEL_NAMES, build_model
-from fedgo_flwr.rng import make_rng
+from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.training import train_local
 from strategies import load_experiment
 from strategies._gkd import buffer_average
+from strategies.dafkd import DaFKD, logits_and_discriminator
 from strategies.feddisco import disco_weights, discrepancy
 from strategies.fedtgp import TrainableGlobalPrototypes, adaptive_margin, tgp_loss
 
@@ -388,5 +397,136 @@ def test_fedtgp_drops_a_bad_upload(tmp_path, monkeypatch, edit, reason, caplog):
 
     monkeypatch.setattr(FedTGPClient, "train", bad)
     rows = run(tmp_path, "strategy.name=fedtgp", "strategy.tgp_epochs=1", "fraction=1.0", rounds=1)
+    assert rows[1]["clients_failed"] == 1 and rows[1]["clients_replied"] == 3
+    assert reason in caplog.text
+
+
+# -- DaFKD -------------------------------------------------------------------------------------
+DAFKD = [
+    "strategy.generator.latent_dim=8",
+    "strategy.generator.width=8",
+    "strategy.distill_size=64",
+]
+
+
+def test_dafkd_gradient_penalty_by_hand():
+    w = torch.tensor([[[[3.0, 0.0], [0.0, 0.0]], [[4.0, 0.0], [0.0, 1.0]]]])  # (1, 2, 2, 2)
+
+    def disc(x):  # linear: the gradient is w for every sample and interpolate
+        return (x * w).flatten(1).sum(1)
+
+    real, fake = torch.randn(3, 2, 2, 2), torch.randn(3, 2, 2, 2)
+    rng = torch.Generator().manual_seed(0)
+    sample = (math.sqrt(9 + 16 + 1) - 1) ** 2
+    assert gradient_penalty(disc, real, fake, rng).item() == pytest.approx(sample, rel=1e-5)
+    per_pixel = torch.tensor([5.0, 0.0, 0.0, 1.0])  # norms over the 2 channels at each pixel
+    channel = ((per_pixel - 1) ** 2).mean().item()
+    assert gradient_penalty(disc, real, fake, rng, "channel").item() == pytest.approx(channel)
+
+
+def test_dafkd_server_reads_the_clients_discriminator():
+    torch.manual_seed(0)
+    model = build_model("cnn_bn", (1, 8, 8), 10)
+    head = nn.Linear(128, 1)
+    data = toy_images(10)
+    heads = {k: v.detach().numpy() for k, v in head.state_dict().items()}
+    logits, disc = logits_and_discriminator(model, heads, data, 1, 4, CPU)
+    model.eval()
+    with torch.no_grad(), FeatureTap(model) as tap:
+        x = torch.as_tensor(data.x)
+        out = model(x)
+        expected = head(tap.read(out)).squeeze(1)
+    torch.testing.assert_close(logits[0], out)
+    torch.testing.assert_close(disc[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def dafkd_job(params: DaFKDClientConfig, server_round: int, state: RecordDict | None = None):
+    cfg = load_experiment(ROOT / "conf/dafkd.yaml", [])
+    torch.manual_seed(0)
+    model = build_model("cnn", (1, 8, 8), 10)
+    gen = params.generator.build((1, 8, 8), derive_seed(cfg.seed, "gen-init"))
+    return ClientJob(
+        cfg=cfg,
+        params=params,
+        partition_id=2,
+        server_round=server_round,
+        data=toy_images(32),
+        device=CPU,
+        rng=make_rng(0),
+        content=RecordDict({GENERATOR_KEY: ArrayRecord(gen.state_dict())}),
+        state=state if state is not None else RecordDict(),
+        model=model,
+    )
+
+
+def test_dafkd_client_gates_its_gan_and_keeps_its_head():
+    gen = DaFKDGenerator(latent_dim=8, width=8)
+    params = DaFKDClientConfig(generator=gen, disc_rounds=1, generator_rounds=1)
+    state = RecordDict()
+    first = dafkd_job(params, 1, state)
+    stats, extra = DaFKDClient().train(first)
+    assert stats.metrics["gan_d_loss"] > 0 and stats.metrics["gan_g_loss"] > 0
+    head1 = to_numpy(extra[DISC_HEAD_KEY])
+    gen_sent = to_numpy(first.content[GENERATOR_KEY])
+    assert any(
+        not np.array_equal(v, gen_sent[k]) for k, v in to_numpy(extra[GENERATOR_KEY]).items()
+    )
+    # second participation: past both limits, so head and generator come back unchanged
+    stats, extra = DaFKDClient().train(dafkd_job(params, 5, state))
+    assert "gan_d_loss" not in stats.metrics and "gan_g_loss" not in stats.metrics
+    for k, v in to_numpy(extra[DISC_HEAD_KEY]).items():
+        np.testing.assert_array_equal(v, head1[k])
+    np.testing.assert_array_equal(to_numpy(state["dafkd_head"])["participations"], 2)
+    for k, v in to_numpy(extra[GENERATOR_KEY]).items():
+        np.testing.assert_array_equal(v, gen_sent[k])
+
+
+def test_dafkd_end_to_end(tmp_path):
+    rows = run(tmp_path, "strategy.name=dafkd", *DAFKD, rounds=3)
+    assert "distill_steps" not in rows[1] and rows[2]["distill_steps"] > 0  # from round 2
+    assert all(r["gan_d_loss"] > 0 and r["gan_g_loss"] > 0 for r in rows[1:])
+    assert all(r["disc_prob_spread"] > 0 for r in rows[1:])  # not uniform weights
+    assert all(math.isfinite(r["test_accuracy"]) for r in rows)
+
+
+def test_dafkd_distillation_set_follows_the_generator(tmp_path, monkeypatch):
+    seen = []
+    original = DaFKD.begin_round
+
+    def record(self, server_round):
+        original(self, server_round)
+        seen.append((server_round, self.distill_set.x.copy(), dict(self.generator)))
+
+    monkeypatch.setattr(DaFKD, "begin_round", record)
+    run(tmp_path / "a", "strategy.name=dafkd", *DAFKD, rounds=2)
+    first = list(seen)
+    seen.clear()
+    run(tmp_path / "b", "strategy.name=dafkd", *DAFKD, rounds=2)
+    for (_, x, _), (_, y, _) in zip(first, seen, strict=True):
+        np.testing.assert_array_equal(x, y)  # reproducible per seed and round
+    assert not np.array_equal(first[0][1], first[1][1])  # a new set every round
+    g0, g1 = first[0][2], first[1][2]
+    assert any(not np.array_equal(g0[k], g1[k]) for k in g0)  # from the averaged generator
+
+
+@pytest.mark.parametrize(
+    "key, edit, reason",
+    [
+        (DISC_HEAD_KEY, lambda a: {**a, "weight": a["weight"][:, :3]}, "disc_head"),
+        (GENERATOR_KEY, lambda a: dict(list(a.items())[1:]), "generator"),
+    ],
+    ids=["head-shape", "generator-keys"],
+)
+def test_dafkd_drops_a_bad_upload(tmp_path, monkeypatch, key, edit, reason, caplog):
+    original = DaFKDClient.train
+
+    def bad(self, job):
+        stats, extra = original(self, job)
+        if job.partition_id == 1:
+            extra[key] = to_record(edit(to_numpy(extra[key])))
+        return stats, extra
+
+    monkeypatch.setattr(DaFKDClient, "train", bad)
+    rows = run(tmp_path, "strategy.name=dafkd", *DAFKD, "fraction=1.0", rounds=1)
     assert rows[1]["clients_failed"] == 1 and rows[1]["clients_replied"] == 3
     assert reason in caplog.text

@@ -606,6 +606,28 @@ def sample(
     return torch.empty(0, *shape) if shape is not None else torch.empty(0)
 
 
+def generated_set(
+    generator: nn.Module,
+    n: int,
+    latent_dim: int | None,
+    rng: torch.Generator,
+    *,
+    like: ArrayDataset,
+    device: torch.device | str = "cpu",
+) -> ArrayDataset:
+    """``n`` samples of ``generator`` (:func:`sample`) as an unlabeled data set stored like
+    ``like`` (``uint8`` images when it holds ``uint8``, else ``float32``), with its number of
+    classes and flip setting: a distillation set of generated data (FedGO D2, DaFKD)."""
+    x = sample(generator, n, latent_dim, rng=rng, device=device)
+    if like.x.dtype == np.uint8:
+        x_np = ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
+    else:
+        x_np = x.numpy().astype(np.float32)
+    return ArrayDataset(
+        x=x_np, y=np.zeros(len(x_np), dtype=np.int64), num_classes=like.num_classes, flip=like.flip
+    )
+
+
 def discriminator_logits(
     discs: Mapping[int, nn.Module],
     data: ArrayDataset,
