@@ -54,9 +54,9 @@ class DiscriminatorStage(FedGANStage):
         check_generator(cfg, c)
 
     def generator_data(self) -> ArrayDataset:
-        """What a G1 generator is trained on: the server's unlabeled share."""
-        res = self.resources
-        return res.bundle.train.subset(res.partition.server)
+        """What a G1 generator is trained on: the server's unlabeled data (its share, or the
+        images of ``data.public_path``, :meth:`~strategies.base.Strategy.server_unlabeled`)."""
+        return self.server_unlabeled()
 
     def needs_generator(self) -> bool:
         """Whether the run uses G: as the discriminators' reference (or part of it)."""

@@ -78,7 +78,8 @@ from clients import client_class
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import AggregationConfig, check_arrays, clip_update, new_average
 from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.data import DataBundle
+from fedgo_flwr.data import ArrayDataset, DataBundle
+from fedgo_flwr.data.imagefolder import load_unlabeled
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.partition import Partition
 from fedgo_flwr.schema import Checker
@@ -281,6 +282,36 @@ class Strategy(FlowerStrategy):
             return self.global_arrays
         arch = self.client_arch(pid)
         return self.global_arrays if arch == self.cfg.model.name else self._arch_arrays[arch]
+
+    def server_unlabeled(self) -> ArrayDataset:
+        """The server's unlabeled images, loaded once: every image under ``data.public_path``
+        (a strategy with :attr:`uses_public_data`; resized to the clients' image size, labels
+        unknown) if it is set, else the server's share of the training set (labels known, in
+        simulation only)."""
+        cached = getattr(self, "_server_unlabeled", None)
+        if cached is not None:
+            return cached
+        if self.resources is None:
+            raise ValueError(f"{self.name} needs the server's data (ServerResources)")
+        train = self.resources.bundle.train
+        path = self.cfg.data.public_path
+        if path is None:
+            data = train.subset(self.resources.partition.server)
+        else:
+            images = load_unlabeled(path, tuple(train.input_shape[1:]))
+            if tuple(images.input_shape) != tuple(train.input_shape):
+                raise ValueError(
+                    f"data.public_path: images of shape {tuple(images.input_shape)} after "
+                    f"resizing, but the clients' are {tuple(train.input_shape)} (channels differ)"
+                )
+            data = ArrayDataset(
+                x=images.x,
+                y=np.zeros(len(images), dtype=np.int64),
+                num_classes=train.num_classes,
+                flip=train.flip,
+            )
+        self._server_unlabeled = data
+        return data
 
     def setup(self, grid: Grid) -> None:
         """Work before round 1 (e.g. FedGO's discriminator round); nothing by default."""

@@ -91,7 +91,7 @@ from fedgo_flwr.cohorts import (
     teacher_weights,
 )
 from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.data import ArrayDataset, load_unlabeled, stratified_subset
+from fedgo_flwr.data import ArrayDataset, stratified_subset
 from fedgo_flwr.gan import discriminator_logits
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
@@ -740,11 +740,7 @@ class CPFL(DiscriminatorStage, Strategy):
 
     def public_set(self) -> ArrayDataset:
         """The unlabeled public data: ``data.public_path`` if set, else the server's share."""
-        bundle = self.resources.bundle
-        if self.cfg.data.public_path is not None:
-            shape = bundle.train.input_shape
-            return load_unlabeled(self.cfg.data.public_path, tuple(shape[1:]))
-        return bundle.train.subset(self.resources.partition.server)
+        return self.server_unlabeled()
 
     def stage_two(self, server_round: int) -> dict[str, np.ndarray]:
         """Distil the cohorts' teachers into a fresh student (Alg. 1 lines 9-15)."""

@@ -21,7 +21,13 @@ the ``pl_acc_*`` diagnostics show the weightings as defined, uncapped. The initi
 average follows ``strategy.aggregation`` (:class:`strategies.base.BaseConfig`); the teachers
 are the client models as received (clipping and the median act on the average only).
 
-The distillation set is the server's unlabeled share of the training data (FedGO scenario D1).
+The distillation set is the server's unlabeled share of the training data (FedGO scenario D1),
+or the images of another data set with ``data.public_path`` (any image folder, resized to the
+clients' image size: FedDF Sec. 4, Fig. 5-6, distils CIFAR-10 models on CIFAR-100 or STL-10;
+FedGO App. F.3 on CIFAR-100); ``distill_size`` draws that many of them once per run (null: all).
+With a public set ``data.server_fraction`` may be 0, and then no training data is withheld from
+the clients; F.3 keeps half of CIFAR-10 unused to give the clients the same data as the other
+rows. The public images have no labels: no ``pl_acc_*`` diagnostics and no validation split.
 The ``feddf`` distillation protocol holds out ``val_fraction`` of it, with labels, for early
 stopping, as FedDF's reference code does; the ``fedgo`` protocol uses all of it, unlabeled.
 
@@ -53,7 +59,7 @@ from torch import Tensor, nn
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import DistillConfig, TeacherBank, distill, num_views, predict_views
-from fedgo_flwr.rng import make_rng
+from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.training import evaluate
 from fedgo_flwr.weighting import (
@@ -93,6 +99,7 @@ class FedDFConfig(BaseConfig):
     weight_cap: float | None = None
     init: str = "average"
     val_fraction: float = 0.0
+    distill_size: int | None = None
     ensemble_eval_every: int = 1
     diagnostics: bool = True
     teacher_batch_size: int = 128
@@ -125,6 +132,8 @@ class FedDFConfig(BaseConfig):
                 self.val_fraction > 0,
                 "must be > 0 for the feddf protocol (early stopping)",
             )
+        if self.distill_size is not None:
+            c.require("distill_size", self.distill_size >= 1, "must be >= 1 (or null: all)")
         c.require("ensemble_eval_every", self.ensemble_eval_every >= 0, "must be >= 0 (0: never)")
         c.require("teacher_batch_size", self.teacher_batch_size >= 1, "must be >= 1")
 
@@ -162,13 +171,30 @@ class FedDF(Strategy):
         D1): then ``data.server_fraction`` must be > 0. FedGO's D2 distils on generated data."""
         return True
 
+    uses_public_data = True
+
     @classmethod
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
-        if cls.distils_on_server_data(cfg.strategy.params):
-            c.at("data.", cfg.data).require(
+        params, data = cfg.strategy.params, cfg.data
+        on_server = cls.distils_on_server_data(params)
+        if data.public_path is not None:
+            c.at("data.", data).require(
+                "public_path",
+                on_server,
+                f"{cls.name} distils on generated data here; set its distill_data to server "
+                "to distil on the public images",
+            )
+            c.at("strategy.", params).require(
+                "val_fraction",
+                params.val_fraction == 0,
+                "must be 0 with data.public_path: the public images have no labels",
+            )
+        elif on_server:
+            c.at("data.", data).require(
                 "server_fraction",
-                cfg.data.server_fraction > 0,
-                f"must be > 0 for {cls.name}: it distils on the server's share of the data",
+                data.server_fraction > 0,
+                f"must be > 0 for {cls.name}: it distils on the server's share of the data "
+                "(or set data.public_path)",
             )
 
     def __init__(self, *args, **kwargs) -> None:
@@ -176,9 +202,17 @@ class FedDF(Strategy):
         res = self.resources
         if res is None:
             raise ValueError(f"{self.name} needs the server's data (ServerResources)")
-        server_set = res.bundle.train.subset(res.partition.server)
-        if len(server_set) == 0 and self.distils_on_server_data(self.params):
+        on_server = self.distils_on_server_data(self.params)
+        if on_server:
+            server_set = self.server_unlabeled()
+        else:  # distils on generated data: the server share only sizes the (empty) template
+            server_set = res.bundle.train.subset(res.partition.server)
+        if len(server_set) == 0 and on_server:
             raise ValueError(f"{self.name} needs server data: data.server_fraction is 0")
+        size = self.params.distill_size
+        if on_server and size is not None and size < len(server_set):
+            keep = np.random.default_rng(derive_seed(self.cfg.seed, "distill-size"))
+            server_set = server_set.subset(np.sort(keep.choice(len(server_set), size, False)))
         rng = np.random.default_rng(self.cfg.seed)
         order = rng.permutation(len(server_set))
         n_val = int(round(self.params.val_fraction * len(server_set)))
@@ -186,7 +220,8 @@ class FedDF(Strategy):
         self.distill_set: ArrayDataset = server_set.subset(np.sort(order[n_val:]))
         self.views = num_views(self.distill_set, self.params.distill.augment)
         # Known in simulation only; used for diagnostics and the oracle, never for training.
-        self.distill_labels: Tensor | None = torch.as_tensor(self.distill_set.y)
+        public = self.cfg.data.public_path is not None and on_server
+        self.distill_labels: Tensor | None = None if public else torch.as_tensor(self.distill_set.y)
         self.class_counts = torch.as_tensor(
             res.partition.histogram(res.bundle.train.y, res.bundle.train.num_classes),
             dtype=torch.float64,

@@ -125,8 +125,8 @@ class FedGO(DiscriminatorStage, FedDF):
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
         super().preflight(cfg, c)
         params = cfg.strategy.params
-        if cfg.data.server_fraction > 0:
-            return
+        if cfg.data.server_fraction > 0 or cfg.data.public_path is not None:
+            return  # the server has unlabeled images (its share, or the public ones)
         dp = params.discriminator
         c.at("strategy.discriminator.", dp).require(
             "reference",

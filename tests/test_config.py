@@ -561,6 +561,21 @@ REFUSED = {
         ("strategy.distill_data=server", "data.server_fraction=0"),
         conf="dafkd.yaml",
     ),
+    "feddf-distill-size-0": Refused(
+        "strategy.distill_size", ">= 1", ("strategy.distill_size=0",), conf="feddf.yaml"
+    ),
+    "feddf-public-with-validation": Refused(
+        "strategy.val_fraction",
+        "no labels",
+        ("data.public_path={tmp}", "strategy.val_fraction=0.1"),
+        conf="feddf.yaml",
+    ),
+    "fedgo-d2-public": Refused(
+        "data.public_path",
+        "generated data",
+        ("data.public_path={tmp}", "strategy.distill_data=generated"),
+        conf="fedgo.yaml",
+    ),
     "central-epochs-0": Refused(
         "strategy.epochs_per_round", ">= 1", ("strategy.epochs_per_round=0",), conf="central.yaml"
     ),

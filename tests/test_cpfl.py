@@ -408,8 +408,8 @@ def test_profile_problems_are_refused_before_the_run(tmp_path):
 
 
 def test_a_public_folder_is_refused_by_other_strategies(tmp_path):
-    with pytest.raises(ConfigError, match="data.public_path.*only cpfl"):
-        preflight(load_experiment(ROOT / "conf/feddf.yaml", [f"data.public_path={tmp_path}"]))
+    with pytest.raises(ConfigError, match="data.public_path.*only cpfl, dafkd, feddf"):
+        preflight(load_experiment(ROOT / "conf/fedavg.yaml", [f"data.public_path={tmp_path}"]))
     with pytest.raises(ConfigError, match="data.public_path.*no such folder"):
         preflight(config(tmp_path, f"data.public_path={tmp_path / 'nothing'}"))
 

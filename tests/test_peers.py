@@ -36,6 +36,7 @@ from fedgo_flwr.training import train_local
 from strategies import load_experiment
 from strategies._gkd import buffer_average
 from strategies.dafkd import DaFKD, logits_and_discriminator
+from strategies.feddf import FedDF
 from strategies.feddisco import disco_weights, discrepancy
 from strategies.fedtgp import TrainableGlobalPrototypes, adaptive_margin, tgp_loss
 
@@ -530,3 +531,57 @@ def test_dafkd_drops_a_bad_upload(tmp_path, monkeypatch, key, edit, reason, capl
     rows = run(tmp_path, "strategy.name=dafkd", *DAFKD, "fraction=1.0", rounds=1)
     assert rows[1]["clients_failed"] == 1 and rows[1]["clients_replied"] == 3
     assert reason in caplog.text
+
+
+# -- FedDF's other distillation sets -----------------------------------------------------------
+def image_folders(tmp_path: Path) -> tuple[Path, Path]:
+    """A 3-class 8x8 RGB image-folder data set and a public folder of 30 16x16 images."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    public = tmp_path / "public" / "nested"
+    public.mkdir(parents=True)
+    for i in range(30):
+        Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(public / f"{i}.png")
+    data = tmp_path / "data"
+    for split, n in (("train", 16), ("test", 4)):
+        for c in range(3):
+            d = data / split / f"c{c}"
+            d.mkdir(parents=True)
+            for i in range(n):
+                pixels = rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(d / f"{i}.png")
+    return data, tmp_path / "public"
+
+
+def test_feddf_distils_on_a_public_folder_of_another_size(tmp_path, monkeypatch):
+    data, public = image_folders(tmp_path)
+    sizes = []
+    original = FedDF.begin_round
+
+    def record(self, server_round):
+        original(self, server_round)
+        sizes.append((len(self.distill_set), tuple(self.distill_set.input_shape)))
+
+    monkeypatch.setattr(FedDF, "begin_round", record)
+    rows = run(
+        tmp_path / "run",
+        "strategy.name=feddf",
+        "data.dataset=imagefolder",
+        f"data.path={data}",
+        "data.server_fraction=0",
+        f"data.public_path={public}",
+        "strategy.distill_size=20",
+        "strategy.distill.epochs=1",
+        "model.name=cnn",
+    )
+    assert sizes == [(20, (3, 8, 8))] * 2
+    partition = json.loads((tmp_path / "run" / "partition.json").read_text())
+    assert sum(partition["client_sizes"]) == 48  # nothing withheld for the server
+    assert not any(k.startswith("pl_acc") for k in rows[1])  # no labels: no diagnostics
+
+
+def test_a_public_folder_must_match_the_clients_channels(tmp_path):
+    _, public = image_folders(tmp_path)
+    with pytest.raises(ValueError, match="data.public_path.*channels differ"):
+        run(tmp_path / "run", "strategy.name=feddf", f"data.public_path={public}")
