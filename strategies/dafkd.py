@@ -115,6 +115,7 @@ class DaFKD(FedDF):
     client_algorithm = "dafkd"
     Config = DaFKDConfig
     uses_discriminators = True
+    supports_heterogeneous_models = False  # one feature size for the clients' heads
     reply_metrics = ("gan_d_loss", "gan_g_loss")
 
     @classmethod

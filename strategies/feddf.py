@@ -31,6 +31,16 @@ rows. The public images have no labels: no ``pl_acc_*`` diagnostics and no valid
 The ``feddf`` distillation protocol holds out ``val_fraction`` of it, with labels, for early
 stopping, as FedDF's reference code does; the ``fedgo`` protocol uses all of it, unlabeled.
 
+**Clients of several architectures** (``model.client_models``; FedDF Sec. 3, Alg. 3, Fig. 4):
+the server keeps one prototype per architecture; clients start from their architecture's
+prototype, each prototype starts from the n_k-weighted average of its own clients of the round
+(its previous weights when none of them replied) and is distilled towards the ensemble of *all*
+the round's clients, on the same pseudo-labels. ``model.name``'s prototype is the server model
+the run evaluates; every other one records ``test_accuracy_<arch>``, ``distill_loss_<arch>`` and
+``clients_<arch>``. Only the plain mean initialises a prototype (no clipping, median or trimmed
+mean). FedGO, the weighting family and the diagnostics apply unchanged (the weights depend on
+the clients' outputs and discriminators, not on their architecture).
+
 Per round it records: ``distill_loss``, ``distill_steps``, ``teacher_time`` (teacher logits
 and weights), ``distill_time`` and, every ``ensemble_eval_every`` rounds and in the last,
 ``init_test_accuracy``/``init_test_loss`` (the parameter average before distillation),
@@ -53,14 +63,18 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from flwr.app import ArrayRecord
 from flwr.supercore import log
 from torch import Tensor, nn
 
+from fedgo_flwr.aggregation import new_average
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import DistillConfig, TeacherBank, distill, num_views, predict_views
+from fedgo_flwr.messages import to_record
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
+from fedgo_flwr.task import heterogeneous_models
 from fedgo_flwr.training import evaluate
 from fedgo_flwr.weighting import (
     WEIGHTING_METHODS,
@@ -145,6 +159,7 @@ class FedDF(Strategy):
     client_algorithm = "fedavg"
     Config = FedDFConfig
     uses_discriminators = False
+    supports_heterogeneous_models = True
 
     @classmethod
     def check_config(
@@ -157,6 +172,14 @@ class FedDF(Strategy):
                 "weight_cap",
                 config.weight_cap * k >= 1 - 1e-12,
                 f"infeasible for {k} clients per round: weight_cap * {k} must be >= 1",
+            )
+        if cfg is not None and heterogeneous_models(cfg) and cls.supports_heterogeneous_models:
+            agg = config.aggregation
+            c.at(f"{c.prefix}aggregation.", agg).require(
+                "rule" if agg.rule != "mean" else "clip_norm",
+                agg.rule == "mean" and agg.clip_norm is None,
+                "must be the default with model.client_models: each architecture's prototype "
+                "starts from the plain n_k-weighted mean of its own clients (FedDF Alg. 3)",
             )
         needs = get_weighting(config.weighting).requires
         if "disc_logits" in needs and not cls.uses_discriminators:
@@ -229,12 +252,26 @@ class FedDF(Strategy):
         self.scratch = self.model_factory()
         self.student = self.model_factory()
         self.previous: dict[str, np.ndarray] | None = None
+        # FedDF Alg. 3: one prototype per client architecture other than model.name.
+        archs = sorted({self.client_arch(p) for p in range(self.cfg.data.num_clients)})
+        self.other_archs = [a for a in archs if a != self.cfg.model.name]
+        self.scratches = {a: self.model_factory(a) for a in self.other_archs}
+        self.arch_students = {a: self.model_factory(a) for a in self.other_archs}
+        self.protos = {a: dict(self._arch_arrays[a]) for a in self.other_archs}
+        self._main_scratch = self.scratch
 
     def state_dict(self) -> dict[str, Any]:
-        return {"previous": self.previous}
+        return {"previous": self.previous, "protos": self.protos}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.previous = state.get("previous")
+        self.protos.update(state.get("protos") or {})
+
+    def arrays_for(self, arch: str, arrays: ArrayRecord) -> ArrayRecord:
+        """FedDF Alg. 3: clients of another architecture start from its fused prototype."""
+        if arch == self.cfg.model.name:
+            return arrays
+        return to_record(self.protos[arch])
 
     # -- weighting -------------------------------------------------------------------------
     def disc_logits(self, pids: list[int], split: str) -> Tensor | None:
@@ -308,6 +345,7 @@ class FedDF(Strategy):
         )
         self.test_logits: dict[int, Tensor] = {}
         self.teacher_time = self.eval_time = 0.0
+        self.arch_running = {a: new_average(self.aggregation) for a in self.other_archs}
 
     def absorb(self, server_round: int, reply: Reply) -> None:
         """Turn the model into teacher logits, check them, then add them to the ensemble and
@@ -321,6 +359,8 @@ class FedDF(Strategy):
         res = self.resources
         assert res is not None
         t0 = time.perf_counter()
+        arch = self.client_arch(reply.partition_id)
+        self.scratch = self.scratches.get(arch, self._main_scratch)
         self.scratch.load_state_dict(self.to_state(reply.arrays))
         bank = self.bank
         logits = self.teacher_logits(reply, "distill", bank.data, bank.views, bank.batch_size)
@@ -338,7 +378,10 @@ class FedDF(Strategy):
                     f"teacher logits on the {where} are not finite or exceed "
                     f"{MAX_TEACHER_LOGIT:g} in magnitude (max |logit| {_max_abs(z):.3g})"
                 )
-        super().absorb(server_round, reply)
+        if arch in self.arch_running:
+            self.arch_running[arch].add(reply.arrays, reply.num_examples)
+        else:
+            super().absorb(server_round, reply)
         bank.add_logits(logits, key=reply.partition_id)
         if test_logits is not None:
             self.test_logits[reply.partition_id] = test_logits
@@ -355,7 +398,10 @@ class FedDF(Strategy):
         res = self.resources
         assert res is not None
         device = res.device
-        average = self.averaged()
+        if self.running.count:
+            average = self.averaged()
+        else:  # no client of model.name replied (mixed architectures): its last model
+            average = self.previous if self.previous is not None else self.global_arrays
         init = average if self.params.init == "average" or self.previous is None else self.previous
         ensemble_eval, eval_time = self.ensemble_eval, self.eval_time
 
@@ -404,12 +450,47 @@ class FedDF(Strategy):
         metrics.update(
             distill_loss=result.loss, distill_steps=result.steps, distill_time=result.seconds
         )
+        for arch in self.other_archs:
+            metrics.update(self.fuse_prototype(arch, targets, server_round))
         self.last_round.update(metrics)
         self.bank, self.test_logits = None, {}
         # Copies: numpy views of the student's tensors would change with the next round's student.
         out = {k: v.detach().cpu().numpy().copy() for k, v in self.student.state_dict().items()}
         self.previous = out
         return out
+
+    def fuse_prototype(self, arch: str, targets: Tensor, server_round: int) -> dict[str, float]:
+        """FedDF Alg. 3 lines 9-14 for the prototype of ``arch``: start from the n_k-weighted
+        average of this round's clients of ``arch`` (its previous prototype if none replied, or
+        with ``init: previous``) and distil it towards the same targets, the ensemble of every
+        client; returns its ``distill_loss_<arch>`` and ``test_accuracy_<arch>``."""
+        res = self.resources
+        assert res is not None
+        running = self.arch_running[arch]
+        use_average = running.count and self.params.init == "average"
+        init = running.result() if use_average else self.protos[arch]
+        student = self.arch_students[arch]
+        student.load_state_dict(self.to_state(init))
+        result = distill(
+            student,
+            self.distill_set,
+            targets,
+            self.params.distill,
+            server_round=server_round,
+            rng=make_rng(self.cfg.seed, "distill", server_round, arch),
+            device=res.device,
+            validate=self.validate if self.val_set is not None else None,
+        )
+        self.protos[arch] = {
+            k: v.detach().cpu().numpy().copy() for k, v in student.state_dict().items()
+        }
+        loss, acc = evaluate(student, res.bundle.test, self.cfg.eval.batch_size, res.device)
+        return {
+            f"distill_loss_{arch}": result.loss,
+            f"test_accuracy_{arch}": acc,
+            f"test_loss_{arch}": loss,
+            f"clients_{arch}": running.count,
+        }
 
     def validate(self, model: nn.Module) -> float:
         assert self.val_set is not None and self.resources is not None

@@ -43,6 +43,7 @@ class FedGKDPlus(GlobalModelBuffer, FedDF):
     name = "fedgkd_plus"
     client_algorithm = "fedgkd"
     Config = FedGKDPlusConfig
+    supports_heterogeneous_models = False  # its teachers are model.name's global models
     reply_metrics = ("kd_loss",)
 
     def validation_loss(self, arrays: dict[str, np.ndarray]) -> float:

@@ -137,8 +137,24 @@ def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *over
             "strategy.distill_size=64",
             "strategy.distill.epochs=1",
         ],
+        [
+            "strategy.name=feddf",
+            "model.name=cnn",
+            "model.client_models=[cnn, mlp]",
+            "strategy.distill.epochs=1",
+        ],
     ],
-    ids=["fedavg", "scaffold", "feddf", "fedgo", "fedgkd_plus", "central", "fedtgp", "dafkd"],
+    ids=[
+        "fedavg",
+        "scaffold",
+        "feddf",
+        "fedgo",
+        "fedgkd_plus",
+        "central",
+        "fedtgp",
+        "dafkd",
+        "feddf_mixed",
+    ],
 )
 def test_resume_ends_with_the_same_metrics(tmp_path, monkeypatch, overrides):
     run_inprocess(config(tmp_path / "straight", "rounds=4", *overrides))

@@ -58,7 +58,7 @@ def test_without_client_models_every_client_trains_model_name(tmp_path):
 
 
 # -- refusals ------------------------------------------------------------------------------------
-HETEROGENEOUS = ["coboosting", "coboosting_fedgo", "dense", "fadi"]  # the ensemble meets in logits
+HETEROGENEOUS = ["coboosting", "coboosting_fedgo", "dense", "fadi", "feddf", "fedgo"]  # logits meet
 
 
 def test_which_strategies_take_other_architectures():

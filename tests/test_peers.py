@@ -25,7 +25,7 @@ from clients.dafkd import (
 from clients.fedgkd import FedGKDConfig, kd_term
 from clients.fedtgp import PROTOS_KEY, FedTGPClient, class_prototypes, prototype_term
 from clients.feduv import FedUVClient, FedUVConfig, iid_gamma, uniformity_term, variance_term
-from fedgo_flwr.config import TrainConfig
+from fedgo_flwr.config import ConfigError, TrainConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.features import FeatureTap
 from fedgo_flwr.inprocess import run_inprocess
@@ -585,3 +585,33 @@ def test_a_public_folder_must_match_the_clients_channels(tmp_path):
     _, public = image_folders(tmp_path)
     with pytest.raises(ValueError, match="data.public_path.*channels differ"):
         run(tmp_path / "run", "strategy.name=feddf", f"data.public_path={public}")
+
+
+# -- FedDF with clients of several architectures (FedDF Alg. 3) ----------------------------
+MIXED = ["model.name=cnn", "model.client_models=[cnn, mlp]", "strategy.distill.epochs=1"]
+
+
+def test_feddf_fuses_one_prototype_per_architecture(tmp_path, monkeypatch):
+    sent = []
+    original = FedDF.arrays_for
+
+    def record(self, arch, arrays):
+        out = original(self, arch, arrays)
+        sent.append((arch, to_numpy(out)))
+        return out
+
+    monkeypatch.setattr(FedDF, "arrays_for", record)
+    rows = run(tmp_path, "strategy.name=feddf", *MIXED, "fraction=1.0", rounds=2)
+    assert all(0 <= r["test_accuracy_mlp"] <= 1 for r in rows[1:])
+    assert rows[1]["clients_mlp"] == 2  # clients 1 and 3 train the mlp
+    mlp = [a for arch, a in sent if arch == "mlp"]
+    assert len(mlp) == 2 and any(not np.array_equal(mlp[0][k], mlp[1][k]) for k in mlp[0])
+    # round 2's mlp clients start from the prototype fused in round 1, not the initial weights
+
+
+def test_fedgo_accepts_mixed_architectures_and_gkd_refuses_them():
+    load_experiment(ROOT / "conf/fedgo.yaml", MIXED)
+    with pytest.raises(ConfigError, match="model.client_models"):
+        load_experiment(ROOT / "conf/fedgkd_plus.yaml", MIXED)
+    with pytest.raises(ConfigError, match="strategy.aggregation.rule"):
+        load_experiment(ROOT / "conf/feddf.yaml", [*MIXED, "strategy.aggregation.rule=median"])
