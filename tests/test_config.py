@@ -54,7 +54,7 @@ def test_paper_presets_say_what_they_run_and_pass_the_preflight(path, tmp_path):
     cfg = load_experiment(path, [f"data.path={tmp_path}"])
     preflight(cfg)
     strategy, dataset, alpha = re.fullmatch(
-        r"([a-z]+)(?:-d2|-g3)?-(cifar10|cifar100)-a([0-9.]+)", path.stem
+        r"([a-z_]+)(?:-d2|-g3)?-(cifar10|cifar100)-a([0-9.]+)", path.stem
     ).groups()
     assert cfg.strategy.name == strategy
     assert (cfg.data.dataset, cfg.data.alpha) == (dataset, float(alpha))
@@ -95,6 +95,47 @@ def test_fedgo_paper_presets_carry_the_papers_settings():
         check(p.discriminator, loss="double_sigmoid")  # the output is two sigmoids (App. E.2)
         assert p.weighting == "fedgo", name
         assert p.weighting_params["fedgo"]["disc_mode"] == "double_sigmoid", name
+
+
+PEER_SETTINGS = {  # FedGO, ICML 2025, App. E.2: the values each Table-3 peer ran with
+    "fedprox": {"mu": 0.001},
+    "feddisco": {"a": 0.5, "b": 0.1},
+    "feduv": {"variance_weight": 2.5, "uniformity_weight": 0.5},
+    "fedtgp": {"lam": 0.001, "tgp_epochs": 1000, "tgp_batch_size": 10, "tgp_lr": 0.005},
+    "fedgkd_plus": {"buffer_length": 5, "temperature": 3.0, "gamma": 0.001, "kd_scale": "paper"},
+    "feddf": {"weighting": "uniform"},
+    "dafkd": {"weighting": "domain", "distill_data": "generated"},
+    "central": {"epochs_per_round": 1},
+    "scaffold": {"global_lr": 1.0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PEER_SETTINGS))
+def test_peer_paper_presets_carry_fedgos_settings(name):
+    cfg = load_experiment(PAPER / f"{name}-cifar10-a0.1.yaml")
+    p = cfg.strategy.params
+    assert {k: getattr(p, k) for k in PEER_SETTINGS[name]} == PEER_SETTINGS[name]
+    assert (cfg.rounds, cfg.fraction, cfg.data.num_clients, cfg.data.server_fraction) == (
+        100,
+        0.4,
+        20,
+        0.5,
+    )
+    assert (cfg.model.name, cfg.train.optimizer, cfg.train.lr, cfg.train.local_epochs) == (
+        "resnet18",
+        "adam",
+        1e-3,
+        30,
+    )
+    if hasattr(p, "distill"):  # the KD rows share FedGO's server protocol
+        d = p.distill
+        assert (d.protocol, d.epochs, d.lr, d.batch_size, d.decay_rounds) == (
+            "fedgo",
+            10,
+            1e-3,
+            64,
+            100,
+        )
 
 
 def test_base_chain_and_overrides(tmp_path):
