@@ -41,7 +41,7 @@ from torch import nn
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.data import batches
 from fedgo_flwr.features import FeatureTap
-from fedgo_flwr.gan.networks import GENERATOR_NAMES, build_generator
+from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.messages import to_numpy, to_record
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
@@ -52,7 +52,6 @@ __all__ = [
     "GENERATOR_KEY",
     "DaFKDClient",
     "DaFKDClientConfig",
-    "DaFKDGenerator",
     "gradient_penalty",
 ]
 
@@ -68,32 +67,14 @@ GEN_BETAS = (0.5, 0.99)
 
 
 @dataclass
-class DaFKDGenerator:
-    """The generator trained with the classifiers: ``name`` (:data:`GENERATOR_NAMES`),
-    ``latent_dim``, ``width`` (dcgan / resnet) and its Adam ``lr``."""
-
-    name: str = "dcgan"
-    latent_dim: int = 100
-    width: int = 64
-    lr: float = 1e-4
-
-    def check(self, c: Checker) -> None:
-        c.choice("name", GENERATOR_NAMES)
-        c.require("latent_dim", self.latent_dim >= 1, "must be >= 1")
-        c.require("width", self.width >= 1, "must be >= 1")
-        c.require("lr", math.isfinite(self.lr) and self.lr > 0, "must be > 0")
-
-    def build(self, shape: tuple[int, ...], seed: int) -> nn.Module:
-        kwargs = {"width": self.width} if self.name in ("dcgan", "resnet") else {}
-        return build_generator(self.name, self.latent_dim, shape, seed=seed, **kwargs)
-
-
-@dataclass
 class DaFKDClientConfig:
-    """The generator, the GAN schedule (``disc_rounds``, ``generator_rounds``, ``gan_epochs``;
-    0: all; ``gan_schedule``), ``gp_lambda`` and ``gp_norm``."""
+    """The generator (FedGO's ``strategy.generator`` section: ``name``, ``latent_dim``,
+    ``width`` or ``module``, ``path`` to start from saved weights, and ``lr``, its Adam's
+    learning rate; the WGAN-GP keys are not used), the GAN schedule (``disc_rounds``,
+    ``generator_rounds``, ``gan_epochs``; 0: all; ``gan_schedule``), ``gp_lambda`` (the
+    discriminators' penalty) and ``gp_norm``."""
 
-    generator: DaFKDGenerator = field(default_factory=DaFKDGenerator)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     disc_rounds: int = 0
     generator_rounds: int = 0
     gan_epochs: int = 0
@@ -143,7 +124,8 @@ class DaFKDClient(ClientAlgorithm):
         assert model is not None
         pid, seed = job.partition_id, job.cfg.seed
         shape = tuple(job.data.input_shape)
-        self.generator = p.generator.build(shape, derive_seed(seed, "gen-init")).to(job.device)
+        self.generator = p.generator.build(shape, seed=derive_seed(seed, "gen-init"))
+        self.generator.to(job.device)
         self.generator.load_state_dict(job.content[GENERATOR_KEY].to_torch_state_dict())
         self.head, self.participation = self.load_head(job)
         self.head.to(job.device)

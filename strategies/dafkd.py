@@ -37,15 +37,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from logging import WARNING
 from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.supercore import log
 from torch import Tensor
 
 from clients.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, DaFKDClientConfig
 from fedgo_flwr.aggregation import RunningAverage, check_arrays
+from fedgo_flwr.checkpoint import safe_torch_load
+from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import num_views, view_batches
 from fedgo_flwr.features import FeatureTap
@@ -122,12 +126,30 @@ class DaFKD(FedDF):
     def distils_on_server_data(cls, config: DaFKDConfig) -> bool:
         return config.distill_data == "server"
 
+    @classmethod
+    def check_config(cls, config: Any, c: Checker, cfg: ExperimentConfig | None = None) -> None:
+        super().check_config(config, c, cfg)
+        gen = config.generator
+        c.at("strategy.generator.", gen).require(
+            "federated_rounds",
+            gen.federated_rounds == 0,
+            "must be 0 for dafkd: its generator is trained with the clients' models every round",
+        )
+        if gen.steps:
+            log(
+                WARNING,
+                "strategy.generator.steps ignored: dafkd trains no generator at the server "
+                "(only name, latent_dim, width, module, path and lr apply)",
+            )
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         res = self.resources
         assert res is not None
         self.shape = tuple(res.bundle.train.input_shape)
-        gen = self.params.generator.build(self.shape, derive_seed(self.cfg.seed, "gen-init"))
+        gen = self.params.generator.build(self.shape, seed=derive_seed(self.cfg.seed, "gen-init"))
+        if self.params.generator.path is not None:  # start from saved weights
+            gen.load_state_dict(safe_torch_load(self.params.generator.path, "generator file"))
         self.generator = {k: v.detach().numpy().copy() for k, v in gen.state_dict().items()}
         self._generator_module = gen
 

@@ -593,6 +593,12 @@ REFUSED = {
     "dafkd-generator": Refused(
         "strategy.generator.name", "unknown", ("strategy.generator.name=gan",), conf="dafkd.yaml"
     ),
+    "dafkd-federated-generator": Refused(
+        "strategy.generator.federated_rounds",
+        "trained with the clients' models",
+        ("strategy.generator.federated_rounds=2",),
+        conf="dafkd.yaml",
+    ),
     "dafkd-validation-on-generated": Refused(
         "strategy.val_fraction", "generated", ("strategy.val_fraction=0.1",), conf="dafkd.yaml"
     ),

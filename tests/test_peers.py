@@ -19,7 +19,6 @@ from clients.dafkd import (
     GENERATOR_KEY,
     DaFKDClient,
     DaFKDClientConfig,
-    DaFKDGenerator,
     gradient_penalty,
 )
 from clients.fedgkd import FedGKDConfig, kd_term
@@ -28,6 +27,7 @@ from clients.feduv import FedUVClient, FedUVConfig, iid_gamma, uniformity_term, 
 from fedgo_flwr.config import ConfigError, TrainConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.features import FeatureTap
+from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.messages import to_numpy, to_record
 from fedgo_flwr.models import MODEL_NAMES, build_model
@@ -445,7 +445,7 @@ def dafkd_job(params: DaFKDClientConfig, server_round: int, state: RecordDict | 
     cfg = load_experiment(ROOT / "conf/dafkd.yaml", [])
     torch.manual_seed(0)
     model = build_model("cnn", (1, 8, 8), 10)
-    gen = params.generator.build((1, 8, 8), derive_seed(cfg.seed, "gen-init"))
+    gen = params.generator.build((1, 8, 8), seed=derive_seed(cfg.seed, "gen-init"))
     return ClientJob(
         cfg=cfg,
         params=params,
@@ -461,7 +461,7 @@ def dafkd_job(params: DaFKDClientConfig, server_round: int, state: RecordDict | 
 
 
 def test_dafkd_client_gates_its_gan_and_keeps_its_head():
-    gen = DaFKDGenerator(latent_dim=8, width=8)
+    gen = GeneratorConfig(latent_dim=8, width=8)
     params = DaFKDClientConfig(generator=gen, disc_rounds=1, generator_rounds=1)
     state = RecordDict()
     first = dafkd_job(params, 1, state)
