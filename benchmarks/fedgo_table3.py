@@ -75,6 +75,35 @@ METHODS: dict[str, list[str]] = {
     # The defence the variants' Byzantine analysis found best for the exact odds: clip 1.
     "fedgo_server_byz25": [*SERVER_REFERENCED, CLIPPED, "strategy.byzantine=5"],
     "fedgo_server_byz50": [*SERVER_REFERENCED, CLIPPED, "strategy.byzantine=10"],
+    # The rest of FedGO's Table 3 (issue 16), FedGO App. E.2's values (the strategies'
+    # defaults) on the same partitions and client sampling.
+    "fedgkd_plus": ["strategy.name=fedgkd_plus", "strategy.weighting=uniform"],
+    # DaFKD's own training with the authors' code's GAN schedule (discriminator terms in rounds
+    # 1-3, generator in rounds 1-5, both in the first 5 local epochs): every round and epoch
+    # would cost about 5x FedAvg's client time here.
+    "dafkd": [
+        "strategy.name=dafkd",
+        "strategy.generator.steps=0",
+        "strategy.generator.lr=0.0001",
+        "strategy.distill_size=1280",
+        "strategy.disc_rounds=3",
+        "strategy.generator_rounds=5",
+        "strategy.gan_epochs=5",
+        "strategy.gan_schedule=rounds",
+    ],
+    "feddisco": ["strategy.name=feddisco"],
+    "feduv": ["strategy.name=feduv"],
+    "fedtgp": ["strategy.name=fedtgp"],
+    # One model on the 5k client images; 8 epochs a round is what the 8 sampled clients'
+    # 20 local epochs over about 250 images each cost in a round.
+    "central": ["strategy.name=central", "strategy.epochs_per_round=8"],
+    # FedDF Alg. 3: clients k = 0, 1, 2 (mod 3) train ResNet-8, the small BN CNN and the
+    # VGG-style conv-pool CNN; the server model is the ResNet-8 prototype.
+    "feddf_mixed": [
+        "strategy.name=feddf",
+        "strategy.weighting=uniform",
+        "model.client_models=[resnet8, cnn_bn, cnn5]",
+    ],
 }
 REUSE: dict[str, str] = {
     "domain": "fedgo",
