@@ -129,6 +129,8 @@ def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *over
             "strategy.init=previous",
         ],
         ["strategy.name=central"],
+        ["strategy.name=feddisco", "data.alpha=0.1"],
+        ["strategy.name=feduv"],
         ["strategy.name=fedtgp", "strategy.lam=1.0", "strategy.tgp_epochs=3"],
         [
             "strategy.name=dafkd",
@@ -151,6 +153,8 @@ def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *over
         "fedgo",
         "fedgkd_plus",
         "central",
+        "feddisco",
+        "feduv",
         "fedtgp",
         "dafkd",
         "feddf_mixed",
