@@ -3,6 +3,7 @@
 #   ./run.sh [CONFIG.yaml] [dotted.key=value ...]   run an experiment as a Flower simulation
 #   ./run.sh --tests [pytest args]                  run the test suite
 #   ./run.sh --setup                                only create/update .venv
+#   ./run.sh --report RUN_DIR... [--out DIR]        plots and tables of finished runs
 # The simulation runs on a SuperLink this script starts on a free local port and stops again
 # (by its process id) when the run ends; its dependencies come from .venv, never from a
 # per-run `uv sync`.
@@ -126,8 +127,13 @@ case "${1:-}" in
     export PATH="$VENV/bin:$PATH"
     exec "$PY" -m pytest "$@"
     ;;
+  --report)
+    shift
+    setup
+    exec "$PY" -m fedgo_flwr.report "$@"
+    ;;
   -h|--help)
-    sed -n '2,9p' "$0"
+    sed -n '2,10p' "$0"
     ;;
   *)
     setup

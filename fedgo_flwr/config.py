@@ -170,14 +170,22 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    """Server-side evaluation of the global model on the test split."""
+    """Server-side evaluation of the global model on the test split; ``target_accuracy``: the
+    summary reports the first round that reaches it (``rounds_to_target``)."""
 
     batch_size: int = 512
     every: int = 1
+    target_accuracy: float | None = None
 
     def check(self, c: Checker) -> None:
         c.require("batch_size", self.batch_size >= 1, "must be >= 1")
         c.require("every", self.every >= 1, "must be >= 1")
+        if self.target_accuracy is not None:
+            c.require(
+                "target_accuracy",
+                0 < self.target_accuracy <= 1,
+                "must be in (0, 1] (or null: none)",
+            )
 
 
 @dataclass

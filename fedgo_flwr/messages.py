@@ -14,15 +14,21 @@ Every message of a round carries, in ``content``:
 
 Algorithms add records of their own (SCAFFOLD's control variates); their keys live with the
 algorithm (``clients/<x>.py``).
+
+:data:`TRAFFIC` counts the bytes of the arrays every message that :func:`stream_replies` sends
+carries, and those of every reply (the serialised ``Array`` data of all ArrayRecords; configs
+and metrics are a few hundred bytes and not counted); the recorder puts them in each round's
+``bytes_down`` / ``bytes_up`` (round 0: the pre-FL stage, e.g. FedGO's discriminator round).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message
+from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 # Records of a message's content
@@ -55,6 +61,34 @@ def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
     return ArrayRecord({k: Array(np.asarray(v, order="C")) for k, v in arrays.items()})
 
 
+def array_bytes(content: RecordDict) -> int:
+    """Bytes of the serialised arrays in a message's ``content`` (all its ArrayRecords)."""
+    return sum(len(a.data) for record in content.array_records.values() for a in record.values())
+
+
+@dataclass
+class Traffic:
+    """Array bytes sent to clients (``down``) and received from them (``up``)."""
+
+    down: int = 0
+    up: int = 0
+
+    def take(self) -> tuple[int, int]:
+        """``(down, up)`` since the last call; starts counting again from zero."""
+        out = (self.down, self.up)
+        self.down = self.up = 0
+        return out
+
+    def received(self, reply: Message) -> Message:
+        if not reply.has_error():
+            self.up += array_bytes(reply.content)
+        return reply
+
+
+TRAFFIC = Traffic()
+"""The server process's count (the ServerApp resets it when a run starts)."""
+
+
 def stream_replies(
     grid: Grid, messages: Iterable[Message], timeout: float, poll_interval: float = 0.2
 ) -> Iterator[Message]:
@@ -71,11 +105,13 @@ def stream_replies(
     node's heartbeats stopped) comes from the SuperLink's own node id; it is yielded as from the
     node the message went to, so that the strategy counts and names the right client.
     """
+    messages = list(messages)
+    TRAFFIC.down += sum(array_bytes(m.content) for m in messages)
     own = getattr(grid, "stream", None)
     if own is not None:
-        yield from own(messages, timeout=timeout)
+        for reply in own(messages, timeout=timeout):
+            yield TRAFFIC.received(reply)
         return
-    messages = list(messages)
     ids = list(grid.push_messages(messages))
     # Flower returns one id per message, in order (a test grid may return ids alone).
     sent_to = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=False) if mid}
@@ -84,7 +120,7 @@ def stream_replies(
     while pending:
         for reply in grid.pull_messages(pending):
             pending.discard(reply.metadata.reply_to_message_id)
-            yield _from_destination(reply, sent_to)
+            yield TRAFFIC.received(_from_destination(reply, sent_to))
         if not pending:
             return
         left = deadline - time.monotonic()

@@ -33,6 +33,7 @@ from fedgo_flwr.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE
 from fedgo_flwr.config import ConfigError, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.fileio import atomic_torch_save, atomic_write_text
+from fedgo_flwr.messages import TRAFFIC
 from fedgo_flwr.training import evaluate
 
 
@@ -145,6 +146,7 @@ class RunRecorder:
         row.update(test_accuracy=acc, test_loss=loss)
         if server_round > 0:
             row.update(getattr(self.strategy, "last_round", {}))
+        row["bytes_down"], row["bytes_up"] = TRAFFIC.take()
         row.update(
             eval_time=now - t0,
             round_time=now - self.last,
@@ -158,14 +160,31 @@ class RunRecorder:
         where = label(server_round) if callable(label) else None
         log(
             INFO,
-            "[%s] %s  test_acc %.4f  test_loss %.4f  round %.2fs",
+            "[%s] %s  test_acc %.4f  test_loss %.4f  round %.2fs%s",
             self.cfg.name,
             where or f"round {server_round}/{self.cfg.rounds}",
             acc,
             loss,
             row["round_time"],
+            self._round_details(row, server_round),
         )
         return MetricRecord({"test_accuracy": acc, "test_loss": loss})
+
+    def _round_details(self, row: dict[str, Any], server_round: int) -> str:
+        """The rest of a round's log line: clients, ensemble accuracy, traffic and an ETA from
+        the mean time of the rounds so far."""
+        parts = []
+        if "clients_replied" in row and "clients_sampled" in row:
+            parts.append(f"clients {row['clients_replied']}/{row['clients_sampled']}")
+        if not _missing(row.get("ensemble_test_accuracy")):
+            parts.append(f"ens_acc {row['ensemble_test_accuracy']:.4f}")
+        if row.get("bytes_down") or row.get("bytes_up"):
+            parts.append(f"MB down/up {row['bytes_down'] / 1e6:.1f}/{row['bytes_up'] / 1e6:.1f}")
+        done = [r["round_time"] for r in self.rows if r["round"] > 0]
+        left = self.cfg.rounds - server_round
+        if done and left > 0:
+            parts.append(f"ETA {_duration(left * sum(done) / len(done))}")
+        return "".join(f"  {p}" for p in parts)
 
     def finish(self, arrays: ArrayRecord | None) -> dict[str, Any]:
         """Write the final model, then summary.json (both atomically); return the summary.
@@ -189,6 +208,17 @@ class RunRecorder:
             if rounds
             else 0.0,
         }
+        summary["bytes_down"] = sum(int(r.get("bytes_down") or 0) for r in self.rows)
+        summary["bytes_up"] = sum(int(r.get("bytes_up") or 0) for r in self.rows)
+        target = self.cfg.eval.target_accuracy
+        if target is not None:
+            reached = [
+                r["round"]
+                for r in rounds
+                if not _missing(r["test_accuracy"]) and r["test_accuracy"] >= target
+            ]
+            summary["target_accuracy"] = target
+            summary["rounds_to_target"] = reached[0] if reached else None
         report = getattr(self.strategy, "report", None)
         if report is not None:
             summary.update(report())
@@ -207,6 +237,14 @@ class RunRecorder:
             self.out_dir,
         )
         return summary
+
+
+def _duration(seconds: float) -> str:
+    """``1h02m``, ``3m20s`` or ``45s``."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def _missing(value: Any) -> bool:

@@ -28,7 +28,15 @@ from fedgo_flwr.checkpoint import (
 )
 from fedgo_flwr.cli import preflight
 from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.messages import CONFIG, METRICS, NUM_PARTITIONS, PARTITION_ID, to_numpy, to_record
+from fedgo_flwr.messages import (
+    CONFIG,
+    METRICS,
+    NUM_PARTITIONS,
+    PARTITION_ID,
+    TRAFFIC,
+    to_numpy,
+    to_record,
+)
 from fedgo_flwr.recorder import RunRecorder, check_output_dir
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.task import check_model_inputs, load_bundle, make_partition, new_model
@@ -164,6 +172,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     model = new_model(cfg, bundle)
 
     node_ids = discover_nodes(grid, cfg.data.num_clients)
+    TRAFFIC.take()  # this run's messages only
     resources = ServerResources(bundle, partition, device, recorder.out_dir)
     strategy = strategy_class(cfg.strategy.name)(cfg, node_ids, model, resources)
     strategy.run_token = ckpt.run_token if ckpt else new_run_token()

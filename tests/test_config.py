@@ -267,8 +267,10 @@ REFUSED = {
     "client-models-fedavg": Refused(
         "model.client_models", "fedavg", ("model.client_models=[cnn, mlp]",)
     ),
-    "client-models-feddf": Refused(
-        "model.client_models", "feddf", ("strategy.name=feddf", "model.client_models=[mlp]")
+    "client-models-fedgkd-plus": Refused(
+        "model.client_models",
+        "fedgkd_plus",
+        ("strategy.name=fedgkd_plus", "model.client_models=[mlp]"),
     ),
     "optimizer": Refused("train.optimizer", "unknown", ("train.optimizer=rmsprop",)),
     "device-name": Refused("device", "auto, cpu", ("device=gpu0",)),

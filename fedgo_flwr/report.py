@@ -1,0 +1,351 @@
+"""Plots and tables of finished runs.
+
+    python -m fedgo_flwr.report RUN_DIR [RUN_DIR ...] [--out DIR] [--target 0.5]
+    ./run.sh --report RUN_DIR ...
+
+A run folder is what a run writes (``metrics.jsonl``, ``summary.json``, ``config.yaml``,
+``partition.json``; :mod:`fedgo_flwr.recorder`); a folder that holds run folders (e.g.
+``outputs/bench/cifar10-cpu-bn``) stands for all of them. Runs are grouped by label: the run
+folder's name without a trailing ``-seed<N>`` (``--label strategy``: the strategy's name), so
+the seeds of one method form one group. Written to ``--out`` (default ``report/``):
+
+- ``accuracy.png``: server test accuracy by round, mean over each group's seeds with a band of
+  +- one standard deviation; dashed, the ensemble test accuracy of distillation methods;
+- ``metrics.csv``: every row of every run's ``metrics.jsonl`` with its run, label and seed;
+- ``table.md`` / ``table.csv``: per group, the mean +- sd over seeds of the final, best and
+  last-10-round mean accuracy, rounds to ``--target`` (mean over the seeds that reached it, and
+  how many did), wall time and bytes sent down and up (when the run recorded them);
+- ``partition-<run>.png``: a heatmap of each distinct partition, clients x classes, from
+  ``partition.json`` (one per group's first run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["Run", "find_runs", "group_runs", "load_run", "main", "summary_rows"]
+
+SEED_SUFFIX = re.compile(r"-seed(\d+)$")
+
+
+@dataclass
+class Run:
+    """One finished (or interrupted) run, read from its folder."""
+
+    path: Path
+    label: str
+    strategy: str
+    seed: int | None
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any] = field(default_factory=dict)
+    partition: dict[str, Any] | None = None
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        """Rounds and finite values of metric ``key``."""
+        pts = [(r["round"], r.get(key)) for r in self.rows]
+        kept = [(x, float(y)) for x, y in pts if _finite(y)]
+        return [x for x, _ in kept], [y for _, y in kept]
+
+    def accuracies(self) -> list[float]:
+        return self.series("test_accuracy")[1]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load_run(path: Path, label_by: str = "dir") -> Run:
+    """The run in folder ``path`` (``ValueError`` if it has no ``metrics.jsonl``)."""
+    metrics = path / "metrics.jsonl"
+    if not metrics.is_file():
+        raise ValueError(f"{path}: no metrics.jsonl (not a run folder)")
+    rows = []
+    for n, line in enumerate(metrics.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{metrics}:{n}: not JSON ({exc.msg})") from exc
+    summary = _read_json(path / "summary.json") or {}
+    partition = _read_json(path / "partition.json")
+    config = {}
+    if (path / "config.yaml").is_file():
+        config = yaml.safe_load((path / "config.yaml").read_text()) or {}
+    strategy = str(summary.get("strategy") or config.get("strategy", {}).get("name") or "?")
+    seed = config.get("seed")
+    match = SEED_SUFFIX.search(path.name)
+    if seed is None and match:
+        seed = int(match.group(1))
+    label = strategy if label_by == "strategy" else SEED_SUFFIX.sub("", path.name)
+    return Run(path, label, strategy, seed, rows, summary, partition)
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg})") from exc
+
+
+def find_runs(paths: Iterable[Path]) -> list[Path]:
+    """Each path if it is a run folder, else the run folders directly inside it (sorted)."""
+    found = []
+    for path in paths:
+        if (path / "metrics.jsonl").is_file():
+            found.append(path)
+        elif path.is_dir():
+            inner = sorted(p for p in path.iterdir() if (p / "metrics.jsonl").is_file())
+            if not inner:
+                raise ValueError(f"{path}: neither a run folder nor a folder of runs")
+            found.extend(inner)
+        else:
+            raise ValueError(f"{path}: no such folder")
+    return found
+
+
+def group_runs(runs: Sequence[Run]) -> dict[str, list[Run]]:
+    """Runs by label, in the order labels first appear; each group sorted by seed."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.label, []).append(run)
+    for members in groups.values():
+        members.sort(key=lambda r: (r.seed is None, r.seed or 0))
+    return groups
+
+
+def rounds_to_target(run: Run, target: float) -> int | None:
+    """The first round whose test accuracy is at least ``target`` (``None``: never)."""
+    for r in run.rows:
+        if r["round"] > 0 and _finite(r.get("test_accuracy")) and r["test_accuracy"] >= target:
+            return int(r["round"])
+    return None
+
+
+def _total(run: Run, key: str) -> float | None:
+    values = [float(r[key]) for r in run.rows if _finite(r.get(key))]
+    return sum(values) if values else None
+
+
+def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summary_rows(groups: dict[str, list[Run]], target: float | None) -> list[dict[str, Any]]:
+    """One row per group: mean and sd over its runs of each summary figure."""
+    out = []
+    for label, runs in groups.items():
+        accs = [r.accuracies() for r in runs]
+        accs = [a for a in accs if a]
+        row: dict[str, Any] = {"label": label, "strategy": runs[0].strategy, "runs": len(runs)}
+        figures = {
+            "final": [a[-1] for a in accs],
+            "best": [max(a) for a in accs],
+            "last10": [statistics.fmean(a[-10:]) for a in accs],
+            "wall_s": [
+                float(r.rows[-1]["elapsed"]) for r in runs if _finite(r.rows[-1].get("elapsed"))
+            ],
+        }
+        for key in ("bytes_down", "bytes_up"):
+            totals = [_total(r, key) for r in runs]
+            figures[key] = [t for t in totals if t is not None]
+        for key, values in figures.items():
+            row[f"{key}_mean"], row[f"{key}_sd"] = _mean_sd(values)
+        if target is not None:
+            reached = [t for t in (rounds_to_target(r, target) for r in runs) if t is not None]
+            row["target"] = target
+            row["rounds_to_target_mean"] = statistics.fmean(reached) if reached else math.nan
+            row["reached"] = len(reached)
+        out.append(row)
+    return out
+
+
+def _fmt(mean: float, sd: float, scale: float = 1.0, digits: int = 1) -> str:
+    if math.isnan(mean):
+        return "-"
+    return f"{mean * scale:.{digits}f} ± {sd * scale:.{digits}f}"
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The summary rows as a Markdown table (accuracies in %, bytes in MB)."""
+    target = any("target" in r for r in rows)
+    head = ["label", "runs", "final acc", "best acc", "last-10 acc", "wall s", "MB down", "MB up"]
+    if target:
+        head.append(f"rounds to {rows[0]['target']:.0%}")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [
+            r["label"],
+            str(r["runs"]),
+            _fmt(r["final_mean"], r["final_sd"], 100),
+            _fmt(r["best_mean"], r["best_sd"], 100),
+            _fmt(r["last10_mean"], r["last10_sd"], 100),
+            _fmt(r["wall_s_mean"], r["wall_s_sd"], 1, 0),
+            _fmt(r["bytes_down_mean"], r["bytes_down_sd"], 1e-6),
+            _fmt(r["bytes_up_mean"], r["bytes_up_sd"], 1e-6),
+        ]
+        if target:
+            m = r["rounds_to_target_mean"]
+            cells.append("-" if math.isnan(m) else f"{m:.1f} ({r['reached']}/{r['runs']})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_metrics_csv(runs: Sequence[Run], path: Path) -> None:
+    keys: list[str] = []
+    for run in runs:
+        for row in run.rows:
+            keys.extend(k for k in row if k not in keys)
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["run", "label", "seed", *keys])
+        for run in runs:
+            for row in run.rows:
+                values = [row.get(k) for k in keys]
+                writer.writerow(
+                    [run.path.name, run.label, run.seed, *["" if v is None else v for v in values]]
+                )
+
+
+def write_table_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_accuracy(groups: dict[str, list[Run]], path: Path) -> None:
+    """Server (solid, band: +- sd over seeds) and ensemble (dashed) test accuracy by round."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, runs) in enumerate(groups.items()):
+        color = colors[i % len(colors)]
+        for key, style in (("test_accuracy", "-"), ("ensemble_test_accuracy", "--")):
+            by_round: dict[int, list[float]] = {}
+            for run in runs:
+                for x, y in zip(*run.series(key), strict=True):
+                    by_round.setdefault(x, []).append(100 * y)
+            if not by_round:
+                continue
+            xs = sorted(by_round)
+            means = [statistics.fmean(by_round[x]) for x in xs]
+            name = label if key == "test_accuracy" else f"{label} (ensemble)"
+            ax.plot(xs, means, style, color=color, label=name, marker="." if len(xs) < 30 else None)
+            if key == "test_accuracy" and len(runs) > 1:
+                sds = [statistics.stdev(by_round[x]) if len(by_round[x]) > 1 else 0.0 for x in xs]
+                lo = [m - s for m, s in zip(means, sds, strict=True)]
+                hi = [m + s for m, s in zip(means, sds, strict=True)]
+                ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_partition(run: Run, path: Path) -> bool:
+    """Heatmap of the run's partition (clients x classes); ``False`` if it has none."""
+    hist = (run.partition or {}).get("class_histogram")
+    if not hist:
+        return False
+    plt = _pyplot()
+    k, c = len(hist), len(hist[0])
+    fig, ax = plt.subplots(figsize=(min(2 + 0.45 * c, 12), min(1.5 + 0.3 * k, 14)))
+    image = ax.imshow(hist, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_xlabel("class")
+    ax.set_ylabel("client")
+    ax.set_xticks(range(c))
+    ax.set_yticks(range(k) if k <= 40 else range(0, k, max(1, k // 20)))
+    ax.set_title(f"{run.path.name}: samples per client and class", fontsize=9)
+    fig.colorbar(image, ax=ax, label="samples")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def report(
+    paths: Sequence[Path], out: Path, target: float | None = None, label_by: str = "dir"
+) -> list[Path]:
+    """Write every file of the report for the runs under ``paths``; returns what it wrote."""
+    runs = [load_run(p, label_by) for p in find_runs(paths)]
+    groups = group_runs(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    plot_accuracy(groups, out / "accuracy.png")
+    write_metrics_csv(runs, out / "metrics.csv")
+    rows = summary_rows(groups, target)
+    (out / "table.md").write_text(markdown_table(rows))
+    write_table_csv(rows, out / "table.csv")
+    written += [out / n for n in ("accuracy.png", "metrics.csv", "table.md", "table.csv")]
+    seen = set()
+    for runs_of in groups.values():
+        run = runs_of[0]
+        key = json.dumps((run.partition or {}).get("class_histogram"))
+        if key in seen:
+            continue
+        seen.add(key)
+        target_png = out / f"partition-{run.path.name}.png"
+        if plot_partition(run, target_png):
+            written.append(target_png)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m fedgo_flwr.report", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders, or folders of runs")
+    parser.add_argument("--out", type=Path, default=Path("report"), help="output folder (report/)")
+    parser.add_argument(
+        "--target", type=float, default=None, help="accuracy in [0, 1] for 'rounds to target'"
+    )
+    parser.add_argument(
+        "--label",
+        choices=("dir", "strategy"),
+        default="dir",
+        help="group runs by folder name (without -seedN) or by strategy",
+    )
+    args = parser.parse_args(argv)
+    if args.target is not None and not 0 < args.target <= 1:
+        parser.error(f"--target {args.target}: must be in (0, 1]")
+    try:
+        written = report(args.runs, args.out, args.target, args.label)
+    except ValueError as exc:
+        print(f"fedgo-flwr report: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
