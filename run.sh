@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # fedgo-flwr entry point. Sets up .venv on first use, then:
 #   ./run.sh [CONFIG.yaml] [dotted.key=value ...]   run an experiment as a Flower simulation
+#   ./run.sh --local [CONFIG.yaml] [k=v ...]        the same in one process, no Ray (debugging)
 #   ./run.sh --tests [pytest args]                  run the test suite
 #   ./run.sh --setup                                only create/update .venv
 #   ./run.sh --report RUN_DIR... [--out DIR]        plots and tables of finished runs
+# FEDGO_SUPERNODES=N simulates N nodes (default: one per client); each serves its share of the
+# clients in turn.
 # The simulation runs on a SuperLink this script starts on a free local port and stops again
 # (by its process id) when the run ends; its dependencies come from .venv, never from a
 # per-run `uv sync`.
@@ -20,8 +23,16 @@ setup() {
   if [[ -x "$PY" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     return 0
   fi
-  echo "fedgo-flwr: setting up $VENV (first run: a few minutes) ..." >&2
-  "${PYTHON:-python3}" -m venv "$VENV"
+  local python="${PYTHON:-python3}"
+  if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "fedgo-flwr: needs Python >= 3.11 (Flower 1.41 does); $python is" \
+      "$("$python" --version 2>&1 || echo missing). Set PYTHON=/path/to/python3.11" >&2
+    exit 1
+  fi
+  echo "fedgo-flwr: setting up $VENV (first run: a few minutes; torch 2.14.1 with its CUDA" \
+    "libraries is about 3 GB to download and 6 GB installed, see README for a CPU-only" \
+    "torch) ..." >&2
+  "$python" -m venv "$VENV"
   "$PY" -m pip install --quiet --upgrade pip
   # torch first, pinned (see pyproject.toml): pip must not resolve another build later.
   "$PY" -m pip install --quiet "torch==2.14.1" "torchvision==0.29.1"
@@ -64,7 +75,8 @@ run_experiment() {
   local run_toml="$FLWR_HOME/run-config.toml" prepared federation out_dir
   # Validate the whole config first: a bad key, or an output_dir that holds an earlier run
   # (without resume=true or overwrite=true), stops here (exit 2) before anything starts.
-  prepared="$("$PY" -m fedgo_flwr.cli prepare "$config" "$@" --run-toml "$run_toml")"
+  prepared="$("$PY" -m fedgo_flwr.cli prepare "$config" "$@" --run-toml "$run_toml" \
+    ${FEDGO_SUPERNODES:+--supernodes "$FEDGO_SUPERNODES"})"
   federation="$(sed -n 1p <<< "$prepared")"
   out_dir="$(sed -n 2p <<< "$prepared")"
   STARTED="$FLWR_HOME/started"  # global, for the EXIT trap; summary.json must be newer
@@ -132,8 +144,14 @@ case "${1:-}" in
     setup
     exec "$PY" -m fedgo_flwr.report "$@"
     ;;
+  --local)
+    shift
+    setup
+    export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
+    exec "$PY" -m fedgo_flwr.inprocess "${1:-conf/default.yaml}" "${@:2}"
+    ;;
   -h|--help)
-    sed -n '2,10p' "$0"
+    sed -n '2,13p' "$0"
     ;;
   *)
     setup

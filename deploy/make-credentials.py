@@ -67,7 +67,7 @@ def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
 
 def make_tls(out: Path, hosts: list[str], days: int) -> None:
     """Write ca.crt/ca.key and a CA-signed server.pem/server.key valid for ``hosts``."""
-    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     until = now + dt.timedelta(days=days)
 
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=3072)

@@ -46,6 +46,7 @@ FORMAT = 2  # 1: the pickled numpy objects before weights_only loading (not read
 
 # Keys that may differ between the interrupted run and the resumed one.
 RESUMABLE_CHANGES = {
+    "logging",
     "resume",
     "overwrite",
     "rounds",
@@ -53,6 +54,7 @@ RESUMABLE_CHANGES = {
     "faults",
     "checkpoint",
     "device",
+    "client_device",
     "resources",
     "output_dir",
     "name",
@@ -253,18 +255,25 @@ def load_checkpoint(out_dir: Path) -> Checkpoint | None:
 
 
 def config_differences(saved: dict[str, Any], cfg: ExperimentConfig) -> list[str]:
-    """Dotted keys whose values differ between the checkpoint's config and ``cfg``."""
+    """Dotted keys whose values differ between the checkpoint's config and ``cfg``.
+
+    A key that the checkpoint lacks (one added to the project after it was written) counts as
+    unchanged while ``cfg`` has that key's default, which keeps the earlier behaviour.
+    """
     current = cfg.to_dict()
     out: list[str] = []
 
-    def walk(a: Any, b: Any, prefix: str) -> None:
+    def walk(a: Any, b: Any, default: Any, prefix: str) -> None:
         if isinstance(a, dict) and isinstance(b, dict):
+            default = default if isinstance(default, dict) else {}
             for key in sorted(set(a) | set(b)):
                 if not prefix and key in RESUMABLE_CHANGES:
                     continue
-                walk(a.get(key), b.get(key), f"{prefix}{key}.")
+                if key not in a and key in default and b.get(key) == default[key]:
+                    continue
+                walk(a.get(key), b.get(key), default.get(key), f"{prefix}{key}.")
         elif a != b:
             out.append(f"{prefix.rstrip('.')} ({a!r} -> {b!r})")
 
-    walk(saved, current, "")
+    walk(saved, current, ExperimentConfig().to_dict(strategy_params=False), "")
     return out

@@ -1,15 +1,21 @@
 """Command-line helpers used by ``run.sh`` (``python -m fedgo_flwr.cli ...``).
 
-``prepare CONFIG [k=v ...] --run-toml PATH``: validate the experiment (fail fast, exit 2 with
-one message naming key, value and file), write the Flower run config (``config`` + ``overrides``)
-to PATH, and print the Flower federation config (``num-supernodes`` = ``data.num_clients``,
-client resources) on stdout for ``flwr run --federation-config``, then the output directory.
+``prepare CONFIG [k=v ...] --run-toml PATH [--supernodes N]``: validate the experiment (fail
+fast, exit 2 with one message naming key, value and file), write the Flower run config
+(``config`` + ``overrides``) to PATH, and print the Flower federation config
+(``num-supernodes``: N, default ``data.num_clients``; client resources) on stdout for
+``flwr run --federation-config``, then the output directory. With fewer SuperNodes than
+clients, each simulated node serves several clients in turn.
+
+``python -m fedgo_flwr.inprocess CONFIG [k=v ...]`` (``./run.sh --local``) runs an experiment
+in one process instead (:mod:`fedgo_flwr.inprocess`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -33,9 +39,14 @@ def _prepare(args: argparse.Namespace) -> int:
         cfg = load_experiment(args.config, args.overrides)
         config_path = resolve_config_path(args.config)
         preflight(cfg)
+        check_simulation_devices(cfg)
         check_output_dir(cfg)  # an earlier run there is kept: refused before anything starts
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    supernodes = args.supernodes or cfg.data.num_clients
+    if supernodes < 1:
+        print("fedgo-flwr: --supernodes must be >= 1", file=sys.stderr)
         return 2
     toml = (
         f"config = {json.dumps(str(config_path))}\n"
@@ -51,7 +62,7 @@ def _prepare(args: argparse.Namespace) -> int:
     )
     gpus = cfg.resources.client_gpus
     print(
-        f"num-supernodes={cfg.data.num_clients} "
+        f"num-supernodes={supernodes} "
         f"client-resources-num-cpus={cfg.resources.client_cpus} "
         f"client-resources-num-gpus={float(gpus)}"
     )
@@ -83,6 +94,12 @@ def preflight(cfg: ExperimentConfig) -> None:
     if cfg.data.partition != "dirichlet":
         make_partition(cfg)
     _check_device(cfg.device, c.at("", cfg))
+    if cfg.logging.tensorboard:
+        c.at("logging.", cfg.logging).require(
+            "tensorboard",
+            importlib.util.find_spec("tensorboard") is not None,
+            "the tensorboard package is not installed: pip install -e '.[tensorboard]'",
+        )
     _check_paths(cfg.strategy.params, c.at("strategy.", cfg.strategy.params))
     cls = strategy_class(cfg.strategy.name)
     if cfg.data.public_path is not None:
@@ -114,18 +131,43 @@ def _check_data(data: DataConfig, c: Checker) -> None:
         )
 
 
-def _check_device(device: str, c: Checker) -> None:
+def check_simulation_devices(cfg: ExperimentConfig) -> None:
+    """The clients' device against the simulation's GPU share (``prepare``, i.e. ``run.sh``).
+
+    Ray hides every GPU from a client that was given none (``resources.client_gpus: 0``), so
+    ``client_device: cuda`` would make every client fail: refused, naming both keys. With a GPU
+    here and ``client_gpus: 0``, the clients train on the CPU: said on stderr.
+    """
+    c = Checker(cfg.strategy.sources).at("", cfg)
+    gpus = cfg.resources.client_gpus
+    if cfg.client_device.startswith("cuda"):
+        c.require(
+            "client_device",
+            gpus > 0,
+            "needs resources.client_gpus > 0 in a simulation (Ray hides the GPU from clients "
+            "given none); e.g. resources.client_gpus=0.25 puts 4 clients on each GPU",
+        )
+        _check_device(cfg.client_device, c, key="client_device")
+    elif gpus == 0 and torch.cuda.is_available() and cfg.client_device == "auto":
+        print(
+            "fedgo-flwr: note: this machine has a GPU but resources.client_gpus is 0: the "
+            "clients train on the CPU (set resources.client_gpus, e.g. 0.25, to use it)",
+            file=sys.stderr,
+        )
+
+
+def _check_device(device: str, c: Checker, key: str = "device") -> None:
     if device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         c.require(
-            "device",
+            key,
             index < count,
             f"no CUDA device {index} on this machine (it has {count}); use auto or cpu",
         )
     if device == "mps":
         mps = getattr(torch.backends, "mps", None)
-        c.require("device", bool(mps and mps.is_available()), "MPS is not available here")
+        c.require(key, bool(mps and mps.is_available()), "MPS is not available here")
 
 
 def _check_paths(section: Any, c: Checker) -> None:
@@ -154,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("config")
     prep.add_argument("overrides", nargs="*", help="dotted.key=value")
     prep.add_argument("--run-toml", required=True)
+    prep.add_argument(
+        "--supernodes", type=int, default=0, help="simulated nodes (default: data.num_clients)"
+    )
     prep.set_defaults(func=_prepare)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -26,15 +26,24 @@ own, ``--node-config``) bound it:
   sets it; :func:`fedgo_flwr.inprocess.run_inprocess` sets ``allow-faults``).
 - ``max-threads``: the most torch threads the server's ``resources.client_cpus`` may ask for
   (default: the CPUs this process may use).
+- ``share-partitions``: ``true`` lets this node serve several clients (partitions ``k`` with
+  ``k mod num-partitions == partition-id``), one message at a time; the message's ``group_id``
+  names the partition. Simulated nodes share by default (a simulation may have fewer nodes than
+  clients: ``flwr run .`` with Flower's 2-node default); a deployed SuperNode serves only its
+  own ``partition-id`` unless its node config says so. A node that shares keeps each
+  partition's state (SCAFFOLD's c_i) in files of its state folder, read back every round:
+  the simulation runtime may serve two partitions of one node at once on copies of its
+  ``Context``, so the in-memory state of either could be lost.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
-from logging import WARNING
+from logging import INFO, WARNING
 from pathlib import Path
 
 import torch
@@ -119,6 +128,50 @@ def _partition_id(context: Context) -> int:
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 ALLOW_FAULTS_ENV = "FEDGO_ALLOW_FAULTS"
+SHARE_PARTITIONS = "share-partitions"
+
+
+def _in_simulation() -> bool:
+    """Whether this process is a worker of Flower's Ray simulation runtime."""
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
+
+
+def shares_partitions(context: Context) -> bool:
+    """Whether this node may serve partitions other than its own ``partition-id``: node config
+    ``share-partitions``, else whether it is a simulated node."""
+    value = context.node_config.get(SHARE_PARTITIONS)
+    if value is None:
+        return _in_simulation()
+    return str(value).strip().lower() in TRUE_WORDS
+
+
+def message_partition(msg: Message, context: Context) -> int:
+    """The partition (client) a message is for: its ``group_id`` when the server set one, else
+    this node's ``partition-id``. A partition this node does not serve is refused
+    (``ValueError``; the reply is an error), naming both."""
+    own = _partition_id(context)
+    group = msg.metadata.group_id
+    if not group:
+        return own
+    if not group.isdigit():
+        raise ValueError(f"message group_id {group[:40]!r} is not a partition id")
+    pid = int(group)
+    if pid == own:
+        return pid
+    if not shares_partitions(context):
+        raise ValueError(
+            f"this SuperNode serves partition {own}, the message is for partition {pid}: a "
+            "deployment needs one SuperNode per client (or node config share-partitions=true)"
+        )
+    total = int(context.node_config.get(msgs.NUM_PARTITIONS, 0) or 0)
+    if total < 1 or pid % total != own:
+        raise ValueError(
+            f"node with partition-id {own} of num-partitions {total or '?'} does not serve "
+            f"partition {pid} (a node serves the partitions k with k mod num-partitions == "
+            "its partition-id)"
+        )
+    return pid
 
 
 def faults_allowed(context: Context) -> bool:
@@ -179,8 +232,11 @@ def _data_path(context: Context) -> str | None:
     return str(value) if value else None
 
 
-def _state_dir(context: Context, cfg: ExperimentConfig, token: str, pid: int) -> Path | None:
-    """Where this client keeps its state between runs (``None``: nowhere).
+def _state_dir(
+    context: Context, cfg: ExperimentConfig, token: str, pid: int, shared: bool = False
+) -> Path | None:
+    """Where this client keeps its state between rounds (``None``: nowhere, with neither
+    ``checkpoint`` nor a node that serves several partitions (``shared``)).
 
     Node config ``state-dir`` if given, else ``<output_dir>/client-state``; one folder per run
     token (a resumed run keeps its token, a fresh run gets a new one) and partition id. The
@@ -188,7 +244,7 @@ def _state_dir(context: Context, cfg: ExperimentConfig, token: str, pid: int) ->
     makes is accepted, and the folder must resolve inside the base (no ``..``, absolute
     paths or symbolic links out of it).
     """
-    if not cfg.checkpoint or not token:
+    if not (cfg.checkpoint or shared) or not token:
         return None
     if not is_run_token(token):
         raise ValueError(
@@ -204,15 +260,16 @@ def _state_dir(context: Context, cfg: ExperimentConfig, token: str, pid: int) ->
     return folder
 
 
-def restore_state(context: Context, folder: Path | None, server_round: int) -> None:
-    """Reload the client's state (e.g. SCAFFOLD's c_i) after a restart of the run.
+def restore_state(state: RecordDict, folder: Path | None, server_round: int) -> None:
+    """Reload the client's state (e.g. SCAFFOLD's c_i) into ``state`` from its files: after a
+    restart of the run, and every round on a node that serves several partitions.
 
-    Only when the node holds none in memory; the newest file saved before ``server_round``
+    Only when ``state`` holds none; the newest file saved before ``server_round``
     that is readable (loaded with ``weights_only=True``: tensors and plain data only, so a
     planted file runs no code). An unreadable one is skipped with a WARNING for the one
     before it; if none is readable, ``ValueError`` names them (the reply is an error).
     """
-    if folder is None or context.state.array_records or not folder.is_dir():
+    if folder is None or state.array_records or not folder.is_dir():
         return
     saved = sorted(
         (int(f.stem.split("-")[1]), f) for f in folder.glob("round-*.pt") if f.stem[6:].isdigit()
@@ -223,26 +280,26 @@ def restore_state(context: Context, folder: Path | None, server_round: int) -> N
         try:
             if not path.resolve().is_relative_to(folder):
                 raise ValueError(f"client state file {path} points outside {folder}")
-            state = safe_torch_load(path, "client state file")
-            records = {str(k): ArrayRecord(v) for k, v in state.items()}
+            saved = safe_torch_load(path, "client state file")
+            records = {str(k): ArrayRecord(v) for k, v in saved.items()}
         except (ValueError, TypeError, AttributeError) as exc:
             log(WARNING, "%s; trying an earlier one", exc)
             problems.append(str(exc))
             continue
         for name, record in records.items():
-            context.state[name] = record
+            state[name] = record
         return
     if problems:
         raise ValueError("no readable client state: " + "; ".join(problems))
 
 
-def save_state(context: Context, folder: Path | None, server_round: int) -> None:
-    """Keep the client's state after ``server_round`` on disk (the last two rounds)."""
-    if folder is None or not context.state.array_records:
+def save_state(state: RecordDict, folder: Path | None, server_round: int) -> None:
+    """Keep the client's ``state`` after ``server_round`` on disk (the last two rounds)."""
+    if folder is None or not state.array_records:
         return
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.to_torch_state_dict() for k, v in context.state.array_records.items()}
-    atomic_torch_save(folder / f"round-{server_round}.pt", state)
+    arrays = {k: v.to_torch_state_dict() for k, v in state.array_records.items()}
+    atomic_torch_save(folder / f"round-{server_round}.pt", arrays)
     saved = sorted(int(f.stem.split("-")[1]) for f in folder.glob("round-*.pt"))
     for r in saved[:-2]:
         (folder / f"round-{r}.pt").unlink(missing_ok=True)
@@ -265,14 +322,18 @@ def load_arrays(
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Report this node's partition id (and the federation size, if its node config says)."""
-    metrics = {msgs.PARTITION_ID: _partition_id(context)}
+    metrics = {
+        msgs.PARTITION_ID: _partition_id(context),
+        msgs.SHARES_PARTITIONS: int(shares_partitions(context)),
+    }
     if msgs.NUM_PARTITIONS in context.node_config:
         metrics[msgs.NUM_PARTITIONS] = int(context.node_config[msgs.NUM_PARTITIONS])
     return Message(content=RecordDict({msgs.METRICS: MetricRecord(metrics)}), reply_to=msg)
 
 
 def _job(msg: Message, context: Context, message_type: str) -> tuple[ClientAlgorithm, ClientJob]:
-    """The client algorithm the message names and the job it is to do."""
+    """The client algorithm the message names and the job it is to do (for the partition the
+    message names: :func:`message_partition`)."""
     config = msg.content[msgs.CONFIG]
     cfg = ExperimentConfig.from_json(str(config[msgs.EXPERIMENT]))
     algorithm = client_class(str(config[msgs.ALGORITHM]))
@@ -283,20 +344,38 @@ def _job(msg: Message, context: Context, message_type: str) -> tuple[ClientAlgor
         owner=algorithm.name,
     )
     server_round = int(config.get(msgs.SERVER_ROUND, 0))
-    pid = _partition_id(context)
+    pid = message_partition(msg, context)
     torch.set_num_threads(client_threads(context, cfg.resources.client_cpus))
+    _log_device_once(cfg)
     job = ClientJob(
         cfg=cfg,
         params=params,
         partition_id=pid,
         server_round=server_round,
         data=client_dataset(cfg, pid, _data_path(context)),
-        device=get_device(cfg.device),
+        device=get_device(cfg.client_device),
         rng=make_rng(cfg.seed, message_type, server_round, pid),
         content=msg.content,
-        state=context.state,
+        # A node serving several partitions keeps each one's state in files only.
+        state=RecordDict() if shares_partitions(context) else context.state,
     )
     return algorithm(), job
+
+
+_logged_devices: set[str] = set()
+
+
+def _log_device_once(cfg: ExperimentConfig) -> None:
+    """Say once per process which device the clients here train on."""
+    device = str(get_device(cfg.client_device))
+    if device not in _logged_devices:
+        _logged_devices.add(device)
+        log(INFO, "fedgo-flwr client: training on %s (pid %d)", device, os.getpid())
+
+
+def _client_state_dir(msg: Message, context: Context, job: ClientJob) -> Path | None:
+    token = str(msg.content[msgs.CONFIG].get(msgs.RUN_TOKEN, ""))
+    return _state_dir(context, job.cfg, token, job.partition_id, shares_partitions(context))
 
 
 @app.train()
@@ -307,12 +386,12 @@ def train(msg: Message, context: Context) -> Message:
     faults = _faults_on(context, cfg, pid, server_round)
     if faults:
         inject_fault(cfg, pid, server_round, "before")
-    state_dir = _state_dir(context, cfg, str(msg.content[msgs.CONFIG].get(msgs.RUN_TOKEN, "")), pid)
-    restore_state(context, state_dir, server_round)
+    state_dir = _client_state_dir(msg, context, job)
+    restore_state(job.state, state_dir, server_round)
     job.model = new_client_model(cfg, load_bundle(cfg.data, _data_path(context)), pid)
     load_arrays(job.model, msg.content[msgs.ARRAYS], cfg, pid)
     stats, extra = algorithm.train(job)
-    save_state(context, state_dir, server_round)
+    save_state(job.state, state_dir, server_round)
     metrics = MetricRecord(
         {
             msgs.NUM_EXAMPLES: stats.num_examples,
@@ -340,7 +419,10 @@ def _extra_handler(message_type: str) -> Callable[[Message, Context], Message]:
         method = algorithm.messages.get(message_type)
         if method is None:
             raise ValueError(f"client algorithm '{algorithm.name}' does not handle {message_type}")
+        state_dir = _client_state_dir(msg, context, job)
+        restore_state(job.state, state_dir, job.server_round)
         records, metrics = getattr(algorithm, method)(job)
+        save_state(job.state, state_dir, job.server_round)
         metrics = {msgs.NUM_EXAMPLES: len(job.data), msgs.PARTITION_ID: job.partition_id, **metrics}
         return Message(
             content=RecordDict({**records, msgs.METRICS: MetricRecord(metrics)}), reply_to=msg

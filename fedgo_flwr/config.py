@@ -45,6 +45,7 @@ __all__ = [
     "ExperimentConfig",
     "FaultConfig",
     "ModelConfig",
+    "LoggingConfig",
     "ResourcesConfig",
     "StrategyConfig",
     "TrainConfig",
@@ -189,6 +190,18 @@ class EvalConfig:
 
 
 @dataclass
+class LoggingConfig:
+    """What a run writes besides its own files: ``tensorboard`` also writes every round's
+    metrics (those of ``metrics.jsonl``) as TensorBoard scalars to ``<output_dir>/tensorboard``
+    (needs the ``tensorboard`` package: ``pip install -e '.[tensorboard]'``)."""
+
+    tensorboard: bool = False
+
+    def check(self, c: Checker) -> None:
+        pass
+
+
+@dataclass
 class ResourcesConfig:
     """Ray resources of one simulated ClientApp (fractional GPUs spread clients over GPUs)."""
 
@@ -266,6 +279,7 @@ class ExperimentConfig:
     min_clients: int = 1
     output_dir: str = "outputs/default"
     device: str = "auto"
+    client_device: str = "auto"
     round_timeout: float = 3600.0
     checkpoint: bool = True
     resume: bool = False
@@ -277,6 +291,7 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     @property
     def clients_per_round(self) -> int:
@@ -355,8 +370,9 @@ class ExperimentConfig:
             c.at(f"faults[{i}].", fault).require(
                 "partition", fault.partition < k, f"must be < data.num_clients ({k})"
             )
-        device_ok = bool(DEVICE_PATTERN.match(self.device))
-        c.require("device", device_ok, "must be auto, cpu, mps, cuda or cuda:N")
+        for key in ("device", "client_device"):
+            ok = bool(DEVICE_PATTERN.match(getattr(self, key)))
+            c.require(key, ok, "must be auto, cpu, mps, cuda or cuda:N")
 
 
 # ------------------------------------------------------------------------------------------

@@ -8,7 +8,9 @@ seconds is dropped, as if the nodes had run in parallel and that reply came too 
 :meth:`InProcessGrid.stream` yields replies one at a time, like
 :func:`fedgo_flwr.messages.stream_replies` on a real grid. Used for fast tests of strategy logic
 and to measure the simulation runtime's overhead (``benchmarks/overhead.py``); experiments
-should use ``./run.sh``.
+should use ``./run.sh``, or, for debugging in one process without Ray or a SuperLink,
+``./run.sh --local CONFIG [k=v ...]`` (``python -m fedgo_flwr.inprocess``: :func:`main`): the
+same checks as ``run.sh``, the same ServerApp and ClientApp code, clients one after another.
 
 Each node's config is ``partition-id`` and ``num-partitions`` plus ``node_config`` (the same
 for every node, e.g. ``allow-faults``, ``max-threads``, ``state-dir``). :func:`run_inprocess`
@@ -21,6 +23,9 @@ node id), which message construction reads; that is an internal of the pinned Fl
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -107,13 +112,50 @@ class InProcessGrid(Grid):
         raise NotImplementedError
 
 
-def run_inprocess(cfg: ExperimentConfig, node_config: Mapping[str, Any] | None = None) -> dict:
+def run_inprocess(
+    cfg: ExperimentConfig,
+    node_config: Mapping[str, Any] | None = None,
+    num_nodes: int | None = None,
+) -> dict:
     """Run ``cfg`` in this process; return its summary (files as with ``./run.sh``).
 
-    The nodes' config is ``{"allow-faults": True}`` updated with ``node_config``.
+    ``num_nodes`` virtual nodes (default: one per client); with fewer nodes than clients, each
+    serves several (``share-partitions``), as simulated nodes do. The nodes' config is
+    ``{"allow-faults": True}`` (plus ``share-partitions``) updated with ``node_config``.
     """
+    from fedgo_flwr.client_app import SHARE_PARTITIONS
     from fedgo_flwr.client_app import app as client_app
     from fedgo_flwr.server_app import run_experiment
 
-    nodes = {"allow-faults": True, **(node_config or {})}
-    return run_experiment(InProcessGrid(client_app, cfg.data.num_clients, node_config=nodes), cfg)
+    count = num_nodes or cfg.data.num_clients
+    nodes = {"allow-faults": True, SHARE_PARTITIONS: count < cfg.data.num_clients}
+    nodes.update(node_config or {})
+    return run_experiment(InProcessGrid(client_app, count, node_config=nodes), cfg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fedgo_flwr.inprocess CONFIG [k=v ...]``: check, run, print the summary's
+    scalars as JSON; exit 2 with one message for a bad configuration."""
+    from fedgo_flwr.cli import preflight
+    from fedgo_flwr.config import ConfigError
+    from fedgo_flwr.recorder import check_output_dir
+    from strategies import load_experiment
+
+    parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.inprocess")
+    parser.add_argument("config")
+    parser.add_argument("overrides", nargs="*", help="dotted.key=value")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_experiment(args.config, args.overrides)
+        preflight(cfg)
+        check_output_dir(cfg)
+    except ConfigError as exc:
+        print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    summary = run_inprocess(cfg)
+    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, dict | list)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -12,6 +12,10 @@ Every message of a round carries, in ``content``:
 - ``"metrics"`` (:data:`METRICS`), client -> server: :data:`NUM_EXAMPLES`, :data:`PARTITION_ID` and
   training metrics.
 
+Every message to a client names its partition in ``metadata.group_id`` (``str(k)``), and the
+reply carries it back: a simulated node may serve several partitions
+(:func:`fedgo_flwr.client_app.message_partition`).
+
 Algorithms add records of their own (SCAFFOLD's control variates); their keys live with the
 algorithm (``clients/<x>.py``).
 
@@ -47,6 +51,7 @@ RUN_TOKEN = "run-token"
 NUM_EXAMPLES = "num-examples"
 PARTITION_ID = "partition-id"
 NUM_PARTITIONS = "num-partitions"
+SHARES_PARTITIONS = "shares-partitions"  # query reply: the node may serve several partitions
 
 
 def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:

@@ -93,6 +93,7 @@ class RunRecorder:
         self.rows: list[dict[str, Any]] = []
         self.start = time.perf_counter()
         self.last = self.start
+        self.tensorboard = TensorBoardLog(out_dir) if cfg.logging.tensorboard else None
 
     @classmethod
     def create(cls, cfg: ExperimentConfig, rows: list[dict[str, Any]] | None = None) -> RunRecorder:
@@ -156,6 +157,8 @@ class RunRecorder:
         self.rows.append(row)
         with open(self.out_dir / "metrics.jsonl", "a") as fh:
             fh.write(json_line(row))
+        if self.tensorboard is not None:
+            self.tensorboard.write(row)
         label = getattr(self.strategy, "row_label", None)
         where = label(server_round) if callable(label) else None
         log(
@@ -224,6 +227,8 @@ class RunRecorder:
             summary.update(report())
         if arrays is not None:
             atomic_torch_save(self.out_dir / "model.pt", arrays.to_torch_state_dict())
+        if self.tensorboard is not None:
+            self.tensorboard.close()
         text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)
         atomic_write_text(self.out_dir / "summary.json", text)
         log(
@@ -237,6 +242,52 @@ class RunRecorder:
             self.out_dir,
         )
         return summary
+
+
+TENSORBOARD_DIR = "tensorboard"
+
+
+class TensorBoardLog:
+    """Every round's numeric metrics as TensorBoard scalars in ``<out_dir>/tensorboard``, step =
+    round, the tag grouped by kind (``accuracy/test_accuracy``, ``time/round_time``,
+    ``traffic/bytes_up`` ...; ``logging.tensorboard: true``)."""
+
+    GROUPS = (
+        ("accuracy", ("accuracy", "acc")),
+        ("loss", ("loss",)),
+        ("time", ("time", "elapsed")),
+        ("traffic", ("bytes",)),
+        ("clients", ("clients",)),
+    )
+
+    def __init__(self, out_dir: Path) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as exc:  # preflight refuses this before the run
+            raise RuntimeError(
+                "logging.tensorboard needs the tensorboard package: pip install -e '.[tensorboard]'"
+            ) from exc
+        self.writer = SummaryWriter(log_dir=str(out_dir / TENSORBOARD_DIR))
+
+    @classmethod
+    def tag(cls, key: str) -> str:
+        parts = key.split("_")
+        for group, words in cls.GROUPS:
+            if any(w in parts for w in words):
+                return f"{group}/{key}"
+        return f"other/{key}"
+
+    def write(self, row: dict[str, Any]) -> None:
+        step = int(row["round"])
+        for key, value in row.items():
+            if key == "round" or isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if math.isfinite(value):
+                self.writer.add_scalar(self.tag(key), value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 def _duration(seconds: float) -> str:

@@ -1,15 +1,23 @@
 """The Flower ServerApp: load the experiment, discover clients, run the strategy, record results.
 
-The run config (``pyproject.toml`` ``[tool.flwr.app.config]`` or ``flwr run --run-config``) has
-two keys: ``config``, the YAML experiment file, and ``overrides``, ``"dotted.key=value ..."``.
+The run config (``pyproject.toml`` ``[tool.flwr.app.config]``, changed with ``flwr run
+--run-config``) names the experiment: ``config``, the YAML file; the experiment's main keys
+(``rounds``, ``seed``, ``strategy.name``, ``data.alpha`` ...; ``""``, their default there, leaves
+the YAML's value); and ``overrides``, ``"dotted.key=value ..."`` for any other key. They apply
+in that order and are checked as one experiment (:func:`config_from_context`)::
+
+    flwr run . --run-config "rounds=5 seed=3 strategy.name='fedgo' data.alpha=0.05"
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from collections.abc import Mapping
 from logging import INFO
 from pathlib import Path
+from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
@@ -27,12 +35,13 @@ from fedgo_flwr.checkpoint import (
     save_checkpoint,
 )
 from fedgo_flwr.cli import preflight
-from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.config import ExperimentConfig, split_overrides
 from fedgo_flwr.messages import (
     CONFIG,
     METRICS,
     NUM_PARTITIONS,
     PARTITION_ID,
+    SHARES_PARTITIONS,
     TRAFFIC,
     to_numpy,
     to_record,
@@ -49,21 +58,54 @@ app = ServerApp()
 APP_DIR = Path(__file__).resolve().parent.parent
 
 
+RUN_CONFIG_FILE_KEYS = ("config", "overrides")
+"""Run-config keys that are not experiment keys: the YAML file and the free-form overrides."""
+
+
+def run_config_overrides(run_config: Mapping[str, Any]) -> list[str]:
+    """The run config's experiment keys that are set (not ``""``), as ``key=value`` overrides
+    (strings JSON-quoted, so that YAML reads them back as the same string)."""
+    out = []
+    for key, value in sorted(run_config.items()):
+        if key in RUN_CONFIG_FILE_KEYS or value == "":
+            continue
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, str):
+            text = json.dumps(value)
+        else:
+            text = repr(value)
+        out.append(f"{key}={text}")
+    return out
+
+
 def config_from_context(context: Context) -> ExperimentConfig:
-    """The validated experiment named by the run config."""
-    path = str(context.run_config.get("config", "") or "") or None
-    overrides = str(context.run_config.get("overrides", "") or "")
+    """The validated experiment named by the run config: the YAML file, then the main keys set
+    in the run config, then ``overrides``."""
+    run_config = context.run_config
+    path = str(run_config.get("config", "") or "") or None
+    overrides = [
+        *run_config_overrides(run_config),
+        *split_overrides(str(run_config.get("overrides", "") or "")),
+    ]
     return load_experiment(path, overrides, search_dirs=[APP_DIR])
 
 
 def discover_nodes(grid: Grid, num_clients: int, timeout: float = 600.0) -> dict[int, int]:
     """Map partition ids 0..K-1 to node ids by asking every connected node for its id.
 
-    Waits up to ``timeout`` seconds for K nodes (SuperNodes of a deployment may start late).
+    Each node reports its ``partition-id``, its federation's size (``num-partitions``) and
+    whether it may serve several partitions (simulated nodes may). With N < K nodes that may,
+    partition k goes to the node with partition-id ``k mod N``, which trains its clients one
+    after another (``flwr run .`` with Flower's 2-node default federation); otherwise every
+    partition needs a node of its own. Waits up to ``timeout`` seconds for the nodes
+    (SuperNodes of a deployment may start late).
     """
     deadline = time.monotonic() + timeout
-    mapping: dict[int, int] = {}
+    hosts: dict[int, int] = {}  # node partition-id -> node id
     asked: set[int] = set()
+    sizes: set[int] = set()
+    sharing: set[bool] = set()
     while True:
         new = [n for n in grid.get_node_ids() if n not in asked]
         if new:
@@ -84,29 +126,40 @@ def discover_nodes(grid: Grid, num_clients: int, timeout: float = 600.0) -> dict
                 asked.add(node)
                 info = reply.content[METRICS]
                 pid = int(info[PARTITION_ID])
-                total = int(info.get(NUM_PARTITIONS, num_clients))
-                if total < num_clients:
+                sizes.add(int(info.get(NUM_PARTITIONS, num_clients)))
+                sharing.add(bool(info.get(SHARES_PARTITIONS, 0)))
+                if pid in hosts:
                     raise RuntimeError(
-                        f"the federation has {total} SuperNodes (num-partitions) but "
-                        f"data.num_clients = {num_clients}: run with --federation-config "
-                        f"'num-supernodes={num_clients}' (./run.sh sets it)"
+                        f"nodes {hosts[pid]} and {node} both claim partition-id {pid}"
                     )
-                if pid in mapping:
-                    raise RuntimeError(
-                        f"nodes {mapping[pid]} and {node} both claim partition-id {pid}"
-                    )
-                if pid >= num_clients:
-                    log(INFO, "Node %d has partition-id %d >= data.num_clients; unused", node, pid)
-                    continue
-                mapping[pid] = node
-        if len(mapping) >= num_clients:
-            return mapping
-        if time.monotonic() > deadline:
-            missing = sorted(set(range(num_clients)) - set(mapping))
+                hosts[pid] = node
+        total = min(sizes) if sizes else num_clients
+        if total < num_clients and sharing != {True}:
             raise RuntimeError(
-                f"only {len(mapping)} of data.num_clients = {num_clients} clients connected "
-                f"within {timeout:.0f}s; missing partition ids {missing[:10]}. In simulation, "
-                "num-supernodes must equal data.num_clients (./run.sh sets it)."
+                f"the federation has {total} SuperNodes (num-partitions) but data.num_clients = "
+                f"{num_clients}, and its nodes serve one client each: a deployment needs one "
+                "SuperNode per client (or node config share-partitions=true on every node)"
+            )
+        needed = min(total, num_clients)
+        if all(p in hosts for p in range(needed)):
+            if total < num_clients:
+                log(
+                    INFO,
+                    "%d clients on %d nodes: node k serves the clients k, k+%d, ... in turn",
+                    num_clients,
+                    total,
+                    total,
+                )
+            unused = sorted(p for p in hosts if p >= needed)
+            if unused:
+                log(INFO, "Nodes with partition-id %s >= data.num_clients; unused", unused[:10])
+            return {k: hosts[k % needed] for k in range(num_clients)}
+        if time.monotonic() > deadline:
+            missing = sorted(set(range(needed)) - set(hosts))
+            raise RuntimeError(
+                f"only {len(hosts)} of the {needed} nodes needed for data.num_clients = "
+                f"{num_clients} connected within {timeout:.0f}s; missing partition ids "
+                f"{missing[:10]}"
             )
         time.sleep(1.0)
 
@@ -169,6 +222,13 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     partition = make_partition(cfg)
     recorder.write_partition(partition.to_json(bundle.train.y, bundle.train.num_classes))
     device = get_device(cfg.device)
+    log(
+        INFO,
+        "fedgo-flwr server: on %s (device: %s); the clients use client_device: %s",
+        device,
+        cfg.device,
+        cfg.client_device,
+    )
     model = new_model(cfg, bundle)
 
     node_ids = discover_nodes(grid, cfg.data.num_clients)

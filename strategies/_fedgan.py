@@ -53,7 +53,7 @@ CHECKPOINT = "fedgan.pt"
 class FedGANStage:
     """The FedGAN rounds of scenario G3, as a mixin of :class:`strategies._prefl.
     DiscriminatorStage` (which gives it ``params``, ``cfg``, ``resources``, ``node_ids``,
-    ``partition_of``, ``messages_to`` and ``discriminator_message_config``)."""
+    ``pid_of``, ``messages_to`` and ``discriminator_message_config``)."""
 
     def train_federated_generator(
         self, grid: Grid, generator: torch.nn.Module
@@ -100,7 +100,7 @@ class FedGANStage:
                     CONFIG: config,
                 }
             )
-            messages = self.messages_to(content, self.node_ids.values(), FEDGAN_MESSAGE)
+            messages = self.messages_to(content, self.node_ids, FEDGAN_MESSAGE)
             averages = {key: RunningAverage() for key in templates}
             used, losses = [], []
             for reply in stream_replies(grid, messages, self.cfg.round_timeout):
@@ -158,7 +158,7 @@ class FedGANStage:
         """``(partition id, {generator, critic} arrays, weight n_k, metrics)`` of a usable
         FedGAN reply, ``None`` (logged) otherwise. Nothing in the reply can raise out of here."""
         node = reply.metadata.src_node_id
-        pid = self.partition_of.get(node, -1)
+        pid = self.pid_of(reply)
         try:
             reason, accepted = _fedgan_problem(reply, pid, templates, used)
             if accepted is not None:

@@ -160,14 +160,14 @@ class DiscriminatorStage(FedGANStage):
                     "images": len(images),
                     "bytes_per_client": int(images.nbytes),
                 }
-            messages = self.messages_to(content, self.node_ids.values(), DISCRIMINATOR_MESSAGE)
+            messages = self.messages_to(content, self.node_ids, DISCRIMINATOR_MESSAGE)
             t0 = time.perf_counter()
             per_client: dict[str, dict[str, float]] = {}
             # As the rounds do: a SuperLink's 'Node Unavailable' reply is credited to its node.
             replies = list(stream_replies(grid, messages, self.cfg.round_timeout))
-            answered = {reply.metadata.src_node_id for reply in replies}
+            answered = {self.pid_of(reply) for reply in replies}
             for pid, node in sorted(self.node_ids.items()):
-                if node not in answered:
+                if pid not in answered:
                     log(WARNING, "FedGO: no discriminator from client %d (node %d)", pid, node)
             for reply in replies:
                 accepted = self._accept_discriminator(reply, states, reference)
@@ -197,7 +197,7 @@ class DiscriminatorStage(FedGANStage):
         """``(partition id, state dict, metrics)`` of a usable discriminator reply; ``None``
         (logged) for an unusable one. Nothing in the reply can raise out of here."""
         node = reply.metadata.src_node_id
-        pid = self.partition_of.get(node, -1)
+        pid = self.pid_of(reply)
         try:
             reason = self._discriminator_problem(reply, pid, states)
             if reason is None:

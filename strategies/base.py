@@ -55,6 +55,7 @@ A strategy module (``strategies/<name>.py``) subclasses this and overrides only 
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import json
@@ -170,8 +171,10 @@ class Strategy(FlowerStrategy):
         self.aggregation: AggregationConfig = getattr(
             self.params, "aggregation", AggregationConfig()
         )
-        self.node_ids = dict(node_ids)  # partition id -> node id
-        self.partition_of = {node: pid for pid, node in self.node_ids.items()}
+        self.node_ids = dict(node_ids)  # partition id -> node id (a node may serve several)
+        served = collections.Counter(self.node_ids.values())
+        # node id -> partition id, for nodes that serve one partition (replies without group id)
+        self.partition_of = {n: p for p, n in self.node_ids.items() if served[n] == 1}
         self.param_names = [name for name, _ in model.named_parameters()]
         self.resources = resources
         # n_k of every partition, as the server counts it (None: no resources, trust the claim).
@@ -395,15 +398,32 @@ class Strategy(FlowerStrategy):
         config[msgs.RUN_TOKEN] = self.run_token
         return config
 
-    @staticmethod
     def messages_to(
-        content: RecordDict, node_ids: Iterable[int], message_type: str
+        self, content: RecordDict, pids: Iterable[int], message_type: str
     ) -> list[Message]:
-        """One message of ``message_type`` with ``content`` for each node."""
+        """One message of ``message_type`` with ``content`` for each partition in ``pids``, to
+        the node that serves it, the partition id in its ``group_id`` (a simulated node may
+        serve several; the reply carries the group id back: :meth:`pid_of`)."""
         return [
-            Message(content=content, message_type=message_type, dst_node_id=node)
-            for node in node_ids
+            Message(
+                content=content,
+                message_type=message_type,
+                dst_node_id=self.node_ids[pid],
+                group_id=str(pid),
+            )
+            for pid in pids
         ]
+
+    def pid_of(self, msg: Message) -> int:
+        """The partition a reply answers for (``-1``: none this server knows): its group id,
+        which must be a partition the sending node serves; without one, the node's only
+        partition."""
+        node = msg.metadata.src_node_id
+        group = msg.metadata.group_id
+        if group:
+            pid = int(group) if group.isdigit() else -1
+            return pid if self.node_ids.get(pid) == node else -1
+        return self.partition_of.get(node, -1)
 
     def train_record(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
@@ -424,7 +444,7 @@ class Strategy(FlowerStrategy):
         if not self.heterogeneous:
             record = self.train_record(server_round, arrays, config)
             self.sampled = pids
-            return self.messages_to(record, [self.node_ids[p] for p in pids], MessageType.TRAIN)
+            return self.messages_to(record, pids, MessageType.TRAIN)
         records: dict[str, RecordDict] = {}  # one per architecture, shared by its clients
         messages: list[Message] = []
         for pid in pids:  # in partition order, as without client_models
@@ -433,7 +453,7 @@ class Strategy(FlowerStrategy):
                 records[arch] = self.train_record(
                     server_round, self.arrays_for(arch, arrays), config
                 )
-            messages += self.messages_to(records[arch], [self.node_ids[pid]], MessageType.TRAIN)
+            messages += self.messages_to(records[arch], [pid], MessageType.TRAIN)
         self.sampled = pids
         return messages
 
@@ -460,7 +480,7 @@ class Strategy(FlowerStrategy):
         of unknown serialisation, bytes that are no array) drops the reply like a failed check.
         """
         node = msg.metadata.src_node_id
-        pid = self.partition_of.get(node, -1)
+        pid = self.pid_of(msg)
         reply = None
         try:
             reason = self._reply_problem(msg, pid)
@@ -569,10 +589,10 @@ class Strategy(FlowerStrategy):
         self.rejected = 0
         self.begin_round(server_round)
         accepted: list[Reply] = []
-        answered: set[int] = set()
+        answered: set[int] = set()  # partition ids
         t_absorb = 0.0
         for msg in replies:  # as they arrive; one reply's arrays in memory at a time
-            answered.add(msg.metadata.src_node_id)
+            answered.add(self.pid_of(msg))
             reply = self.accept(msg)
             del msg
             if reply is None:
@@ -595,7 +615,7 @@ class Strategy(FlowerStrategy):
             reply.arrays, reply.content = {}, RecordDict()  # let the model go
             accepted.append(reply)
         accepted.sort(key=lambda r: r.partition_id)  # arrival order must not matter
-        silent = [p for p in self.sampled if self.node_ids[p] not in answered]
+        silent = [p for p in self.sampled if p not in answered]
         for pid in silent:
             log(
                 WARNING,

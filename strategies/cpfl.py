@@ -517,9 +517,7 @@ class CPFL(DiscriminatorStage, Strategy):
                 )
                 continue
             record = RecordDict({msgs.ARRAYS: to_record(c.arrays), msgs.CONFIG: config})
-            messages += self.messages_to(
-                record, [self.node_ids[p] for p in pids], MessageType.TRAIN
-            )
+            messages += self.messages_to(record, pids, MessageType.TRAIN)
             self.sampled += pids
             self.round_plan[c.index] = pids
         self.sampled.sort()
@@ -556,7 +554,7 @@ class CPFL(DiscriminatorStage, Strategy):
         accepted: dict[int, list[Reply]] = {c.index: [] for c in active}
         answered: set[int] = set()
         for msg in replies:
-            answered.add(msg.metadata.src_node_id)
+            answered.add(self.pid_of(msg))
             reply = self.accept(msg)
             del msg
             if reply is None:
@@ -581,7 +579,7 @@ class CPFL(DiscriminatorStage, Strategy):
                 losses[c.index].append(float(reply.metrics["val_loss"]))
             reply.arrays, reply.content = {}, RecordDict()
             accepted[c.index].append(reply)
-        silent = [pid for pid in self.sampled if self.node_ids[pid] not in answered]
+        silent = [pid for pid in self.sampled if pid not in answered]
         for pid in silent:
             log(
                 WARNING, "Round %d: client %d sent no reply within round_timeout", server_round, pid

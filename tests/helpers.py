@@ -20,13 +20,15 @@ def without_timing(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "elapsed" and "time" not in k} for r in rows]
 
 
-def run_sh(*args: str, timeout: float = 600, tag: str = "") -> subprocess.CompletedProcess:
-    """``./run.sh args`` from the repository root, output captured."""
+def run_sh(
+    *args: str, timeout: float = 600, tag: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``./run.sh args`` from the repository root, output captured (``env`` added)."""
     return subprocess.run(
         [str(ROOT / "run.sh"), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "FEDGO_WORKDIR": str(ROOT), "FEDGO_TEST_TAG": tag},
+        env={**os.environ, "FEDGO_WORKDIR": str(ROOT), "FEDGO_TEST_TAG": tag, **(env or {})},
     )

@@ -210,7 +210,7 @@ class Toy(FedAvg):
 
     def setup(self, grid):
         content = RecordDict({CONFIG: self.message_config(server_round=0)})
-        hello = self.messages_to(content, self.node_ids.values(), "train.hello")
+        hello = self.messages_to(content, self.node_ids, "train.hello")
         replies = grid.send_and_receive(hello)
         greetings = sorted(int(r.content[METRICS]["greeting"]) for r in replies)
         (self.resources.out_dir / "greetings.json").write_text(json.dumps(greetings))

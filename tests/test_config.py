@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import tomllib
 import torch
 
 from fedgo_flwr.cli import CIFAR_FOLDERS, preflight
@@ -43,6 +43,31 @@ def test_every_shipped_config_is_valid():
 
 
 PAPER = CONF / "paper"
+NOT_NAMED_FOR_A_STRATEGY = {"base.yaml", "default.yaml", "cifar10-jpg.yaml"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in sorted(CONF.glob("*.yaml")) if p.name not in NOT_NAMED_FOR_A_STRATEGY],
+    ids=lambda p: p.name,
+)
+def test_every_strategy_file_runs_the_strategy_it_is_named_for(path):
+    """conf/<strategy>[-<variant>].yaml runs <strategy>; the others say what they run in their
+    first comment lines (checked below)."""
+    assert load_experiment(path).strategy.name == path.stem.split("-")[0]
+
+
+@pytest.mark.parametrize("name", sorted(NOT_NAMED_FOR_A_STRATEGY - {"base.yaml"}))
+def test_the_other_files_name_their_strategy_in_their_header(name):
+    header = (CONF / name).read_text().split("\nbase:")[0].lower()
+    assert load_experiment(CONF / name).strategy.name in header
+
+
+def test_a_paper_preset_without_its_data_stops_before_the_run_naming_data_path(tmp_path):
+    cfg = load_experiment(PAPER / "fedgo-cifar10-a0.1.yaml", [f"data.path={tmp_path}"])
+    with pytest.raises(ConfigError) as err:
+        preflight(cfg)
+    assert err.value.key == "data.path" and "download" in err.value.problem
 
 
 @pytest.mark.parametrize("path", sorted(PAPER.glob("*.yaml")), ids=lambda p: p.name)

@@ -366,7 +366,7 @@ def test_a_planted_client_state_file_runs_no_code(tmp_path, monkeypatch):
     folder.mkdir()
     torch.save({"control": Planted(marker)}, folder / "round-1.pt")
     with pytest.raises(ValueError, match=r"round-1.pt"):
-        restore_state(node_context(), folder.resolve(), server_round=2)
+        restore_state(node_context().state, folder.resolve(), server_round=2)
     assert not marker.exists()
 
 
@@ -376,7 +376,7 @@ def test_an_unreadable_client_state_file_falls_back_to_the_one_before(tmp_path, 
     torch.save({"control": {"w": torch.ones(2)}}, folder / "round-1.pt")
     (folder / "round-2.pt").write_bytes(b"torn")
     context = node_context()
-    restore_state(context, folder, server_round=3)
+    restore_state(context.state, folder, server_round=3)
     assert torch.equal(context.state["control"].to_torch_state_dict()["w"], torch.ones(2))
     assert any("round-2.pt" in m for m in messages(flwr_log))
 

@@ -84,8 +84,10 @@ def test_run_sh_runs_flwr_run_end_to_end_and_stops_its_superlink(tmp_path):
         "train.local_epochs=1",
         f"output_dir={tmp_path}",
         tag=tag,
+        env={"FEDGO_SUPERNODES": "2"},  # 2 simulated nodes serve the 4 clients
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "4 clients on 2 nodes" in proc.stdout + proc.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["strategy"] == "fedprox" and summary["rounds"] == 2
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -95,6 +97,17 @@ def test_run_sh_runs_flwr_run_end_to_end_and_stops_its_superlink(tmp_path):
     # Its private Flower home (SuperLink address, run config, logs) is removed after success.
     homes = [p.parent for p in (ROOT / ".flwr").glob("run.*/run-config.toml")]
     assert not [h for h in homes if str(tmp_path) in (h / "run-config.toml").read_text()]
+
+
+def test_local_runs_the_experiment_in_one_process(tmp_path):
+    tag = uuid.uuid4().hex
+    tiny = ["rounds=1", "data.num_clients=2", "fraction=1.0", "train.local_epochs=1"]
+    proc = run_sh("--local", "conf/scaffold.yaml", *tiny, f"output_dir={tmp_path}", tag=tag)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["strategy"] == "scaffold" and summary["rounds"] == 1
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["rounds"] == 1
+    assert not flower_processes(tag)
 
 
 def test_a_run_that_fails_inside_flower_exits_non_zero(tmp_path):

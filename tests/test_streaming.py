@@ -105,7 +105,11 @@ class FakeGrid:
         self.pulls += 1
         now = time.monotonic() - self.t0
         return [
-            SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
+            SimpleNamespace(
+                metadata=SimpleNamespace(reply_to_message_id=i),
+                content=RecordDict(),
+                has_error=lambda: False,
+            )
             for i in sorted(ids)
             if self.delays[i] <= now
         ]

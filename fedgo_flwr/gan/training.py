@@ -40,6 +40,7 @@ __all__ = [
     "DISCRIMINATOR_LOSSES",
     "discriminator_logits",
     "fedgan_generator_steps",
+    "generated_set",
     "gradient_penalty",
     "interpolate_gradient_norms",
     "sample",
