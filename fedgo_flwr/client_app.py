@@ -346,14 +346,15 @@ def _job(msg: Message, context: Context, message_type: str) -> tuple[ClientAlgor
     server_round = int(config.get(msgs.SERVER_ROUND, 0))
     pid = message_partition(msg, context)
     torch.set_num_threads(client_threads(context, cfg.resources.client_cpus))
-    _log_device_once(cfg)
+    device = get_device(cfg.client_device)
+    _log_device_once(device)
     job = ClientJob(
         cfg=cfg,
         params=params,
         partition_id=pid,
         server_round=server_round,
         data=client_dataset(cfg, pid, _data_path(context)),
-        device=get_device(cfg.client_device),
+        device=device,
         rng=make_rng(cfg.seed, message_type, server_round, pid),
         content=msg.content,
         # A node serving several partitions keeps each one's state in files only.
@@ -365,11 +366,10 @@ def _job(msg: Message, context: Context, message_type: str) -> tuple[ClientAlgor
 _logged_devices: set[str] = set()
 
 
-def _log_device_once(cfg: ExperimentConfig) -> None:
+def _log_device_once(device: torch.device) -> None:
     """Say once per process which device the clients here train on."""
-    device = str(get_device(cfg.client_device))
-    if device not in _logged_devices:
-        _logged_devices.add(device)
+    if str(device) not in _logged_devices:
+        _logged_devices.add(str(device))
         log(INFO, "fedgo-flwr client: training on %s (pid %d)", device, os.getpid())
 
 
