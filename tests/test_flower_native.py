@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
 
 from fedgo_flwr import cli
 from fedgo_flwr import messages as msgs
@@ -54,6 +55,8 @@ def node(partition: int, total: int | None = None, share: bool | None = None) ->
 
 
 def message_for(group: str) -> Message:
+    # Message construction reads Flower's process identity (set by a grid in a real run).
+    TaskIdentity.run_id = TaskIdentity.task_id = TaskIdentity.node_id = 1
     content = RecordDict({msgs.CONFIG: ConfigRecord()})
     return Message(content=content, dst_node_id=7, message_type="train", group_id=group)
 
