@@ -87,6 +87,7 @@ def test_a_reply_for_a_partition_its_node_does_not_serve_is_dropped(tmp_path):
     cfg = load_experiment(ROOT / "conf/default.yaml", [*TINY, f"output_dir={tmp_path}"])
     model = new_model(cfg, load_bundle(cfg.data))
     strategy = strategy_class("fedavg")(cfg, {0: 2, 1: 3, 2: 2, 3: 3}, model)
+    TaskIdentity.run_id = TaskIdentity.task_id = TaskIdentity.node_id = 1
     [to_two] = strategy.messages_to(RecordDict(), [2], "train")
     assert to_two.metadata.dst_node_id == 2 and to_two.metadata.group_id == "2"
     reply = Message(RecordDict(), reply_to=to_two)
