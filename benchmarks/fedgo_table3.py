@@ -166,12 +166,32 @@ def ensure_data(data: Path, archive: str | None) -> Path:
     return data
 
 
+def reuse_source(method: str, seed: int, tag: str) -> Path:
+    """The run folder whose generator and discriminators ``method`` loads for ``seed``.
+
+    That is ``REUSE[method]``'s run; when its outputs are gone (only its summary was kept), a
+    sibling that trained the same ones is used instead: a method with the same ``REUSE``
+    source whose pre-FL stage finished (``prefl.json`` is written after the discriminators).
+    The Byzantine rows corrupt the discriminators' logits on the server, after loading, so
+    ``fedgo_byz50`` can load what ``fedgo_byz25`` trained for the same seed.
+    """
+    base = REUSE[method]
+    source = ROOT / "outputs" / "bench" / tag / run_name(base, seed)
+    if (source / "discriminators.pt").exists():
+        return source
+    for sibling in (m for m, b in REUSE.items() if b == base and m != method):
+        run = ROOT / "outputs" / "bench" / tag / run_name(sibling, seed)
+        if (run / "prefl.json").exists() and (run / "discriminators.pt").exists():
+            return run
+    return source
+
+
 def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
     """One run through ``./run.sh``; returns its output folder."""
     run_dir = ROOT / "outputs" / "bench" / args.tag / run_name(method, seed)
     extra = []
     if method in REUSE:
-        source = ROOT / "outputs" / "bench" / args.tag / run_name(REUSE[method], seed)
+        source = reuse_source(method, seed, args.tag)
         if (source / "discriminators.pt").exists():
             extra = [
                 f"strategy.generator.path={source / 'generator.pt'}",
