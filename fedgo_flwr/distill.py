@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedgo_flwr import profiling
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
 from fedgo_flwr.schema import Checker
 
@@ -187,6 +188,21 @@ def distill(
 
     ``validate(model) -> accuracy`` is required by the ``feddf`` protocol (its early stopping).
     """
+    with profiling.phase("distillation") as tally:
+        return _distill(student, data, targets, config, server_round, rng, device, validate, tally)
+
+
+def _distill(
+    student: nn.Module,
+    data: ArrayDataset,
+    targets: Tensor,
+    config: DistillConfig,
+    server_round: int,
+    rng: torch.Generator,
+    device: torch.device,
+    validate: Callable[[nn.Module], float] | None,
+    tally: profiling.Tally,
+) -> DistillResult:
     if targets.ndim != 3 or targets.shape[1] != len(data):
         raise ValueError(f"targets must be (V, {len(data)}, C), got {tuple(targets.shape)}")
     views = targets.shape[0]
@@ -217,6 +233,7 @@ def distill(
                 total += loss.item() * len(idx)
                 count += len(idx)
                 steps += 1
+                tally.add(len(idx))
             last = total / max(count, 1)
         return DistillResult(loss=last, steps=steps, seconds=time.perf_counter() - start)
 
@@ -239,6 +256,7 @@ def distill(
         opt.step()
         sched.step()
         step += 1
+        tally.add(len(idx))
         window += loss.item()
         count += 1
         if step % config.eval_every == 0 or step == config.max_steps:

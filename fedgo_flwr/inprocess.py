@@ -3,9 +3,11 @@
 :class:`InProcessGrid` is a Flower ``Grid`` that hands each message straight to the ClientApp
 (``client_app(message, context)``) in this process, one node after another, keeping one
 ``Context`` (with its persistent ``state``) per node, and turns a handler's exception into an
-error reply as Flower's runtime does. A reply whose handler took longer than ``timeout``
-seconds is dropped, as if the nodes had run in parallel and that reply came too late.
-:meth:`InProcessGrid.stream` yields replies one at a time, like
+error reply as Flower's runtime does. A client handler sets torch's thread count to its own
+(``resources.client_cpus``); the grid puts the server's back after each call, so the server's
+work runs with ``resources.server_cpus`` threads as it does in its own process. A reply whose
+handler took longer than ``timeout`` seconds is dropped, as if the nodes had run in parallel
+and that reply came too late. :meth:`InProcessGrid.stream` yields replies one at a time, like
 :func:`fedgo_flwr.messages.stream_replies` on a real grid. Used for fast tests of strategy logic
 and to measure the simulation runtime's overhead (``benchmarks/overhead.py``); experiments
 should use ``./run.sh``, or, for debugging in one process without Ray or a SuperLink,
@@ -30,6 +32,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import torch
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
@@ -82,6 +85,7 @@ class InProcessGrid(Grid):
             node = msg.metadata.dst_node_id
             TaskIdentity.node_id = node
             started = time.monotonic()
+            threads = torch.get_num_threads()  # the client sets its own (resources.client_cpus)
             try:
                 reply = self.client_app(msg, self.contexts[node])
             except Exception as exc:  # noqa: BLE001 - reported like Flower's runtime does
@@ -90,6 +94,7 @@ class InProcessGrid(Grid):
                 )
             finally:
                 TaskIdentity.node_id = SERVER_NODE_ID
+                torch.set_num_threads(threads)  # and the server goes on with its own
             if timeout is not None and time.monotonic() - started > timeout:
                 continue  # too late: the server has stopped waiting for this node
             yield reply

@@ -29,6 +29,7 @@ from flwr.app import ArrayRecord, MetricRecord
 from flwr.supercore import log
 from torch import nn
 
+from fedgo_flwr import profiling
 from fedgo_flwr.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE
 from fedgo_flwr.config import ConfigError, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
@@ -140,7 +141,8 @@ class RunRecorder:
         due = due or bool(getattr(self.strategy, "evaluate_now", False))
         if due and len(arrays) > 0:
             self.model.load_state_dict(arrays.to_torch_state_dict())
-            loss, acc = evaluate(self.model, self.test, self.cfg.eval.batch_size, self.device)
+            with profiling.phase("server_eval", len(self.test), self.cfg.eval.batch_size):
+                loss, acc = evaluate(self.model, self.test, self.cfg.eval.batch_size, self.device)
         else:
             loss, acc = math.nan, math.nan
         now = time.perf_counter()

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedgo_flwr import profiling
 from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.features import FeatureTap
@@ -104,7 +105,10 @@ def train_local(
         optimizer = make_optimizer(model.parameters(), cfg)
     total, count, steps = 0.0, 0, 0
     drop_last = ends_in_batch_of_one(len(data), cfg.batch_size)
-    with FeatureTap(model) if features else contextlib.nullcontext() as tap:
+    with (
+        FeatureTap(model) if features else contextlib.nullcontext() as tap,
+        profiling.phase("local_training") as tally,
+    ):
         for epoch in range(cfg.local_epochs):
             for x, y in batches(
                 data,
@@ -134,6 +138,7 @@ def train_local(
                 total += loss.item() * len(y)
                 count += len(y)
                 steps += 1
+                tally.add(len(y))
     return TrainStats(
         loss=total / max(count, 1),
         steps=steps,

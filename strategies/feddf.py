@@ -67,6 +67,7 @@ from flwr.app import ArrayRecord
 from flwr.supercore import log
 from torch import Tensor, nn
 
+from fedgo_flwr import profiling
 from fedgo_flwr.aggregation import new_average
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
@@ -363,14 +364,18 @@ class FedDF(Strategy):
         self.scratch = self.scratches.get(arch, self._main_scratch)
         self.scratch.load_state_dict(self.to_state(reply.arrays))
         bank = self.bank
-        logits = self.teacher_logits(reply, "distill", bank.data, bank.views, bank.batch_size)
+        with profiling.phase("teacher_logits", len(bank.data) * bank.views, bank.batch_size):
+            logits = self.teacher_logits(reply, "distill", bank.data, bank.views, bank.batch_size)
         self.teacher_time += time.perf_counter() - t0
         test_logits = None
         if self.ensemble_eval:
             t0 = time.perf_counter()
-            test_logits = self.teacher_logits(
-                reply, "test", res.bundle.test, 1, self.params.teacher_batch_size
-            )
+            with profiling.phase(
+                "ensemble_eval", len(res.bundle.test), self.params.teacher_batch_size
+            ):
+                test_logits = self.teacher_logits(
+                    reply, "test", res.bundle.test, 1, self.params.teacher_batch_size
+                )
             self.eval_time += time.perf_counter() - t0
         for where, z in (("distillation set", logits), ("test split", test_logits)):
             if z is not None and not _usable_logits(z):

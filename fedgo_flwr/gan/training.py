@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedgo_flwr import profiling
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.distill import view_batches
 
@@ -250,46 +251,48 @@ def train_wgan_gp(
         "grad_norm": nan,
     }
     critic_params = list(critic.parameters())
-    for step in range(steps):
-        for p in critic_params:
-            p.requires_grad_(True)
-        for _ in range(n_critic):
-            real = next(real_iter)
-            with torch.no_grad():
-                fake = generator(_latent(real.shape[0], latent_dim, rng, dev))
-            opt_d.zero_grad(set_to_none=True)
-            d_real = critic(real).mean()
-            d_fake = critic(fake).mean()
-            gp, norms = _penalty_and_norms(critic, real, fake, rng)
-            loss_d = d_fake - d_real + gp_lambda * gp
-            loss_d.backward()
-            opt_d.step()
-        for p in critic_params:
-            p.requires_grad_(False)
-        opt_g.zero_grad(set_to_none=True)
-        loss_g = -critic(generator(_latent(batch_size, latent_dim, rng, dev))).mean()
-        loss_g.backward()
-        opt_g.step()
-        for sched in scheds:
-            sched.step()
-        if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
-            log.info(
-                "wgan-gp step %d/%d: critic %.4f generator %.4f W %.4f gp %.4f",
-                step + 1,
-                steps,
-                loss_d.item(),
-                loss_g.item(),
-                (d_real - d_fake).item(),
-                gp.item(),
-            )
-        if step + 1 == steps:
-            stats = {
-                "critic_loss": loss_d.item(),
-                "generator_loss": loss_g.item(),
-                "wasserstein": (d_real - d_fake).item(),
-                "gradient_penalty": gp.item(),
-                "grad_norm": norms.mean().item(),
-            }
+    with profiling.phase("wgan_gp") as tally:
+        for step in range(steps):
+            for p in critic_params:
+                p.requires_grad_(True)
+            for _ in range(n_critic):
+                real = next(real_iter)
+                tally.add(real.shape[0])
+                with torch.no_grad():
+                    fake = generator(_latent(real.shape[0], latent_dim, rng, dev))
+                opt_d.zero_grad(set_to_none=True)
+                d_real = critic(real).mean()
+                d_fake = critic(fake).mean()
+                gp, norms = _penalty_and_norms(critic, real, fake, rng)
+                loss_d = d_fake - d_real + gp_lambda * gp
+                loss_d.backward()
+                opt_d.step()
+            for p in critic_params:
+                p.requires_grad_(False)
+            opt_g.zero_grad(set_to_none=True)
+            loss_g = -critic(generator(_latent(batch_size, latent_dim, rng, dev))).mean()
+            loss_g.backward()
+            opt_g.step()
+            for sched in scheds:
+                sched.step()
+            if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
+                log.info(
+                    "wgan-gp step %d/%d: critic %.4f generator %.4f W %.4f gp %.4f",
+                    step + 1,
+                    steps,
+                    loss_d.item(),
+                    loss_g.item(),
+                    (d_real - d_fake).item(),
+                    gp.item(),
+                )
+            if step + 1 == steps:
+                stats = {
+                    "critic_loss": loss_d.item(),
+                    "generator_loss": loss_g.item(),
+                    "wasserstein": (d_real - d_fake).item(),
+                    "gradient_penalty": gp.item(),
+                    "grad_norm": norms.mean().item(),
+                }
     for p in critic_params:
         p.requires_grad_(True)
     return {
@@ -443,41 +446,43 @@ def train_discriminator(
     count = epoch_steps = 0
     best: tuple[float, int, dict[str, Tensor]] | None = None
     run = 0
-    for epoch in range(epochs):
-        run = epoch + 1
-        total = real_ok = fake_ok = 0.0
-        count = epoch_steps = 0
-        for x_real, _ in batches(
-            data,
-            batch_size,
-            shuffle=True,
-            rng=rng,
-            augment=augment,
-            drop_last=drop_last,
-            device=dev,
-        ):
-            n = x_real.shape[0]
-            x_fake = negatives.draw(n, rng)
-            opt.zero_grad(set_to_none=True)
-            z_real = disc(x_real)
-            z_fake = disc(x_fake)
-            step_loss = _gan_loss(z_real, z_fake, loss, real_target)
-            step_loss.backward()
-            opt.step()
-            steps += 1
-            epoch_steps += 1
-            total += step_loss.item()
-            real_ok += (z_real.detach() > 0).sum().item()
-            fake_ok += (z_fake.detach() < 0).sum().item()
-            count += n
-        if held is not None:
-            with _frozen(disc):
-                held_loss = _gan_loss(disc(held[0]), disc(held[1]), loss, 1.0).item()
-            if best is None or held_loss < best[0]:
-                state = {k: v.detach().clone() for k, v in disc.state_dict().items()}
-                best = (held_loss, run, state)
-            elif run - best[1] >= patience:
-                break
+    with profiling.phase("discriminator_training") as tally:
+        for epoch in range(epochs):
+            run = epoch + 1
+            total = real_ok = fake_ok = 0.0
+            count = epoch_steps = 0
+            for x_real, _ in batches(
+                data,
+                batch_size,
+                shuffle=True,
+                rng=rng,
+                augment=augment,
+                drop_last=drop_last,
+                device=dev,
+            ):
+                n = x_real.shape[0]
+                tally.add(n)
+                x_fake = negatives.draw(n, rng)
+                opt.zero_grad(set_to_none=True)
+                z_real = disc(x_real)
+                z_fake = disc(x_fake)
+                step_loss = _gan_loss(z_real, z_fake, loss, real_target)
+                step_loss.backward()
+                opt.step()
+                steps += 1
+                epoch_steps += 1
+                total += step_loss.item()
+                real_ok += (z_real.detach() > 0).sum().item()
+                fake_ok += (z_fake.detach() < 0).sum().item()
+                count += n
+            if held is not None:
+                with _frozen(disc):
+                    held_loss = _gan_loss(disc(held[0]), disc(held[1]), loss, 1.0).item()
+                if best is None or held_loss < best[0]:
+                    state = {k: v.detach().clone() for k, v in disc.state_dict().items()}
+                    best = (held_loss, run, state)
+                elif run - best[1] >= patience:
+                    break
     nan = float("nan")
     real_acc = real_ok / count if count else nan
     fake_acc = fake_ok / count if count else nan
@@ -675,7 +680,16 @@ def discriminator_logits(
     if not discs or len(data) == 0:
         return out
     dev = torch.device(device)
-    batched = view_batches(data, views, batch_size, dev)
+    images = len(discs) * views * len(data)
+    with profiling.phase("discriminator_logits", images, batch_size):
+        _fill_discriminator_logits(out, discs, view_batches(data, views, batch_size, dev), dev)
+    return out
+
+
+def _fill_discriminator_logits(
+    out: Tensor, discs: Mapping[int, nn.Module], batched: list[tuple[int, Tensor]], dev
+) -> None:
+    views = out.shape[1]
     for k, disc in discs.items():
         disc.to(dev)
         parts: list[list[Tensor]] = [[] for _ in range(views)]
@@ -684,4 +698,3 @@ def discriminator_logits(
                 parts[v].append(disc(x).float().cpu().reshape(-1))
         out[k] = torch.stack([torch.cat(p) for p in parts])
         disc.cpu()
-    return out
