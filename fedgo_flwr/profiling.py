@@ -30,6 +30,7 @@ a distillation) is the inner phase's, not the outer one's. The phases reported t
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -109,6 +110,16 @@ def enabled() -> bool:
 def counts() -> dict[str, PhaseCount]:
     """What was counted so far (a copy)."""
     return {k: PhaseCount(**asdict(v)) for k, v in (_counts or {}).items()}
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory in MiB (``None`` where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes / KiB
 
 
 def _sync() -> None:

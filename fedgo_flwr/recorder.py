@@ -12,7 +12,8 @@ holds a run's results unless the config says ``resume: true`` (and there is a ch
 resume from) or ``overwrite: true``. The final model is written before ``summary.json``, and
 both atomically (:mod:`fedgo_flwr.fileio`), so a ``summary.json`` (what ``run.sh`` takes as
 success) always comes with a complete ``model.pt``. JSON files hold ``null`` for NaN and
-infinite values (``Infinity`` is not JSON).
+infinite values (``Infinity`` is not JSON). The summary also gives the server process's peak
+resident memory (``server_peak_rss_mb``).
 """
 
 from __future__ import annotations
@@ -213,6 +214,8 @@ class RunRecorder:
             if rounds
             else 0.0,
         }
+        # The server process's (with the in-process grid: the clients' too).
+        summary["server_peak_rss_mb"] = profiling.peak_rss_mb()
         summary["bytes_down"] = sum(int(r.get("bytes_down") or 0) for r in self.rows)
         summary["bytes_up"] = sum(int(r.get("bytes_up") or 0) for r in self.rows)
         target = self.cfg.eval.target_accuracy

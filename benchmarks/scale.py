@@ -1,0 +1,178 @@
+"""Many simulated clients: round time, Flower's share of it and the server's memory (issue 18).
+
+For every number of clients K (``--clients``, default 10 100 1000) and method (FedAvg, FedDF),
+``conf/bench/scale-cifar10.yaml`` runs with ``data.num_clients=K`` and
+``data.train_subset=50 K`` (25 images per client, 25 K server images) twice:
+
+- ``sim``: through ``./run.sh`` (a real ``flwr run`` on Flower's simulation runtime, Ray, one
+  simulated node per client unless ``--supernodes`` says otherwise);
+- ``local``: the same code in one process (:func:`fedgo_flwr.inprocess.run_inprocess`), the
+  clients one after another; its figures have no Flower runtime in them.
+
+Per run it reports the median round time (rounds 2..R; round 1 separately), the start-up
+(the wall time of the whole command minus the strategy's ``total_time``: Python, data loading
+and partitioning, and for ``sim`` the SuperLink, Ray and the workers), the round's compute
+(clients' training spread over the workers that ran at once, plus the server's aggregation and
+evaluation) and the rest of the round (Flower's runtime, messages, the clients' data loading),
+and the server process's peak resident memory (``summary.json``: ``server_peak_rss_mb``; for
+``local`` it includes the clients). Both modes must give the same accuracies (checked).
+
+    .venv/bin/python benchmarks/scale.py [--clients 10 100 1000] [--methods fedavg feddf]
+        [--modes sim local] [--tag scale-cifar10] [k=v ...]
+
+Each finished run is kept in ``benchmarks/results/<tag>/`` (resumable); ``--table-only``
+rebuilds ``table.md``. Run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fedgo_table3 import add_data_arguments, ensure_data
+from sweep import ARCHIVE, keep_run, read_archive
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = "conf/bench/scale-cifar10.yaml"
+METHODS = {
+    "fedavg": ["strategy.name=fedavg"],
+    "feddf": ["strategy.name=feddf", "strategy.weighting=uniform"],
+}
+
+
+def run_name(mode: str, method: str, clients: int) -> str:
+    return f"{mode}-{method}-k{clients}"
+
+
+def overrides(method: str, clients: int, data: Path, extra: list[str]) -> list[str]:
+    return [
+        f"data.path={data}",
+        f"data.num_clients={clients}",
+        f"data.train_subset={50 * clients}",
+        *METHODS[method],
+        *extra,
+    ]
+
+
+def run_one(mode: str, method: str, clients: int, args, data: Path) -> Path:
+    """One run; returns its output folder (with ``wall.json``: the command's wall time)."""
+    out = ROOT / "outputs" / "bench" / args.tag / run_name(mode, method, clients)
+    keys = [*overrides(method, clients, data, args.overrides), "overwrite=true"]
+    env = dict(os.environ)
+    if mode == "sim":
+        cmd = [str(ROOT / "run.sh"), CONFIG, *keys, f"output_dir={out}"]
+        if args.supernodes:
+            env["FEDGO_SUPERNODES"] = str(min(args.supernodes, clients))
+    else:
+        cmd = [sys.executable, "-m", "fedgo_flwr.inprocess", CONFIG, *keys, f"output_dir={out}"]
+    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        sys.exit(f"run failed ({out / 'run.log'}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    (out / "wall.json").write_text(json.dumps({"wall_seconds": wall}) + "\n")
+    return out
+
+
+def figures(run: Path, archive: dict[str, bytes], workers: int) -> dict:
+    """The table's figures of one kept run (its metrics from the results' archive)."""
+    summary = json.loads((run / "summary.json").read_text())
+    text = archive[f"{run.name}/metrics.jsonl"].decode()
+    rows = [json.loads(x) for x in text.splitlines()]
+    wall = json.loads((run / "wall.json").read_text())["wall_seconds"]
+    rounds = [r for r in rows if r["round"] > 0]
+    later = rounds[1:] or rounds
+    parallel = 1 if run.name.startswith("local") else workers
+
+    def compute(r: dict) -> float:
+        clients = r.get("client_time_sum", 0.0) / min(parallel, r.get("clients_replied") or 1)
+        return clients + r.get("aggregate_time", 0.0) + r.get("eval_time", 0.0)
+
+    median_round = statistics.median(r["round_time"] for r in later)
+    median_compute = statistics.median(compute(r) for r in later)
+    return {
+        "clients_per_round": rounds[0].get("clients_sampled"),
+        "round1_s": rounds[0]["round_time"],
+        "median_round_s": median_round,
+        "median_compute_s": median_compute,
+        "outside_share": 1 - median_compute / median_round,
+        "startup_s": wall - summary["total_time"],
+        "wall_s": wall,
+        "server_peak_rss_mb": summary.get("server_peak_rss_mb"),
+        "accuracies": [r["test_accuracy"] for r in rows],
+    }
+
+
+def table(results: Path, workers: int) -> str:
+    lines = [
+        "| K | method | mode | clients/round | round 1 (s) | median round (s) | compute (s) "
+        "| outside compute | start-up (s) | server peak RSS (MB) |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    runs = sorted(
+        (p.parent for p in results.glob("*/summary.json")),
+        key=lambda p: (int(p.name.rsplit("-k", 1)[1]), p.name.split("-")[1], p.name),
+    )
+    archive = read_archive(results / ARCHIVE)
+    found = {p.name: figures(p, archive, workers) for p in runs}
+    for name, f in found.items():
+        mode, method, k = name.split("-")
+        peak = f["server_peak_rss_mb"]
+        lines.append(
+            f"| {k[1:]} | {method} | {mode} | {f['clients_per_round']} | {f['round1_s']:.1f} "
+            f"| {f['median_round_s']:.1f} | {f['median_compute_s']:.1f} "
+            f"| {f['outside_share']:.0%} | {f['startup_s']:.1f} "
+            f"| {'-' if peak is None else f'{peak:.0f}'} |"
+        )
+    same = []
+    for name, f in found.items():
+        twin = name.replace("sim-", "local-", 1)
+        if name.startswith("sim-") and twin in found:
+            same.append(f"{name[4:]}: {f['accuracies'] == found[twin]['accuracies']}")
+    if same:
+        lines += ["", "Same accuracies in both modes: " + ", ".join(same) + "."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", nargs="+", type=int, default=[10, 100, 1000])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--modes", nargs="+", default=["sim", "local"], choices=["sim", "local"])
+    parser.add_argument("--supernodes", type=int, default=0, help="simulated nodes (0: K)")
+    parser.add_argument("--tag", default="scale-cifar10")
+    parser.add_argument("--table-only", action="store_true")
+    add_data_arguments(parser)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    results = ROOT / "benchmarks" / "results" / args.tag
+    workers = os.cpu_count() or 1  # resources.client_cpus is 1: one Ray worker per core
+    if not args.table_only:
+        data = ensure_data(ROOT / args.data, args.archive)
+        for k in args.clients:
+            for method in args.methods:
+                for mode in args.modes:
+                    name = run_name(mode, method, k)
+                    if (results / name / "summary.json").exists():
+                        continue
+                    out = run_one(mode, method, k, args, data)
+                    (results / name).mkdir(parents=True, exist_ok=True)
+                    (results / name / "wall.json").write_text((out / "wall.json").read_text())
+                    keep_run(out, results, name, root=ROOT)  # the summary last: finished
+    text = table(results, workers)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "table.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
