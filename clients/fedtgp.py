@@ -33,6 +33,7 @@ from flwr.app import ArrayRecord
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.data import batches
 from fedgo_flwr.features import FeatureTap
+from fedgo_flwr.kernels import place
 from fedgo_flwr.messages import to_numpy, to_record
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.training import Batch, BatchLoss, TrainStats
@@ -83,7 +84,7 @@ def class_prototypes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-class mean feature ``(C, d)`` (zero rows for absent classes) and counts ``(C,)`` of
     ``data`` under ``model`` in ``eval()`` mode, without augmentation."""
-    model.to(device).eval()
+    place(model, device).eval()
     sums: torch.Tensor | None = None
     counts = torch.zeros(data.num_classes, dtype=torch.float64)
     with FeatureTap(model) as tap:

@@ -44,8 +44,11 @@ CHECKPOINT_FILE = "checkpoint.pt"
 PREVIOUS_FILE = "checkpoint.prev.pt"
 FORMAT = 2  # 1: the pickled numpy objects before weights_only loading (not readable now)
 
-# Keys that may differ between the interrupted run and the resumed one.
+# Keys that may differ between the interrupted run and the resumed one. ``eval``: its batch
+# size does not change a result (inference is batch-invariant), the others only which rounds
+# are tested and what the summary says.
 RESUMABLE_CHANGES = {
+    "eval",
     "logging",
     "resume",
     "overwrite",

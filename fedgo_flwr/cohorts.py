@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
+from fedgo_flwr.kernels import place
 from fedgo_flwr.rng import derive_seed
 from fedgo_flwr.schema import Checker
 
@@ -326,7 +327,7 @@ def distill_l1(
     if targets.ndim != 2 or targets.shape[0] != n:
         raise ValueError(f"targets must be ({n}, C), got {tuple(targets.shape)}")
     start = time.perf_counter()
-    student.to(device).train()
+    place(student, device).train()
     opt = torch.optim.Adam(student.parameters(), lr=config.lr, betas=(config.beta1, 0.999))
     end = n - 1 if ends_in_batch_of_one(n, config.batch_size) else n
     losses: list[float] = []

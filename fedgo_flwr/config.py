@@ -174,7 +174,7 @@ class EvalConfig:
     """Server-side evaluation of the global model on the test split; ``target_accuracy``: the
     summary reports the first round that reaches it (``rounds_to_target``)."""
 
-    batch_size: int = 512
+    batch_size: int = 64
     every: int = 1
     target_accuracy: float | None = None
 
@@ -203,11 +203,15 @@ class LoggingConfig:
 
 @dataclass
 class ResourcesConfig:
-    """Ray resources of one simulated ClientApp (fractional GPUs spread clients over GPUs)."""
+    """Ray resources of one simulated ClientApp (fractional GPUs spread clients over GPUs),
+    the ServerApp's torch threads, and ``channels_last``: run convolutions in the channels-last
+    memory format, server and clients (:mod:`fedgo_flwr.kernels`: faster on CPU; the numbers
+    differ from the default format's in the last float bits)."""
 
     client_cpus: int = 1
     client_gpus: float = 0.0
     server_cpus: int | None = None
+    channels_last: bool = False
 
     def check(self, c: Checker) -> None:
         c.require("client_cpus", self.client_cpus >= 1, "must be >= 1")

@@ -39,6 +39,7 @@ from torch import Tensor, nn
 
 from fedgo_flwr import profiling
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
+from fedgo_flwr.kernels import place
 from fedgo_flwr.schema import Checker
 
 PROTOCOLS = ("fedgo", "feddf")
@@ -135,7 +136,7 @@ def predict_views(
     model: nn.Module, data: ArrayDataset, views: int, batch_size: int, device: torch.device
 ) -> Tensor:
     """``(V, N, C)`` logits of ``model`` (eval mode) on each view of ``data``."""
-    model.to(device).eval()
+    place(model, device).eval()
     parts: list[list[Tensor]] = [[] for _ in range(views)]
     for v, x in view_batches(data, views, batch_size, device):
         parts[v].append(model(x).float().cpu())
@@ -207,7 +208,7 @@ def _distill(
         raise ValueError(f"targets must be (V, {len(data)}, C), got {tuple(targets.shape)}")
     views = targets.shape[0]
     start = time.perf_counter()
-    student.to(device).train()
+    place(student, device).train()
     n = len(data)
 
     def draw(size: int) -> tuple[Tensor, Tensor | None]:

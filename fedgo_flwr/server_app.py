@@ -36,6 +36,7 @@ from fedgo_flwr.checkpoint import (
 )
 from fedgo_flwr.cli import preflight
 from fedgo_flwr.config import ExperimentConfig, split_overrides
+from fedgo_flwr.kernels import use_channels_last
 from fedgo_flwr.messages import (
     CONFIG,
     METRICS,
@@ -194,6 +195,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     preflight(cfg)  # the same checks as `prepare`: a plain `flwr run` stops here too
     out_dir = check_output_dir(cfg)
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
+    use_channels_last(cfg.resources.channels_last)
     shutdown.watch()
     ckpt = None
     if cfg.resume:

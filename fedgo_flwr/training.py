@@ -24,6 +24,7 @@ from fedgo_flwr import profiling
 from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.features import FeatureTap
+from fedgo_flwr.kernels import place
 
 
 def get_device(preference: str = "auto") -> torch.device:
@@ -100,7 +101,7 @@ def train_local(
     after each optimizer step (DaFKD's discriminator-head and generator steps).
     """
     start = time.perf_counter()
-    model.to(device).train()
+    place(model, device).train()
     if optimizer is None:
         optimizer = make_optimizer(model.parameters(), cfg)
     total, count, steps = 0.0, 0, 0
@@ -152,7 +153,7 @@ def predict_logits(
     model: nn.Module, data: ArrayDataset, batch_size: int, device: torch.device
 ) -> torch.Tensor:
     """Logits of ``model`` on every sample of ``data`` in order, on the CPU."""
-    model.to(device).eval()
+    place(model, device).eval()
     outs = [
         model(x).float().cpu() for x, _ in batches(data, batch_size, shuffle=False, device=device)
     ]

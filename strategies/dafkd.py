@@ -54,6 +54,7 @@ from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import num_views, view_batches
 from fedgo_flwr.features import FeatureTap
 from fedgo_flwr.gan import generated_set
+from fedgo_flwr.kernels import place
 from fedgo_flwr.messages import to_numpy, to_record
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
@@ -99,7 +100,7 @@ def logits_and_discriminator(
 ) -> tuple[Tensor, Tensor]:
     """``(V, N, C)`` logits of ``model`` (eval mode) and ``(V, N)`` logits of the discriminator
     ``head`` (``weight`` (1, d), ``bias`` (1,)) on its features, in one pass over ``data``."""
-    model.to(device).eval()
+    place(model, device).eval()
     weight = torch.as_tensor(head["weight"], device=device)
     bias = torch.as_tensor(head["bias"], device=device)
     logits: list[list[Tensor]] = [[] for _ in range(views)]

@@ -107,6 +107,10 @@ class FedDFConfig(BaseConfig):
     every parameter not given, takes the registry's defaults. Keyed by method, so swapping
     ``weighting`` stays a one-line change, and the diagnostics of each method use its settings.
     ``weight_cap``: no client's weight on a sample above this share (``null``: no cap).
+    ``teacher_batch_size``: samples per forward pass of the server's inference with the client
+    models (teacher logits, ensemble tests) and their discriminators (FedGO); the results do
+    not depend on it. 64 is the fastest on a CPU (larger batches leave the L2 cache; measured
+    in ``benchmarks/README.md``, "Performance"); on a GPU use 512 or more.
     """
 
     weighting: str = "uniform"
@@ -117,7 +121,7 @@ class FedDFConfig(BaseConfig):
     distill_size: int | None = None
     ensemble_eval_every: int = 1
     diagnostics: bool = True
-    teacher_batch_size: int = 128
+    teacher_batch_size: int = 64
     distill: DistillConfig = field(default_factory=DistillConfig)
 
     def check(self, c: Checker) -> None:

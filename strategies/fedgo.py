@@ -219,4 +219,5 @@ class FedGO(DiscriminatorStage, FedDF):
             views=views,
             num_clients=self.cfg.data.num_clients,
             device=self.resources.device,
+            batch_size=self.params.teacher_batch_size,
         )

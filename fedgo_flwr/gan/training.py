@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from fedgo_flwr import profiling
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.distill import view_batches
+from fedgo_flwr.kernels import place
 
 __all__ = [
     "DISCRIMINATOR_LOSSES",
@@ -231,8 +232,8 @@ def train_wgan_gp(
     latent_dim = _latent_dim(generator, None)
     dev = torch.device(device)
     start = time.perf_counter()
-    generator.to(dev).train()
-    critic.to(dev).train()
+    place(generator, dev).train()
+    place(critic, dev).train()
     opt_g = torch.optim.Adam(generator.parameters(), lr=lr, betas=betas)
     opt_d = torch.optim.Adam(critic.parameters(), lr=lr, betas=betas)
     scheds: list[torch.optim.lr_scheduler.LambdaLR] = []
@@ -425,9 +426,9 @@ def train_discriminator(
     zdim = _latent_dim(generator, latent_dim) if share < 1 else 0
     dev = torch.device(device)
     start = time.perf_counter()
-    disc.to(dev).train()
+    place(disc, dev).train()
     if generator is not None:
-        generator.to(dev)
+        place(generator, dev)
     negatives = _Negatives(generator, reference, share, zdim, augment, dev)
     held: tuple[Tensor, Tensor] | None = None
     if patience:
@@ -600,7 +601,7 @@ def sample(
     batch_size = _check_positive_int("batch_size", batch_size)
     zdim = _latent_dim(generator, latent_dim)
     dev = torch.device(device)
-    generator.to(dev)
+    place(generator, dev)
     z_all = torch.randn(n, zdim, generator=rng)
     outs: list[Tensor] = []
     with _frozen(generator):
@@ -691,7 +692,7 @@ def _fill_discriminator_logits(
 ) -> None:
     views = out.shape[1]
     for k, disc in discs.items():
-        disc.to(dev)
+        place(disc, dev)
         parts: list[list[Tensor]] = [[] for _ in range(views)]
         with _frozen(disc):
             for v, x in batched:
