@@ -9,7 +9,8 @@ Issue 18, "measure first". The script
    WGAN-GP, discriminator training, discriminator logits) and the batch size and torch thread
    count each ran with;
 2. times a bare PyTorch loop of each phase's work in the same process: the same model built
-   from the same config, the same batch size, float32, the same thread count, random inputs
+   from the same config, the same batch size, float32, the same thread count and memory
+   format (``resources.channels_last``), random inputs
    already in memory, no data pipeline and no framework (``inference_mode`` for the forward-only
    phases); that is the phase's *limit* on this machine;
 3. writes ``phases.json`` and ``table.md`` to ``benchmarks/results/profile-phases/<tag>/``:
@@ -42,7 +43,7 @@ import torch.nn.functional as F
 from fedgo_table3 import METHODS, add_data_arguments, ensure_data
 from torch import nn
 
-from fedgo_flwr import profiling
+from fedgo_flwr import kernels, profiling
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.models import build_model
@@ -50,6 +51,12 @@ from fedgo_flwr.task import load_bundle
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def place(model: nn.Module) -> nn.Module:
+    return kernels.place(model, "cpu")
+
+
 TRAINING = {"local_training", "distillation", "wgan_gp", "discriminator_training"}
 BARE_SECONDS = 4.0
 """How long each bare loop is timed (after two warm-up batches)."""
@@ -171,9 +178,11 @@ def bare_disc_train(disc: nn.Module, generator: nn.Module | None, shape, batch: 
 
 
 def bare_step(name: str, cfg: ExperimentConfig, shape, classes: int, batch: int):
-    """The bare loop of phase ``name`` for ``cfg``'s models."""
+    """The bare loop of phase ``name`` for ``cfg``'s models (in the memory format of the run:
+    ``resources.channels_last``)."""
+    kernels.use_channels_last(cfg.resources.channels_last)
     torch.manual_seed(0)
-    model = build_model(cfg.model.name, shape, classes)
+    model = place(build_model(cfg.model.name, shape, classes))
     if name == "local_training":
         t = cfg.train
         opt = torch.optim.SGD(
@@ -189,13 +198,12 @@ def bare_step(name: str, cfg: ExperimentConfig, shape, classes: int, batch: int)
     params = cfg.strategy.params
     gp = params.generator
     if name == "wgan_gp":
-        return bare_wgan(
-            gp.build(shape, seed=0), gp.build_critic(shape, seed=0), shape, batch, gp.n_critic
-        )
+        generator, critic = place(gp.build(shape, seed=0)), place(gp.build_critic(shape, seed=0))
+        return bare_wgan(generator, critic, shape, batch, gp.n_critic)
     dp = params.discriminator
-    disc = dp.build(shape, seed=0)
+    disc = place(dp.build(shape, seed=0))
     if name == "discriminator_training":
-        gen = gp.build(shape, seed=0) if dp.reference != "server" else None
+        gen = place(gp.build(shape, seed=0)) if dp.reference != "server" else None
         return bare_disc_train(disc, gen, shape, batch)
     if name == "discriminator_logits":
         return bare_infer(disc, shape, batch)
@@ -238,8 +246,8 @@ def measure(cfg: ExperimentConfig, counts: dict[str, profiling.PhaseCount]) -> d
 
 def table(report: dict) -> str:
     lines = [
-        f"Profile of `{report['config']}` ({report['method']}, {report['rounds']} rounds, "
-        f"in one process), {report['machine']}.",
+        f"Profile of `{report['config']}` {' '.join(report['overrides'])} "
+        f"({report['method']}, {report['rounds']} rounds, in one process), {report['machine']}.",
         "",
         "| phase | pass | threads | batch | images | seconds | images/s (run) "
         "| images/s (bare) | run / bare |",
