@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -75,3 +77,27 @@ def test_a_channels_last_model_travels_like_any_other(channels_last):
     other.load_state_dict(received)
     torch.testing.assert_close(predict_views(other, data, 2, 4, CPU), logits, rtol=1e-5, atol=1e-5)
     assert all(v.is_contiguous() for v in received.values())
+
+
+def test_a_run_with_channels_last_is_deterministic(tmp_path, channels_last):
+    from fedgo_flwr.inprocess import run_inprocess
+    from strategies import load_experiment
+
+    runs = []
+    for name in ("a", "b"):
+        kernels.use_channels_last(False)  # the run turns it on from its config
+        cfg = load_experiment(
+            str(Path(__file__).resolve().parent.parent / "conf/default.yaml"),
+            [
+                "rounds=2",
+                "data.num_clients=4",
+                "fraction=0.5",
+                "train.local_epochs=1",
+                "model.name=cnn_bn",
+                "resources.channels_last=true",
+                f"output_dir={tmp_path / name}",
+            ],
+        )
+        runs.append(run_inprocess(cfg)["final_accuracy"])
+        assert kernels.channels_last()
+    assert runs[0] == runs[1]
