@@ -133,13 +133,27 @@ def keep_threads():
     torch.set_num_threads(threads)
 
 
-def test_the_server_cannot_ask_a_client_for_more_threads_than_it_has(tmp_path, keep_threads):
+def test_the_server_cannot_ask_a_client_for_more_threads_than_it_has(
+    tmp_path, keep_threads, monkeypatch
+):
+    import fedgo_flwr.client_app as client_app
+
+    used: list[int] = []  # the thread counts the client handler set (the grid restores the
+    real = client_app.client_threads  # server's after each call, so read them here)
+    monkeypatch.setattr(client_app, "client_threads", lambda *a: used.append(real(*a)) or used[-1])
     cpus = node_cpus()
     run_inprocess(config(tmp_path / "a", f"resources.client_cpus={cpus + 3}"))
-    assert torch.get_num_threads() == cpus
+    assert used and set(used) == {cpus}
     # A node may set a lower limit of its own.
+    used.clear()
     run_inprocess(config(tmp_path / "b", "resources.client_cpus=2"), {"max-threads": 1})
-    assert torch.get_num_threads() == 1
+    assert used and set(used) == {1}
+
+
+def test_the_in_process_server_keeps_its_own_threads(tmp_path, keep_threads):
+    torch.set_num_threads(2)
+    run_inprocess(config(tmp_path, "resources.client_cpus=1", "resources.server_cpus=2"))
+    assert torch.get_num_threads() == 2  # not the clients' 1
 
 
 # -- the run folder ------------------------------------------------------------------------
