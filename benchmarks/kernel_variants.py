@@ -23,12 +23,12 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from profile_phases import timed
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
@@ -39,15 +39,9 @@ SHAPE = (3, 32, 32)
 SECONDS = 2.0
 
 
-def rate(step: Callable[[], None], images: int, seconds: float = SECONDS) -> float:
-    """Images per second of ``step`` (``images`` per call) after two warm-up calls."""
-    step()
-    step()
-    calls, start = 0, time.perf_counter()
-    while calls < 3 or time.perf_counter() - start < seconds:
-        step()
-        calls += 1
-    return calls * images / (time.perf_counter() - start)
+def rate(step: Callable[[], None], images: int) -> float:
+    """Images per second of ``step`` (``images`` per call), timed for :data:`SECONDS`."""
+    return timed(step, images, SECONDS)
 
 
 def build(name: str) -> nn.Module:
