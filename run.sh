@@ -137,7 +137,10 @@ case "${1:-}" in
     shift
     setup
     export PATH="$VENV/bin:$PATH"
-    exec "$PY" -m pytest "$@"
+    # Side by side on every core, a test file to a worker (a file's tests share fixtures);
+    # tests marked `alone` run with nothing beside them (tests/side_by_side.py).
+    # FEDGO_TEST_WORKERS=1 gives one worker; `-n 0` after --tests, none (plain pytest).
+    exec "$PY" -m pytest -n "${FEDGO_TEST_WORKERS:-auto}" --dist loadfile "$@"
     ;;
   --report)
     shift

@@ -187,6 +187,7 @@ def test_coboosting_fedgo_over_tls(federation):
     assert 0 <= s["ensemble_accuracy_fedgo"] <= 1 and math.isfinite(s["final_accuracy"])
 
 
+@pytest.mark.alone  # healthy rounds must end within round_timeout
 def test_fedavg_over_tls_survives_a_crash_and_a_killed_supernode(federation):
     """Round 1: client 1's ClientApp raises (``faults``). Round 2: SuperNode 2 is SIGKILLed.
 

@@ -56,6 +56,7 @@ def test_a_faulty_client_is_dropped_and_named(tmp_path, flwr_log, kind, reason):
     assert f"client {bad} " in dropped[0] and reason in dropped[0]
 
 
+@pytest.mark.alone  # the healthy client must reply within 0.5 s
 def test_a_client_that_hangs_past_the_timeout_is_left_out(tmp_path, flwr_log):
     bad = sample_clients(0, 1, 4, 2)[1]
     cfg = config(

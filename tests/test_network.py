@@ -143,6 +143,7 @@ def replay_inprocess(out_dir: Path, silent_rounds: set[int], monkeypatch) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # its rounds race round_timeout and the heartbeats
 @needs_flower
 def test_a_cut_link_leaves_a_client_out_until_it_reconnects(network, tmp_path, monkeypatch):
     topo, fed = network
