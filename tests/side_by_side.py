@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +54,4 @@ def lock_for_this_run() -> SideBySideLock | None:
     uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if not os.environ.get("PYTEST_XDIST_WORKER") or not uid:
         return None
-    import tempfile
-
     return SideBySideLock(Path(tempfile.gettempdir()) / f"fedgo-tests-{uid}")

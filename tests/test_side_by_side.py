@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
 
@@ -22,6 +24,23 @@ def holder(lock: SideBySideLock, exclusive: bool, log: list[str], name: str):
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, got, release
+
+
+def wait_until_gate_held(lock: SideBySideLock, timeout: float = 5.0) -> None:
+    """Return once another holder has the gate (a non-blocking try to take it fails)."""
+    fd = os.open(lock.gate_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            time.sleep(0.01)
+        raise AssertionError("nobody took the gate")
+    finally:
+        os.close(fd)
 
 
 def test_shared_holders_overlap_and_an_exclusive_one_waits_for_them(tmp_path):
@@ -47,7 +66,7 @@ def test_a_waiting_exclusive_holder_goes_before_later_shared_ones(tmp_path):
     a, a_in, a_go = holder(lock, False, log, "a")
     assert a_in.wait(5)
     x, x_in, x_go = holder(lock, True, log, "x")
-    time.sleep(0.2)  # x is waiting for a, at the gate's far side
+    wait_until_gate_held(lock)  # x holds the gate while it waits for a
     c, c_in, c_go = holder(lock, False, log, "c")
     assert not c_in.wait(0.3)  # a shared holder may not join a while x waits
     a_go.set()
