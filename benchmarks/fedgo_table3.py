@@ -127,6 +127,15 @@ DIAGNOSTICS = [
 ]
 DIAGNOSED = ("feddf", "fedgo", "fedgo_server")
 """Methods whose runs report the paired pseudo-label diagnostics that the table shows."""
+BYZANTINE: dict[str, tuple[str, str, str]] = {
+    "FedGO as published (double sigmoid, no defence)": ("fedgo", "fedgo_byz25", "fedgo_byz50"),
+    "server-referenced, exact odds (liars' rows: log-odds clipped at 1)": (
+        "fedgo_server",
+        "fedgo_server_byz25",
+        "fedgo_server_byz50",
+    ),
+}
+"""App. F.8's rows: the clean run, then 5 and 10 of the 20 clients Byzantine."""
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -272,8 +281,49 @@ def table(results: Path) -> str:
             f"FedGO / FedDF server time per round, by seed: {by_seed} "
             f"(median {statistics.median(ratio.values()):.2f})",
         ]
+    rows += byzantine_rows(runs)
     rows += separation_rows(results)
     return "\n".join(rows)
+
+
+def byzantine_rows(runs: dict[str, list[Run]]) -> list[str]:
+    """FedGO App. F.8 at this scale: final accuracy and mean pseudo-label accuracy (over the
+    rounds, on each run's own client models) of the run's own weights, uniform, n_k and the
+    undefended exact odds, with 0, 5 and 10 Byzantine discriminators of 20."""
+    if not any(runs.get(m) for family in BYZANTINE.values() for m in family[1:]):
+        return []
+    rows = [
+        "",
+        "Byzantine discriminators (FedGO App. F.8: a liar's discriminator outputs its maximum "
+        "everywhere). Pseudo-label accuracy (%): mean over the rounds, every weighting on the "
+        "same client models of each run:",
+        "",
+        "| discriminators | liars of 20 | seeds | server acc final | PL: own weights | PL: uniform "
+        "| PL: n_k | PL: exact odds, no clip |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def pl(method_runs: list[Run], key: str) -> str:
+        means = []
+        for run in method_runs:
+            vals = [r[key] for r in run.metrics[1:] if key in r]
+            if vals:
+                means.append(statistics.mean(vals))
+        return mean_sd(means)
+
+    for family, methods in BYZANTINE.items():
+        for liars, method in zip(("0", "5", "10"), methods, strict=True):
+            method_runs = runs.get(method, [])
+            if not method_runs:
+                continue
+            rows.append(
+                f"| {family} | {liars} | {len(method_runs)} "
+                f"| {column(method_runs, lambda r: r.summary['final_accuracy'])} "
+                f"| {pl(method_runs, 'pl_acc_fedgo')} | {pl(method_runs, 'pl_acc_uniform')} "
+                f"| {pl(method_runs, 'pl_acc_data_size')} "
+                f"| {pl(method_runs, 'pl_acc_fedgo_sigmoid')} |"
+            )
+    return rows
 
 
 def diagnostics_rows(diag: dict[str, dict[str, list[float]]]) -> list[str]:

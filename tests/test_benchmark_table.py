@@ -100,3 +100,29 @@ def test_table_reads_metrics_from_the_archive_as_from_loose_files(table3, tmp_pa
     sweep.write_archive(tmp_path / sweep.ARCHIVE, files)
     assert table3.table(tmp_path) == loose
     assert "| feddf | 2 | 31.0 ± 1.4 |" in loose
+
+
+def test_byzantine_rows_put_each_liar_count_beside_its_clean_run(table3, tmp_path: Path) -> None:
+    pl = {"pl_acc_uniform": 0.3, "pl_acc_data_size": 0.28, "pl_acc_fedgo_sigmoid": 0.2}
+    for seed in (0, 1):
+        _run(tmp_path, f"fedgo-seed{seed}", 0.30, [1.0], {**pl, "pl_acc_fedgo": 0.29})
+        # own weights 0.25 then 0.35 over the two rounds: the run's mean is 0.30
+        run = tmp_path / f"fedgo_byz50-seed{seed}"
+        _run(tmp_path, run.name, 0.20 + 0.1 * seed, [1.0, 1.0], pl)
+        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        rows[1]["pl_acc_fedgo"], rows[2]["pl_acc_fedgo"] = 0.25, 0.35
+        (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    text = table3.table(tmp_path).splitlines()
+    byz = [line for line in text if line.startswith("| FedGO as published")]
+    assert byz == [
+        "| FedGO as published (double sigmoid, no defence) | 0 | 2 | 30.0 ± 0.0 | 29.0 ± 0.0 "
+        "| 30.0 ± 0.0 | 28.0 ± 0.0 | 20.0 ± 0.0 |",
+        "| FedGO as published (double sigmoid, no defence) | 10 | 2 | 25.0 ± 7.1 | 30.0 ± 0.0 "
+        "| 30.0 ± 0.0 | 28.0 ± 0.0 | 20.0 ± 0.0 |",
+    ]
+    # No liars' run: no Byzantine section.
+    for seed in (0, 1):
+        for f in (tmp_path / f"fedgo_byz50-seed{seed}").iterdir():
+            f.unlink()
+        (tmp_path / f"fedgo_byz50-seed{seed}").rmdir()
+    assert not any("Byzantine" in line for line in table3.table(tmp_path).splitlines())
