@@ -230,6 +230,12 @@ def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
     return run_dir
 
 
+def round_mean(run: Run, key: str) -> float | None:
+    """Mean of ``key`` over the run's rounds 1..R that have it (``None`` if none has)."""
+    vals = [r[key] for r in run.metrics[1:] if key in r]
+    return statistics.mean(vals) if vals else None
+
+
 def last_round(run: Run, key: str) -> float | None:
     """``key`` of the run's last metrics row (``None`` if that row has none)."""
     return run.metrics[-1].get(key) if run.metrics else None
@@ -258,9 +264,9 @@ def table(results: Path) -> str:
             times[run.seed] = statistics.mean(per_round) if per_round else 0.0
             if method in DIAGNOSED:
                 for d in DIAGNOSTICS:
-                    vals = [r[f"pl_acc_{d}"] for r in metrics[1:] if f"pl_acc_{d}" in r]
-                    if vals:
-                        diag.setdefault(method, {}).setdefault(d, []).append(statistics.mean(vals))
+                    mean = round_mean(run, f"pl_acc_{d}")
+                    if mean is not None:
+                        diag.setdefault(method, {}).setdefault(d, []).append(mean)
         rows.append(
             f"| {method} | {len(method_runs)} "
             f"| {column(method_runs, lambda r: r.summary['final_accuracy'])} "
@@ -304,12 +310,7 @@ def byzantine_rows(runs: dict[str, list[Run]]) -> list[str]:
     ]
 
     def pl(method_runs: list[Run], key: str) -> str:
-        means = []
-        for run in method_runs:
-            vals = [r[key] for r in run.metrics[1:] if key in r]
-            if vals:
-                means.append(statistics.mean(vals))
-        return mean_sd(means)
+        return column(method_runs, lambda r: round_mean(r, key))
 
     for family, methods in BYZANTINE.items():
         for liars, method in zip(("0", "5", "10"), methods, strict=True):
