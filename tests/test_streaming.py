@@ -128,6 +128,21 @@ def test_stream_replies_yields_in_arrival_order_and_stops_at_the_timeout():
     assert time.monotonic() - t0 < 1.0  # returns as soon as all came, not at the timeout
 
 
+def test_replies_that_come_close_together_are_picked_up_without_the_full_poll_interval():
+    """After a reply the next pull comes within tens of milliseconds and the wait then backs
+    off: a reply 0.6 s after the first is pulled long before a 3 s poll interval ends (a
+    fixed interval would take 3 s), with a handful of pulls, not one every few milliseconds."""
+    grid = FakeGrid({"a": 0.0, "b": 0.6})
+    t0 = time.monotonic()
+    assert len(list(stream_replies(grid, [], 60, 3.0))) == 2
+    assert time.monotonic() - t0 < 1.5
+    assert grid.pulls <= 10
+    # Nothing arriving: the waits grow to poll_interval (about 0.02+0.04+0.08+0.16+0.2*k s).
+    grid = FakeGrid({"a": 99.0})
+    assert list(stream_replies(grid, [], 1.2, 0.2)) == []
+    assert 5 <= grid.pulls <= 12
+
+
 def test_running_average_matches_the_batch_average_in_any_order():
     rng = np.random.default_rng(0)
     sets = [{"w": rng.normal(size=(50, 7)).astype(np.float32), "n": np.array(k)} for k in range(9)]
