@@ -232,15 +232,9 @@ class FedDF(Strategy):
             raise ValueError(f"{self.name} needs the server's data (ServerResources)")
         on_server = self.distils_on_server_data(self.params)
         if on_server:
-            server_set = self.server_unlabeled()
+            server_set = self.distill_pool()
         else:  # distils on generated data: the server share only sizes the (empty) template
             server_set = res.bundle.train.subset(res.partition.server)
-        if len(server_set) == 0 and on_server:
-            raise ValueError(f"{self.name} needs server data: data.server_fraction is 0")
-        size = self.params.distill_size
-        if on_server and size is not None and size < len(server_set):
-            keep = np.random.default_rng(derive_seed(self.cfg.seed, "distill-size"))
-            server_set = server_set.subset(np.sort(keep.choice(len(server_set), size, False)))
         rng = np.random.default_rng(self.cfg.seed)
         order = rng.permutation(len(server_set))
         n_val = int(round(self.params.val_fraction * len(server_set)))
@@ -264,6 +258,34 @@ class FedDF(Strategy):
         self.arch_students = {a: self.model_factory(a) for a in self.other_archs}
         self.protos = {a: dict(self._arch_arrays[a]) for a in self.other_archs}
         self._main_scratch = self.scratch
+
+    def distill_pool(self) -> ArrayDataset:
+        """The server images distilled on (and validated on): all of
+        :meth:`~strategies.base.Strategy.server_unlabeled`, or ``distill_size`` of them drawn
+        once per run with the seed, in index order.
+
+        Without ``data.public_path`` the draw is made on the indices of the server's share, and
+        only the drawn images are read and copied. The training set is a memory map; copying the
+        whole share first (25,000 CIFAR images where 2,000 are distilled on, in
+        ``conf/bench/scale-cifar10.yaml``) read most of the file into the server's memory and kept
+        a copy: the simulated server's peak at 1,000 clients fell from 1,292 to 1,105 MB with
+        this draw and backoff polling (``benchmarks/README.md``, "Performance"). A strategy that
+        needs the whole share (a G1 generator, FedGO's discriminator reference) still loads it
+        through ``server_unlabeled``.
+        """
+        res = self.resources
+        size = self.params.distill_size
+        public = self.cfg.data.public_path is not None
+        count = len(self.server_unlabeled()) if public else len(res.partition.server)
+        if count == 0:
+            raise ValueError(f"{self.name} needs server data: data.server_fraction is 0")
+        if size is None or size >= count:
+            return self.server_unlabeled()
+        draw = np.random.default_rng(derive_seed(self.cfg.seed, "distill-size"))
+        keep = np.sort(draw.choice(count, size, False))
+        if public:
+            return self.server_unlabeled().subset(keep)
+        return res.bundle.train.subset(np.asarray(res.partition.server)[keep])
 
     def state_dict(self) -> dict[str, Any]:
         return {"previous": self.previous, "protos": self.protos}

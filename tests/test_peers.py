@@ -587,6 +587,34 @@ def test_a_public_folder_must_match_the_clients_channels(tmp_path):
         run(tmp_path / "run", "strategy.name=feddf", f"data.public_path={public}")
 
 
+def test_distill_size_copies_only_the_drawn_server_images(tmp_path):
+    """``distill_size`` draws its images by index from the server's share: the same images as a
+    draw from the whole copied share, without copying the share (a memory map of the data
+    cache: 25,000 CIFAR images at 1,000 clients, where 2,000 are distilled on)."""
+    from fedgo_flwr.task import load_bundle, make_partition, new_model
+    from strategies.base import ServerResources
+
+    cfg = load_experiment(
+        ROOT / "conf/feddf.yaml",
+        [*TINY, f"output_dir={tmp_path}", "strategy.distill_size=40"],
+    )
+    bundle = load_bundle(cfg.data)
+    resources = ServerResources(bundle, make_partition(cfg), torch.device("cpu"), tmp_path)
+    nodes = {p: p + 1 for p in range(cfg.data.num_clients)}
+    strategy = FedDF(cfg, nodes, new_model(cfg, bundle), resources)
+    assert getattr(strategy, "_server_unlabeled", None) is None  # the share was never copied
+    share = bundle.train.subset(resources.partition.server)
+    draw = np.random.default_rng(derive_seed(cfg.seed, "distill-size"))
+    expected = share.subset(np.sort(draw.choice(len(share), 40, False)))
+    assert len(strategy.distill_set) == 40
+    assert np.array_equal(strategy.distill_set.x, expected.x)
+    assert np.array_equal(strategy.distill_set.y, expected.y)
+    # Without distill_size the whole share is distilled on, shared with server_unlabeled.
+    cfg.strategy.params.distill_size = None
+    whole = FedDF(cfg, nodes, new_model(cfg, bundle), resources)
+    assert len(whole.distill_set) == len(share) and whole._server_unlabeled is not None
+
+
 # -- FedDF with clients of several architectures (FedDF Alg. 3) ----------------------------
 MIXED = ["model.name=cnn", "model.client_models=[cnn, mlp]", "strategy.distill.epochs=1"]
 
