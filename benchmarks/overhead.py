@@ -10,7 +10,8 @@ Runs one experiment twice with identical config and seed:
 
 Both compute the same thing (same sampling, seeds, training), so their accuracies must agree;
 the script checks that and prints the ratio of median round times (round 1, which includes data
-loading in fresh Ray workers, is reported separately).
+loading in fresh Ray workers, is reported separately) and each mode's share of a round outside
+the compute of its phases (:func:`round_compute`; in the Flower mode: Flower's share).
 
     .venv/bin/python benchmarks/overhead.py [CONFIG] [dotted.key=value ...]
 """
@@ -18,6 +19,7 @@ loading in fresh Ray workers, is reported separately).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -33,6 +35,22 @@ from fedgo_flwr.server_app import server_app_for
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def round_compute(row: dict, parallel: int) -> float:
+    """The compute of one round's phases (seconds): the clients' training spread over the
+    ``parallel`` workers that ran at once (no more than the clients that replied), plus the
+    server's aggregation and evaluation. A round's wall time minus this is the time outside
+    compute: Flower's runtime, messages, waits and the clients' data loading."""
+    clients = row.get("client_time_sum", 0.0) / min(parallel, row.get("clients_replied") or 1)
+    return clients + row.get("aggregate_time", 0.0) + row.get("eval_time", 0.0)
+
+
+def outside_share(rows: list[dict], parallel: int) -> float:
+    """1 - median compute / median wall time over rounds 2..R (round 1 loads the data)."""
+    later = [r for r in rows if r["round"] > 0][1:] or [r for r in rows if r["round"] > 0]
+    wall = statistics.median(r["round_time"] for r in later)
+    return 1 - statistics.median(round_compute(r, parallel) for r in later) / wall
 
 
 def run_flower(cfg: ExperimentConfig) -> list[dict]:
@@ -69,12 +87,17 @@ def main(argv: list[str]) -> None:
             rows = fn(cfg)
             results[mode] = {"rows": rows, "total": time.perf_counter() - t0}
     report = {}
+    cfg = load_experiment(config, overrides)
+    workers = max(1, int((os.cpu_count() or 1) // max(cfg.resources.client_cpus, 1e-9)))
     for mode, res in results.items():
         times = [r["round_time"] for r in res["rows"] if r["round"] > 0]
         report[mode] = {
             "total_s": round(res["total"], 2),
             "round1_s": round(times[0], 3),
             "median_round_s": round(statistics.median(times[1:] or times), 3),
+            "outside_compute_share": round(
+                outside_share(res["rows"], workers if mode == "flower" else 1), 3
+            ),
             "final_accuracy": res["rows"][-1]["test_accuracy"],
         }
     report["ratio_median_round"] = round(

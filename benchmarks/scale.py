@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -36,6 +37,7 @@ import time
 from pathlib import Path
 
 from fedgo_table3 import add_data_arguments, ensure_data
+from overhead import round_compute
 from sweep import ARCHIVE, keep_run, read_archive
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,8 +48,13 @@ METHODS = {
 }
 
 
-def run_name(mode: str, method: str, clients: int) -> str:
-    return f"{mode}-{method}-k{clients}"
+def run_name(mode: str, method: str, clients: int, supernodes: int = 0) -> str:
+    """``sim-feddf-k1000``; ``sim-feddf-k1000-n20`` where 20 simulated nodes serve the clients."""
+    nodes = f"-n{supernodes}" if mode == "sim" and 0 < supernodes < clients else ""
+    return f"{mode}-{method}-k{clients}{nodes}"
+
+
+RUN_NAME = re.compile(r"(?P<mode>sim|local)-(?P<method>\w+)-k(?P<k>\d+)(?:-n(?P<nodes>\d+))?")
 
 
 def overrides(method: str, clients: int, data: Path, extra: list[str]) -> list[str]:
@@ -62,13 +69,13 @@ def overrides(method: str, clients: int, data: Path, extra: list[str]) -> list[s
 
 def run_one(mode: str, method: str, clients: int, args, data: Path) -> Path:
     """One run; returns its output folder (with ``wall.json``: the command's wall time)."""
-    out = ROOT / "outputs" / "bench" / args.tag / run_name(mode, method, clients)
+    out = ROOT / "outputs" / "bench" / args.tag / run_name(mode, method, clients, args.supernodes)
     keys = [*overrides(method, clients, data, args.overrides), "overwrite=true"]
     env = dict(os.environ)
     if mode == "sim":
         cmd = [str(ROOT / "run.sh"), CONFIG, *keys, f"output_dir={out}"]
-        if args.supernodes:
-            env["FEDGO_SUPERNODES"] = str(min(args.supernodes, clients))
+        if 0 < args.supernodes < clients:
+            env["FEDGO_SUPERNODES"] = str(args.supernodes)
     else:
         cmd = [sys.executable, "-m", "fedgo_flwr.inprocess", CONFIG, *keys, f"output_dir={out}"]
     print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
@@ -93,12 +100,8 @@ def figures(run: Path, archive: dict[str, bytes], workers: int) -> dict:
     later = rounds[1:] or rounds
     parallel = 1 if run.name.startswith("local") else workers
 
-    def compute(r: dict) -> float:
-        clients = r.get("client_time_sum", 0.0) / min(parallel, r.get("clients_replied") or 1)
-        return clients + r.get("aggregate_time", 0.0) + r.get("eval_time", 0.0)
-
     median_round = statistics.median(r["round_time"] for r in later)
-    median_compute = statistics.median(compute(r) for r in later)
+    median_compute = statistics.median(round_compute(r, parallel) for r in later)
     # In a simulation the server computes a reply's teacher logits while other clients still
     # train (aggregate_time overlaps the clients'): no sum of phases is the round's compute.
     overlaps = parallel > 1 and any(r.get("teacher_time") for r in later)
@@ -117,23 +120,28 @@ def figures(run: Path, archive: dict[str, bytes], workers: int) -> dict:
 
 def table(results: Path, workers: int) -> str:
     lines = [
-        "| K | method | mode | clients/round | round 1 (s) | median round (s) | compute (s) "
-        "| outside compute | sim / local round | start-up (s) | server peak RSS (MB) |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| K | method | mode | nodes | clients/round | round 1 (s) | median round (s) "
+        "| compute (s) | outside compute | sim / local round | start-up (s) "
+        "| server peak RSS (MB) |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    runs = sorted(
-        (p.parent for p in results.glob("*/summary.json")),
-        key=lambda p: (int(p.name.rsplit("-k", 1)[1]), p.name.split("-")[1], p.name),
-    )
+    names = {
+        p.parent.name: RUN_NAME.fullmatch(p.parent.name) for p in results.glob("*/summary.json")
+    }
+    parts = {name: m.groupdict() for name, m in names.items() if m}
+    order = sorted(parts, key=lambda n: (int(parts[n]["k"]), parts[n]["method"], n))
     archive = read_archive(results / ARCHIVE)
-    found = {p.name: figures(p, archive, workers) for p in runs}
+    found = {name: figures(results / name, archive, workers) for name in order}
     for name, f in found.items():
-        mode, method, k = name.split("-")
+        mode, method, k = parts[name]["mode"], parts[name]["method"], parts[name]["k"]
+        nodes = parts[name]["nodes"] or (k if mode == "sim" else "-")
         peak, outside = f["server_peak_rss_mb"], f["outside_share"]
-        local = found.get(name.replace("sim-", "local-", 1)) if mode == "sim" else None
+        twin = f"local-{method}-k{k}"
+        local = found.get(twin) if mode == "sim" else None
         ratio = f["median_round_s"] / local["median_round_s"] if local else None
         lines.append(
-            f"| {k[1:]} | {method} | {mode} | {f['clients_per_round']} | {f['round1_s']:.1f} "
+            f"| {k} | {method} | {mode} | {nodes} | {f['clients_per_round']} "
+            f"| {f['round1_s']:.1f} "
             f"| {f['median_round_s']:.1f} | {f['median_compute_s']:.1f} "
             f"| {'-' if outside is None else f'{outside:.0%}'} "
             f"| {'' if ratio is None else f'{ratio:.2f}'} | {f['startup_s']:.1f} "
@@ -141,7 +149,7 @@ def table(results: Path, workers: int) -> str:
         )
     same = []
     for name, f in found.items():
-        twin = name.replace("sim-", "local-", 1)
+        twin = f"local-{parts[name]['method']}-k{parts[name]['k']}"
         if name.startswith("sim-") and twin in found:
             same.append(f"{name[4:]}: {f['accuracies'] == found[twin]['accuracies']}")
     if same:
@@ -167,7 +175,7 @@ def main() -> None:
         for k in args.clients:
             for method in args.methods:
                 for mode in args.modes:
-                    name = run_name(mode, method, k)
+                    name = run_name(mode, method, k, args.supernodes)
                     if (results / name / "summary.json").exists():
                         continue
                     out = run_one(mode, method, k, args, data)

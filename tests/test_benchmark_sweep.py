@@ -110,3 +110,25 @@ def test_archive_bytes_depend_only_on_the_files(sweep, tmp_path) -> None:
     sweep.write_archive(tmp_path / "two.tar.gz", dict(reversed(list(files.items()))))
     assert (tmp_path / "one.tar.gz").read_bytes() == (tmp_path / "two.tar.gz").read_bytes()
     assert sweep.read_archive(tmp_path / "one.tar.gz") == files
+
+
+def test_the_share_outside_compute_spreads_the_clients_over_the_workers() -> None:
+    """``benchmarks/overhead.py`` (also used by ``scale.py``): a round's compute is its clients'
+    training over the workers that ran at once (never more workers than clients), plus the
+    server's phases; round 1 (data loading) is left out of the share."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT / "benchmarks"))
+        overhead = importlib.import_module("overhead")
+    row = {"client_time_sum": 6.0, "clients_replied": 3, "aggregate_time": 1.0, "eval_time": 0.5}
+    assert overhead.round_compute(row, 2) == pytest.approx(4.5)  # 6 / 2 + 1 + 0.5
+    assert overhead.round_compute(row, 8) == pytest.approx(3.5)  # 3 clients: 3 workers at most
+    assert overhead.round_compute({"eval_time": 2.0}, 2) == pytest.approx(2.0)
+    rows = [
+        {"round": 0, "round_time": 9.0},
+        {"round": 1, "round_time": 50.0, **row},  # round 1: left out
+        {"round": 2, "round_time": 5.0, **row},
+        {"round": 3, "round_time": 6.0, **row},
+        {"round": 4, "round_time": 7.0, **row},
+    ]
+    assert overhead.outside_share(rows, 2) == pytest.approx(1 - 4.5 / 6.0)
+    assert overhead.outside_share(rows, 1) == pytest.approx(1 - 7.5 / 6.0)  # serial: negative
