@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from kernel_variants import emit
 from torch import nn
 
 from fedgo_flwr.models import build_model
@@ -92,10 +92,7 @@ def main() -> None:
                 f"| {comp / eager:.2f} |"
             )
             print(lines[-1], flush=True)
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -149,10 +149,15 @@ def main() -> None:
                 lines.append(f"| {args.teachers} models | {b} | {threads} | {seq:.0f} | {vm:.0f} |")
             except Exception as exc:  # noqa: BLE001 - vmap may not support a model's ops
                 lines.append(f"| {args.teachers} models | {b} | {threads} | - | {exc!r:.60} |")
+    emit(lines, args.out)
+
+
+def emit(lines: list[str], out: str | None) -> None:
+    """Print a table's lines; also write them to ``out`` if given (the scripts' ``--out``)."""
     text = "\n".join(lines)
     print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    if out:
+        Path(out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ import argparse
 import multiprocessing as mp
 import os
 import time
-from pathlib import Path
+
+from kernel_variants import emit
 
 SHAPE = (3, 32, 32)
 
@@ -100,10 +101,7 @@ def main() -> None:
             each = ", ".join(f"{r:.0f}" for r in rates)
             lines.append(f"| {model} | {w}x{t} | {total:.0f} | {each} | {ratio} |")
             print(lines[-1], flush=True)
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":
