@@ -87,8 +87,7 @@ def main(argv: list[str]) -> None:
             rows = fn(cfg)
             results[mode] = {"rows": rows, "total": time.perf_counter() - t0}
     report = {}
-    cfg = load_experiment(config, overrides)
-    workers = max(1, int((os.cpu_count() or 1) // max(cfg.resources.client_cpus, 1e-9)))
+    workers = max(1, (os.cpu_count() or 1) // cfg.resources.client_cpus)  # Ray workers at once
     for mode, res in results.items():
         times = [r["round_time"] for r in res["rows"] if r["round"] > 0]
         report[mode] = {

@@ -29,21 +29,14 @@ SHAPE = (3, 32, 32)
 def worker(model_name: str, batch: int, threads: int, seconds: float, start, out) -> None:
     """Train ``model_name`` for ``seconds`` after every process is ready; put images/s."""
     import torch
-    import torch.nn.functional as F
+    from profile_phases import bare_train
 
     from fedgo_flwr.models import build_model
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = build_model(model_name, SHAPE, 10).train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(batch, *SHAPE), torch.randint(0, 10, (batch,))
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-
+    model = build_model(model_name, SHAPE, 10)
+    step = bare_train(model, SHAPE, 10, batch, torch.optim.SGD(model.parameters(), lr=0.01))
     for _ in range(3):
         step()
     start.wait()
