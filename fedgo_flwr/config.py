@@ -204,13 +204,16 @@ class LoggingConfig:
 @dataclass
 class ResourcesConfig:
     """Ray resources of one simulated ClientApp (fractional GPUs spread clients over GPUs),
-    the ServerApp's torch threads, and ``channels_last``: run convolutions in the channels-last
-    memory format, server and clients (:mod:`fedgo_flwr.kernels`: faster on CPU; the numbers
-    differ from the default format's in the last float bits)."""
+    the ServerApp's torch threads (``server_cpus_waiting``: while a round's clients still
+    train, :func:`fedgo_flwr.messages.use_waiting_threads`), and ``channels_last``: run
+    convolutions in the channels-last memory format, server and clients
+    (:mod:`fedgo_flwr.kernels`: faster on CPU; the numbers differ from the default format's in
+    the last float bits)."""
 
     client_cpus: int = 1
     client_gpus: float = 0.0
     server_cpus: int | None = None
+    server_cpus_waiting: int | None = None
     channels_last: bool = False
 
     def check(self, c: Checker) -> None:
@@ -218,6 +221,8 @@ class ResourcesConfig:
         c.require("client_gpus", self.client_gpus >= 0, "must be >= 0")
         if self.server_cpus is not None:
             c.require("server_cpus", self.server_cpus >= 1, "must be >= 1")
+        if self.server_cpus_waiting is not None:
+            c.require("server_cpus_waiting", self.server_cpus_waiting >= 1, "must be >= 1")
 
 
 FAULT_KINDS = ("crash", "hang", "nan", "shape", "exit")

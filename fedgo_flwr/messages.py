@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
@@ -97,6 +98,15 @@ TRAFFIC = Traffic()
 MIN_POLL = 0.02
 """The shortest wait of :func:`stream_replies` between two pulls, in seconds."""
 
+_waiting_threads: int | None = None
+
+
+def use_waiting_threads(threads: int | None) -> None:
+    """Torch threads of this process while :func:`stream_replies` waits for clients that are
+    still training (``resources.server_cpus_waiting``); ``None``: leave the count alone."""
+    global _waiting_threads
+    _waiting_threads = threads
+
 
 def stream_replies(
     grid: Grid, messages: Iterable[Message], timeout: float, poll_interval: float = 0.2
@@ -108,7 +118,8 @@ def stream_replies(
     every 3 s. This yields each reply as soon as it is pulled, so a strategy can fold it in (add
     it to a running average, turn it into teacher logits) and drop it while slower clients are
     still training. A grid with a ``stream`` method of its own
-    (:class:`fedgo_flwr.inprocess.InProcessGrid`) serves the messages itself.
+    (:class:`fedgo_flwr.inprocess.InProcessGrid`) serves the messages itself (its clients run in
+    this process, one after another, so the waiting threads below do not apply).
 
     Polling backs off: after a pull that found a reply the next comes :data:`MIN_POLL` seconds
     later, and each empty pull doubles the wait, up to ``poll_interval``. Replies of clients
@@ -118,6 +129,13 @@ def stream_replies(
     0.668 s with it and 0.556 s with the backoff (``benchmarks/README.md``, "Performance").
     Every pull asks for all pending ids: pulling at most 16 at a time made FedDF's simulated
     round at 1,000 clients 1.3x slower and did not lower the server's peak memory (same page).
+
+    With :func:`use_waiting_threads` set (``resources.server_cpus_waiting``), the server's work
+    on the replies (FedDF's teacher logits) runs with that many torch threads while any client
+    of the round still trains, and with the process's own count again once the last reply has
+    been pulled (also when the caller stops early). In a simulation on one machine the clients'
+    workers and the server then do not oversubscribe the cores (``benchmarks/README.md``,
+    "thread layout"); a deployed server on its own machine has no reason to set it.
 
     An error reply that the SuperLink makes in a node's place (``Node Unavailable``, when the
     node's heartbeats stopped) comes from the SuperLink's own node id; it is yielded as from the
@@ -136,18 +154,28 @@ def stream_replies(
     pending = set(ids)
     deadline = time.monotonic() + timeout
     wait = 0.0
-    while pending:
-        before = len(pending)
-        for reply in grid.pull_messages(set(pending)):
-            pending.discard(reply.metadata.reply_to_message_id)
-            yield TRAFFIC.received(_from_destination(reply, sent_to))
-        if not pending:
-            return
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        wait = MIN_POLL if len(pending) < before or not wait else min(2 * wait, poll_interval)
-        time.sleep(min(wait, left))
+    full = torch.get_num_threads()
+    if _waiting_threads is not None and pending:
+        torch.set_num_threads(min(_waiting_threads, full))
+    try:
+        while pending:
+            before = len(pending)
+            pulled = list(grid.pull_messages(set(pending)))
+            for reply in pulled:
+                pending.discard(reply.metadata.reply_to_message_id)
+            if not pending:  # no client trains any more: the server's work gets every thread
+                torch.set_num_threads(full)
+            for reply in pulled:
+                yield TRAFFIC.received(_from_destination(reply, sent_to))
+            if not pending:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            wait = MIN_POLL if len(pending) < before or not wait else min(2 * wait, poll_interval)
+            time.sleep(min(wait, left))
+    finally:
+        torch.set_num_threads(full)
 
 
 def _from_destination(reply: Message, sent_to: Mapping[str, int]) -> Message:

@@ -46,6 +46,7 @@ from fedgo_flwr.messages import (
     TRAFFIC,
     to_numpy,
     to_record,
+    use_waiting_threads,
 )
 from fedgo_flwr.recorder import RunRecorder, check_output_dir
 from fedgo_flwr.schema import Checker
@@ -196,6 +197,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     out_dir = check_output_dir(cfg)
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
     use_channels_last(cfg.resources.channels_last)
+    use_waiting_threads(cfg.resources.server_cpus_waiting)
     shutdown.watch()
     ckpt = None
     if cfg.resume:

@@ -310,6 +310,9 @@ REFUSED = {
     "timeout-inf": Refused("round_timeout", NOT_FINITE, ("round_timeout=.inf",)),
     "timeout-huge": Refused("round_timeout", "must be <= ", ("round_timeout=1.0e+12",)),
     "gpus-inf": Refused("resources.client_gpus", NOT_FINITE, ("resources.client_gpus=.inf",)),
+    "server-cpus-waiting": Refused(
+        "resources.server_cpus_waiting", "must be >= 1", ("resources.server_cpus_waiting=0",)
+    ),
     "decay-nan": Refused("train.weight_decay", NOT_FINITE, ("train.weight_decay=.nan",)),
     "fault-seconds-nan": Refused(
         "faults[0].seconds", NOT_FINITE, ("faults=[{kind: hang, seconds: .nan}]",)

@@ -193,3 +193,27 @@ def test_a_reply_the_superlink_makes_for_an_unavailable_node_names_that_node(mon
     replies = list(stream_replies(SuperLinkGrid(), messages, 5, 0.01))
     assert sorted(r.metadata.src_node_id for r in replies) == [7, 8]
     assert all(r.has_error() and "Node Unavailable" in r.error.reason for r in replies)
+
+
+def test_the_server_uses_its_waiting_threads_until_the_last_reply_is_pulled(monkeypatch):
+    """resources.server_cpus_waiting: the work on replies that come while other clients train
+    runs on that many threads; the last pull's replies, and everything after, on all of them
+    (also when the caller stops early)."""
+    import fedgo_flwr.messages as messages
+
+    state = SimpleNamespace(n=4)  # the process's thread count, without touching the real one
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: setattr(state, "n", n))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: state.n)
+    monkeypatch.setattr(messages, "_waiting_threads", 1)
+    grid = FakeGrid({"a": 0.0, "b": 0.3, "c": 0.8})
+    during = [state.n for _ in stream_replies(grid, [], 60, 0.05)]
+    assert during == [1, 1, 4]
+    assert state.n == 4
+    early = stream_replies(FakeGrid({"a": 0.0, "b": 5.0}), [], 60, 0.05)
+    next(early)
+    assert state.n == 1
+    early.close()  # the strategy stopped reading (an error, a shutdown)
+    assert state.n == 4
+    # Unset, the count is never touched.
+    monkeypatch.setattr(messages, "_waiting_threads", None)
+    assert [state.n for _ in stream_replies(FakeGrid({"a": 0.0, "b": 0.1}), [], 60, 0.05)] == [4, 4]
