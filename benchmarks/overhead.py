@@ -11,7 +11,9 @@ Runs one experiment twice with identical config and seed:
 Both compute the same thing (same sampling, seeds, training), so their accuracies must agree;
 the script checks that and prints the ratio of median round times (round 1, which includes data
 loading in fresh Ray workers, is reported separately) and each mode's share of a round outside
-the compute of its phases (:func:`round_compute`; in the Flower mode: Flower's share).
+the compute of its phases (:func:`round_compute`), split into the ClientApp's own set-up around
+the training (:func:`setup_share`) and the rest, the runtime's (in the Flower mode: Flower's
+share).
 
     .venv/bin/python benchmarks/overhead.py [CONFIG] [dotted.key=value ...]
 """
@@ -46,11 +48,33 @@ def round_compute(row: dict, parallel: int) -> float:
     return clients + row.get("aggregate_time", 0.0) + row.get("eval_time", 0.0)
 
 
+def _later(rows: list[dict]) -> list[dict]:
+    """Rounds 2..R (round 1 loads the data), or round 1 alone."""
+    return [r for r in rows if r["round"] > 0][1:] or [r for r in rows if r["round"] > 0]
+
+
 def outside_share(rows: list[dict], parallel: int) -> float:
-    """1 - median compute / median wall time over rounds 2..R (round 1 loads the data)."""
-    later = [r for r in rows if r["round"] > 0][1:] or [r for r in rows if r["round"] > 0]
+    """1 - median compute / median wall time over rounds 2..R."""
+    later = _later(rows)
     wall = statistics.median(r["round_time"] for r in later)
     return 1 - statistics.median(round_compute(r, parallel) for r in later) / wall
+
+
+def setup_share(rows: list[dict], parallel: int) -> float | None:
+    """The part of :func:`outside_share` spent in the clients' train handlers around their
+    training (the ClientApp's own set-up and reply: ``client_handler_time_sum`` minus
+    ``client_time_sum``, spread over the workers), as a share of the median round; the rest
+    is the runtime's (Flower's, or the in-process grid's). ``None`` without handler times."""
+    later = _later(rows)
+    if not all("client_handler_time_sum" in r for r in later):
+        return None
+    wall = statistics.median(r["round_time"] for r in later)
+    spread = [
+        (r["client_handler_time_sum"] - r.get("client_time_sum", 0.0))
+        / min(parallel, r.get("clients_replied") or 1)
+        for r in later
+    ]
+    return statistics.median(spread) / wall
 
 
 def run_flower(cfg: ExperimentConfig) -> list[dict]:
@@ -90,13 +114,16 @@ def main(argv: list[str]) -> None:
     workers = max(1, (os.cpu_count() or 1) // cfg.resources.client_cpus)  # Ray workers at once
     for mode, res in results.items():
         times = [r["round_time"] for r in res["rows"] if r["round"] > 0]
+        parallel = workers if mode == "flower" else 1
+        outside = outside_share(res["rows"], parallel)
+        setup = setup_share(res["rows"], parallel)
         report[mode] = {
             "total_s": round(res["total"], 2),
             "round1_s": round(times[0], 3),
             "median_round_s": round(statistics.median(times[1:] or times), 3),
-            "outside_compute_share": round(
-                outside_share(res["rows"], workers if mode == "flower" else 1), 3
-            ),
+            "outside_compute_share": round(outside, 3),
+            "client_setup_share": None if setup is None else round(setup, 3),
+            "runtime_share": None if setup is None else round(outside - setup, 3),
             "final_accuracy": res["rows"][-1]["test_accuracy"],
         }
     report["ratio_median_round"] = round(

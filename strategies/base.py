@@ -652,8 +652,9 @@ def _is_number(value: Any) -> bool:
 
 
 def client_metrics(replies: list[Reply], extra: Iterable[str] = ()) -> dict[str, float]:
-    """Example-weighted train loss; slowest and total client training time; the example-weighted
-    mean of each ``extra`` metric over the replies that have it."""
+    """Example-weighted train loss; slowest and total client training time; the total time of
+    the clients' train handlers, set-up included (when the replies say it); the
+    example-weighted mean of each ``extra`` metric over the replies that have it."""
     n = np.array([r.num_examples for r in replies], dtype=np.float64)
     loss = np.array([float(r.metrics.get("train_loss", np.nan)) for r in replies])
     times = [float(r.metrics.get("train_time", 0.0)) for r in replies]
@@ -662,6 +663,9 @@ def client_metrics(replies: list[Reply], extra: Iterable[str] = ()) -> dict[str,
         "client_time_max": max(times),
         "client_time_sum": float(sum(times)),
     }
+    handlers = [float(r.metrics["handler_time"]) for r in replies if "handler_time" in r.metrics]
+    if handlers:
+        out["client_handler_time_sum"] = float(sum(handlers))
     for key in extra:
         have = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
         if have:

@@ -132,3 +132,7 @@ def test_the_share_outside_compute_spreads_the_clients_over_the_workers() -> Non
     ]
     assert overhead.outside_share(rows, 2) == pytest.approx(1 - 4.5 / 6.0)
     assert overhead.outside_share(rows, 1) == pytest.approx(1 - 7.5 / 6.0)  # serial: negative
+    # The clients' set-up around their training: handlers minus training, over the workers.
+    assert overhead.setup_share(rows, 2) is None  # no handler times: no split
+    timed = [{**r, "client_handler_time_sum": 7.2} if r["round"] > 0 else r for r in rows]
+    assert overhead.setup_share(timed, 2) == pytest.approx((7.2 - 6.0) / 2 / 6.0)

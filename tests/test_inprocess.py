@@ -36,6 +36,15 @@ def test_inprocess_matches_its_own_rerun(tmp_path):
     assert [r["test_accuracy"] for r in a] == [r["test_accuracy"] for r in b]
 
 
+def test_rounds_record_the_clients_handler_time_around_their_training(tmp_path):
+    """The train handler's whole time (set-up, training, reply) comes back with each reply and
+    is summed per round; it includes the training time (benchmarks/overhead.py splits on it)."""
+    rows = [r for r in run(tmp_path) if r["round"] > 0]
+    assert len(rows) == 2
+    for r in rows:
+        assert r["client_handler_time_sum"] >= r["client_time_sum"] > 0
+
+
 def test_feddf_records_distillation_and_diagnostics(tmp_path):
     rows = run(tmp_path, "strategy.name=feddf", "strategy.distill.epochs=2", "data.alpha=1.0")
     last = rows[-1]
