@@ -1,0 +1,139 @@
+"""The speed switches on a committed benchmark run: what each buys, end to end (issue 18).
+
+Runs one method of a benchmark config (default: FedDF of ``conf/bench/cifar10-cpu-bn.yaml``,
+seed 0) through ``./run.sh`` once per variant of the run settings that trade bits for speed or
+change only where the threads go:
+
+- ``baseline``: the config as it is;
+- ``waiting1``: ``resources.server_cpus_waiting=1`` (the server's teacher pass on one thread
+  while clients still train; same kernels, so the accuracies should be identical);
+- ``cl``: ``resources.channels_last=true``;
+- ``cl_compile``: channels-last and ``resources.compile=true``;
+- ``cl_compile_waiting1``: all three.
+
+Per variant: the whole run's time (``total_time``), round 1 and the median of the later rounds,
+the medians of the clients' training (summed), the server's aggregation and its evaluation, the
+final accuracy, and whether every round's test accuracy equals the baseline's.
+
+    .venv/bin/python benchmarks/switches.py [k=v ...] [--variants ...] [--method feddf]
+        [--seed 0] [--config conf/bench/cifar10-cpu-bn.yaml] [--tag switches-cifar10]
+
+(the ``k=v`` overrides of every run first: ``--variants`` takes the words after it).
+
+Finished runs are kept in ``benchmarks/results/<tag>/`` (resumable); ``--table-only`` rebuilds
+``table.md``. Run it alone on the machine: its figures are wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from fedgo_table3 import METHODS, add_data_arguments, ensure_data
+from sweep import load_runs, sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS: dict[str, list[str]] = {
+    "baseline": [],
+    "waiting1": ["resources.server_cpus_waiting=1"],
+    "cl": ["resources.channels_last=true"],
+    "cl_compile": ["resources.channels_last=true", "resources.compile=true"],
+    "cl_compile_waiting1": [
+        "resources.channels_last=true",
+        "resources.compile=true",
+        "resources.server_cpus_waiting=1",
+    ],
+}
+
+
+def run_one(variant: str, seed: int, args: argparse.Namespace) -> Path:
+    """One run of ``args.method`` with ``variant``'s settings; returns its output folder."""
+    run_dir = ROOT / "outputs" / "bench" / args.tag / f"{variant}-seed{seed}"
+    cmd = [
+        str(ROOT / "run.sh"),
+        args.config,
+        f"data.path={args.data}",
+        f"seed={seed}",
+        "resume=true",
+        *args.overrides,
+        *METHODS[args.method],
+        *VARIANTS[variant],
+        f"output_dir={run_dir}",
+    ]
+    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        sys.exit(f"{variant} failed (exit {proc.returncode}); see {run_dir / 'run.log'}")
+    return run_dir
+
+
+def _median(rows: list[dict], key: str) -> float:
+    values = [r[key] for r in rows if key in r]
+    return statistics.median(values) if values else float("nan")
+
+
+def table(results: Path, seed: int) -> str:
+    """The variants' rows for ``seed`` (those that finished)."""
+    found = load_runs(results, VARIANTS)
+    runs = {
+        variant: run
+        for variant in VARIANTS
+        for run in found.get(variant, [])
+        if run.seed == f"seed{seed}"
+    }
+    base = runs.get("baseline")
+    lines = [
+        "| variant | total (s) | vs baseline | round 1 (s) | median round (s) | clients' "
+        "training, sum (s) | server aggregation (s) | evaluation (s) | final acc | same "
+        "accuracies as baseline |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for variant in VARIANTS:
+        run = runs.get(variant)
+        if run is None:
+            continue
+        rounds = [r for r in run.metrics if r["round"] > 0]
+        later = rounds[1:] or rounds
+        accs = [r.get("test_accuracy") for r in run.metrics]
+        same = "-"
+        if base is not None:
+            same = "yes" if accs == [r.get("test_accuracy") for r in base.metrics] else "no"
+        total = run.summary["total_time"]
+        speed = f"{base.summary['total_time'] / total:.2f}x" if base is not None else "-"
+        lines.append(
+            f"| {variant} | {total:.0f} | {speed} | {rounds[0]['round_time']:.1f} "
+            f"| {_median(later, 'round_time'):.1f} | {_median(later, 'client_time_sum'):.1f} "
+            f"| {_median(later, 'aggregate_time'):.1f} | {_median(later, 'eval_time'):.1f} "
+            f"| {100 * run.summary['final_accuracy']:.2f} | {same} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--method", default="feddf", choices=list(METHODS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--config", default="conf/bench/cifar10-cpu-bn.yaml")
+    parser.add_argument("--tag", default="switches-cifar10")
+    parser.add_argument("--table-only", action="store_true")
+    add_data_arguments(parser)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    results = ROOT / "benchmarks" / "results" / args.tag
+    if not args.table_only:
+        args.data = ensure_data(ROOT / args.data, args.archive)
+        sweep(args.variants, [args.seed], lambda v, s: run_one(v, s, args), results, root=ROOT)
+    text = table(results, args.seed)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "table.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
