@@ -57,7 +57,7 @@ from fedgo_flwr import messages as msgs
 from fedgo_flwr.checkpoint import is_run_token, safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.fileio import atomic_torch_save
-from fedgo_flwr.kernels import use_channels_last, use_compile
+from fedgo_flwr.kernels import use_channels_last
 from fedgo_flwr.recorder import resolve_output_dir
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.schema import build_section
@@ -348,7 +348,6 @@ def _job(msg: Message, context: Context, message_type: str) -> tuple[ClientAlgor
     pid = message_partition(msg, context)
     torch.set_num_threads(client_threads(context, cfg.resources.client_cpus))
     use_channels_last(cfg.resources.channels_last)
-    use_compile(cfg.resources.compile)
     device = get_device(cfg.client_device)
     _log_device_once(device)
     job = ClientJob(

@@ -24,10 +24,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import re
 import shlex
-import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,26 +206,18 @@ class ResourcesConfig:
     """Ray resources of one simulated ClientApp (fractional GPUs spread clients over GPUs),
     the ServerApp's torch threads (``server_cpus_waiting``: while a round's clients still
     train, :func:`fedgo_flwr.messages.use_waiting_threads`), and ``channels_last``: run
-    convolutions in the channels-last memory format, server and clients, and ``compile``: run
-    the classifiers' loops through ``torch.compile`` (:mod:`fedgo_flwr.kernels`: both faster on
-    CPU, both change the numbers in the last float bits)."""
+    convolutions in the channels-last memory format, server and clients
+    (:mod:`fedgo_flwr.kernels`: faster on CPU; the numbers differ from the default format's in
+    the last float bits)."""
 
     client_cpus: int = 1
     client_gpus: float = 0.0
     server_cpus: int | None = None
     server_cpus_waiting: int | None = None
     channels_last: bool = False
-    compile: bool = False
 
     def check(self, c: Checker) -> None:
         c.require("client_cpus", self.client_cpus >= 1, "must be >= 1")
-        if self.compile:
-            c.require(
-                "compile",
-                any(shutil.which(cxx) for cxx in (os.environ.get("CXX"), "g++", "clang++") if cxx),
-                "needs a C++ compiler on PATH (g++ or clang++, or $CXX) for torch.compile's "
-                "CPU kernels",
-            )
         c.require("client_gpus", self.client_gpus >= 0, "must be >= 0")
         if self.server_cpus is not None:
             c.require("server_cpus", self.server_cpus >= 1, "must be >= 1")

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from fedgo_flwr import profiling
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
-from fedgo_flwr.kernels import forward_of, place
+from fedgo_flwr.kernels import place
 from fedgo_flwr.schema import Checker
 
 PROTOCOLS = ("fedgo", "feddf")
@@ -143,10 +143,10 @@ def predict_views(
     model: nn.Module, data: ArrayDataset, views: int, batch_size: int, device: torch.device
 ) -> Tensor:
     """``(V, N, C)`` logits of ``model`` (eval mode) on each view of ``data``."""
-    forward = forward_of(place(model, device).eval())
+    place(model, device).eval()
     parts: list[list[Tensor]] = [[] for _ in range(views)]
     for v, x in iter_view_batches(data, views, batch_size, device):
-        parts[v].append(forward(x).float().cpu())
+        parts[v].append(model(x).float().cpu())
     return torch.stack([torch.cat(p) for p in parts])
 
 
@@ -216,7 +216,6 @@ def _distill(
     views = targets.shape[0]
     start = time.perf_counter()
     place(student, device).train()
-    forward = forward_of(student)
     n = len(data)
 
     def draw(size: int) -> tuple[Tensor, Tensor | None]:
@@ -235,7 +234,7 @@ def _distill(
                 idx = order[s : s + config.batch_size]
                 flip = flips[s : s + config.batch_size] if flips is not None else None
                 x, t = _batch(data, targets, idx, flip, device)
-                loss = _kl(forward(x), t, config.temperature)
+                loss = _kl(student(x), t, config.temperature)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -258,7 +257,7 @@ def _distill(
     while step < config.max_steps and step - best_step < config.patience:
         idx, flip = draw(min(config.batch_size, n))
         x, t = _batch(data, targets, idx, flip, device)
-        loss = _kl(forward(x), t, config.temperature)
+        loss = _kl(student(x), t, config.temperature)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(student.parameters(), config.grad_clip)

@@ -1,5 +1,4 @@
-"""How models run on the device: the channels-last memory format (``resources.channels_last``)
-and compiled forward passes (``resources.compile``).
+"""How models run on the device: the channels-last memory format (``resources.channels_last``).
 
 On this project's CPU machine a convolution in channels-last (NHWC) format runs 1.2-1.6x
 faster than in PyTorch's default NCHW for the CIFAR models, for training and inference alike
@@ -14,30 +13,16 @@ each convolution channels-last (it converts an NCHW input batch itself) and the 
 stay in that format. Weights keep their values, so state dicts, messages and checkpoints are
 unchanged. Models without 4-D weights (MLPs) are left as they are.
 
-With ``resources.compile`` on, the loops of classifiers (local training, teacher logits,
-distillation, evaluation) and of FedGO's discriminators (training, logits) call the model
-through :func:`forward_of`, which returns
-``torch.compile(model)``: PyTorch's inductor generates fused C++ kernels for its forward (and,
-when training, backward) pass the first time a shape is seen. That costs seconds to tens of
-seconds per process and model mode (training/evaluation, a new batch size), and changes the
-numbers in the last bits, like channels-last; a model of the same class but a new instance (the
-next client's) reuses what was compiled. The GAN loops (WGAN-GP's gradient penalty needs a
-double backward, which compiled graphs do not support) and loops that hook into a model's
-layers (:class:`fedgo_flwr.features.FeatureTap`) stay eager. It needs a C++ compiler on CPU.
-
-The switches are per process (like torch's thread count): the ServerApp sets them from the
-config at the start of a run and the ClientApp for each message it handles.
+The switch is per process (like torch's thread count): the ServerApp sets it from the config
+at the start of a run and the ClientApp for each message it handles.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 from torch import nn
 
 _channels_last = False
-_compile = False
 
 
 def use_channels_last(on: bool) -> None:
@@ -59,20 +44,3 @@ def place(model: nn.Module, device: torch.device | str) -> nn.Module:
         fmt = torch.channels_last if _channels_last else torch.contiguous_format
         model.to(memory_format=fmt)
     return model
-
-
-def use_compile(on: bool) -> None:
-    """Turn compiled forward passes (:func:`forward_of`) on or off."""
-    global _compile
-    _compile = bool(on)
-
-
-def compiling() -> bool:
-    """Whether :func:`forward_of` compiles."""
-    return _compile
-
-
-def forward_of(model: nn.Module) -> Callable[..., torch.Tensor]:
-    """What a loop calls to run ``model``: ``torch.compile(model)`` with the switch on, else the
-    model itself. Parameters, buffers and their gradients are the model's own either way."""
-    return torch.compile(model) if _compile else model

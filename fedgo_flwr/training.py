@@ -24,7 +24,7 @@ from fedgo_flwr import profiling
 from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.features import FeatureTap
-from fedgo_flwr.kernels import forward_of, place
+from fedgo_flwr.kernels import place
 
 
 def get_device(preference: str = "auto") -> torch.device:
@@ -102,7 +102,6 @@ def train_local(
     """
     start = time.perf_counter()
     place(model, device).train()
-    forward = model if features else forward_of(model)  # FeatureTap hooks the eager layers
     if optimizer is None:
         optimizer = make_optimizer(model.parameters(), cfg)
     total, count, steps = 0.0, 0, 0
@@ -122,7 +121,7 @@ def train_local(
                 device=device,
             ):
                 optimizer.zero_grad(set_to_none=True)
-                logits = forward(x)
+                logits = model(x)
                 loss = F.cross_entropy(logits, y)
                 objective = loss + regularizer(model) if regularizer is not None else loss
                 batch = None
@@ -154,9 +153,9 @@ def predict_logits(
     model: nn.Module, data: ArrayDataset, batch_size: int, device: torch.device
 ) -> torch.Tensor:
     """Logits of ``model`` on every sample of ``data`` in order, on the CPU."""
-    forward = forward_of(place(model, device).eval())
+    place(model, device).eval()
     outs = [
-        forward(x).float().cpu() for x, _ in batches(data, batch_size, shuffle=False, device=device)
+        model(x).float().cpu() for x, _ in batches(data, batch_size, shuffle=False, device=device)
     ]
     return torch.cat(outs) if outs else torch.empty(0)
 

@@ -1,9 +1,7 @@
-"""The channels-last and compile switches (fedgo_flwr.kernels, resources.channels_last and
-resources.compile)."""
+"""The channels-last switch (fedgo_flwr.kernels, resources.channels_last)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +11,7 @@ from flwr.app import ArrayRecord
 from torch import nn
 
 from fedgo_flwr import kernels
-from fedgo_flwr.config import ConfigError, TrainConfig
+from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import predict_views
 from fedgo_flwr.models import build_model
@@ -103,70 +101,3 @@ def test_a_run_with_channels_last_is_deterministic(tmp_path, channels_last):
         runs.append(run_inprocess(cfg)["final_accuracy"])
         assert kernels.channels_last()
     assert runs[0] == runs[1]
-
-
-HAS_CXX = any(shutil.which(c) for c in ("g++", "clang++"))
-
-
-@pytest.fixture
-def compiled():
-    kernels.use_compile(True)
-    yield
-    kernels.use_compile(False)
-    torch._dynamo.reset()
-
-
-@pytest.mark.skipif(not HAS_CXX, reason="torch.compile on a CPU needs a C++ compiler")
-def test_compiled_loops_are_deterministic_close_to_eager_and_compile_once(compiled):
-    from torch._dynamo.utils import counters
-
-    a = _train(_cnn())
-    graphs = counters["stats"]["unique_graphs"]
-    assert graphs >= 1  # the loop did run through torch.compile
-    b = _train(_cnn())  # a new instance of the same model: what was compiled is reused
-    assert counters["stats"]["unique_graphs"] == graphs
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
-    data = _images(10)
-    model = _cnn()
-    model.load_state_dict(a)
-    logits = predict_views(model, data, 2, 4, CPU)
-    kernels.use_compile(False)
-    ref = _train(_cnn())
-    for key in a:  # eager's numbers, up to float rounding
-        torch.testing.assert_close(a[key], ref[key], rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(predict_views(model, data, 2, 4, CPU), logits, rtol=1e-5, atol=1e-5)
-
-
-def test_compile_without_a_cxx_compiler_is_refused_naming_the_key(monkeypatch):
-    from strategies import load_experiment
-
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    with pytest.raises(ConfigError, match=r"resources\.compile.*C\+\+ compiler"):
-        load_experiment(
-            str(Path(__file__).resolve().parent.parent / "conf/default.yaml"),
-            ["resources.compile=true"],
-        )
-
-
-@pytest.mark.skipif(not HAS_CXX, reason="torch.compile on a CPU needs a C++ compiler")
-def test_compiled_discriminators_train_and_score_close_to_eager(compiled):
-    """FedGO's discriminator loops go through the switch too (spectral norm's power iteration
-    included); the generator of the negatives stays eager."""
-    from fedgo_flwr import gan
-
-    data = _images(32)
-    gen = gan.build_generator("dcgan", 8, (3, 16, 16), seed=0, width=4)
-
-    def trained() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        d = gan.build_discriminator("cnn4", (3, 16, 16), seed=3, width=4, spectral_norm=True)
-        gan.train_discriminator(d, gen, data, epochs=2, batch_size=8, rng=make_rng(0, 5))
-        state = {k: v.detach().clone() for k, v in d.state_dict().items()}
-        return state, gan.discriminator_logits({0: d}, data)
-
-    state, logits = trained()
-    kernels.use_compile(False)
-    ref_state, ref_logits = trained()
-    for key in state:
-        torch.testing.assert_close(state[key], ref_state[key], rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-4)

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from fedgo_flwr import profiling
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.distill import view_batches
-from fedgo_flwr.kernels import forward_of, place
+from fedgo_flwr.kernels import place
 
 __all__ = [
     "DISCRIMINATOR_LOSSES",
@@ -427,7 +427,6 @@ def train_discriminator(
     dev = torch.device(device)
     start = time.perf_counter()
     place(disc, dev).train()
-    forward = forward_of(disc)
     if generator is not None:
         place(generator, dev)
     negatives = _Negatives(generator, reference, share, zdim, augment, dev)
@@ -466,8 +465,8 @@ def train_discriminator(
                 tally.add(n)
                 x_fake = negatives.draw(n, rng)
                 opt.zero_grad(set_to_none=True)
-                z_real = forward(x_real)
-                z_fake = forward(x_fake)
+                z_real = disc(x_real)
+                z_fake = disc(x_fake)
                 step_loss = _gan_loss(z_real, z_fake, loss, real_target)
                 step_loss.backward()
                 opt.step()
@@ -693,10 +692,10 @@ def _fill_discriminator_logits(
 ) -> None:
     views = out.shape[1]
     for k, disc in discs.items():
-        forward = forward_of(place(disc, dev))
+        place(disc, dev)
         parts: list[list[Tensor]] = [[] for _ in range(views)]
         with _frozen(disc):
             for v, x in batched:
-                parts[v].append(forward(x).float().cpu().reshape(-1))
+                parts[v].append(disc(x).float().cpu().reshape(-1))
         out[k] = torch.stack([torch.cat(p) for p in parts])
         disc.cpu()
