@@ -80,9 +80,11 @@ METHODS: dict[str, list[str]] = {
     "fedgkd_plus": ["strategy.name=fedgkd_plus", "strategy.weighting=uniform"],
     # DaFKD's own training with the authors' code's GAN schedule (discriminator terms in rounds
     # 1-3, generator in rounds 1-5, both in the first 5 local epochs): every round and epoch
-    # would cost about 5x FedAvg's client time here.
+    # would cost about 5x FedAvg's client time here. Its own weights, D_k / sum_i D_i (the
+    # config's base strategy is FedGO's, whose weighting it would otherwise inherit).
     "dafkd": [
         "strategy.name=dafkd",
+        "strategy.weighting=domain",
         "strategy.generator.steps=0",
         "strategy.generator.lr=0.0001",
         "strategy.distill_size=1280",

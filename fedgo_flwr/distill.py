@@ -22,6 +22,17 @@ Two protocols (``DistillConfig.protocol``):
   cosine schedule over the steps, gradient-norm clipping, evaluation on a labelled server
   validation split every ``eval_every`` steps, stop after ``patience`` steps without improvement,
   and return the best student seen (the initial one included).
+
+BatchNorm statistics (``DistillConfig.bn_stats``). A student in train mode normalises each batch
+by its own statistics and moves its running statistics towards them. On generated images (FedGO
+D2, DaFKD) that replaces the statistics the student got from the clients' real data by those of
+the generator's images, and the model then fails on real ones: measured on this project's
+CIFAR-10 benchmark (``benchmarks/README.md``, issue 16), DaFKD's server model scored 10.1% as
+distilled and 31.1% with the same weights once its statistics were re-estimated on real images.
+``keep`` distils with the BatchNorm layers in eval mode (the running statistics of the
+n_k-weighted average normalise every batch, and only the weights learn); ``update`` is plain
+train mode; ``auto`` (the default) is ``keep`` on generated data and ``update`` on real data.
+None of the papers says which; their authors' code trains in train mode throughout.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from fedgo_flwr.kernels import place
 from fedgo_flwr.schema import Checker
 
 PROTOCOLS = ("fedgo", "feddf")
+BN_STATS = ("auto", "update", "keep")
 
 
 @dataclass
@@ -61,9 +73,11 @@ class DistillConfig:
     eval_every: int = 100
     patience: int = 1_000
     grad_clip: float = 5.0
+    bn_stats: str = "auto"
 
     def check(self, c: Checker) -> None:
         c.choice("protocol", PROTOCOLS)
+        c.choice("bn_stats", BN_STATS)
         c.require("epochs", self.epochs >= 1, "must be >= 1")
         c.require("batch_size", self.batch_size >= 1, "must be >= 1")
         c.require("decay_rounds", self.decay_rounds >= 1, "must be >= 1")
@@ -80,6 +94,22 @@ class DistillConfig:
             return self.lr
         t = min(max(server_round - 1, 0), self.decay_rounds)
         return self.lr * 0.5 * (1.0 + math.cos(math.pi * t / self.decay_rounds))
+
+    def keeps_bn_stats(self, generated: bool) -> bool:
+        """Whether the student's BatchNorm statistics stay fixed while it distils on a set
+        that is ``generated`` (else real images)."""
+        return self.bn_stats == "keep" or (self.bn_stats == "auto" and generated)
+
+
+def train_mode(model: nn.Module, keep_bn_stats: bool = False) -> nn.Module:
+    """``model.train()``, with its BatchNorm layers back in eval mode if ``keep_bn_stats``
+    (they then normalise by, and leave unchanged, their running statistics)."""
+    model.train()
+    if keep_bn_stats:
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.eval()
+    return model
 
 
 def num_views(data: ArrayDataset, augment: bool) -> int:
@@ -191,13 +221,20 @@ def distill(
     rng: torch.Generator,
     device: torch.device,
     validate: Callable[[nn.Module], float] | None = None,
+    generated: bool = False,
 ) -> DistillResult:
     """Train ``student`` in place on ``data`` against ``targets`` (``(V, N, C)`` probabilities).
+
+    ``generated``: ``data`` is made by a generator (``config.bn_stats: auto`` then keeps the
+    student's BatchNorm statistics).
 
     ``validate(model) -> accuracy`` is required by the ``feddf`` protocol (its early stopping).
     """
     with profiling.phase("distillation") as tally:
-        return _distill(student, data, targets, config, server_round, rng, device, validate, tally)
+        keep = config.keeps_bn_stats(generated)
+        return _distill(
+            student, data, targets, config, server_round, rng, device, validate, keep, tally
+        )
 
 
 def _distill(
@@ -209,13 +246,14 @@ def _distill(
     rng: torch.Generator,
     device: torch.device,
     validate: Callable[[nn.Module], float] | None,
+    keep_bn_stats: bool,
     tally: profiling.Tally,
 ) -> DistillResult:
     if targets.ndim != 3 or targets.shape[1] != len(data):
         raise ValueError(f"targets must be (V, {len(data)}, C), got {tuple(targets.shape)}")
     views = targets.shape[0]
     start = time.perf_counter()
-    place(student, device).train()
+    train_mode(place(student, device), keep_bn_stats)
     n = len(data)
 
     def draw(size: int) -> tuple[Tensor, Tensor | None]:
@@ -251,7 +289,7 @@ def _distill(
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=config.max_steps)
     best_acc = validate(student)
     best_state, best_step = copy.deepcopy(student.state_dict()), 0
-    student.train()
+    train_mode(student, keep_bn_stats)
     window, count, step = 0.0, 0, 0
     last = 0.0
     while step < config.max_steps and step - best_step < config.patience:
@@ -269,7 +307,7 @@ def _distill(
         count += 1
         if step % config.eval_every == 0 or step == config.max_steps:
             acc = validate(student)
-            student.train()
+            train_mode(student, keep_bn_stats)
             last, window, count = window / count, 0.0, 0
             if acc > best_acc:
                 best_acc, best_step = acc, step

@@ -28,9 +28,12 @@ From the authors' code (``haozhaowang/DaFKD2023``): no distillation in the first
 previous round's averaged generator; the generator is averaged like the models. Deviations,
 each named in ``docs/design/peers.md`` §3.2: every client has its own head (the code's is one
 shared object); the discriminators and teachers are evaluated in ``eval()`` mode (the code's
-stay in train mode and so update BatchNorm statistics on the distillation set); failures are
-not silently swallowed. FedGO gives no DaFKD settings; the code's script: 20 clients, 40%
-sampled, Adam 1e-4, ``ed_epoch`` 40 batches of 32 (``distill_size`` 1280), temperature 20.
+stay in train mode and so update BatchNorm statistics on the distillation set); the student
+keeps its BatchNorm statistics while it distils on generated images (``distill.bn_stats:
+auto``; the code's train mode is ``update``: measured at CPU scale, it left the server model
+at chance); failures are not silently swallowed. FedGO gives no DaFKD settings; the code's
+script: 20 clients, 40% sampled, Adam 1e-4, ``ed_epoch`` 40 batches of 32 (``distill_size``
+1280), temperature 20.
 """
 
 from __future__ import annotations

@@ -477,6 +477,7 @@ class FedDF(Strategy):
             rng=make_rng(self.cfg.seed, "distill", server_round),
             device=device,
             validate=self.validate if self.val_set is not None else None,
+            generated=not self.distils_on_server_data(self.params),
         )
         metrics.update(
             distill_loss=result.loss, distill_steps=result.steps, distill_time=result.seconds
@@ -511,6 +512,7 @@ class FedDF(Strategy):
             rng=make_rng(self.cfg.seed, "distill", server_round, arch),
             device=res.device,
             validate=self.validate if self.val_set is not None else None,
+            generated=not self.distils_on_server_data(self.params),
         )
         self.protos[arch] = {
             k: v.detach().cpu().numpy().copy() for k, v in student.state_dict().items()

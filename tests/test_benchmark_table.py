@@ -126,3 +126,18 @@ def test_byzantine_rows_put_each_liar_count_beside_its_clean_run(table3, tmp_pat
             f.unlink()
         (tmp_path / f"fedgo_byz50-seed{seed}").rmdir()
     assert not any("Byzantine" in line for line in table3.table(tmp_path).splitlines())
+
+
+def test_every_weighted_method_names_its_weighting(table3) -> None:
+    """The benchmark config sets FedGO's weighting; a method of another strategy that weights
+    its ensemble must name its own, or it silently runs FedGO's (DaFKD's first seed-0 run did)."""
+    import dataclasses
+
+    from strategies import strategy_class
+
+    for method, overrides in table3.METHODS.items():
+        name = next(o.split("=", 1)[1] for o in overrides if o.startswith("strategy.name="))
+        config = strategy_class(name).Config
+        if any(f.name == "weighting" for f in dataclasses.fields(config)):
+            assert any(o.startswith("strategy.weighting=") for o in overrides), method
+    assert "strategy.weighting=domain" in table3.METHODS["dafkd"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -110,6 +111,7 @@ def test_defaults_pass_their_check():
         ("temperature", -1, "must be > 0"),
         ("grad_clip", 0, "must be > 0"),
         ("patience", -1, "must be >= 0"),
+        ("bn_stats", "freeze", "unknown; choose one of auto, update, keep"),
     ],
 )
 def test_a_bad_value_names_its_own_key(key, value, problem):
@@ -205,3 +207,44 @@ def test_feddf_protocol_keeps_the_best_student_and_stops_early():
     with pytest.raises(ValueError, match="validation"):
         distill(cnn(2), data, targets, settings, server_round=1, rng=torch.Generator(), device=CPU)
     assert math.isfinite(res.loss)
+
+
+@pytest.mark.parametrize(
+    ("bn_stats", "generated", "kept"),
+    [
+        ("auto", True, True),
+        ("auto", False, False),
+        ("keep", False, True),
+        ("update", True, False),
+    ],
+)
+@pytest.mark.parametrize("protocol", ["fedgo", "feddf"])
+def test_batchnorm_statistics_kept_or_updated(bn_stats, generated, kept, protocol):
+    data = images(n=64)
+    bank = TeacherBank(data, augment=False)
+    bank.add(cnn(1), CPU)
+    targets = pseudo_labels(bank.logits, torch.ones(1, 1, len(data)))
+    torch.manual_seed(2)
+    student = build_model("cnn_bn", (1, 8, 8), 10)
+    before = {k: v.clone() for k, v in student.state_dict().items()}
+    stats = [k for k in before if "running" in k]
+    assert stats
+    calls = itertools.count()
+    settings = DistillConfig(
+        protocol=protocol, epochs=2, batch_size=16, max_steps=8, eval_every=4, bn_stats=bn_stats
+    )
+    distill(
+        student,
+        data,
+        targets,
+        settings,
+        server_round=1,
+        rng=torch.Generator().manual_seed(0),
+        device=CPU,
+        validate=lambda _: float(next(calls)),  # rising: the feddf protocol keeps the last
+        generated=generated,
+    )
+    after = student.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in stats) == kept
+    # the weights learn either way
+    assert any(not torch.equal(before[k], after[k]) for k in before if k not in stats)

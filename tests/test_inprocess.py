@@ -195,10 +195,55 @@ def test_fedgo_reuses_saved_discriminators_exactly(tmp_path):
     }
 
 
-def test_fedgo_on_generated_data(tmp_path):
-    rows = run(tmp_path, *FEDGO, "strategy.distill_data=generated", "strategy.generated_size=64")
+def spy_bn_statistics(monkeypatch) -> list[bool]:
+    """Per server distillation: whether the student's BatchNorm running statistics came out
+    of it unchanged."""
+    import strategies.feddf as feddf_module
+
+    original, kept = feddf_module.distill, []
+
+    def spy(student, *args, **kwargs):
+        before = {k: v.clone() for k, v in student.state_dict().items() if "running" in k}
+        assert before, "the student has no BatchNorm statistics"
+        result = original(student, *args, **kwargs)
+        after = student.state_dict()
+        kept.append(all(torch.equal(v, after[k]) for k, v in before.items()))
+        return result
+
+    monkeypatch.setattr(feddf_module, "distill", spy)
+    return kept
+
+
+@pytest.mark.parametrize(("bn_stats", "kept"), [("auto", True), ("update", False)])
+def test_fedgo_on_generated_data(tmp_path, monkeypatch, bn_stats, kept):
+    seen = spy_bn_statistics(monkeypatch)
+    rows = run(
+        tmp_path,
+        *FEDGO,
+        "model.name=cnn_bn",
+        "strategy.distill_data=generated",
+        "strategy.generated_size=64",
+        f"strategy.distill.bn_stats={bn_stats}",
+    )
     assert rows[-1]["distill_steps"] == 2 * 1  # 64 samples, batch 64, 2 epochs
     assert "pl_acc_fedgo" not in rows[-1]  # no labels for generated data
+    # generated images' statistics must not replace those of the clients' real data
+    assert seen == [kept, kept]
+
+
+@pytest.mark.parametrize(("bn_stats", "kept"), [("auto", False), ("keep", True)])
+def test_distillation_on_real_data_updates_batchnorm_statistics(
+    tmp_path, monkeypatch, bn_stats, kept
+):
+    seen = spy_bn_statistics(monkeypatch)
+    run(
+        tmp_path,
+        "strategy.name=feddf",
+        "strategy.distill.epochs=1",
+        "model.name=cnn_bn",
+        f"strategy.distill.bn_stats={bn_stats}",
+    )
+    assert seen == [kept, kept]
 
 
 def test_fedgo_without_server_data_distils_on_generated_data(tmp_path):
