@@ -5,7 +5,7 @@ reports its test accuracy as saved and with the running statistics of every Batc
 re-estimated on ``--images`` real training images (the server's share when the run has one,
 else the clients'; a forward pass in train mode, no gradient, nothing else changes). A large
 gap means the statistics, not the weights, are what fails: what the first DaFKD run of issue
-16 showed (10.1% as saved, 31.1% re-estimated), which led to ``strategy.distill.bn_stats``.
+16 showed (10.1% as saved, 31.8% re-estimated), which led to ``strategy.distill.bn_stats``.
 The re-estimate uses real images, so it is a diagnosis, not a method for data-free runs.
 
     .venv/bin/python benchmarks/bn_recalibration.py outputs/bench/cifar10-cpu-bn/dafkd-seed0

@@ -28,7 +28,7 @@ by its own statistics and moves its running statistics towards them. On generate
 D2, DaFKD) that replaces the statistics the student got from the clients' real data by those of
 the generator's images, and the model then fails on real ones: measured on this project's
 CIFAR-10 benchmark (``benchmarks/README.md``, issue 16), DaFKD's server model scored 10.1% as
-distilled and 31.1% with the same weights once its statistics were re-estimated on real images.
+distilled and 31.8% with the same weights once its statistics were re-estimated on real images.
 ``keep`` distils with the BatchNorm layers in eval mode (the running statistics of the
 n_k-weighted average normalise every batch, and only the weights learn); ``update`` is plain
 train mode; ``auto`` (the default) is ``keep`` on generated data and ``update`` on real data.
