@@ -29,10 +29,18 @@ D2, DaFKD) that replaces the statistics the student got from the clients' real d
 the generator's images, and the model then fails on real ones: measured on this project's
 CIFAR-10 benchmark (``benchmarks/README.md``, issue 16), DaFKD's server model scored 10.1% as
 distilled and 31.8% with the same weights once its statistics were re-estimated on real images.
-``keep`` distils with the BatchNorm layers in eval mode (the running statistics of the
-n_k-weighted average normalise every batch, and only the weights learn); ``update`` is plain
-train mode; ``auto`` (the default) is ``keep`` on generated data and ``update`` on real data.
-None of the papers says which; their authors' code trains in train mode throughout.
+Three modes:
+
+- ``update``: plain train mode (the authors' code of FedGO and DaFKD; the papers are silent);
+- ``batch``: train mode, and every BatchNorm layer's running statistics (and batch count) are
+  put back as they were before the distillation: batches are normalised by their own
+  statistics, the model keeps those of the n_k-weighted average, i.e. of the clients' data;
+- ``eval``: the BatchNorm layers in eval mode, so the averaged model's running statistics
+  normalise the generated batches too. Measured: DaFKD's server model still ended near chance
+  (BN_EVAL_FIGURE): the generated images, normalised by real-image statistics, are off the
+  scale the weights were trained for, and the distillation steps then move the weights far.
+
+``auto`` (the default) is ``batch`` on generated data and ``update`` on real data.
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ from fedgo_flwr.kernels import place
 from fedgo_flwr.schema import Checker
 
 PROTOCOLS = ("fedgo", "feddf")
-BN_STATS = ("auto", "update", "keep")
+BN_STATS = ("auto", "update", "batch", "eval")
 
 
 @dataclass
@@ -95,20 +103,25 @@ class DistillConfig:
         t = min(max(server_round - 1, 0), self.decay_rounds)
         return self.lr * 0.5 * (1.0 + math.cos(math.pi * t / self.decay_rounds))
 
-    def keeps_bn_stats(self, generated: bool) -> bool:
-        """Whether the student's BatchNorm statistics stay fixed while it distils on a set
+    def bn_mode(self, generated: bool) -> str:
+        """``update``, ``batch`` or ``eval`` (see the module docstring) for a distillation set
         that is ``generated`` (else real images)."""
-        return self.bn_stats == "keep" or (self.bn_stats == "auto" and generated)
+        if self.bn_stats != "auto":
+            return self.bn_stats
+        return "batch" if generated else "update"
 
 
-def train_mode(model: nn.Module, keep_bn_stats: bool = False) -> nn.Module:
-    """``model.train()``, with its BatchNorm layers back in eval mode if ``keep_bn_stats``
+def _batchnorms(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
+    return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
+def train_mode(model: nn.Module, bn_mode: str = "update") -> nn.Module:
+    """``model.train()``, with its BatchNorm layers back in eval mode for ``bn_mode`` ``eval``
     (they then normalise by, and leave unchanged, their running statistics)."""
     model.train()
-    if keep_bn_stats:
-        for module in model.modules():
-            if isinstance(module, nn.modules.batchnorm._BatchNorm):
-                module.eval()
+    if bn_mode == "eval":
+        for module in _batchnorms(model):
+            module.eval()
     return model
 
 
@@ -226,15 +239,26 @@ def distill(
     """Train ``student`` in place on ``data`` against ``targets`` (``(V, N, C)`` probabilities).
 
     ``generated``: ``data`` is made by a generator (``config.bn_stats: auto`` then keeps the
-    student's BatchNorm statistics).
+    student's BatchNorm running statistics: mode ``batch``).
 
     ``validate(model) -> accuracy`` is required by the ``feddf`` protocol (its early stopping).
     """
     with profiling.phase("distillation") as tally:
-        keep = config.keeps_bn_stats(generated)
-        return _distill(
-            student, data, targets, config, server_round, rng, device, validate, keep, tally
+        mode = config.bn_mode(generated)
+        saved = (
+            [{k: v.clone() for k, v in m.state_dict().items()} for m in _batchnorms(student)]
+            if mode == "batch"
+            else []
         )
+        result = _distill(
+            student, data, targets, config, server_round, rng, device, validate, mode, tally
+        )
+        if mode == "batch":  # the running statistics (not the affine weights) as they were
+            with torch.no_grad():
+                for module, state in zip(_batchnorms(student), saved, strict=True):
+                    for name, buffer in module.named_buffers(recurse=False):
+                        buffer.copy_(state[name])
+        return result
 
 
 def _distill(
@@ -246,14 +270,14 @@ def _distill(
     rng: torch.Generator,
     device: torch.device,
     validate: Callable[[nn.Module], float] | None,
-    keep_bn_stats: bool,
+    bn_mode: str,
     tally: profiling.Tally,
 ) -> DistillResult:
     if targets.ndim != 3 or targets.shape[1] != len(data):
         raise ValueError(f"targets must be (V, {len(data)}, C), got {tuple(targets.shape)}")
     views = targets.shape[0]
     start = time.perf_counter()
-    train_mode(place(student, device), keep_bn_stats)
+    train_mode(place(student, device), bn_mode)
     n = len(data)
 
     def draw(size: int) -> tuple[Tensor, Tensor | None]:
@@ -289,7 +313,7 @@ def _distill(
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=config.max_steps)
     best_acc = validate(student)
     best_state, best_step = copy.deepcopy(student.state_dict()), 0
-    train_mode(student, keep_bn_stats)
+    train_mode(student, bn_mode)
     window, count, step = 0.0, 0, 0
     last = 0.0
     while step < config.max_steps and step - best_step < config.patience:
@@ -307,7 +331,7 @@ def _distill(
         count += 1
         if step % config.eval_every == 0 or step == config.max_steps:
             acc = validate(student)
-            train_mode(student, keep_bn_stats)
+            train_mode(student, bn_mode)
             last, window, count = window / count, 0.0, 0
             if acc > best_acc:
                 best_acc, best_step = acc, step

@@ -111,7 +111,7 @@ def test_defaults_pass_their_check():
         ("temperature", -1, "must be > 0"),
         ("grad_clip", 0, "must be > 0"),
         ("patience", -1, "must be >= 0"),
-        ("bn_stats", "freeze", "unknown; choose one of auto, update, keep"),
+        ("bn_stats", "freeze", "unknown; choose one of auto, update, batch, eval"),
     ],
 )
 def test_a_bad_value_names_its_own_key(key, value, problem):
@@ -209,26 +209,13 @@ def test_feddf_protocol_keeps_the_best_student_and_stops_early():
     assert math.isfinite(res.loss)
 
 
-@pytest.mark.parametrize(
-    ("bn_stats", "generated", "kept"),
-    [
-        ("auto", True, True),
-        ("auto", False, False),
-        ("keep", False, True),
-        ("update", True, False),
-    ],
-)
-@pytest.mark.parametrize("protocol", ["fedgo", "feddf"])
-def test_batchnorm_statistics_kept_or_updated(bn_stats, generated, kept, protocol):
+def distil_bn_student(bn_stats: str, generated: bool, protocol: str) -> dict[str, torch.Tensor]:
     data = images(n=64)
     bank = TeacherBank(data, augment=False)
     bank.add(cnn(1), CPU)
     targets = pseudo_labels(bank.logits, torch.ones(1, 1, len(data)))
     torch.manual_seed(2)
     student = build_model("cnn_bn", (1, 8, 8), 10)
-    before = {k: v.clone() for k, v in student.state_dict().items()}
-    stats = [k for k in before if "running" in k]
-    assert stats
     calls = itertools.count()
     settings = DistillConfig(
         protocol=protocol, epochs=2, batch_size=16, max_steps=8, eval_every=4, bn_stats=bn_stats
@@ -244,7 +231,29 @@ def test_batchnorm_statistics_kept_or_updated(bn_stats, generated, kept, protoco
         validate=lambda _: float(next(calls)),  # rising: the feddf protocol keeps the last
         generated=generated,
     )
-    after = student.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in stats) == kept
-    # the weights learn either way
-    assert any(not torch.equal(before[k], after[k]) for k in before if k not in stats)
+    return {k: v.clone() for k, v in student.state_dict().items()}
+
+
+@pytest.mark.parametrize("protocol", ["fedgo", "feddf"])
+def test_batchnorm_statistics_by_mode(protocol):
+    torch.manual_seed(2)
+    start = build_model("cnn_bn", (1, 8, 8), 10).state_dict()
+    stats = [k for k in start if "running" in k or "num_batches" in k]
+    weights = [k for k in start if k not in stats]
+    assert stats
+    update = distil_bn_student("update", True, protocol)
+    batch = distil_bn_student("batch", False, protocol)
+    eval_ = distil_bn_student("eval", False, protocol)
+    assert all(not torch.equal(start[k], update[k]) for k in stats if "running" in k)
+    # batch: the weights learn exactly as in train mode, the statistics are put back
+    assert all(torch.equal(update[k], batch[k]) for k in weights)
+    assert all(torch.equal(start[k], batch[k]) for k in stats)
+    # eval: the statistics normalise and stay; the weights learn, differently
+    assert all(torch.equal(start[k], eval_[k]) for k in stats if "running" in k)
+    assert any(not torch.equal(start[k], eval_[k]) for k in weights)
+    assert any(not torch.equal(update[k], eval_[k]) for k in weights)
+    # auto: batch on generated data, update on real data
+    auto_generated = distil_bn_student("auto", True, protocol)
+    auto_real = distil_bn_student("auto", False, protocol)
+    assert all(torch.equal(batch[k], auto_generated[k]) for k in start)
+    assert all(torch.equal(update[k], auto_real[k]) for k in start)

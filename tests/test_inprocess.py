@@ -231,7 +231,7 @@ def test_fedgo_on_generated_data(tmp_path, monkeypatch, bn_stats, kept):
     assert seen == [kept, kept]
 
 
-@pytest.mark.parametrize(("bn_stats", "kept"), [("auto", False), ("keep", True)])
+@pytest.mark.parametrize(("bn_stats", "kept"), [("auto", False), ("batch", True)])
 def test_distillation_on_real_data_updates_batchnorm_statistics(
     tmp_path, monkeypatch, bn_stats, kept
 ):

@@ -494,7 +494,7 @@ def test_dafkd_end_to_end(tmp_path, monkeypatch):
 
     monkeypatch.setattr(feddf_module, "distill", spy)
     rows = run(tmp_path, "strategy.name=dafkd", *DAFKD, rounds=3)
-    assert generated == [True, True]  # its BatchNorm statistics are kept (bn_stats: auto)
+    assert generated == [True, True]  # its BatchNorm statistics are put back (bn_stats: auto)
     assert "distill_steps" not in rows[1] and rows[2]["distill_steps"] > 0  # from round 2
     assert all(r["gan_d_loss"] > 0 and r["gan_g_loss"] > 0 for r in rows[1:])
     assert all(r["disc_prob_spread"] > 0 for r in rows[1:])  # not uniform weights
