@@ -29,11 +29,11 @@ previous round's averaged generator; the generator is averaged like the models. 
 each named in ``docs/design/peers.md`` §3.2: every client has its own head (the code's is one
 shared object); the discriminators and teachers are evaluated in ``eval()`` mode (the code's
 stay in train mode and so update BatchNorm statistics on the distillation set); the student
-keeps its BatchNorm statistics while it distils on generated images (``distill.bn_stats:
-auto``; the code's train mode is ``update``: measured at CPU scale, it left the server model
-at chance); failures are not silently swallowed. FedGO gives no DaFKD settings; the code's
-script: 20 clients, 40% sampled, Adam 1e-4, ``ed_epoch`` 40 batches of 32 (``distill_size``
-1280), temperature 20.
+gets its BatchNorm running statistics back after it distils on generated images
+(``distill.bn_stats: auto``, i.e. ``batch``; the code's train mode is ``update``: measured at
+CPU scale, it left the server model at chance); failures are not silently swallowed. FedGO
+gives no DaFKD settings; the code's script: 20 clients, 40% sampled, Adam 1e-4, ``ed_epoch``
+40 batches of 32 (``distill_size`` 1280), temperature 20.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ it covers the clients' data. With ``server`` and D1 no generator is trained at a
 
 ``distill_data``: ``server`` distils on the server's unlabeled data (D1); ``generated`` on
 ``generated_size`` samples of G drawn once (D2; no labels, so no pseudo-label diagnostics; the
-student keeps the averaged model's BatchNorm statistics while it distils on them, see
-``distill.bn_stats`` in :mod:`fedgo_flwr.distill`).
+student gets the averaged model's BatchNorm running statistics back after it distils on them,
+see ``distill.bn_stats`` in :mod:`fedgo_flwr.distill`).
 
 A client whose discriminator never arrives gets the neutral logit 0 everywhere (logged). So does
 one whose reply is unusable: each discriminator reply is checked like a model reply (an error
