@@ -248,7 +248,10 @@ def distill(
     with profiling.phase("distillation") as tally:
         mode = config.bn_mode(generated)
         saved = (
-            [{k: v.clone() for k, v in m.state_dict().items()} for m in _batchnorms(student)]
+            [
+                {k: b.clone() for k, b in m.named_buffers(recurse=False)}
+                for m in _batchnorms(student)
+            ]
             if mode == "batch"
             else []
         )
