@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from benchmark_scripts import load_benchmark
 
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.models import build_model
@@ -19,12 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def bn():
-    spec = importlib.util.spec_from_file_location(
-        "bn_recalibration", ROOT / "benchmarks" / "bn_recalibration.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bn_recalibration")
 
 
 def test_statistics_become_those_of_the_images(bn):

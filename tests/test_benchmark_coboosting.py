@@ -11,7 +11,6 @@ subprocess path on digits (``test_real_*``, about 25 s, most of it the subproces
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -27,15 +27,7 @@ DIGITS = "conf/bench/coboosting-digits.yaml"
 
 @pytest.fixture(scope="module")
 def driver():
-    # Run as a script, the driver finds its siblings on sys.path[0].
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(BENCHMARKS))
-        spec = importlib.util.spec_from_file_location(
-            "coboosting_table1", BENCHMARKS / "coboosting_table1.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
+    return load_benchmark("coboosting_table1")
 
 
 # -- the grid ------------------------------------------------------------------------------

@@ -10,13 +10,13 @@ tiny digits config.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -24,15 +24,7 @@ BENCHMARKS = ROOT / "benchmarks"
 
 @pytest.fixture(scope="module")
 def driver():
-    # Run as a script, the driver finds its siblings ``sweep`` and ``fedgo_table3`` on sys.path[0].
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(BENCHMARKS))
-        spec = importlib.util.spec_from_file_location(
-            "cpfl_cohorts", BENCHMARKS / "cpfl_cohorts.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
+    return load_benchmark("cpfl_cohorts")
 
 
 # -- the grid ------------------------------------------------------------------------------

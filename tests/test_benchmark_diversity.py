@@ -3,12 +3,12 @@ its server model sees in it."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from benchmark_scripts import load_benchmark
 from torch import nn
 
 from fedgo_flwr.inprocess import run_inprocess
@@ -19,12 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def div():
-    spec = importlib.util.spec_from_file_location(
-        "generated_diversity", ROOT / "benchmarks" / "generated_diversity.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("generated_diversity")
 
 
 def test_spread_by_hand(div):

@@ -9,28 +9,19 @@ where they are.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ROOT / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def table3():
-    # Run as a script, the driver finds its sibling ``sweep`` module on sys.path[0].
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(BENCHMARKS))
-        spec = importlib.util.spec_from_file_location(
-            "fedgo_table3", BENCHMARKS / "fedgo_table3.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
+    return load_benchmark("fedgo_table3")
 
 
 def _run(results: Path, name: str, final: float, server_s: list[float], extra: dict) -> None:

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def toy():
-    spec = importlib.util.spec_from_file_location("fedgo_toy", BENCHMARKS / "fedgo_toy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("fedgo_toy")
 
 
 def results(out: Path) -> dict[str, dict[str, float]]:

@@ -3,22 +3,18 @@ client models, reports and table, and the caches that make a rerun cheap."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def variants():
-    path = ROOT / "benchmarks" / "discriminator_variants.py"
-    spec = importlib.util.spec_from_file_location("discriminator_variants", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("discriminator_variants")
 
 
 def test_variants_on_the_same_client_models(variants, tmp_path) -> None:
