@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from benchmark_scripts import load_benchmark
+from benchmark_scripts import BENCHMARKS, load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ROOT / "benchmarks"
 DIGITS = "conf/bench/coboosting-digits.yaml"
 
 

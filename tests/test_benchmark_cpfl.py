@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from benchmark_scripts import load_benchmark
+from benchmark_scripts import BENCHMARKS, load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ROOT / "benchmarks"
 
 
 @pytest.fixture(scope="module")
