@@ -20,7 +20,6 @@ import pytest
 import torch
 from benchmark_scripts import BENCHMARKS, load_benchmark
 
-ROOT = Path(__file__).resolve().parent.parent
 DIGITS = "conf/bench/coboosting-digits.yaml"
 
 

@@ -18,8 +18,6 @@ import numpy as np
 import pytest
 from benchmark_scripts import BENCHMARKS, load_benchmark
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
 def driver():
