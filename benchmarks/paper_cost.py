@@ -4,7 +4,7 @@ Issue 15 asks for ``conf/paper/`` presets "for a user with a GPU". This script a
 first question such a user has, how long one takes, without running it whole: it runs the
 preset in one process (:func:`fedgo_flwr.inprocess.run_inprocess`: the same ServerApp and
 ClientApp code as ``./run.sh``, the clients one after another, no Ray) with every count that
-sets its length cut down (:data:`CUTS`), counts the seconds of each compute phase with
+sets its length cut down (:data:`CUT`), counts the seconds of each compute phase with
 :mod:`fedgo_flwr.profiling` (CUDA-synchronised), and scales each phase by how much more of
 its work the full preset does:
 
@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import platform
-import sys
 import tempfile
 from pathlib import Path
 
@@ -46,48 +45,63 @@ from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CUT_ROUNDS = 2
-CUT_LOCAL_EPOCHS = 2
-CUT_DISTILL_EPOCHS = 1
-CUT_GENERATOR_STEPS = 200
-CUT_DISC_EPOCHS = 1
+CUT = {
+    "rounds": 2,
+    "train.local_epochs": 2,
+    "strategy.distill.epochs": 1,
+    "strategy.generator.steps": 200,
+    "strategy.generator.federated_rounds": 1,
+    "strategy.generator.local_epochs": 1,
+    "strategy.discriminator.epochs": 1,
+}
+"""The counts that set a run's length, and the value each is cut to."""
+
+
+def lengths(cfg: ExperimentConfig) -> dict[str, int]:
+    """``cfg``'s values of the :data:`CUT` counts it has (the generator's steps only for
+    G1, its FedGAN rounds and epochs only for G3)."""
+    p = cfg.strategy.params
+    out = {"rounds": cfg.rounds, "train.local_epochs": cfg.train.local_epochs}
+    if hasattr(p, "distill"):
+        out["strategy.distill.epochs"] = p.distill.epochs
+    gen = getattr(p, "generator", None)
+    if gen is not None and gen.steps > 0:
+        out["strategy.generator.steps"] = gen.steps
+    if gen is not None and gen.federated_rounds > 0:
+        out["strategy.generator.federated_rounds"] = gen.federated_rounds
+        out["strategy.generator.local_epochs"] = gen.local_epochs
+    if getattr(p, "discriminator", None) is not None:
+        out["strategy.discriminator.epochs"] = p.discriminator.epochs
+    return out
 
 
 def cuts(full: ExperimentConfig) -> list[str]:
     """The overrides that shrink ``full`` (each count only where the preset has it)."""
-    out = [f"rounds={CUT_ROUNDS}", f"train.local_epochs={CUT_LOCAL_EPOCHS}"]
-    p = full.strategy.params
-    if hasattr(p, "distill"):
-        out.append(f"strategy.distill.epochs={CUT_DISTILL_EPOCHS}")
-    gen = getattr(p, "generator", None)
-    if gen is not None and gen.steps > 0:
-        out.append(f"strategy.generator.steps={CUT_GENERATOR_STEPS}")
-    if gen is not None and gen.federated_rounds > 0:
-        out += ["strategy.generator.federated_rounds=1", "strategy.generator.local_epochs=1"]
-    if getattr(p, "discriminator", None) is not None:
-        out.append(f"strategy.discriminator.epochs={CUT_DISC_EPOCHS}")
-    return out
+    return [f"{key}={CUT[key]}" for key in lengths(full)]
 
 
 def work(cfg: ExperimentConfig) -> dict[str, float]:
     """How much of each phase's work ``cfg`` does, in units that scale its seconds."""
-    p = cfg.strategy.params
-    rounds = cfg.rounds
+    n = lengths(cfg)
+    rounds = n["rounds"]
     out = {
-        "local_training": rounds * cfg.train.local_epochs,
+        "local_training": rounds * n["train.local_epochs"],
         "teacher_logits": rounds,
         "ensemble_eval": rounds,
         "server_eval": rounds,
         "discriminator_logits": 1,
         "rest": rounds,
     }
-    if hasattr(p, "distill"):
-        out["distillation"] = rounds * p.distill.epochs
-    gen = getattr(p, "generator", None)
-    if gen is not None:
-        out["wgan_gp"] = gen.steps if gen.steps > 0 else gen.federated_rounds * gen.local_epochs
-    if getattr(p, "discriminator", None) is not None:
-        out["discriminator_training"] = p.discriminator.epochs
+    if "strategy.distill.epochs" in n:
+        out["distillation"] = rounds * n["strategy.distill.epochs"]
+    if "strategy.generator.steps" in n:
+        out["wgan_gp"] = n["strategy.generator.steps"]
+    elif "strategy.generator.federated_rounds" in n:
+        out["wgan_gp"] = (
+            n["strategy.generator.federated_rounds"] * n["strategy.generator.local_epochs"]
+        )
+    if "strategy.discriminator.epochs" in n:
+        out["discriminator_training"] = n["strategy.discriminator.epochs"]
     return out
 
 
@@ -149,25 +163,19 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.reset_peak_memory_stats()
         counts, wall, rows = profile_run(cfg)
     full_work, cut_work = work(full), work(cfg)
+    rest = wall - sum(c.seconds for c in counts.values())
+    measured = {n: (c.seconds, c.images, c.images_per_second) for n, c in counts.items()}
+    measured["rest"] = (rest, None, None)
     phases = {}
-    for name, count in counts.items():
+    for name, (seconds, images, rate) in measured.items():
         factor = full_work.get(name, full.rounds) / cut_work.get(name, cfg.rounds)
         phases[name] = {
-            "images": count.images,
-            "seconds": count.seconds,
-            "images_per_second": count.images_per_second,
+            "images": images,
+            "seconds": seconds,
+            "images_per_second": rate,
             "factor": factor,
-            "full_hours": count.seconds * factor / 3600,
+            "full_hours": seconds * factor / 3600,
         }
-    rest = wall - sum(c.seconds for c in counts.values())
-    factor = full_work["rest"] / cut_work["rest"]
-    phases["rest"] = {
-        "images": None,
-        "seconds": rest,
-        "images_per_second": None,
-        "factor": factor,
-        "full_hours": rest * factor / 3600,
-    }
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
     report = {
         "config": args.config,
@@ -186,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     (results / "cost.json").write_text(json.dumps(report, indent=2) + "\n")
     text = table(report)
     (results / "table.md").write_text(text + "\n")
-    print(text, file=sys.stdout)
+    print(text)
 
 
 if __name__ == "__main__":
