@@ -1,0 +1,68 @@
+"""What server and clients exchange, declared once per client algorithm, and the one intake.
+
+Both sides import this package; neither ``strategies/`` nor ``clients/`` owns it. A client
+algorithm whose messages carry more than the model (records of its own, metrics of its own,
+extra message types) declares them in ``fedgo_flwr/protocol/<name>.py`` as ``PROTOCOL``, a
+:class:`Declaration`: the record keys both sides use, and per message type the
+:class:`~fedgo_flwr.protocol.spec.ReplySpec` that every reply must meet. An algorithm without
+such a module has the default: ``train`` replies with the model and the training metrics
+(:data:`~fedgo_flwr.protocol.spec.TRAIN_METRICS`).
+
+The server checks every reply against its declaration in one place,
+:class:`~fedgo_flwr.protocol.intake.RoundIntake`; strategies receive checked values.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fedgo_flwr.protocol.intake import Checked, RoundIntake, parse_group_id, partition_of_reply
+from fedgo_flwr.protocol.spec import COMMON_METRICS, TRAIN_METRICS, ReplySpec, Scalar, is_number
+
+__all__ = [
+    "COMMON_METRICS",
+    "TRAIN",
+    "TRAIN_METRICS",
+    "Checked",
+    "Declaration",
+    "ReplySpec",
+    "RoundIntake",
+    "Scalar",
+    "declaration",
+    "is_number",
+    "parse_group_id",
+    "partition_of_reply",
+]
+
+TRAIN = "train"
+"""The message type of a training round (Flower's ``MessageType.TRAIN``)."""
+
+_MACHINERY = frozenset({"spec", "intake"})
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One client algorithm's protocol: the reply spec of each message type it answers."""
+
+    name: str
+    replies: Mapping[str, ReplySpec] = field(default_factory=lambda: {TRAIN: ReplySpec()})
+
+    def reply(self, message_type: str = TRAIN) -> ReplySpec:
+        """The spec of a reply to ``message_type`` (``KeyError``: not declared)."""
+        return self.replies[message_type]
+
+
+def declaration(name: str) -> Declaration:
+    """Client algorithm ``name``'s declaration: ``PROTOCOL`` of ``fedgo_flwr.protocol.<name>``
+    if that module exists, else the default (the model and the training metrics)."""
+    if name in _MACHINERY or not name.isidentifier():
+        return Declaration(name)
+    try:
+        module = importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+        return Declaration(name)
+    return module.PROTOCOL

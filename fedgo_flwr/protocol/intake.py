@@ -1,0 +1,223 @@
+"""The one intake of client replies: every reply is checked here before any strategy sees it.
+
+A round (a training round, the discriminator round, a FedGAN round) opens a
+:class:`RoundIntake` with the partitions it sent work to; every reply of that round goes
+through :meth:`RoundIntake.take` with the :class:`~fedgo_flwr.protocol.spec.ReplySpec` of its
+message type and the server's templates of its array records. ``take`` returns a
+:class:`Checked` reply (typed, checked values) or ``None``; a refused reply is logged with one
+WARNING naming the client, its node and the reason, and the round goes on. Nothing a client
+sends can raise out of ``take``.
+
+Checked, in order:
+
+- the reply is no error;
+- its ``metadata.group_id`` is a partition id in ASCII digits (``str.isdigit`` also takes
+  ``"²"`` and ``"١"``, which ``int`` refuses), that the round sent work to, that the replying
+  node serves, and that has not replied before in this round (a replayed or relabelled reply
+  is refused, never counted twice); a reply without a group id answers for the node's only
+  partition;
+- its records are the declared ones, no more (:meth:`ReplySpec.records_problem`), and its
+  metrics the declared ones, each a finite number of the declared kind and bounds;
+- ``num-examples`` equals the server's count of the partition (``client_sizes``), where the
+  server has one: n_k weighs every average, and the server never takes a client's word for it
+  (FedAvg, McMahan et al. 2017, Alg. 1; FedGAN, Rasouli et al. 2020, Alg. 1);
+- each ArrayRecord has exactly its template's keys, shapes and dtypes, and only finite values
+  (:func:`fedgo_flwr.aggregation.check_arrays`).
+
+:attr:`RoundIntake.failed` is the number of partitions the round sent work to that have no
+accepted reply: each counted once, whatever it (or another node in its name) sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import Message, RecordDict
+from flwr.supercore import log
+
+from fedgo_flwr.aggregation import check_arrays
+from fedgo_flwr.messages import METRICS, NUM_EXAMPLES, to_numpy
+from fedgo_flwr.protocol.spec import ReplySpec
+
+__all__ = ["Checked", "RoundIntake", "parse_group_id", "partition_of_reply"]
+
+Templates = Mapping[str, Mapping[str, np.ndarray]]
+"""Per ArrayRecord key, the arrays a reply's record must match in keys, shapes and dtypes."""
+
+
+def parse_group_id(group: Any) -> int | None:
+    """The partition id a group id names: ASCII digits only (``None`` otherwise)."""
+    if not isinstance(group, str) or not group or not group.isascii() or not group.isdigit():
+        return None
+    if len(group) > 12:  # no partition id has 13 digits; int() of a huge string is costly
+        return None
+    return int(group)
+
+
+def partition_of_reply(
+    msg: Message, node_ids: Mapping[int, int], partition_of: Mapping[int, int]
+) -> int:
+    """The partition ``msg`` answers for (``-1``: none this server knows): its group id, which
+    must be a partition the sending node serves; without one, the node's only partition."""
+    node = msg.metadata.src_node_id
+    group = msg.metadata.group_id
+    if group:
+        pid = parse_group_id(group)
+        return pid if pid is not None and node_ids.get(pid) == node else -1
+    return partition_of.get(node, -1)
+
+
+@dataclass
+class Checked:
+    """A reply that passed the intake: its partition, n_k and checked contents."""
+
+    node_id: int
+    partition_id: int
+    num_examples: int  # the server's count (the claim, where the server has none)
+    arrays: dict[str, dict[str, np.ndarray]]  # ArrayRecord key -> its arrays
+    metrics: dict[str, Any]
+    content: RecordDict
+
+
+class RoundIntake:
+    """The replies of one round: which partitions may answer, which did, which failed.
+
+    ``node_ids``: partition id -> node id; ``expected``: the partitions sent work this round;
+    ``client_sizes``: the server's n_k per partition (``None``: take the claim, which must be
+    a whole number in ``[1, 2**53]``); ``what``: how the WARNING names the round's replies.
+    """
+
+    def __init__(
+        self,
+        node_ids: Mapping[int, int],
+        expected: Collection[int],
+        client_sizes: Sequence[int] | None = None,
+        what: str = "reply",
+    ) -> None:
+        self.node_ids = node_ids
+        served: dict[int, int] = {}
+        for node in node_ids.values():
+            served[node] = served.get(node, 0) + 1
+        self.partition_of = {n: p for p, n in node_ids.items() if served[n] == 1}
+        self.expected = set(expected)
+        self.client_sizes = client_sizes
+        self.what = what
+        self.accepted: set[int] = set()
+        self.answered: set[int] = set()  # partitions some reply was credited to
+        self.rejected = 0  # replies refused (a partition may be refused more than once)
+
+    def pid_of(self, msg: Message) -> int:
+        return partition_of_reply(msg, self.node_ids, self.partition_of)
+
+    @property
+    def failed(self) -> int:
+        """Partitions sent work this round without an accepted reply."""
+        return len(self.expected - self.accepted)
+
+    @property
+    def silent(self) -> list[int]:
+        """Partitions sent work this round that no reply answered for, in order."""
+        return sorted(self.expected - self.answered)
+
+    def take(
+        self,
+        msg: Message,
+        spec: ReplySpec,
+        templates: Templates | Callable[[int], Templates],
+        extra_check: Callable[[Checked], str | None] | None = None,
+    ) -> Checked | None:
+        """``msg`` checked against ``spec`` and ``templates`` (or a function of the partition
+        id giving them), then ``extra_check``; ``None`` (logged) if it is refused."""
+        node = msg.metadata.src_node_id
+        pid = self.pid_of(msg)
+        if pid in self.expected:
+            self.answered.add(pid)
+        elif pid < 0:  # credit an unattributable reply to the node's partition, if it has one
+            own = self.partition_of.get(node)
+            if own is not None and own in self.expected:
+                self.answered.add(own)
+        checked = None
+        try:
+            reason = self._problem(msg, pid, spec)
+            if reason is None:
+                checked = self._unpack(msg, pid)
+                reason = self._arrays_problem(checked, spec, templates)
+            if reason is None and extra_check is not None:
+                reason = extra_check(checked)
+        except Exception as exc:  # noqa: BLE001 - no reply may end the run
+            reason = f"unreadable reply ({type(exc).__name__}: {exc})"
+        if reason is not None:
+            self.reject(pid, node, reason)
+            return None
+        self.accepted.add(pid)
+        return checked
+
+    def reject(self, pid: int, node: int, reason: str) -> None:
+        """Count and log a refused reply of partition ``pid`` (``-1``: unknown) from ``node``."""
+        self.rejected += 1
+        log(WARNING, "Dropping %s of client %d (node %d): %s", self.what, pid, node, reason)
+
+    def _problem(self, msg: Message, pid: int, spec: ReplySpec) -> str | None:
+        if msg.has_error():
+            return f"client error: {msg.error.reason}"
+        if msg.metadata.group_id and parse_group_id(msg.metadata.group_id) is None:
+            return f"group id {msg.metadata.group_id!r} is not a partition id in ASCII digits"
+        if pid < 0:
+            return "not a partition this node serves"
+        if pid not in self.expected:
+            return "not sent work in this round"
+        if pid in self.accepted:
+            return "a second reply for this client in this round"
+        content = msg.content
+        reason = spec.records_problem(
+            content.array_records, content.metric_records, content.config_records
+        )
+        if reason is not None:
+            return reason
+        metrics = content[METRICS]
+        reason = spec.metrics_problem(metrics)
+        if reason is not None:
+            return reason
+        if self.client_sizes is not None:
+            size = self.client_sizes[pid]
+            claim = metrics[NUM_EXAMPLES]
+            if claim != size:
+                return (
+                    f"claims {NUM_EXAMPLES} {claim!r}, but the server's count of partition "
+                    f"{pid} is {size}"
+                )
+        return None
+
+    def _unpack(self, msg: Message, pid: int) -> Checked:
+        content = msg.content
+        metrics = dict(content[METRICS])
+        claim = int(metrics[NUM_EXAMPLES])
+        return Checked(
+            node_id=msg.metadata.src_node_id,
+            partition_id=pid,
+            num_examples=claim if self.client_sizes is None else int(self.client_sizes[pid]),
+            arrays={k: to_numpy(record) for k, record in content.array_records.items()},
+            metrics=metrics,
+            content=content,
+        )
+
+    def _arrays_problem(
+        self,
+        checked: Checked,
+        spec: ReplySpec,
+        templates: Templates | Callable[[int], Templates],
+    ) -> str | None:
+        refs = templates(checked.partition_id) if callable(templates) else templates
+        for key, arrays in checked.arrays.items():
+            ref = refs.get(key)
+            if ref is None:  # declared, but the strategy gave no template: refuse, never guess
+                return f"ArrayRecord {key!r} has no server template to check it against"
+            what = "arrays" if key == spec.arrays[0] else f"ArrayRecord {key!r}"
+            problem = check_arrays(arrays, ref, what)
+            if problem is not None:
+                return problem
+        return None

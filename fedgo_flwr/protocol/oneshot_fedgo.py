@@ -1,0 +1,20 @@
+"""One-shot FedGO's message: the model and the discriminator D_k in one ``train`` reply
+(:data:`DISCRIMINATOR_KEY`), with D_k's training statistics (``disc_*``)."""
+
+from __future__ import annotations
+
+from fedgo_flwr.protocol import TRAIN, Declaration
+from fedgo_flwr.protocol.spec import ReplySpec, Scalar, TRAIN_METRICS
+
+DISCRIMINATOR_KEY = "discriminator"
+
+PROTOCOL = Declaration(
+    "oneshot_fedgo",
+    {
+        TRAIN: ReplySpec(
+            arrays=("arrays", DISCRIMINATOR_KEY),
+            metrics=dict(TRAIN_METRICS),
+            metric_prefixes={"disc_": Scalar()},
+        )
+    },
+)
