@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from fedgo_flwr.protocol import TRAIN, Declaration
-from fedgo_flwr.protocol.spec import ReplySpec, Scalar, TRAIN_METRICS
+from fedgo_flwr.protocol.spec import TRAIN_METRICS, ReplySpec, Scalar
 
 DISCRIMINATOR_KEY = "discriminator"
 
