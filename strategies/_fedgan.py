@@ -19,9 +19,12 @@ Choices where the papers are silent (kept simple, and said here):
 - FedGAN's synchronisation interval is one round: the pair is averaged after every round;
 - every client takes part in every round (as FedGO's overhead analysis assumes, App. G), and
   each starts its Adam states afresh (FedGAN averages the networks only);
-- a client whose reply is unusable (an error, missing records, arrays unlike the pair's, not
-  finite) is left out of that round's average with a warning naming it; a round without any
-  usable reply keeps the previous pair.
+- a client whose reply is unusable (refused by the intake, :class:`fedgo_flwr.protocol.
+  RoundIntake`: an error, missing or undeclared records, arrays unlike the pair's or not
+  finite, a ``num-examples`` other than the server's count) is left out of that round's average
+  with a warning naming it; a round without any usable reply keeps the previous pair;
+- the average is weighted by the server's own count of each client's data, never the client's
+  claim (one claim of 1e300 examples would make the pair the claimant's).
 
 Each round's pair is saved (``fedgan.pt`` in the run folder), so a resumed run goes on from the
 last finished round; the messages are ``train.fedgan``, answered by ``clients/fedgo.py``.
@@ -34,26 +37,29 @@ from logging import INFO, WARNING
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, Message, RecordDict
+from flwr.app import ArrayRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from clients.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
 from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import RunningAverage, check_arrays
+from fedgo_flwr.aggregation import RunningAverage
 from fedgo_flwr.checkpoint import config_differences, safe_torch_load
 from fedgo_flwr.fileio import atomic_torch_save
-from fedgo_flwr.messages import CONFIG, METRICS, stream_replies, to_numpy
+from fedgo_flwr.messages import CONFIG, stream_replies
+from fedgo_flwr.protocol import declaration
+from fedgo_flwr.protocol.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
 from fedgo_flwr.rng import derive_seed
 from fedgo_flwr.shutdown import raise_if_stopping
 
 CHECKPOINT = "fedgan.pt"
+FEDGO = "fedgo"
+"""The client algorithm that answers the pre-FL messages (``clients/fedgo.py``)."""
 
 
 class FedGANStage:
     """The FedGAN rounds of scenario G3, as a mixin of :class:`strategies._prefl.
     DiscriminatorStage` (which gives it ``params``, ``cfg``, ``resources``, ``node_ids``,
-    ``pid_of``, ``messages_to`` and ``discriminator_message_config``)."""
+    ``prefl_intake``, ``messages_to`` and ``discriminator_message_config``)."""
 
     def train_federated_generator(
         self, grid: Grid, generator: torch.nn.Module
@@ -89,6 +95,7 @@ class FedGANStage:
                 rounds, first = list(saved["rounds"]), int(saved["round"]) + 1
                 log(INFO, "FedGAN: resuming after round %d", first - 1)
         bytes_pair = sum(a.nbytes for t in templates.values() for a in t.values())
+        spec = declaration(FEDGO).reply(FEDGAN_MESSAGE)
         for rnd in range(first, gp.federated_rounds + 1):
             t0 = time.perf_counter()
             config = self.discriminator_message_config()
@@ -102,16 +109,16 @@ class FedGANStage:
             )
             messages = self.messages_to(content, self.node_ids, FEDGAN_MESSAGE)
             averages = {key: RunningAverage() for key in templates}
+            intake = self.prefl_intake(f"FedGAN round {rnd} reply")
             used, losses = [], []
             for reply in stream_replies(grid, messages, self.cfg.round_timeout):
-                accepted = self._fedgan_reply(reply, templates, rnd, used)
-                if accepted is None:
+                checked = intake.take(reply, spec, templates)
+                if checked is None:
                     continue
-                pid, pair, weight, metrics = accepted
-                for key, arrays in pair.items():
-                    averages[key].add(arrays, weight)
-                used.append(pid)
-                losses.append(metrics.get("gan_wasserstein", float("nan")))
+                for key in templates:  # weighted by the server's n_k, never the claim
+                    averages[key].add(checked.arrays[key], float(checked.num_examples))
+                used.append(checked.partition_id)
+                losses.append(checked.metrics.get("gan_wasserstein", float("nan")))
             raise_if_stopping("the FedGAN round")
             if used:
                 generator.load_state_dict(_as_state(averages[GENERATOR_KEY].result()))
@@ -147,52 +154,6 @@ class FedGANStage:
             # Both ways, every round, every client: the generator and the critic.
             "bytes_per_client_per_round": 2 * bytes_pair,
         }
-
-    def _fedgan_reply(
-        self,
-        reply: Message,
-        templates: dict[str, dict[str, np.ndarray]],
-        rnd: int,
-        used: list[int],
-    ) -> tuple[int, dict[str, dict[str, np.ndarray]], float, dict] | None:
-        """``(partition id, {generator, critic} arrays, weight n_k, metrics)`` of a usable
-        FedGAN reply, ``None`` (logged) otherwise. Nothing in the reply can raise out of here."""
-        node = reply.metadata.src_node_id
-        pid = self.pid_of(reply)
-        try:
-            reason, accepted = _fedgan_problem(reply, pid, templates, used)
-            if accepted is not None:
-                return accepted
-        except Exception as exc:  # noqa: BLE001 - no reply may end the run
-            reason = f"unreadable reply ({type(exc).__name__}: {exc})"
-        log(WARNING, "FedGAN round %d: leaving out client %d (node %d): %s", rnd, pid, node, reason)
-        return None
-
-
-def _fedgan_problem(
-    reply: Message, pid: int, templates: dict[str, dict[str, np.ndarray]], used: list[int]
-) -> tuple[str | None, tuple[int, dict[str, dict[str, np.ndarray]], float, dict] | None]:
-    """``(why the reply is unusable, None)`` or ``(None, what it holds)``."""
-    if reply.has_error():
-        return f"client error: {reply.error.reason}", None
-    if pid < 0:
-        return "not a node of this run", None
-    if pid in used:
-        return "a second reply from this client", None
-    content = reply.content
-    absent = [k for k in templates if k not in content.array_records]
-    if absent or METRICS not in content.metric_records:
-        return f"missing records {absent or [METRICS]}", None
-    metrics = dict(content[METRICS])
-    weight = float(metrics.get(msgs.NUM_EXAMPLES, -1))
-    if not (np.isfinite(weight) and weight > 0):
-        return f"num-examples {weight} is not a positive number", None
-    pair = {key: to_numpy(content[key]) for key in templates}
-    for key, arrays in pair.items():
-        problem = check_arrays(arrays, templates[key], f"FedGAN {key}", "the server's")
-        if problem is not None:
-            return problem, None
-    return None, (pid, pair, weight, metrics)
 
 
 def _as_state(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

@@ -22,11 +22,11 @@ from logging import INFO, WARNING
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, REFERENCE_KEY, FedGOClient
+from clients.fedgo import FedGOClient
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import check_arrays
 from fedgo_flwr.checkpoint import safe_torch_load
@@ -36,12 +36,14 @@ from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.gan import train_wgan_gp
 from fedgo_flwr.gan.external import generator_output_problem
 from fedgo_flwr.gan.settings import GeneratorConfig
-from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS, stream_replies, to_numpy, to_record
+from fedgo_flwr.messages import ARRAYS, CONFIG, stream_replies, to_record
+from fedgo_flwr.protocol import RoundIntake, declaration
+from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, REFERENCE_KEY
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.task import load_bundle
-from strategies._fedgan import FedGANStage
+from strategies._fedgan import FEDGO, FedGANStage
 
 
 class DiscriminatorStage(FedGANStage):
@@ -164,15 +166,24 @@ class DiscriminatorStage(FedGANStage):
             t0 = time.perf_counter()
             per_client: dict[str, dict[str, float]] = {}
             # As the rounds do: a SuperLink's 'Node Unavailable' reply is credited to its node.
-            replies = list(stream_replies(grid, messages, self.cfg.round_timeout))
-            answered = {self.pid_of(reply) for reply in replies}
-            for pid, node in sorted(self.node_ids.items()):
-                if pid not in answered:
-                    log(WARNING, "FedGO: no discriminator from client %d (node %d)", pid, node)
-            for reply in replies:
-                accepted = self._accept_discriminator(reply, states, reference)
-                if accepted is not None:
-                    pid, states[pid], per_client[str(pid)] = accepted
+            intake = self.prefl_intake("discriminator")
+            spec = declaration(FEDGO).reply(DISCRIMINATOR_MESSAGE)
+            for reply in stream_replies(grid, messages, self.cfg.round_timeout):
+                checked = intake.take(reply, spec, {ARRAYS: reference})
+                if checked is not None:
+                    pid = checked.partition_id
+                    states[pid] = {
+                        k: torch.from_numpy(np.array(v, copy=True))
+                        for k, v in checked.arrays[ARRAYS].items()
+                    }
+                    per_client[str(pid)] = checked.metrics
+            for pid in intake.silent:
+                log(
+                    WARNING,
+                    "FedGO: no discriminator from client %d (node %d)",
+                    pid,
+                    self.node_ids[pid],
+                )
             report["discriminator_round_time"] = time.perf_counter() - t0
             report["discriminators"] = per_client
             raise_if_stopping("the discriminators")  # some may have died with the stop
@@ -188,55 +199,12 @@ class DiscriminatorStage(FedGANStage):
         report["missing_discriminators"] = missing
         return discs, report
 
-    def _accept_discriminator(
-        self,
-        reply: Message,
-        states: Mapping[int, object],
-        reference: Mapping[str, np.ndarray],
-    ) -> tuple[int, dict[str, torch.Tensor], dict[str, object]] | None:
-        """``(partition id, state dict, metrics)`` of a usable discriminator reply; ``None``
-        (logged) for an unusable one. Nothing in the reply can raise out of here."""
-        node = reply.metadata.src_node_id
-        pid = self.pid_of(reply)
-        try:
-            reason = self._discriminator_problem(reply, pid, states)
-            if reason is None:
-                arrays = to_numpy(reply.content[ARRAYS])  # read once, then checked
-                reason = check_arrays(arrays, reference, "discriminator")
-            if reason is None:
-                state = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}
-                return pid, state, dict(reply.content[METRICS])
-        except Exception as exc:  # noqa: BLE001 - no reply may end the run
-            reason = f"unreadable reply ({type(exc).__name__}: {exc})"
-        log(
-            WARNING,
-            "FedGO: dropping the discriminator of client %d (node %d): %s; neutral weight",
-            pid,
-            node,
-            reason,
-        )
-        return None
-
-    def _discriminator_problem(
-        self,
-        reply: Message,
-        pid: int,
-        states: Mapping[int, object],
-    ) -> str | None:
-        """Why a discriminator reply is unusable before its arrays are read (``None``: read
-        them and check them against the reference)."""
-        if reply.has_error():
-            return f"client error: {reply.error.reason}"
-        if pid < 0:
-            return "not a node of this run"
-        if pid in states:
-            return "a second discriminator from this client"
-        content = reply.content
-        if ARRAYS not in content.array_records:
-            return f"no ArrayRecord '{ARRAYS}'"
-        if METRICS not in content.metric_records:
-            return f"no MetricRecord '{METRICS}'"
-        return None
+    def prefl_intake(self, what: str) -> RoundIntake:
+        """The intake of a round sent to every client (the discriminator round, a FedGAN
+        round): n_k is the server's count of each client's whole partition, the data these
+        rounds train on."""
+        sizes = None if self.resources is None else self.resources.partition.client_sizes
+        return RoundIntake(self.node_ids, self.node_ids, sizes, what=what)
 
     def _load_discriminators(
         self, path: str, reference: Mapping[str, np.ndarray]

@@ -10,15 +10,21 @@
 - Replies folded in one at a time as they arrive (:func:`fedgo_flwr.messages.stream_replies`):
   each accepted reply goes to :meth:`Strategy.absorb` and its arrays are let go, so the server's
   memory does not grow with the number of clients.
-- Every reply checked on its own (:meth:`Strategy.accept`): error replies, replies from nodes
-  not sampled this round, missing records, unreadable arrays, arrays whose keys, shapes or
-  dtypes differ from the replying client's architecture's (the global model's, unless
-  ``model.client_models`` gives it another) or that hold non-finite values, training metrics that
-  are not finite numbers, and a ``num-examples`` other than the server's own count of the
-  client's partition. A bad reply is logged with its partition and node id and the reason and
-  dropped, and the round goes on if at least ``min_clients`` replied. Nothing a client sends
-  can raise out of the checks; :meth:`Strategy.absorb` may still drop a reply by raising
-  :class:`ReplyRejected` (FedDF: teacher logits that are not finite or too large).
+- Every reply checked by the round's intake (:class:`fedgo_flwr.protocol.RoundIntake`) before
+  any strategy code sees it, against the client algorithm's declared reply
+  (:func:`fedgo_flwr.protocol.declaration`, :meth:`Strategy.reply_spec`) and the server's
+  templates of its array records (:meth:`Strategy.reply_templates`): error replies, group ids
+  that are not a sampled partition of the replying node in ASCII digits, second replies for a
+  client, missing or undeclared records and metrics, arrays whose keys, shapes or dtypes differ
+  from the template (the replying client's architecture's: the global model's, unless
+  ``model.client_models`` gives it another) or that hold non-finite values, metrics that are
+  not finite numbers of their declared kind and bounds, and a ``num-examples`` other than the
+  server's own count of the client's partition. A bad reply is logged with its partition and
+  node id and the reason and dropped, and the round goes on if at least ``min_clients``
+  replied; ``clients_failed`` counts each sampled client without an accepted reply once.
+  Nothing a client sends can raise out of the checks; :meth:`Strategy.absorb` may still drop a
+  reply by raising :class:`ReplyRejected` (FedDF: teacher logits that are not finite or too
+  large).
 - Centralised evaluation (server side); no federated evaluation round.
 - A resumable round loop (:meth:`Strategy.start`) that records nothing once a stop was asked for.
 
@@ -77,23 +83,18 @@ from torch import nn
 
 from clients import client_class
 from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import AggregationConfig, check_arrays, clip_update, new_average
+from fedgo_flwr.aggregation import AggregationConfig, clip_update, new_average
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, DataBundle
 from fedgo_flwr.data.imagefolder import load_unlabeled
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.partition import Partition
+from fedgo_flwr.protocol import TRAIN, ReplySpec, RoundIntake, declaration, partition_of_reply
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.task import client_model_name, heterogeneous_models, new_model, sample_clients
 
 __all__ = ["BaseConfig", "Reply", "ReplyRejected", "ServerResources", "Strategy", "client_metrics"]
-
-MAX_CLAIMED_EXAMPLES = 2**53
-"""Largest ``num-examples`` taken on trust (no ServerResources): exact in float64, the weights'
-type, and far above any real data set."""
-CLIENT_SCALARS = ("train_loss", "train_time")
-"""Reply metrics the server computes with (:func:`client_metrics`): finite numbers if present."""
 
 
 @dataclass
@@ -146,8 +147,7 @@ class Strategy(FlowerStrategy):
     """Whether it distils on ``data.public_path`` when given (other strategies refuse it)."""
     reply_metrics: ClassVar[tuple[str, ...]] = ()
     """The client algorithm's own reply metrics the round records (FedUV's ``uv_var``): the
-    n_k-weighted mean over the accepted replies that have it; a reply whose value is not a
-    finite number is dropped."""
+    n_k-weighted mean over the accepted replies that have it (the declaration checks them)."""
     supports_heterogeneous_models: ClassVar[bool] = False
     """Whether clients may train architectures other than ``model.name``
     (``model.client_models``). A strategy that averages parameters cannot: it refuses them. One
@@ -189,7 +189,7 @@ class Strategy(FlowerStrategy):
             self._build_architectures()
         self.global_arrays: dict[str, np.ndarray] = {}
         self.sampled: list[int] = []
-        self.rejected = 0  # replies dropped in the current round
+        self.intake = RoundIntake(self.node_ids, ())  # replaced by each round's
         self.last_round: dict[str, float | int] = {}  # read by the run recorder
         self.run_token = ""  # names this run's client-state files (kept when resuming)
         self.resuming = False  # set by the ServerApp when the run continues from a checkpoint
@@ -415,15 +415,10 @@ class Strategy(FlowerStrategy):
         ]
 
     def pid_of(self, msg: Message) -> int:
-        """The partition a reply answers for (``-1``: none this server knows): its group id,
-        which must be a partition the sending node serves; without one, the node's only
-        partition."""
-        node = msg.metadata.src_node_id
-        group = msg.metadata.group_id
-        if group:
-            pid = int(group) if group.isdigit() else -1
-            return pid if self.node_ids.get(pid) == node else -1
-        return self.partition_of.get(node, -1)
+        """The partition a reply answers for (``-1``: none this server knows): its group id
+        (ASCII digits), which must be a partition the sending node serves; without one, the
+        node's only partition."""
+        return partition_of_reply(msg, self.node_ids, self.partition_of)
 
     def train_record(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
@@ -443,7 +438,7 @@ class Strategy(FlowerStrategy):
         config = self.message_config(server_round, config)
         if not self.heterogeneous:
             record = self.train_record(server_round, arrays, config)
-            self.sampled = pids
+            self.open_round(pids)
             return self.messages_to(record, pids, MessageType.TRAIN)
         records: dict[str, RecordDict] = {}  # one per architecture, shared by its clients
         messages: list[Message] = []
@@ -454,7 +449,7 @@ class Strategy(FlowerStrategy):
                     server_round, self.arrays_for(arch, arrays), config
                 )
             messages += self.messages_to(records[arch], [pid], MessageType.TRAIN)
-        self.sampled = pids
+        self.open_round(pids)
         return messages
 
     def configure_evaluate(
@@ -469,86 +464,53 @@ class Strategy(FlowerStrategy):
         return None
 
     # -- receiving -------------------------------------------------------------------------
+    def open_round(self, pids: Iterable[int]) -> None:
+        """Send work to partitions ``pids`` this round: only their replies are taken, once
+        each (:class:`fedgo_flwr.protocol.RoundIntake`)."""
+        self.sampled = list(pids)
+        self.intake = RoundIntake(self.node_ids, self.sampled, self.client_sizes)
+
+    def reply_spec(self) -> ReplySpec:
+        """What a ``train`` reply must hold: the client algorithm's declaration
+        (:func:`fedgo_flwr.protocol.declaration`)."""
+        return declaration(self.client_algorithm).reply(TRAIN)
+
+    def reply_templates(self, pid: int) -> dict[str, Mapping[str, np.ndarray]]:
+        """Per ArrayRecord of client ``pid``'s reply, what it must match in keys, shapes and
+        dtypes: the model (:meth:`reference_arrays`); subclasses add their records'."""
+        return {msgs.ARRAYS: self.reference_arrays(pid)}
+
     def check_reply(self, content: RecordDict) -> str | None:
-        """Extra checks of a subclass; return why the reply is unusable, or ``None``."""
+        """Extra checks of a subclass, after the intake's; return why the reply is unusable,
+        or ``None``."""
         return None
 
     def accept(self, msg: Message) -> Reply | None:
-        """Unpack a usable reply; log and drop (``None``) an unusable one.
+        """The reply checked by the round's intake, unpacked; ``None`` (logged) if unusable.
 
-        Whatever a client sent, this returns: an exception while reading the reply (an Array
-        of unknown serialisation, bytes that are no array) drops the reply like a failed check.
+        Whatever a client sent, this returns (:meth:`RoundIntake.take`).
         """
-        node = msg.metadata.src_node_id
-        pid = self.pid_of(msg)
-        reply = None
-        try:
-            reason = self._reply_problem(msg, pid)
-            if reason is None:
-                reply = self._unpack(msg, pid)  # the arrays are read once, then checked
-                reason = self._arrays_problem(reply.arrays, pid) or self.check_reply(msg.content)
-        except Exception as exc:  # noqa: BLE001 - no reply may end the run
-            reason = f"unreadable reply ({type(exc).__name__}: {exc})"
-        if reason is not None:
-            self.rejected += 1
-            log(WARNING, "Dropping reply of client %d (node %d): %s", pid, node, reason)
+        checked = self.intake.take(
+            msg,
+            self.reply_spec(),
+            self.reply_templates,
+            lambda c: self.check_reply(c.content),
+        )
+        if checked is None:
             return None
-        return reply
-
-    def _arrays_problem(self, arrays: dict[str, np.ndarray], pid: int) -> str | None:
-        if not self.heterogeneous:
-            return check_arrays(arrays, self.global_arrays)
-        what = f"arrays (its model '{self.client_arch(pid)}')"
-        return check_arrays(arrays, self.reference_arrays(pid), what, of="that model")
-
-    def _unpack(self, msg: Message, pid: int) -> Reply:
-        content = msg.content
-        metrics = dict(content[msgs.METRICS])
-        claim = metrics[msgs.NUM_EXAMPLES]
         return Reply(
-            node_id=msg.metadata.src_node_id,
-            partition_id=pid,
-            num_examples=int(claim) if self.client_sizes is None else self.client_sizes[pid],
-            arrays=to_numpy(content[msgs.ARRAYS]),
-            metrics=metrics,
-            content=content,
+            node_id=checked.node_id,
+            partition_id=checked.partition_id,
+            num_examples=checked.num_examples,
+            arrays=checked.arrays[msgs.ARRAYS],
+            metrics=checked.metrics,
+            content=checked.content,
         )
 
-    def _reply_problem(self, msg: Message, pid: int) -> str | None:
-        if msg.has_error():
-            return f"client error: {msg.error.reason}"
-        if pid not in self.sampled:
-            return "not sampled in this round"
-        content = msg.content
-        if msgs.ARRAYS not in content.array_records:
-            return f"no ArrayRecord '{msgs.ARRAYS}'"
-        if msgs.METRICS not in content.metric_records:
-            return f"no MetricRecord '{msgs.METRICS}'"
-        metrics = content[msgs.METRICS]
-        problem = self._examples_problem(metrics.get(msgs.NUM_EXAMPLES), pid)
-        if problem is not None:
-            return problem
-        for key in (*CLIENT_SCALARS, *self.reply_metrics):
-            value = metrics.get(key, 0.0)
-            if not _is_number(value) or not np.isfinite(value):
-                return f"metric '{key}' is {value!r}, not a finite number"
-        return None
-
-    def _examples_problem(self, claim: Any, pid: int) -> str | None:
-        """Why the claimed ``num-examples`` is refused: not a whole number >= 1, or (with the
-        server's partition) not the server's count of partition ``pid``."""
-        key = msgs.NUM_EXAMPLES
-        whole = isinstance(claim, int) or (isinstance(claim, float) and claim.is_integer())
-        if not _is_number(claim) or not whole or claim < 1:
-            return f"bad {key} {claim!r}: not a whole number >= 1"
-        if self.client_sizes is None:
-            if claim > MAX_CLAIMED_EXAMPLES:
-                return f"bad {key} {claim!r}: above 2**53"
-            return None
-        size = self.client_sizes[pid]
-        if claim != size:
-            return f"claims {key} {claim!r}, but the server's count of partition {pid} is {size}"
-        return None
+    def drop(self, reply: Reply, reason: str) -> None:
+        """Drop an accepted ``reply`` after all (:class:`ReplyRejected` from :meth:`absorb`)."""
+        self.intake.accepted.discard(reply.partition_id)
+        self.intake.reject(reply.partition_id, reply.node_id, reason)
 
     def begin_round(self, server_round: int) -> None:
         """Reset what :meth:`absorb` accumulates."""
@@ -586,13 +548,10 @@ class Strategy(FlowerStrategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        self.rejected = 0
         self.begin_round(server_round)
         accepted: list[Reply] = []
-        answered: set[int] = set()  # partition ids
         t_absorb = 0.0
         for msg in replies:  # as they arrive; one reply's arrays in memory at a time
-            answered.add(self.pid_of(msg))
             reply = self.accept(msg)
             del msg
             if reply is None:
@@ -601,34 +560,18 @@ class Strategy(FlowerStrategy):
             try:
                 self.absorb(server_round, reply)
             except ReplyRejected as exc:  # absorb found it unusable before changing anything
-                self.rejected += 1
-                log(
-                    WARNING,
-                    "Dropping reply of client %d (node %d): %s",
-                    reply.partition_id,
-                    reply.node_id,
-                    exc,
-                )
+                self.drop(reply, str(exc))
                 continue
             finally:
                 t_absorb += time.perf_counter() - t0
             reply.arrays, reply.content = {}, RecordDict()  # let the model go
             accepted.append(reply)
         accepted.sort(key=lambda r: r.partition_id)  # arrival order must not matter
-        silent = [p for p in self.sampled if p not in answered]
-        for pid in silent:
-            log(
-                WARNING,
-                "Round %d: client %d (node %d) sent no reply within round_timeout (%.0fs)",
-                server_round,
-                pid,
-                self.node_ids[pid],
-                self.cfg.round_timeout,
-            )
+        self.warn_silent(server_round)
         self.last_round = {
             "clients_sampled": len(self.sampled),
             "clients_replied": len(accepted),
-            "clients_failed": self.rejected + len(silent),
+            "clients_failed": self.intake.failed,
         }
         if len(accepted) < self.cfg.min_clients:
             log(
@@ -645,10 +588,17 @@ class Strategy(FlowerStrategy):
         self.last_round.update(client_metrics(accepted, self.reply_metrics))
         return to_record(arrays), MetricRecord(self.last_round)
 
-
-def _is_number(value: Any) -> bool:
-    """A real scalar as a MetricRecord holds it (``int`` or ``float``; not ``bool``, not a list)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    def warn_silent(self, server_round: int) -> None:
+        """One WARNING per partition of the round that no reply answered for."""
+        for pid in self.intake.silent:
+            log(
+                WARNING,
+                "Round %d: client %d (node %d) sent no reply within round_timeout (%.0fs)",
+                server_round,
+                pid,
+                self.node_ids[pid],
+                self.cfg.round_timeout,
+            )
 
 
 def client_metrics(replies: list[Reply], extra: Iterable[str] = ()) -> dict[str, float]:

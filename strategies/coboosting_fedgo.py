@@ -23,6 +23,7 @@ unusable is left out with its model (it has no weight to give).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from logging import INFO
 from typing import Any
@@ -137,6 +138,10 @@ class CoBoostingFedGO(CoBoosting):
         record = super().train_record(server_round, arrays, config)
         record[GENERATOR_KEY] = ArrayRecord(self.generator.state_dict())
         return record
+
+    def reply_templates(self, pid: int) -> dict[str, Mapping[str, np.ndarray]]:
+        """The model of the client's architecture, and its discriminator."""
+        return {**super().reply_templates(pid), DISCRIMINATOR_KEY: self._disc_reference}
 
     def check_reply(self, content: RecordDict) -> str | None:
         if DISCRIMINATOR_KEY not in content.array_records:

@@ -95,6 +95,8 @@ from fedgo_flwr.data import ArrayDataset, stratified_subset
 from fedgo_flwr.gan import discriminator_logits
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
+from fedgo_flwr.protocol import ReplySpec
+from fedgo_flwr.protocol.cpfl import member_reply
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker, build_section
 from fedgo_flwr.shutdown import raise_if_stopping
@@ -520,11 +522,15 @@ class CPFL(DiscriminatorStage, Strategy):
             messages += self.messages_to(record, pids, MessageType.TRAIN)
             self.sampled += pids
             self.round_plan[c.index] = pids
-        self.sampled.sort()
+        self.open_round(sorted(self.sampled))
         if self.cohorts:
             self.global_arrays = self.cohorts[0].arrays  # keys, shapes, dtypes of every reply
         log(INFO, "configure_train: %d cohorts, clients %s", len(self.round_plan), self.sampled)
         return messages
+
+    def reply_spec(self) -> ReplySpec:
+        """A cohort member's reply: its local algorithm's, with the validation report."""
+        return member_reply(self.params.local_algorithm)
 
     def val_problem(self, reply: Reply) -> str | None:
         """Why a reply's validation report is unusable (its client has a validation split)."""
@@ -547,28 +553,18 @@ class CPFL(DiscriminatorStage, Strategy):
 
     def aggregate_cohorts(self, server_round: int, replies: Iterable[Message]) -> None:
         p: CPFLConfig = self.params
-        self.rejected = 0
         active = [self.cohorts[i] for i in self.round_plan]
         averages = {c.index: new_average(self.aggregation) for c in active}
         losses: dict[int, list[float]] = {c.index: [] for c in active}
         accepted: dict[int, list[Reply]] = {c.index: [] for c in active}
-        answered: set[int] = set()
         for msg in replies:
-            answered.add(self.pid_of(msg))
             reply = self.accept(msg)
             del msg
             if reply is None:
                 continue
             problem = self.val_problem(reply)
             if problem is not None:
-                self.rejected += 1
-                log(
-                    WARNING,
-                    "Dropping reply of client %d (node %d): %s",
-                    reply.partition_id,
-                    reply.node_id,
-                    problem,
-                )
+                self.drop(reply, problem)
                 continue
             c = self.cohorts[self.cohort_of[reply.partition_id]]
             arrays = reply.arrays
@@ -579,11 +575,7 @@ class CPFL(DiscriminatorStage, Strategy):
                 losses[c.index].append(float(reply.metrics["val_loss"]))
             reply.arrays, reply.content = {}, RecordDict()
             accepted[c.index].append(reply)
-        silent = [pid for pid in self.sampled if pid not in answered]
-        for pid in silent:
-            log(
-                WARNING, "Round %d: client %d sent no reply within round_timeout", server_round, pid
-            )
+        self.warn_silent(server_round)
         rows = []
         for c in active:
             pids = self.round_plan[c.index]
@@ -641,7 +633,7 @@ class CPFL(DiscriminatorStage, Strategy):
         self.last_round = {
             "clients_sampled": len(self.sampled),
             "clients_replied": len(all_replies),
-            "clients_failed": self.rejected + len(silent),
+            "clients_failed": self.intake.failed,
             "cohorts_running": sum(c.running for c in self.cohorts),
             "sim_hours": total.hours,
             "cpu_hours": total.cpu_hours,

@@ -197,6 +197,16 @@ class DaFKD(FedDF):
         assert self.resources is not None
         return self.resources.bundle.train
 
+    def reply_templates(self, pid: int) -> dict[str, Mapping[str, np.ndarray]]:
+        """The model, the generator's arrays and a ``Linear(d, 1)`` head."""
+        dim = self.feature_dim()
+        head = {"weight": np.zeros((1, dim), np.float32), "bias": np.zeros(1, np.float32)}
+        return {
+            **super().reply_templates(pid),
+            GENERATOR_KEY: self.generator,
+            DISC_HEAD_KEY: head,
+        }
+
     def uploads_of(self, reply: Reply) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """The reply's generator and head, checked (:class:`ReplyRejected` names the problem)."""
         for key in (GENERATOR_KEY, DISC_HEAD_KEY):

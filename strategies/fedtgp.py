@@ -201,6 +201,14 @@ class FedTGP(FedAvg):
         super().begin_round(server_round)
         self.uploads: list[tuple[np.ndarray, np.ndarray]] = []
 
+    def reply_templates(self, pid: int) -> dict[str, Mapping[str, np.ndarray]]:
+        """The model, and ``(C, d)`` float32 prototypes with ``(C,)`` int64 class counts."""
+        upload = {
+            "protos": np.zeros((self.num_classes, self.dim), np.float32),
+            "counts": np.zeros(self.num_classes, np.int64),
+        }
+        return {**super().reply_templates(pid), PROTOS_KEY: upload}
+
     def upload_of(self, reply: Reply) -> tuple[np.ndarray, np.ndarray]:
         """The reply's (protos, counts), checked (:class:`ReplyRejected` naming the problem)."""
         if PROTOS_KEY not in reply.content.array_records:

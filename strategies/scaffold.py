@@ -101,6 +101,11 @@ class Scaffold(Strategy):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.control = state.get("control")
 
+    def reply_templates(self, pid: int) -> dict[str, Mapping[str, np.ndarray]]:
+        """The model, and the control delta shaped as the server's control variate."""
+        assert self.control is not None
+        return {**super().reply_templates(pid), CONTROL_DELTA_KEY: self.control}
+
     def check_reply(self, content: RecordDict) -> str | None:
         if CONTROL_DELTA_KEY not in content.array_records:
             return f"no ArrayRecord '{CONTROL_DELTA_KEY}'"

@@ -172,8 +172,7 @@ def bare_strategy(tmp_path: Path):
     strategy = strategy_class("fedavg")(cfg, {p: p + 2 for p in range(4)}, model)
     arrays = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     strategy.global_arrays = arrays
-    strategy.sampled = [0, 1]
-    strategy.rejected = 0
+    strategy.open_round([0, 1])
     return strategy, arrays
 
 
@@ -211,8 +210,8 @@ def test_a_reply_from_a_node_that_was_not_sampled_is_dropped(tmp_path, flwr_log)
     strategy, arrays = bare_strategy(tmp_path)
     assert strategy.accept(reply_from(4, arrays, {msgs.NUM_EXAMPLES: 5})) is None  # partition 2
     assert strategy.accept(reply_from(99, arrays, {msgs.NUM_EXAMPLES: 5})) is None  # unknown
-    assert warnings_with(flwr_log, "client 2 (node 4): not sampled in this round")
-    assert warnings_with(flwr_log, "client -1 (node 99): not sampled in this round")
+    assert warnings_with(flwr_log, "client 2 (node 4): not sent work in this round")
+    assert warnings_with(flwr_log, "client -1 (node 99): not a partition this node serves")
 
 
 # -- 2. dtypes --------------------------------------------------------------------------------

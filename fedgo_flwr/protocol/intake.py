@@ -179,18 +179,14 @@ class RoundIntake:
         if reason is not None:
             return reason
         metrics = content[METRICS]
-        reason = spec.metrics_problem(metrics)
-        if reason is not None:
-            return reason
-        if self.client_sizes is not None:
-            size = self.client_sizes[pid]
-            claim = metrics[NUM_EXAMPLES]
-            if claim != size:
+        if self.client_sizes is not None and NUM_EXAMPLES in metrics:
+            size, claim = self.client_sizes[pid], metrics[NUM_EXAMPLES]
+            if isinstance(claim, bool) or claim != size:
                 return (
                     f"claims {NUM_EXAMPLES} {claim!r}, but the server's count of partition "
                     f"{pid} is {size}"
                 )
-        return None
+        return spec.metrics_problem(metrics)
 
     def _unpack(self, msg: Message, pid: int) -> Checked:
         content = msg.content
