@@ -26,7 +26,6 @@ finds next to the FedGO runs' summaries into ``table.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -35,6 +34,7 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
+from fedgo_flwr.fileio import strict_json
 from fedgo_flwr.gan import discriminator_logits
 from fedgo_flwr.task import load_bundle, make_partition
 from fedgo_flwr.training import get_device
@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--save", type=Path, help="also write the report to this JSON file")
     args = parser.parse_args()
     report = separation(args.run_dir)
-    text = json.dumps(report, indent=2)
+    text = strict_json(report, name="separation report", indent=2)
     print(text)
     if args.save:
         args.save.parent.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,7 @@ from discriminator_separation import own_vs_unseen_aucs, weight_on_knowing  # no
 
 from clients.base import ClientJob  # noqa: E402
 from clients.fedgo import GENERATOR_KEY, REFERENCE_KEY, FedGOClient  # noqa: E402
+from fedgo_flwr.fileio import strict_json  # noqa: E402
 from fedgo_flwr.gan import discriminator_logits  # noqa: E402
 from fedgo_flwr.gan.settings import GanConfig  # noqa: E402
 from fedgo_flwr.messages import ARRAYS, to_record  # noqa: E402
@@ -291,7 +292,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
     logits = client_logits(cfg, bundle, partition, work)
     generator, gen_seconds = generator_for(cfg, bundle, partition, work)
     (out / "clients.json").write_text(
-        json.dumps(
+        strict_json(
             {
                 "client_train_seconds": float(logits["seconds"]),
                 "generator_seconds": gen_seconds,
@@ -299,6 +300,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
                 "server_images": len(partition.server),
                 "test_images": len(bundle.test),
             },
+            name="clients.json",
             indent=2,
         )
     )
@@ -330,7 +332,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
             **evaluate_variant(vcfg, bundle, partition, logits, z),
         }
         report["wall_seconds"] = time.perf_counter() - t0
-        path.write_text(json.dumps(report, indent=2) + "\n")
+        path.write_text(strict_json(report, name=path.name, indent=2) + "\n")
         print(f"seed {seed} {name}: {time.perf_counter() - t0:.0f} s", flush=True)
 
 

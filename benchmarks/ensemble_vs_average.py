@@ -32,7 +32,6 @@ to a temporary folder; ``--out`` keeps the probes, one JSON line per round.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import IO
 
@@ -45,6 +44,7 @@ from replay import client_model, replay
 from fedgo_flwr.aggregation import RunningAverage
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import stratified_subset
+from fedgo_flwr.fileio import strict_json
 from fedgo_flwr.task import load_bundle, make_partition, new_model
 from fedgo_flwr.training import get_device, predict_logits
 from fedgo_flwr.weighting import WeightingInputs, compute_weights, ensemble_logits
@@ -125,7 +125,7 @@ class Probes:
             flush=True,
         )
         if self.out:
-            self.out.write(json.dumps(row) + "\n")
+            self.out.write(strict_json(row, name="ensemble_vs_average row") + "\n")
             self.out.flush()
 
 

@@ -36,7 +36,6 @@ under ``--out``. Seconds on a CPU for ten seeds.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from collections.abc import Sequence
@@ -55,6 +54,7 @@ from fedgo_flwr.data import (
     make_four_gaussians,
 )
 from fedgo_flwr.distill import DistillConfig, distill
+from fedgo_flwr.fileio import strict_json
 from fedgo_flwr.gan import build_discriminator
 from fedgo_flwr.models import build_model
 from fedgo_flwr.partition import component_partition
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ],
     }
     record["args"]["out"] = args.out.name
-    (args.out / "results.json").write_text(json.dumps(record, indent=1))
+    (args.out / "results.json").write_text(strict_json(record, name="results.json", indent=1))
     print((args.out / "table.md").read_text(), end="")
 
 

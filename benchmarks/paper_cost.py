@@ -30,7 +30,6 @@ Writes ``cost.json`` and ``table.md`` to ``benchmarks/results/paper-cost/<tag>/`
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import tempfile
@@ -41,6 +40,7 @@ from fedgo_table3 import add_data_arguments, ensure_data
 from profile_phases import profile_run
 
 from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.fileio import strict_json
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         "full_hours": sum(p["full_hours"] for p in phases.values()),
     }
     results.mkdir(parents=True, exist_ok=True)
-    (results / "cost.json").write_text(json.dumps(report, indent=2) + "\n")
+    (results / "cost.json").write_text(strict_json(report, name="cost.json", indent=2) + "\n")
     text = table(report)
     (results / "table.md").write_text(text + "\n")
     print(text)

@@ -45,6 +45,7 @@ from torch import nn
 
 from fedgo_flwr import kernels, profiling
 from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.fileio import strict_json
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.models import build_model
 from fedgo_flwr.task import load_bundle
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         "phases": measure(cfg, counts),
     }
     results.mkdir(parents=True, exist_ok=True)
-    (results / "phases.json").write_text(json.dumps(report, indent=2) + "\n")
+    (results / "phases.json").write_text(strict_json(report, name="phases.json", indent=2) + "\n")
     text = table(report)
     (results / "table.md").write_text(text + "\n")
     print(text)

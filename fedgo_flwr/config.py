@@ -323,7 +323,7 @@ class ExperimentConfig:
         return {f.name: out[f.name] for f in dataclasses.fields(self)}
 
     def to_json(self, strategy_params: bool = True) -> str:
-        return json.dumps(self.to_dict(strategy_params), sort_keys=True)
+        return json.dumps(self.to_dict(strategy_params), sort_keys=True, allow_nan=False)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)

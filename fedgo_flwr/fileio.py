@@ -8,18 +8,29 @@ survives a power loss. On any error the temporary file is removed and the target
 The temporary file is created like ``open(path, "w")`` would create the target (mode ``0o666``
 less the umask), so the written file has the permissions a plain write would give it; ``mode``
 sets them explicitly (e.g. ``0o644`` for a cache that other users read).
+
+Every JSON file or line the project writes is made by :func:`strict_json`: strict JSON
+(``allow_nan=False``, so no ``NaN`` or ``Infinity``, which are not JSON). A non-finite float
+(NaN, +-inf; also a numpy float or 0-d array) is written as ``null``, in a dict (the key stays)
+and in a list alike -- the convention the run files always had (``metrics.jsonl``,
+``summary.json``: ``null`` is "no value"), which keeps the keys and list lengths of a document
+the same whatever its values. One WARNING per document names the dotted paths written so.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import uuid
 from collections.abc import Callable
+from logging import WARNING
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import torch
+from flwr.supercore import log
 
 __all__ = [
     "atomic_numpy_save",
@@ -27,6 +38,7 @@ __all__ = [
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
+    "strict_json",
 ]
 
 
@@ -86,6 +98,82 @@ def atomic_numpy_save(
 ) -> Path:
     """``np.save(path, arr)``, atomically (``path`` is used as given: no ``.npy`` is appended)."""
     return atomic_write(path, lambda fh: np.save(fh, arr), mode=mode)
+
+
+NAMED_PATHS = 10
+"""At most this many dotted paths are named in :func:`strict_json`'s warning (then a count)."""
+
+
+def strict_json(
+    obj: Any,
+    *,
+    name: str = "JSON",
+    nan_is_missing: bool = False,
+    default: Callable[[Any], Any] | None = None,
+    **kwargs: Any,
+) -> str:
+    """``json.dumps(obj, allow_nan=False, **kwargs)`` with every non-finite float as ``null``.
+
+    The formatting is ``json.dumps``'s with the same ``kwargs`` (``indent``, ``sort_keys``,
+    ``separators`` ...): a document without non-finite floats comes out byte for byte as
+    ``json.dumps(obj, **kwargs)`` would write it.
+
+    Args:
+        obj: What to serialise (dicts, lists, tuples, str, int, float, bool, ``None``; numpy
+            scalars and 0-d arrays are written as their Python value).
+        name: The document, for the warning (e.g. ``"prefl.json"``).
+        nan_is_missing: NaN is the document's mark of "no value" (the recorder's rows:
+            ``test_accuracy`` of a round that is not evaluated): NaN is written ``null``
+            without a warning; infinities still warn.
+        default: As ``json.dumps``'s, applied before the check, so what it returns (e.g.
+            ``default=float`` of a tensor) is checked too.
+        **kwargs: Passed on to :func:`json.dumps`.
+
+    Returns:
+        The JSON text. One WARNING names the dotted paths (``discriminators.3.disc_loss``,
+        ``rounds.2``) of the non-finite values written as ``null``, if any.
+    """
+    found: list[str] = []
+    clean = _finite(obj, "", found, default, nan_is_missing)
+    if found:
+        named = ", ".join(p or "(the top level)" for p in found[:NAMED_PATHS])
+        more = f" and {len(found) - NAMED_PATHS} more" if len(found) > NAMED_PATHS else ""
+        log(WARNING, "%s: non-finite values written as null at %s%s", name, named, more)
+    return json.dumps(clean, allow_nan=False, **kwargs)
+
+
+def _finite(
+    value: Any,
+    path: str,
+    found: list[str],
+    default: Callable[[Any], Any] | None,
+    nan_is_missing: bool,
+) -> Any:
+    """``value`` with every non-finite float replaced by ``None``; their paths go to ``found``."""
+    if isinstance(value, float):  # numpy float64 too
+        if math.isfinite(value):
+            return value
+        if not (nan_is_missing and math.isnan(value)):
+            found.append(path)
+        return None
+    if value is None or isinstance(value, str | int):  # bool is an int
+        return value
+    if isinstance(value, dict):
+        return {
+            k: _finite(v, f"{path}.{k}" if path else str(k), found, default, nan_is_missing)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [
+            _finite(v, f"{path}.{i}" if path else str(i), found, default, nan_is_missing)
+            for i, v in enumerate(value)
+        ]
+    if default is not None:  # as json.dumps would, but before the check
+        out = default(value)
+        return out if out is value else _finite(out, path, found, default, nan_is_missing)
+    if isinstance(value, np.generic | np.ndarray) and np.ndim(value) == 0:
+        return _finite(value.item(), path, found, default, nan_is_missing)
+    return value  # json.dumps raises its TypeError
 
 
 def _fsync_dir(folder: Path) -> None:

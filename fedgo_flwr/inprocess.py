@@ -26,7 +26,6 @@ node id), which message construction reads; that is an internal of the pinned Fl
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -39,6 +38,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.fileio import strict_json
 
 SERVER_NODE_ID = 1
 
@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
         return 2
     summary = run_inprocess(cfg)
-    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, dict | list)}))
+    scalars = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
+    print(strict_json(scalars, name="summary", nan_is_missing=True))
     return 0
 
 

@@ -11,14 +11,15 @@ Nothing of an earlier run is replaced silently: :func:`check_output_dir` refuses
 holds a run's results unless the config says ``resume: true`` (and there is a checkpoint to
 resume from) or ``overwrite: true``. The final model is written before ``summary.json``, and
 both atomically (:mod:`fedgo_flwr.fileio`), so a ``summary.json`` (what ``run.sh`` takes as
-success) always comes with a complete ``model.pt``. JSON files hold ``null`` for NaN and
-infinite values (``Infinity`` is not JSON). The summary also gives the server process's peak
-resident memory (``server_peak_rss_mb``).
+success) always comes with a complete ``model.pt``. JSON files are strict JSON
+(:func:`fedgo_flwr.fileio.strict_json`): they hold ``null`` for NaN and infinite values
+(``Infinity`` is not JSON); NaN is the rows' "no value" (e.g. a round not evaluated), an
+infinity is also logged as a WARNING. The summary also gives the server process's peak resident
+memory (``server_peak_rss_mb``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -34,7 +35,7 @@ from fedgo_flwr import profiling
 from fedgo_flwr.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE
 from fedgo_flwr.config import ConfigError, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.fileio import atomic_torch_save, atomic_write_text
+from fedgo_flwr.fileio import atomic_torch_save, atomic_write_text, strict_json
 from fedgo_flwr.messages import TRAFFIC
 from fedgo_flwr.training import evaluate
 
@@ -117,7 +118,7 @@ class RunRecorder:
         return recorder
 
     def write_partition(self, info: dict[str, Any]) -> None:
-        atomic_write_text(self.out_dir / "partition.json", json.dumps(info))
+        atomic_write_text(self.out_dir / "partition.json", strict_json(info, name="partition.json"))
 
     def attach(self, strategy: Any, model: nn.Module, test: ArrayDataset, device) -> None:
         self.strategy, self.model, self.test, self.device = strategy, model, test, device
@@ -234,7 +235,7 @@ class RunRecorder:
             atomic_torch_save(self.out_dir / "model.pt", arrays.to_torch_state_dict())
         if self.tensorboard is not None:
             self.tensorboard.close()
-        text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)
+        text = strict_json(summary, name="summary.json", nan_is_missing=True, indent=2)
         atomic_write_text(self.out_dir / "summary.json", text)
         log(
             INFO,
@@ -307,17 +308,7 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _jsonable(value: Any) -> Any:
-    """``value`` with every NaN or infinite float (nested too) replaced by ``None``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def json_line(row: dict[str, Any]) -> str:
     """One line of metrics.jsonl: strict JSON (NaN and infinities are written ``null``)."""
-    return json.dumps(_jsonable(row), allow_nan=False) + "\n"
+    name = f"metrics.jsonl round {row.get('round')}"
+    return strict_json(row, name=name, nan_is_missing=True) + "\n"

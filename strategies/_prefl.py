@@ -79,7 +79,8 @@ class DiscriminatorStage(FedGANStage):
         fields = [f.name for f in dataclasses.fields(FedGOClient.Config)]
         own = dataclasses.asdict(self.params)
         config[msgs.ALGORITHM] = FedGOClient.name
-        config[msgs.CLIENT_PARAMS] = json.dumps({k: own[k] for k in fields}, sort_keys=True)
+        params = {k: own[k] for k in fields}
+        config[msgs.CLIENT_PARAMS] = json.dumps(params, sort_keys=True, allow_nan=False)
         return config
 
     def obtain_generator(

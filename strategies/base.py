@@ -394,7 +394,9 @@ class Strategy(FlowerStrategy):
         config[msgs.SERVER_ROUND] = server_round
         config[msgs.ALGORITHM] = self.client_algorithm
         config[msgs.EXPERIMENT] = self.cfg.to_json(strategy_params=False)
-        config[msgs.CLIENT_PARAMS] = json.dumps(self.client_params(), sort_keys=True)
+        config[msgs.CLIENT_PARAMS] = json.dumps(
+            self.client_params(), sort_keys=True, allow_nan=False
+        )
         config[msgs.RUN_TOKEN] = self.run_token
         return config
 

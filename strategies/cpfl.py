@@ -55,7 +55,6 @@ student's in the last round (stage 1 of n > 1 has no single model). ``summary.js
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -92,6 +91,7 @@ from fedgo_flwr.cohorts import (
 )
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, stratified_subset
+from fedgo_flwr.fileio import strict_json
 from fedgo_flwr.gan import discriminator_logits
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
@@ -296,7 +296,8 @@ class CPFL(DiscriminatorStage, Strategy):
         self.discriminators, disc_report = self._discriminators(grid, generator, disc_path)
         report.update(disc_report)
         name = "prefl-resume.json" if self.resuming else "prefl.json"
-        (self.resources.out_dir / name).write_text(json.dumps(report, indent=2, default=float))
+        text = strict_json(report, name=name, indent=2, default=float)
+        (self.resources.out_dir / name).write_text(text)
 
     def generator_data(self) -> ArrayDataset:
         """The generator learns the public set: FedGO's odds compare clients to it."""

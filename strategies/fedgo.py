@@ -56,6 +56,7 @@ from flwr.supercore import log
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import num_views
+from fedgo_flwr.fileio import strict_json
 from fedgo_flwr.gan import (
     count_bytes,
     discriminator_logits,
@@ -195,7 +196,7 @@ class FedGO(DiscriminatorStage, FedDF):
             "discriminator": count_bytes(self.params.discriminator.build(shape)),
         }
         name = "prefl-resume.json" if self.resuming else "prefl.json"
-        (res.out_dir / name).write_text(json.dumps(report, indent=2, default=float))
+        (res.out_dir / name).write_text(strict_json(report, name=name, indent=2, default=float))
         log(INFO, "FedGO pre-FL stage done: %s", json.dumps(report["bytes"]))
 
     def _use_generated_data(self, generator: torch.nn.Module) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedgo_flwr.data.arrays import ArrayDataset, DataBundle
-from fedgo_flwr.fileio import atomic_numpy_save, atomic_write_text
+from fedgo_flwr.fileio import atomic_numpy_save, atomic_write_text, strict_json
 
 __all__ = ["DEFAULT_CACHE_ROOT", "IMAGE_EXTENSIONS", "load_imagefolder", "load_unlabeled"]
 
@@ -249,7 +249,9 @@ def load_imagefolder(path: str, *, cache_dir: str | None = None, flip: bool = Tr
                 "image_size": list(hw),
             }
             atomic_write_text(
-                entry / "meta.json", json.dumps(meta, indent=1), mode=_CACHE_FILE_MODE
+                entry / "meta.json",
+                strict_json(meta, name="meta.json", indent=1),
+                mode=_CACHE_FILE_MODE,
             )
         except OSError as exc:
             log.warning("could not write imagefolder cache %s (%s)", entry, exc)
