@@ -56,6 +56,7 @@ from clients import available as available_clients
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.checkpoint import is_run_token, safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.discovery import parse_index
 from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.kernels import use_channels_last
 from fedgo_flwr.recorder import resolve_output_dir
@@ -124,7 +125,11 @@ def _partition_id(context: Context) -> int:
             "this SuperNode has no 'partition-id' in its node config; start it with "
             '--node-config "partition-id=<k> num-partitions=<K>"'
         )
-    return int(context.node_config["partition-id"])
+    value = context.node_config["partition-id"]
+    pid = parse_index(value)
+    if pid is None:
+        raise ValueError(f"node config partition-id = {str(value)[:40]!r}: must be an integer >= 0")
+    return pid
 
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -155,7 +160,7 @@ def message_partition(msg: Message, context: Context) -> int:
     group = msg.metadata.group_id
     if not group:
         return own
-    if not group.isdigit():
+    if parse_index(group) is None:
         raise ValueError(f"message group_id {group[:40]!r} is not a partition id")
     pid = int(group)
     if pid == own:
@@ -165,7 +170,7 @@ def message_partition(msg: Message, context: Context) -> int:
             f"this SuperNode serves partition {own}, the message is for partition {pid}: a "
             "deployment needs one SuperNode per client (or node config share-partitions=true)"
         )
-    total = int(context.node_config.get(msgs.NUM_PARTITIONS, 0) or 0)
+    total = parse_index(context.node_config.get(msgs.NUM_PARTITIONS, 0)) or 0
     if total < 1 or pid % total != own:
         raise ValueError(
             f"node with partition-id {own} of num-partitions {total or '?'} does not serve "
@@ -328,7 +333,13 @@ def query(msg: Message, context: Context) -> Message:
         msgs.SHARES_PARTITIONS: int(shares_partitions(context)),
     }
     if msgs.NUM_PARTITIONS in context.node_config:
-        metrics[msgs.NUM_PARTITIONS] = int(context.node_config[msgs.NUM_PARTITIONS])
+        value = context.node_config[msgs.NUM_PARTITIONS]
+        total = parse_index(value)
+        if not total:
+            raise ValueError(
+                f"node config num-partitions = {str(value)[:40]!r}: must be an integer >= 1"
+            )
+        metrics[msgs.NUM_PARTITIONS] = total
     return Message(content=RecordDict({msgs.METRICS: MetricRecord(metrics)}), reply_to=msg)
 
 
