@@ -24,6 +24,12 @@ own, ``--node-config``) bound it:
   act on this node; without it they are ignored with a WARNING. A simulated node has no node
   config of its own: it opts in through ``FEDGO_ALLOW_FAULTS=1`` in its environment (``run.sh``
   sets it; :func:`fedgo_flwr.inprocess.run_inprocess` sets ``allow-faults``).
+- ``allow-code``: which Python code named by the server's config this node may import
+  (``strategy.generator.module``, a generator factory): ``true``, or a comma-separated list of
+  modules (and those below them) or folders; without it none, and such a message is refused
+  with an error reply naming the module and this key. A simulated node reads
+  ``FEDGO_ALLOW_CODE`` instead (``run.sh`` sets it; :func:`fedgo_flwr.inprocess.run_inprocess`
+  sets ``allow-code``). Every handler runs under this node's policy (:mod:`fedgo_flwr.trust`).
 - ``max-threads``: the most torch threads the server's ``resources.client_cpus`` may ask for
   (default: the CPUs this process may use).
 - ``share-partitions``: ``true`` lets this node serve several clients (partitions ``k`` with
@@ -49,6 +55,7 @@ from pathlib import Path
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore import log
 
 from clients import ClientAlgorithm, ClientJob, client_class
@@ -64,8 +71,17 @@ from fedgo_flwr.rng import make_rng
 from fedgo_flwr.schema import build_section
 from fedgo_flwr.task import client_dataset, client_model_name, load_bundle, new_client_model
 from fedgo_flwr.training import get_device
+from fedgo_flwr.trust import node_code_policy
 
-app = ClientApp()
+
+def node_policy_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Run every handler under this node's own ``allow-code`` policy: code that the server's
+    config names is imported only if the node's operator allowed it (:mod:`fedgo_flwr.trust`)."""
+    with node_code_policy(context.node_config):
+        return call_next(msg, context)
+
+
+app = ClientApp(mods=[node_policy_mod])
 
 
 def inject_fault(cfg: ExperimentConfig, pid: int, server_round: int, stage: str) -> str | None:
