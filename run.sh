@@ -71,6 +71,9 @@ run_experiment() {
   # The simulated nodes are this user's processes running this user's config: they obey its
   # `faults` (a SuperNode of a deployment must opt in with node config allow-faults=true).
   export FEDGO_ALLOW_FAULTS="${FEDGO_ALLOW_FAULTS:-1}"
+  # Likewise the code it names (strategy.generator.module): a SuperNode imports such code only
+  # with node config allow-code (fedgo_flwr/trust.py).
+  export FEDGO_ALLOW_CODE="${FEDGO_ALLOW_CODE:-1}"
   export PATH="$VENV/bin:$PATH"
   local run_toml="$FLWR_HOME/run-config.toml" prepared federation out_dir
   # Validate the whole config first: a bad key, or an output_dir that holds an earlier run

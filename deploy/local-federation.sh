@@ -2,8 +2,9 @@
 # A whole fedgo-flwr deployment on this machine, for trying the deployment path end to end:
 # TLS credentials, a SuperLink with SuperNode authentication, the K = data.num_clients SuperNode
 # keys registered, K SuperNodes (one process each, partition-id 0..K-1; they obey the config's
-# `faults`: --allow-faults), one `flwr run` of the experiment, then everything this script
-# started is stopped again.
+# `faults` and import the code it names: --allow-faults --allow-code true), one `flwr run` of
+# the experiment with a node map (partition k: the node with key k), then everything this
+# script started is stopped again.
 #
 #   deploy/local-federation.sh CONFIG.yaml [dotted.key=value ...]
 #   deploy/local-federation.sh conf/fedavg.yaml rounds=2 data.num_clients=3 fraction=1.0
@@ -21,7 +22,7 @@ DIR="${FEDGO_DEPLOY_DIR:-$ROOT/.flwr/local-federation}"
 CONNECTION=local-deploy
 
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 [[ -x "$PY" ]] || { echo "local-federation.sh: $PY not found (run ./run.sh --setup)" >&2; exit 2; }
@@ -93,11 +94,24 @@ for k in $(seq 0 $((K - 1))); do
   }
 done
 
+# Partition k belongs to the SuperNode authenticated with key k, whatever a node claims
+# (run config node-map: fedgo_flwr/discovery.py).
+"$PY" - "$CRED/supernode-keys" "$K" "$DIR/node-map.json" "$DIR/run-config.toml" <<'PYEOF'
+import json, sys
+from pathlib import Path
+keys, k, out, toml = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+lines = {str(i): (keys / f"supernode-{i}.pub").read_text().strip() for i in range(k)}
+out.write_text(json.dumps(lines, indent=1) + "\n")
+with toml.open("a") as f:
+    f.write(f"node-map = {json.dumps(str(out))}\n")
+PYEOF
+
 for k in $(seq 0 $((K - 1))); do
   FLWR_HOME="$DIR/supernode-$k" setsid "$ROOT/deploy/supernode.sh" \
     --superlink "127.0.0.1:$PORT" --ca "$CRED/ca.crt" \
     --key "$CRED/supernode-keys/supernode-$k" \
     --partition "$k" --num-partitions "$K" --port "$(free_port "$PY")" --allow-faults \
+    --allow-code true \
     > "$LOGS/supernode-$k.log" 2>&1 &
   PIDS+=($!)
 done

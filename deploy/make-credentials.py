@@ -13,7 +13,10 @@ writes into OUT_DIR:
   authentication key pairs (ECDSA P-384, OpenSSH format, as ``flower-supernode
   --auth-supernode-private-key`` and ``flwr supernode register`` read them);
 - ``supernode-keys/unregistered`` and ``unregistered.pub``: one more pair that is never meant to be
-  registered (a SuperNode using it must be refused; the tests use it).
+  registered (a SuperNode using it must be refused; the tests use it);
+- ``node-map.json``: partition k -> the public key of ``supernode-<k>``, for the run config key
+  ``node-map`` on the SuperLink machine (the ServerApp then gives partition k to the node
+  authenticated with that key, not to whichever node claims it: ``fedgo_flwr/discovery.py``).
 
 Copy ``ca.crt`` to every machine (SuperNodes and the one running ``flwr``), ``server.pem`` and
 ``server.key`` to the SuperLink machine only, and ``supernode-<k>`` to SuperNode machine k only.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import ipaddress
+import json
 import os
 from pathlib import Path
 
@@ -124,8 +128,9 @@ def make_tls(out: Path, hosts: list[str], days: int) -> None:
     _write(out / "server.key", _key_pem(key), private=True)
 
 
-def make_supernode_key(path: Path, comment: str) -> None:
-    """Write an ECDSA P-384 key pair: ``path`` (OpenSSH private key) and ``path.pub``."""
+def make_supernode_key(path: Path, comment: str) -> str:
+    """Write an ECDSA P-384 key pair: ``path`` (OpenSSH private key) and ``path.pub``; return
+    the public key's OpenSSH line."""
     key = ec.generate_private_key(ec.SECP384R1())
     private = key.private_bytes(
         serialization.Encoding.PEM,
@@ -136,7 +141,9 @@ def make_supernode_key(path: Path, comment: str) -> None:
         serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
     )
     _write(path, private, private=True)
-    _write(path.with_name(path.name + ".pub"), public + f" {comment}\n".encode())
+    line = public.decode() + f" {comment}"
+    _write(path.with_name(path.name + ".pub"), f"{line}\n".encode())
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,12 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     hosts = [*args.host, *DEFAULT_HOSTS]
     make_tls(out, hosts, args.days)
     keys = out / "supernode-keys"
-    for k in range(args.supernodes):
-        make_supernode_key(keys / f"supernode-{k}", f"fedgo-supernode-{k}")
+    node_map = {
+        str(k): make_supernode_key(keys / f"supernode-{k}", f"fedgo-supernode-{k}")
+        for k in range(args.supernodes)
+    }
     make_supernode_key(keys / "unregistered", "fedgo-supernode-unregistered")
+    _write(out / "node-map.json", (json.dumps(node_map, indent=1) + "\n").encode())
     print(
-        f"wrote {out}/ca.crt, server.pem, server.key (SANs: {', '.join(dict.fromkeys(hosts))}) "
-        f"and {args.supernodes} SuperNode key pairs (+1 unregistered) in {keys}"
+        f"wrote {out}/ca.crt, server.pem, server.key (SANs: {', '.join(dict.fromkeys(hosts))}), "
+        f"{args.supernodes} SuperNode key pairs (+1 unregistered) in {keys} and their "
+        f"partitions in {out}/node-map.json"
     )
     return 0
 

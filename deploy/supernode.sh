@@ -7,7 +7,7 @@
 #
 #   deploy/supernode.sh --superlink HOST:PORT --ca CA_CRT --key PRIVATE_KEY \
 #       --partition K --num-partitions N [--data-path DIR] [--state-dir DIR] [--port PORT] \
-#       [--max-threads N] [--allow-faults] [-- FLAGS...]
+#       [--max-threads N] [--allow-faults] [--allow-code WHAT] [-- FLAGS...]
 #
 #   --superlink HOST:PORT  the SuperLink's address, as named in its certificate
 #   --ca CA_CRT            the deployment's ca.crt (verifies the SuperLink's certificate)
@@ -25,6 +25,10 @@
 #                          max-threads; default: this machine's CPUs)
 #   --allow-faults         obey the run config's deliberate `faults` (crash, hang, exit, ...)
 #                          on this node (node config allow-faults); off by default: ignored
+#   --allow-code WHAT      import Python code that the run config names (strategy.generator.
+#                          module, a generator factory): "true" for any module, or a comma-
+#                          separated list of modules / folders ("my_generators,/opt/gens");
+#                          node config allow-code. Off by default: such a run is refused
 #   -- FLAGS...            passed on to flower-supernode unchanged
 #
 # Environment: FLWR_HOME (default: <repo>/.flwr/supernode-K), FEDGO_VENV (default
@@ -34,9 +38,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${FEDGO_VENV:-$ROOT/.venv}"
 
-usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 SUPERLINK="" CA="" KEY="" PARTITION="" NUM="" DATA="" STATE="" PORT=9094 THREADS="" FAULTS=false
+CODE=""
 EXTRA=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -49,6 +54,7 @@ while [[ $# -gt 0 ]]; do
     --state-dir) STATE="$2"; shift 2 ;;
     --max-threads) THREADS="$2"; shift 2 ;;
     --allow-faults) FAULTS=true; shift ;;
+    --allow-code) CODE="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
     --) shift; EXTRA+=("$@"); break ;;
     -h|--help) usage; exit 0 ;;
@@ -88,6 +94,10 @@ NODE_CONFIG+=" state-dir=\"$STATE\" allow-faults=$FAULTS"
 if [[ -n "$THREADS" ]]; then
   [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || { echo "supernode.sh: --max-threads needs an integer >= 1" >&2; exit 2; }
   NODE_CONFIG+=" max-threads=$THREADS"
+fi
+if [[ -n "$CODE" ]]; then
+  [[ "$CODE" != *[\"\\]* ]] || { echo "supernode.sh: --allow-code must not hold quotes or backslashes" >&2; exit 2; }
+  NODE_CONFIG+=" allow-code=\"$CODE\""
 fi
 
 exec flower-supernode \

@@ -24,6 +24,12 @@ own, ``--node-config``) bound it:
   act on this node; without it they are ignored with a WARNING. A simulated node has no node
   config of its own: it opts in through ``FEDGO_ALLOW_FAULTS=1`` in its environment (``run.sh``
   sets it; :func:`fedgo_flwr.inprocess.run_inprocess` sets ``allow-faults``).
+- ``allow-code``: which Python code named by the server's config this node may import
+  (``strategy.generator.module``, a generator factory): ``true``, or a comma-separated list of
+  modules (and those below them) or folders; without it none, and such a message is refused
+  with an error reply naming the module and this key. A simulated node reads
+  ``FEDGO_ALLOW_CODE`` instead (``run.sh`` sets it; :func:`fedgo_flwr.inprocess.run_inprocess`
+  sets ``allow-code``). Every handler runs under this node's policy (:mod:`fedgo_flwr.trust`).
 - ``max-threads``: the most torch threads the server's ``resources.client_cpus`` may ask for
   (default: the CPUs this process may use).
 - ``share-partitions``: ``true`` lets this node serve several clients (partitions ``k`` with
@@ -49,6 +55,7 @@ from pathlib import Path
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore import log
 
 from clients import ClientAlgorithm, ClientJob, client_class
@@ -56,6 +63,7 @@ from clients import available as available_clients
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.checkpoint import is_run_token, safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
+from fedgo_flwr.discovery import parse_index
 from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.kernels import use_channels_last
 from fedgo_flwr.recorder import resolve_output_dir
@@ -63,8 +71,17 @@ from fedgo_flwr.rng import make_rng
 from fedgo_flwr.schema import build_section
 from fedgo_flwr.task import client_dataset, client_model_name, load_bundle, new_client_model
 from fedgo_flwr.training import get_device
+from fedgo_flwr.trust import node_code_policy
 
-app = ClientApp()
+
+def node_policy_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Run every handler under this node's own ``allow-code`` policy: code that the server's
+    config names is imported only if the node's operator allowed it (:mod:`fedgo_flwr.trust`)."""
+    with node_code_policy(context.node_config):
+        return call_next(msg, context)
+
+
+app = ClientApp(mods=[node_policy_mod])
 
 
 def inject_fault(cfg: ExperimentConfig, pid: int, server_round: int, stage: str) -> str | None:
@@ -124,7 +141,11 @@ def _partition_id(context: Context) -> int:
             "this SuperNode has no 'partition-id' in its node config; start it with "
             '--node-config "partition-id=<k> num-partitions=<K>"'
         )
-    return int(context.node_config["partition-id"])
+    value = context.node_config["partition-id"]
+    pid = parse_index(value)
+    if pid is None:
+        raise ValueError(f"node config partition-id = {str(value)[:40]!r}: must be an integer >= 0")
+    return pid
 
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -155,7 +176,7 @@ def message_partition(msg: Message, context: Context) -> int:
     group = msg.metadata.group_id
     if not group:
         return own
-    if not group.isdigit():
+    if parse_index(group) is None:
         raise ValueError(f"message group_id {group[:40]!r} is not a partition id")
     pid = int(group)
     if pid == own:
@@ -165,7 +186,7 @@ def message_partition(msg: Message, context: Context) -> int:
             f"this SuperNode serves partition {own}, the message is for partition {pid}: a "
             "deployment needs one SuperNode per client (or node config share-partitions=true)"
         )
-    total = int(context.node_config.get(msgs.NUM_PARTITIONS, 0) or 0)
+    total = parse_index(context.node_config.get(msgs.NUM_PARTITIONS, 0)) or 0
     if total < 1 or pid % total != own:
         raise ValueError(
             f"node with partition-id {own} of num-partitions {total or '?'} does not serve "
@@ -328,7 +349,13 @@ def query(msg: Message, context: Context) -> Message:
         msgs.SHARES_PARTITIONS: int(shares_partitions(context)),
     }
     if msgs.NUM_PARTITIONS in context.node_config:
-        metrics[msgs.NUM_PARTITIONS] = int(context.node_config[msgs.NUM_PARTITIONS])
+        value = context.node_config[msgs.NUM_PARTITIONS]
+        total = parse_index(value)
+        if not total:
+            raise ValueError(
+                f"node config num-partitions = {str(value)[:40]!r}: must be an integer >= 1"
+            )
+        metrics[msgs.NUM_PARTITIONS] = total
     return Message(content=RecordDict({msgs.METRICS: MetricRecord(metrics)}), reply_to=msg)
 
 

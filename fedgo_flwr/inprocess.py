@@ -16,8 +16,9 @@ same checks as ``run.sh``, the same ServerApp and ClientApp code, clients one af
 
 Each node's config is ``partition-id`` and ``num-partitions`` plus ``node_config`` (the same
 for every node, e.g. ``allow-faults``, ``max-threads``, ``state-dir``). :func:`run_inprocess`
-opts its nodes in to the config's ``faults`` (``allow-faults``): server and clients are one
-process of one user, so the config is the nodes' own.
+opts its nodes in to the config's ``faults`` (``allow-faults``) and to the code it names
+(``allow-code``: ``strategy.generator.module``): server and clients are one process of one user,
+so the config is the nodes' own.
 
 It sets Flower's process identity (``flwr.supercore.task_identity.TaskIdentity``: run, task and
 node id), which message construction reads; that is an internal of the pinned Flower 1.41.
@@ -126,14 +127,20 @@ def run_inprocess(
 
     ``num_nodes`` virtual nodes (default: one per client); with fewer nodes than clients, each
     serves several (``share-partitions``), as simulated nodes do. The nodes' config is
-    ``{"allow-faults": True}`` (plus ``share-partitions``) updated with ``node_config``.
+    ``{"allow-faults": True, "allow-code": True}`` (plus ``share-partitions``) updated with
+    ``node_config``.
     """
     from fedgo_flwr.client_app import SHARE_PARTITIONS
     from fedgo_flwr.client_app import app as client_app
     from fedgo_flwr.server_app import run_experiment
+    from fedgo_flwr.trust import ALLOW_CODE
 
     count = num_nodes or cfg.data.num_clients
-    nodes = {"allow-faults": True, SHARE_PARTITIONS: count < cfg.data.num_clients}
+    nodes = {
+        "allow-faults": True,
+        ALLOW_CODE: True,
+        SHARE_PARTITIONS: count < cfg.data.num_clients,
+    }
     nodes.update(node_config or {})
     return run_experiment(InProcessGrid(client_app, count, node_config=nodes), cfg)
 

@@ -7,20 +7,23 @@ the YAML's value); and ``overrides``, ``"dotted.key=value ..."`` for any other k
 in that order and are checked as one experiment (:func:`config_from_context`)::
 
     flwr run . --run-config "rounds=5 seed=3 strategy.name='fedgo' data.alpha=0.05"
+
+A deployment may add ``node-map``, the operator's map from partition ids to the nodes (by node
+id or public key) that serve them; without it the nodes' own ``partition-id`` claims are used,
+strictly checked (:mod:`fedgo_flwr.discovery`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Mapping
-from logging import INFO
+from logging import ERROR, INFO
 from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
@@ -35,14 +38,16 @@ from fedgo_flwr.checkpoint import (
     save_checkpoint,
 )
 from fedgo_flwr.cli import preflight
-from fedgo_flwr.config import ExperimentConfig, split_overrides
+from fedgo_flwr.config import ConfigError, ExperimentConfig, split_overrides
+from fedgo_flwr.discovery import (
+    NODE_MAP,
+    NodeDiscoveryError,
+    NodeMap,
+    discover_nodes,
+    load_node_map,
+)
 from fedgo_flwr.kernels import use_channels_last
 from fedgo_flwr.messages import (
-    CONFIG,
-    METRICS,
-    NUM_PARTITIONS,
-    PARTITION_ID,
-    SHARES_PARTITIONS,
     TRAFFIC,
     to_numpy,
     to_record,
@@ -60,8 +65,9 @@ app = ServerApp()
 APP_DIR = Path(__file__).resolve().parent.parent
 
 
-RUN_CONFIG_FILE_KEYS = ("config", "overrides")
-"""Run-config keys that are not experiment keys: the YAML file and the free-form overrides."""
+RUN_CONFIG_FILE_KEYS = ("config", "overrides", NODE_MAP)
+"""Run-config keys that are not experiment keys: the YAML file, the free-form overrides and
+the deployment's node map (:mod:`fedgo_flwr.discovery`)."""
 
 
 def run_config_overrides(run_config: Mapping[str, Any]) -> list[str]:
@@ -93,83 +99,21 @@ def config_from_context(context: Context) -> ExperimentConfig:
     return load_experiment(path, overrides, search_dirs=[APP_DIR])
 
 
-def discover_nodes(grid: Grid, num_clients: int, timeout: float = 600.0) -> dict[int, int]:
-    """Map partition ids 0..K-1 to node ids by asking every connected node for its id.
-
-    Each node reports its ``partition-id``, its federation's size (``num-partitions``) and
-    whether it may serve several partitions (simulated nodes may). With N < K nodes that may,
-    partition k goes to the node with partition-id ``k mod N``, which trains its clients one
-    after another (``flwr run .`` with Flower's 2-node default federation); otherwise every
-    partition needs a node of its own. Waits up to ``timeout`` seconds for the nodes
-    (SuperNodes of a deployment may start late).
-    """
-    deadline = time.monotonic() + timeout
-    hosts: dict[int, int] = {}  # node partition-id -> node id
-    asked: set[int] = set()
-    sizes: set[int] = set()
-    sharing: set[bool] = set()
-    while True:
-        new = [n for n in grid.get_node_ids() if n not in asked]
-        if new:
-            messages = [
-                Message(
-                    content=RecordDict({CONFIG: ConfigRecord({})}),
-                    message_type=MessageType.QUERY,
-                    dst_node_id=node,
-                )
-                for node in new
-            ]
-            for reply in grid.send_and_receive(messages, timeout=timeout):
-                node = reply.metadata.src_node_id
-                if reply.has_error():
-                    raise RuntimeError(
-                        f"node {node} failed to report its partition id: {reply.error.reason}"
-                    )
-                asked.add(node)
-                info = reply.content[METRICS]
-                pid = int(info[PARTITION_ID])
-                sizes.add(int(info.get(NUM_PARTITIONS, num_clients)))
-                sharing.add(bool(info.get(SHARES_PARTITIONS, 0)))
-                if pid in hosts:
-                    raise RuntimeError(
-                        f"nodes {hosts[pid]} and {node} both claim partition-id {pid}"
-                    )
-                hosts[pid] = node
-        total = min(sizes) if sizes else num_clients
-        if total < num_clients and sharing != {True}:
-            raise RuntimeError(
-                f"the federation has {total} SuperNodes (num-partitions) but data.num_clients = "
-                f"{num_clients}, and its nodes serve one client each: a deployment needs one "
-                "SuperNode per client (or node config share-partitions=true on every node)"
-            )
-        needed = min(total, num_clients)
-        if all(p in hosts for p in range(needed)):
-            if total < num_clients:
-                log(
-                    INFO,
-                    "%d clients on %d nodes: node k serves the clients k, k+%d, ... in turn",
-                    num_clients,
-                    total,
-                    total,
-                )
-            unused = sorted(p for p in hosts if p >= needed)
-            if unused:
-                log(INFO, "Nodes with partition-id %s >= data.num_clients; unused", unused[:10])
-            return {k: hosts[k % needed] for k in range(num_clients)}
-        if time.monotonic() > deadline:
-            missing = sorted(set(range(needed)) - set(hosts))
-            raise RuntimeError(
-                f"only {len(hosts)} of the {needed} nodes needed for data.num_clients = "
-                f"{num_clients} connected within {timeout:.0f}s; missing partition ids "
-                f"{missing[:10]}"
-            )
-        time.sleep(1.0)
-
-
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run the experiment named by the run config."""
-    run_experiment(grid, config_from_context(context))
+    """Run the experiment named by the run config (and its ``node-map``, if any:
+    :mod:`fedgo_flwr.discovery`).
+
+    A configuration or node-discovery problem is logged as one ERROR line naming the key, the
+    node(s) and the value before it ends the run (Flower then logs the exception too).
+    """
+    try:
+        cfg = config_from_context(context)
+        node_map = load_node_map(context.run_config.get(NODE_MAP, ""))
+        run_experiment(grid, cfg, node_map=node_map)
+    except (ConfigError, NodeDiscoveryError) as exc:
+        log(ERROR, "fedgo-flwr: %s", exc)
+        raise
 
 
 def server_app_for(cfg: ExperimentConfig) -> ServerApp:
@@ -183,7 +127,7 @@ def server_app_for(cfg: ExperimentConfig) -> ServerApp:
     return bound
 
 
-def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
+def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None = None) -> dict:
     """Run one experiment end to end; return its summary (also in summary.json).
 
     With ``resume: true`` and a ``checkpoint.pt`` in the run folder, the run continues after
@@ -191,6 +135,8 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     A folder holding an earlier run is refused before anything is written, unless the run
     resumes it or ``overwrite: true`` (:func:`fedgo_flwr.recorder.check_output_dir`).
     The strategy's parameters are built here if ``cfg`` came without them typed.
+    ``node_map`` (run config ``node-map``) says which node serves which partition
+    (:func:`~fedgo_flwr.discovery.discover_nodes`; without it the nodes' own claims are used).
     """
     cfg = resolve(cfg)
     preflight(cfg)  # the same checks as `prepare`: a plain `flwr run` stops here too
@@ -235,7 +181,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig) -> dict:
     )
     model = new_model(cfg, bundle)
 
-    node_ids = discover_nodes(grid, cfg.data.num_clients)
+    node_ids = discover_nodes(grid, cfg.data.num_clients, node_map=node_map)
     TRAFFIC.take()  # this run's messages only
     resources = ServerResources(bundle, partition, device, recorder.out_dir)
     strategy = strategy_class(cfg.strategy.name)(cfg, node_ids, model, resources)

@@ -305,8 +305,11 @@ class Federation:
         timeout: float = 400,
         on_line: tuple[str, Callable[[], None]] | None = None,
         each_poll: Callable[[str], None] | None = None,
+        run_config: dict[str, str] | None = None,
     ) -> RunResult:
         """``flwr run`` the app with ``config`` + ``overrides``; output_dir under the work dir.
+
+        ``run_config``: further run config keys (``node-map``).
 
         ``on_line = (text, action)`` calls ``action()`` once, when ``text`` first shows in the
         streamed log; ``each_poll(log)`` is called with the log so far every half second.
@@ -315,8 +318,10 @@ class Federation:
         run_toml = self.work / f"{name}.toml"
         overrides = [*overrides, f"output_dir={out_dir}"]
         # A relative config path: the ServerApp finds it in the submitted app, as on a server.
+        extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (run_config or {}).items())
         run_toml.write_text(
             f"config = {json.dumps(config)}\noverrides = {json.dumps(shlex.join(overrides))}\n"
+            + extra
         )
         log_path = self.logs / f"run-{name}.log"
         cmd = [str(BIN / "flwr"), "run", ".", CONNECTION, "--run-config", str(run_toml), "--stream"]

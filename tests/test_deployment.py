@@ -115,12 +115,17 @@ def test_only_registered_supernodes_join(federation):
 
 def test_fedgo_over_tls(federation):
     """FedGO end to end; in round 2 client 0 sends NaN weights, which are rejected, and the
-    distillation weights cover the two clients that replied."""
+    distillation weights cover the two clients that replied. The partitions are given by the
+    node map of ``make-credentials.py`` (partition k: the node the SuperLink authenticated
+    with key k), not by the nodes' claims."""
+    node_map = federation.creds / "node-map.json"
     result = federation.run(
         "fedgo",
         "conf/fedgo.yaml",
         [*TINY, *TINY_FEDGO, "faults=[{partition: 0, round: 2, kind: nan}]"],
+        run_config={"node-map": str(node_map)},
     )
+    assert f"node map ({node_map}): partitions 0..{K - 1} found" in result.log
     check_rounds(result, [K, K - 1])
     assert re.search(r"Dropping reply of client 0 \(node \d+\): .*non-finite", result.log)
     assert result.summary["strategy"] == "fedgo"

@@ -19,7 +19,10 @@ otherwise the factory's own weights are used (e.g. a factory that loads a pretra
 ``strategy.generator`` section, for the server and for every client alike (the clients build the
 same module and load the server's weights into it), so **the module must be importable on every
 client as well as on the server** (installed in each node's environment, or the same file at the
-same path; a relative ``.py`` path is relative to each process's working directory).
+same path; a relative ``.py`` path is relative to each process's working directory), and a client
+imports it only if its node operator allows it: node config ``allow-code`` (``true``, or the
+module's package), ``FEDGO_ALLOW_CODE=1`` for simulated nodes (:mod:`fedgo_flwr.trust`). The
+server's config chooses the module; what a client node runs is its own operator's choice.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch
 from torch import nn
 
 from fedgo_flwr.gan.networks import _seeded, build_generator
+from fedgo_flwr.trust import check_import
 
 __all__ = [
     "build_module_generator",
@@ -83,15 +87,23 @@ def _import_file(target: str) -> ModuleType:
     return module
 
 
-def load_generator_factory(spec: str) -> Callable[..., nn.Module]:
+def load_generator_factory(
+    spec: str, key: str = "strategy.generator.module"
+) -> Callable[..., nn.Module]:
     """The callable named by ``spec`` (``"package.module:callable"`` or ``"file.py:callable"``;
-    a dotted attribute such as ``"module:Class.create"`` works too).
+    a dotted attribute such as ``"module:Class.create"`` works too), the value of the
+    configuration key ``key``.
+
+    In a client's handler the module is imported only if the node's own config allows it
+    (:func:`fedgo_flwr.trust.check_import`, node config ``allow-code``).
 
     Raises:
         ValueError: a malformed ``spec``, a module that does not import (the message carries
             the import error), a missing attribute, or an attribute that is not callable.
+        fedgo_flwr.trust.CodeNotAllowed: on a client node that does not allow the module.
     """
     target, attr = _split(spec)
+    check_import(target, key)
     if target.endswith(".py"):
         module = _import_file(target)
     else:

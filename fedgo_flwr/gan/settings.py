@@ -44,7 +44,9 @@ class GeneratorConfig:
     ``width``); ``path``, if given, holds its state dict, else the factory's own weights are used.
     ``steps`` must then be 0: WGAN-GP trains only this project's generators (``name``), whose
     critic it has. **The module must be importable on every client too**, not only on the
-    server: each client builds the same generator (:meth:`build`) to load the server's weights.
+    server: each client builds the same generator (:meth:`build`) to load the server's weights,
+    and a client imports it only if its own node config allows it (``allow-code``,
+    :mod:`fedgo_flwr.trust`; a refusal is the client's error reply naming the module).
     :meth:`check` imports it (on the server and on each client); the strategy's pre-flight
     check builds it and checks its output shape against the classifier's input.
 
@@ -111,7 +113,7 @@ class GeneratorConfig:
             c.require("module", self.module is None, f"must be unset {g3}")
         if self.module is not None:
             try:
-                load_generator_factory(self.module)
+                load_generator_factory(self.module, f"{c.prefix}module")
             except ValueError as exc:
                 c.fail(
                     "module",

@@ -1,0 +1,398 @@
+"""Which node serves which partition (client): node discovery at the start of a run.
+
+The ServerApp asks every connected node for its partition id (a QUERY message; the ClientApp
+replies with its node config's ``partition-id``, ``num-partitions`` and whether it may serve
+several partitions) and maps the partitions 0..K-1, K = ``data.num_clients``, to node ids
+(:func:`discover_nodes`). What a node reports is not trusted:
+
+- **Self-reported ids** (the default: a simulation, where Flower gives every simulated node its
+  ``partition-id``, and a deployment without a node map). Each claim is checked strictly: an
+  int (not a bool, a float, a list, or text of other than ASCII digits) in
+  0..num-partitions-1, the same ``num-partitions`` on every node that reports one, and no
+  partition claimed by two nodes (both are named, whichever replied first).
+- **A node map** (run config ``node-map``, for a deployment whose operator knows its nodes):
+  a JSON object from partition ids to node identities, in a file on the server machine (a
+  relative path is resolved against ``$FEDGO_WORKDIR``, as ``output_dir`` is) or as the text
+  itself. An identity is a node id (an int, as ``flwr supernode register`` and ``flwr
+  supernode list`` show it) or the node's public key (the OpenSSH line of its ``.pub`` file, or
+  PEM)::
+
+      {"0": "ecdsa-sha2-nistp384 AAAAE2VjZHNh... supernode-0", "1": 7241937521}
+
+  ``deploy/make-credentials.py`` writes ``node-map.json`` for the keys it makes. The map is
+  authoritative: partition k goes to the node it names, found by node id or by the public key
+  that the SuperLink authenticated (Flower's ``Grid.get_nodes``); that node's own claim must
+  agree (else its node config is wrong and it would refuse the partition's messages), its
+  ``num-partitions`` must be the map's size, and a node that is not in the map is not used.
+
+Every problem ends the run with one :class:`NodeDiscoveryError` (one line naming the node or
+nodes and the value); a map that cannot be read is a :class:`~fedgo_flwr.schema.ConfigError`
+of the run config key ``node-map``, raised before the run starts anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedgo_flwr.messages import (
+    CONFIG,
+    METRICS,
+    NUM_PARTITIONS,
+    PARTITION_ID,
+    SHARES_PARTITIONS,
+    stream_replies,
+)
+from fedgo_flwr.schema import ConfigError
+
+__all__ = [
+    "NODE_MAP",
+    "NodeDiscoveryError",
+    "NodeMap",
+    "discover_nodes",
+    "load_node_map",
+    "parse_index",
+]
+
+NODE_MAP = "node-map"
+"""The run config key of the node map (``""``: none, the nodes' own claims are used)."""
+
+_MAX_DIGITS = 18  # a partition id or node count as text: no more digits than this
+_MAX_MAP_BYTES = 1 << 20
+
+
+class NodeDiscoveryError(RuntimeError):
+    """The connected nodes cannot serve this run; the message names the nodes and values."""
+
+
+def parse_index(value: Any) -> int | None:
+    """``value`` as an int >= 0, if it is one: an ``int`` (not a ``bool``) or a text of at most
+    18 ASCII digits; anything else (a float, a list, ``"١"``, ``"-1"``, ``" 1"``) is ``None``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if (
+        isinstance(value, str)
+        and 0 < len(value) <= _MAX_DIGITS
+        and value.isascii()
+        and value.isdigit()
+    ):
+        return int(value)
+    return None
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """A short one-line ``repr`` of a value a node sent."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- the node map ------------------------------------------------------------------------------
+def public_key_der(key: str | bytes) -> bytes | None:
+    """A public key (OpenSSH line or PEM) as DER SubjectPublicKeyInfo bytes, the one form in
+    which keys are compared (``None``: not a public key)."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+
+    data = (key.encode() if isinstance(key, str) else bytes(key)).strip()
+    if not data:
+        return None
+    try:
+        if data.startswith(b"-----BEGIN"):
+            loaded = serialization.load_pem_public_key(data)
+        else:
+            loaded = serialization.load_ssh_public_key(data)
+        return loaded.public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        return None
+
+
+def _fingerprint(der: bytes) -> str:
+    return "sha256:" + hashlib.sha256(der).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class NodeMap:
+    """Partition id -> node id (``int``) or DER public key (``bytes``); from ``source``."""
+
+    partitions: Mapping[int, int | bytes]
+    source: str
+
+    @property
+    def size(self) -> int:
+        return len(self.partitions)
+
+    def identity(self, pid: int) -> str:
+        """How the map names partition ``pid``'s node, for messages."""
+        ident = self.partitions[pid]
+        return f"node {ident}" if isinstance(ident, int) else f"public key {_fingerprint(ident)}"
+
+    def partition_of(self, node_id: int, public_key: bytes = b"") -> int | None:
+        """The partition the map gives node ``node_id`` (with ``public_key``, as the SuperLink
+        reports it), or ``None``; a node named by two entries (by id and by key) is refused."""
+        by_id = [p for p, ident in self.partitions.items() if ident == node_id]
+        der = public_key_der(public_key) if public_key else None
+        by_key = [p for p, ident in self.partitions.items() if der is not None and ident == der]
+        found = sorted(set(by_id + by_key))
+        if len(found) > 1:
+            raise NodeDiscoveryError(
+                f"node {node_id} is named by the node map ({self.source}) for partitions "
+                f"{found}, by its node id and by its public key"
+            )
+        return found[0] if found else None
+
+
+def _resolve(path: str) -> Path:
+    out = Path(path).expanduser()
+    if not out.is_absolute():
+        out = Path(os.environ.get("FEDGO_WORKDIR", os.getcwd())) / out
+    return out.resolve()
+
+
+def load_node_map(value: Any) -> NodeMap | None:
+    """The node map of the run config value ``value`` (``""``/``None``: none): a JSON object,
+    or the path of a file holding one. Raises :class:`ConfigError` (key ``node-map``) naming
+    what is wrong."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+
+    def fail(problem: str) -> ConfigError:
+        return ConfigError(NODE_MAP, value, problem, "run config")
+
+    if not isinstance(value, str):
+        raise fail("must be a JSON object, or the path of a JSON file on the server machine")
+    if value.strip().startswith(("{", "[")):
+        source, where, text = "given inline", "", value
+    else:
+        path = _resolve(value.strip())
+        source, where = str(path), f"{path}: "
+        try:
+            with open(path, "rb") as f:
+                data = f.read(_MAX_MAP_BYTES + 1)
+        except OSError as exc:
+            raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
+        if len(data) > _MAX_MAP_BYTES:
+            raise fail(f"{path} is larger than {_MAX_MAP_BYTES} bytes")
+        text = data.decode("utf-8", errors="replace")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise fail(f"{where}not valid JSON: {exc}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise fail(
+            f'{where}must hold a JSON object from partition ids ("0", "1", ...) to node '
+            "ids or public keys"
+        )
+    partitions: dict[int, int | bytes] = {}
+    for key, ident in raw.items():
+        pid = parse_index(key)
+        if pid is None:
+            raise fail(f"{where}{_show(key)} is not a partition id (0, 1, ...)")
+        if pid in partitions:
+            raise fail(f"{where}partition {pid} is given twice")
+        if isinstance(ident, int) and not isinstance(ident, bool) and ident > 0:
+            node: int | bytes = ident
+        elif isinstance(ident, str) and (der := public_key_der(ident)) is not None:
+            node = der
+        else:
+            raise fail(
+                f"{where}partition {pid}: {_show(ident)} is neither a node id (an int) nor a "
+                "public key (OpenSSH or PEM)"
+            )
+        twin = next((p for p, n in partitions.items() if n == node), None)
+        if twin is not None:
+            raise fail(f"{where}partitions {twin} and {pid} name the same node")
+        partitions[pid] = node
+    missing = sorted(set(range(len(partitions))) - set(partitions))
+    if missing:
+        raise fail(
+            f"{where}the partition ids must be 0..{len(partitions) - 1}; missing {missing[:10]}"
+        )
+    return NodeMap(dict(sorted(partitions.items())), source)
+
+
+# -- discovery ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Claim:
+    pid: int
+    size: int | None  # num-partitions, if the node reports it
+    shares: bool
+
+
+def _claim(reply: Message, node: int) -> _Claim:
+    """A node's reply to the partition-id query, checked; :class:`NodeDiscoveryError` if the
+    reply is an error or malformed."""
+    if reply.has_error():
+        reason = " ".join(str(reply.error.reason).split())[:300]
+        raise NodeDiscoveryError(f"node {node} failed to report its partition id: {reason}")
+    record = reply.content[METRICS] if METRICS in reply.content else None
+    if not isinstance(record, MetricRecord | ConfigRecord):
+        raise NodeDiscoveryError(
+            f"node {node} replied to the partition-id query without a '{METRICS}' record"
+        )
+    pid = parse_index(record.get(PARTITION_ID))
+    if pid is None:
+        raise NodeDiscoveryError(
+            f"node {node} reports partition-id {_show(record.get(PARTITION_ID))}: not a "
+            "partition id (an integer >= 0)"
+        )
+    size = None
+    if NUM_PARTITIONS in record:
+        size = parse_index(record[NUM_PARTITIONS])
+        if not size:
+            raise NodeDiscoveryError(
+                f"node {node} reports num-partitions {_show(record[NUM_PARTITIONS])}: not a "
+                "number of partitions (an integer >= 1)"
+            )
+    shares = record.get(SHARES_PARTITIONS, 0)
+    if isinstance(shares, float) or shares not in (0, 1):
+        raise NodeDiscoveryError(
+            f"node {node} reports {SHARES_PARTITIONS} {_show(shares)}: must be 0 or 1"
+        )
+    return _Claim(pid, size, bool(shares))
+
+
+def _query(node: int) -> Message:
+    return Message(
+        content=RecordDict({CONFIG: ConfigRecord({})}),
+        message_type=MessageType.QUERY,
+        dst_node_id=node,
+    )
+
+
+def _connected(grid: Grid, node_map: NodeMap | None) -> Iterable[tuple[int, bytes]]:
+    """(node id, public key) of every connected node; keys only where a map needs them."""
+    if node_map is None or all(isinstance(i, int) for i in node_map.partitions.values()):
+        return [(int(n), b"") for n in grid.get_node_ids()]
+    return [(int(n.node_id), bytes(n.public_key)) for n in grid.get_nodes()]
+
+
+def discover_nodes(
+    grid: Grid, num_clients: int, timeout: float = 600.0, node_map: NodeMap | None = None
+) -> dict[int, int]:
+    """Map partition ids 0..K-1 to node ids by asking every connected node for its id.
+
+    Each node reports its ``partition-id``, its federation's size (``num-partitions``) and
+    whether it may serve several partitions (simulated nodes may). With N < K nodes that may,
+    partition k goes to the node with partition-id ``k mod N``, which trains its clients one
+    after another (``flwr run .`` with Flower's 2-node default federation); otherwise every
+    partition needs a node of its own. With ``node_map``, partition k goes to the node the map
+    names, whose claim must agree; nodes not in the map are not asked. Waits up to ``timeout``
+    seconds for the nodes (SuperNodes of a deployment may start late). Raises
+    :class:`NodeDiscoveryError` (see the module's documentation).
+    """
+    deadline = time.monotonic() + timeout
+    hosts: dict[int, int] = {}  # partition-id -> node id
+    asked: set[int] = set()
+    sizes: dict[int, int] = {}  # node id -> the num-partitions it reports
+    sharing: set[bool] = set()
+    mapped: dict[int, int] = {}  # node id -> its partition in node_map
+    while True:
+        new: list[int] = []
+        for node, key in _connected(grid, node_map):
+            if node in asked or node in new:
+                continue
+            if node_map is not None:
+                pid = node_map.partition_of(node, key)
+                if pid is None:
+                    asked.add(node)
+                    source = node_map.source
+                    log(WARNING, "node %d is not in the node map (%s); unused", node, source)
+                    continue
+                mapped[node] = pid
+            new.append(node)
+        if new:
+            left = max(1.0, deadline - time.monotonic())
+            for reply in stream_replies(grid, [_query(n) for n in new], left):
+                node = reply.metadata.src_node_id
+                if node not in new or node in asked:
+                    log(WARNING, "node discovery: dropped an unexpected reply from node %s", node)
+                    continue
+                asked.add(node)
+                claim = _claim(reply, node)
+                size = claim.size if claim.size is not None else num_clients
+                if node_map is not None:
+                    if claim.pid != mapped[node]:
+                        raise NodeDiscoveryError(
+                            f"node {node} reports partition-id {claim.pid}, but the node map "
+                            f"({node_map.source}) gives it partition {mapped[node]}: fix the "
+                            "node's node config or the map"
+                        )
+                    if claim.size is not None and claim.size != node_map.size:
+                        raise NodeDiscoveryError(
+                            f"node {node} reports num-partitions {claim.size}, but the node map "
+                            f"({node_map.source}) has {node_map.size} partitions"
+                        )
+                    size = node_map.size
+                elif claim.pid >= size:
+                    raise NodeDiscoveryError(
+                        f"node {node} reports partition-id {claim.pid}, outside 0..{size - 1} "
+                        f"(num-partitions {size})"
+                    )
+                if claim.pid in hosts:
+                    raise NodeDiscoveryError(
+                        f"nodes {hosts[claim.pid]} and {node} both claim partition-id "
+                        f"{claim.pid}; refusing both (each SuperNode needs a partition-id of its "
+                        "own; run config node-map names which node has which)"
+                    )
+                if claim.size is not None:
+                    other = next((n for n, s in sizes.items() if s != claim.size), None)
+                    if other is not None:
+                        raise NodeDiscoveryError(
+                            f"nodes {other} and {node} report num-partitions {sizes[other]} and "
+                            f"{claim.size}: the nodes of one federation must agree"
+                        )
+                    sizes[node] = claim.size
+                hosts[claim.pid] = node
+                sharing.add(claim.shares)
+        if node_map is not None:
+            total = node_map.size
+        else:
+            total = next(iter(sizes.values())) if sizes else num_clients
+        if total < num_clients and sharing != {True}:
+            raise NodeDiscoveryError(
+                f"the federation has {total} SuperNodes (num-partitions) but data.num_clients = "
+                f"{num_clients}, and its nodes serve one client each: a deployment needs one "
+                "SuperNode per client (or node config share-partitions=true on every node)"
+            )
+        needed = min(total, num_clients)
+        if all(p in hosts for p in range(needed)):
+            if total < num_clients:
+                log(
+                    INFO,
+                    "%d clients on %d nodes: node k serves the clients k, k+%d, ... in turn",
+                    num_clients,
+                    total,
+                    total,
+                )
+            unused = sorted(p for p in hosts if p >= needed)
+            if unused:
+                log(INFO, "Nodes with partition-id %s >= data.num_clients; unused", unused[:10])
+            if node_map is not None:
+                log(INFO, "node map (%s): partitions 0..%d found", node_map.source, needed - 1)
+            return {k: hosts[k % needed] for k in range(num_clients)}
+        if time.monotonic() > deadline:
+            missing = sorted(set(range(needed)) - set(hosts))
+            named = ""
+            if node_map is not None:
+                named = " (" + ", ".join(node_map.identity(p) for p in missing[:10]) + ")"
+            raise NodeDiscoveryError(
+                f"only {len(hosts)} of the {needed} nodes needed for data.num_clients = "
+                f"{num_clients} connected within {timeout:.0f}s; missing partition ids "
+                f"{missing[:10]}{named}"
+            )
+        time.sleep(1.0)
