@@ -182,7 +182,8 @@ def set_group(group: str):
 
     def stream(self, messages, *, timeout=None):
         for r in original(self, messages, timeout=timeout):
-            if r.metadata.src_node_id == BAD + 2 and not r.has_error():
+            train = r.metadata.message_type == "train"
+            if train and r.metadata.src_node_id == BAD + 2 and not r.has_error():
                 r.metadata.group_id = group
             yield r
 
@@ -211,8 +212,8 @@ def test_a_duplicated_reply_is_counted_once(tmp_path, monkeypatch, flwr_log):
     def stream(self, messages, *, timeout=None):
         for r in original(self, messages, timeout=timeout):
             yield r
-            if r.metadata.src_node_id == BAD + 2:
-                yield r
+            if r.metadata.message_type == "train" and r.metadata.src_node_id == BAD + 2:
+                yield r  # replayed
 
     monkeypatch.setattr(InProcessGrid, "stream", stream)
     run_inprocess(config(tmp_path, "strategy.name=fedavg"))
