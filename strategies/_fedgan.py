@@ -38,12 +38,12 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from clients.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import RunningAverage, check_arrays
 from fedgo_flwr.checkpoint import config_differences, safe_torch_load
 from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.messages import CONFIG, METRICS, stream_replies, to_numpy
+from fedgo_flwr.protocol.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
 from fedgo_flwr.rng import derive_seed
 from fedgo_flwr.shutdown import raise_if_stopping
 

@@ -26,7 +26,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from clients.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, REFERENCE_KEY, FedGOClient
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import check_arrays
 from fedgo_flwr.checkpoint import safe_torch_load
@@ -37,6 +36,8 @@ from fedgo_flwr.gan import train_wgan_gp
 from fedgo_flwr.gan.external import generator_output_problem
 from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.messages import ARRAYS, CONFIG, METRICS, stream_replies, to_numpy, to_record
+from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, REFERENCE_KEY
+from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
@@ -74,9 +75,9 @@ class DiscriminatorStage(FedGANStage):
         """The config of the ``train.discriminator`` messages: the ``fedgo`` client algorithm
         with the generator and discriminator settings, whatever the strategy's own client."""
         config = self.message_config(server_round=0)
-        fields = [f.name for f in dataclasses.fields(FedGOClient.Config)]
+        fields = [f.name for f in dataclasses.fields(FEDGO.Config)]
         own = dataclasses.asdict(self.params)
-        config[msgs.ALGORITHM] = FedGOClient.name
+        config[msgs.ALGORITHM] = FEDGO.name
         config[msgs.CLIENT_PARAMS] = json.dumps({k: own[k] for k in fields}, sort_keys=True)
         return config
 

@@ -75,7 +75,6 @@ from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from flwr.supercore import log
 from torch import nn
 
-from clients import client_class
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import AggregationConfig, check_arrays, clip_update, new_average
 from fedgo_flwr.config import ExperimentConfig
@@ -83,6 +82,7 @@ from fedgo_flwr.data import ArrayDataset, DataBundle
 from fedgo_flwr.data.imagefolder import load_unlabeled
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.partition import Partition
+from fedgo_flwr.protocol import declaration
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.task import client_model_name, heterogeneous_models, new_model, sample_clients
@@ -384,7 +384,7 @@ class Strategy(FlowerStrategy):
     # -- sending ---------------------------------------------------------------------------
     def client_params(self) -> dict[str, Any]:
         """The client algorithm's own parameters, taken from this strategy's ``Config``."""
-        fields = [f.name for f in dataclasses.fields(client_class(self.client_algorithm).Config)]
+        fields = [f.name for f in dataclasses.fields(declaration(self.client_algorithm).Config)]
         own = dataclasses.asdict(self.params)
         return {key: own[key] for key in fields}
 
