@@ -6,9 +6,11 @@ what differs (FL-bench style): a term added to the local loss that needs only th
 (:meth:`~ClientAlgorithm.batch_loss`, FedGKD, FedUV), an edit of the gradients
 (:meth:`~ClientAlgorithm.grad_correction`, SCAFFOLD) or the whole
 :meth:`~ClientAlgorithm.train` (extra records in the reply). Its own YAML parameters are a
-``Config`` dataclass, which the strategy declares as (part of) its own and sends with every
-message; the client reads only those. Message types beyond ``train`` that the algorithm handles
-(FedGO's ``train.discriminator``) are declared in ``messages``; the ClientApp registers them.
+``Config`` dataclass, declared with its messages in ``fedgo_flwr/protocol/<name>.py`` (where
+the server reads it), which the strategy declares as (part of) its own and sends with every
+message; the client reads only those. Message types beyond ``train`` that the algorithm
+handles (FedGO's ``train.discriminator``) are declared in ``messages``; the ClientApp registers
+them.
 """
 
 from __future__ import annotations
@@ -23,14 +25,10 @@ from torch import nn
 
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.protocol import EmptyConfig
 from fedgo_flwr.training import Batch, BatchLoss, TrainStats, train_local
 
 __all__ = ["ClientAlgorithm", "ClientJob", "EmptyConfig"]
-
-
-@dataclass
-class EmptyConfig:
-    """No parameters of its own."""
 
 
 @dataclass
@@ -55,11 +53,8 @@ class ClientAlgorithm:
     name: ClassVar[str] = ""
     """The algorithm's name: its module's name."""
     Config: ClassVar[type] = EmptyConfig
-    """The client's own parameters (``strategy.<key>`` in YAML), a dataclass."""
-    needs_server_state: ClassVar[bool] = False
-    """Whether the server side keeps state beyond the averaged model for it (SCAFFOLD's
-    control variate): such an algorithm cannot be run inside CPFL's cohorts, whose servers
-    only average."""
+    """The client's own parameters (``strategy.<key>`` in YAML), a dataclass: its declaration's
+    (``fedgo_flwr.protocol.<name>.PROTOCOL.Config``, which the server sends)."""
     uses_features: ClassVar[bool] = False
     """Whether :meth:`batch_loss` reads the features of the output layer's input."""
     messages: ClassVar[Mapping[str, str]] = {}

@@ -14,52 +14,28 @@ Reply metrics besides the usual: ``val_loss`` and ``val_examples`` (clients with
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any
 
 from flwr.app import ArrayRecord
 
-from clients import available, client_class
+from clients import client_class
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.cohorts import holdout_split
-from fedgo_flwr.schema import Checker, build_section
+from fedgo_flwr.protocol.cpfl import PROTOCOL, CohortClientConfig, local_declaration
+from fedgo_flwr.schema import build_section
 from fedgo_flwr.training import TrainStats, evaluate
 
 
-@dataclass
-class CohortClientConfig:
-    """What a CPFL client reads of ``strategy.<key>``."""
-
-    local_algorithm: str = "fedavg"
-    local_params: dict[str, Any] = field(default_factory=dict)
-    val_fraction: float = 0.1
-    min_val_samples: int = 10
-
-    def check(self, c: Checker) -> None:
-        c.require("val_fraction", 0 <= self.val_fraction < 1, "must be in [0, 1)")
-        c.require("min_val_samples", self.min_val_samples >= 1, "must be >= 1")
-
-
 def local_class(name: str) -> type[ClientAlgorithm]:
-    """The client algorithm a cohort runs (``ValueError`` naming why one cannot)."""
-    if name == CPFLClient.name or name not in available():
-        usable = [a for a in available() if a != CPFLClient.name]
-        raise ValueError(f"unknown local algorithm {name!r}; choose one of {', '.join(usable)}")
-    algorithm = client_class(name)
-    if algorithm.needs_server_state:
-        raise ValueError(
-            f"'{name}' needs server-side state beyond the averaged model, which CPFL's cohort "
-            "servers do not keep; use an averaging algorithm (fedavg, fedprox, feduv)"
-        )
-    return algorithm
+    """The client algorithm a cohort runs (``ValueError`` naming why one cannot:
+    :func:`~fedgo_flwr.protocol.cpfl.local_declaration`)."""
+    return client_class(local_declaration(name).name)
 
 
 class CPFLClient(ClientAlgorithm):
     """Validation loss of the received model, then the local algorithm on the training part."""
 
     name = "cpfl"
-    Config = CohortClientConfig
-    needs_server_state = True  # cohorts, not one model: only the cpfl strategy drives it
+    Config = PROTOCOL.Config
 
     def train(self, job: ClientJob) -> tuple[TrainStats, dict[str, ArrayRecord]]:
         assert job.model is not None

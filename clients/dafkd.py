@@ -29,9 +29,6 @@ participation "round < 3" leaves most clients' heads untrained).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -41,55 +38,16 @@ from torch import nn
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.data import batches
 from fedgo_flwr.features import FeatureTap
-from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, PROTOCOL
 from fedgo_flwr.rng import derive_seed, make_rng
-from fedgo_flwr.schema import Checker
 from fedgo_flwr.training import Batch, BatchLoss, TrainStats
 
-__all__ = [
-    "DISC_HEAD_KEY",
-    "GENERATOR_KEY",
-    "DaFKDClient",
-    "DaFKDClientConfig",
-    "gradient_penalty",
-]
+__all__ = ["DaFKDClient", "gradient_penalty"]
 
-GENERATOR_KEY = "generator"
-"""The generator's weights: the server's global one down, the client's trained one up."""
-DISC_HEAD_KEY = "disc_head"
-"""The client's discriminator head ``{"weight": (1, d), "bias": (1,)}``, sent up."""
 HEAD_STATE = "dafkd_head"
 """The head and the client's participation count in the node's state."""
-GP_NORMS = ("sample", "channel")
-SCHEDULES = ("rounds", "participations")
 GEN_BETAS = (0.5, 0.99)
-
-
-@dataclass
-class DaFKDClientConfig:
-    """The generator (FedGO's ``strategy.generator`` section: ``name``, ``latent_dim``,
-    ``width`` or ``module``, ``path`` to start from saved weights, and ``lr``, its Adam's
-    learning rate; the WGAN-GP keys are not used), the GAN schedule (``disc_rounds``,
-    ``generator_rounds``, ``gan_epochs``; 0: all; ``gan_schedule``), ``gp_lambda`` (the
-    discriminators' penalty) and ``gp_norm``."""
-
-    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
-    disc_rounds: int = 0
-    generator_rounds: int = 0
-    gan_epochs: int = 0
-    gan_schedule: str = "participations"
-    gp_lambda: float = 0.3
-    gp_norm: str = "sample"
-
-    def check(self, c: Checker) -> None:
-        for key in ("disc_rounds", "generator_rounds", "gan_epochs"):
-            c.require(key, getattr(self, key) >= 0, "must be >= 0 (0: all)")
-        c.choice("gan_schedule", SCHEDULES)
-        c.require(
-            "gp_lambda", math.isfinite(self.gp_lambda) and self.gp_lambda >= 0, "must be >= 0"
-        )
-        c.choice("gp_norm", GP_NORMS)
 
 
 def gradient_penalty(
@@ -107,8 +65,7 @@ def gradient_penalty(
 
 class DaFKDClient(ClientAlgorithm):
     name = "dafkd"
-    Config = DaFKDClientConfig
-    needs_server_state = True  # the generator is the server's
+    Config = PROTOCOL.Config
 
     def active(self, job: ClientJob, limit: int) -> bool:
         """Whether a GAN part with a limit of ``limit`` rounds (0: all) runs now."""

@@ -23,8 +23,6 @@ round's teacher is the one the server sent.
 from __future__ import annotations
 
 import copy
-import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -32,55 +30,10 @@ from flwr.app import ArrayRecord
 from torch import nn
 
 from clients.base import ClientAlgorithm, ClientJob
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.protocol.fedgkd import PROTOCOL, TEACHER_WEIGHTS_KEY, teacher_key
 from fedgo_flwr.training import Batch, BatchLoss, TrainStats
 
-__all__ = [
-    "TEACHER_KEY",
-    "TEACHER_WEIGHTS_KEY",
-    "FedGKDClient",
-    "FedGKDConfig",
-    "kd_term",
-    "teacher_key",
-]
-
-TEACHER_KEY = "teacher"
-"""The record prefix of the teachers: ``teacher.0`` ... ``teacher.{M-1}``."""
-TEACHER_WEIGHTS_KEY = "teacher_weights"
-"""ConfigRecord with ``beta``: the teachers' weights, summing to 1."""
-KD_SCALES = ("paper", "code")
-
-
-def teacher_key(m: int) -> str:
-    return f"{TEACHER_KEY}.{m}"
-
-
-@dataclass
-class FedGKDConfig:
-    """``gamma``: weight of the KD term; ``temperature`` (tau); ``kd_scale``: ``paper``
-    (gamma/2 * KL, FedGO's description) or ``code`` (gamma * tau^2 * KL, the authors' code);
-    ``kd_from_round``: the first round with the KD term (the code's: 2)."""
-
-    gamma: float = 0.001
-    temperature: float = 3.0
-    kd_scale: str = "paper"
-    kd_from_round: int = 2
-
-    def check(self, c: Checker) -> None:
-        c.require("gamma", math.isfinite(self.gamma) and self.gamma >= 0, "must be >= 0")
-        c.require(
-            "temperature",
-            math.isfinite(self.temperature) and self.temperature > 0,
-            "must be a finite number > 0",
-        )
-        c.choice("kd_scale", KD_SCALES)
-        c.require("kd_from_round", self.kd_from_round >= 1, "must be >= 1")
-
-    def kd_weight(self) -> float:
-        """The factor of the KL term: gamma/2 (paper) or gamma * tau^2 (code)."""
-        if self.kd_scale == "code":
-            return self.gamma * self.temperature**2
-        return self.gamma / 2
+__all__ = ["FedGKDClient", "kd_term"]
 
 
 def kd_term(
@@ -94,8 +47,7 @@ def kd_term(
 
 class FedGKDClient(ClientAlgorithm):
     name = "fedgkd"
-    Config = FedGKDConfig
-    needs_server_state = True  # the buffer of global models lives at the server
+    Config = PROTOCOL.Config
 
     def teachers(self, job: ClientJob) -> tuple[list[nn.Module], list[float]]:
         """The frozen teachers the server sent and their weights."""

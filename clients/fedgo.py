@@ -19,23 +19,23 @@ from flwr.app import ArrayRecord
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.gan import fedgan_generator_steps, train_discriminator, train_wgan_gp
-from fedgo_flwr.gan.settings import GanConfig
 from fedgo_flwr.messages import ARRAYS
+from fedgo_flwr.protocol.fedgo import (
+    CRITIC_KEY,
+    DISCRIMINATOR_MESSAGE,
+    FEDGAN_MESSAGE,
+    GENERATOR_KEY,
+    PROTOCOL,
+    REFERENCE_KEY,
+)
 from fedgo_flwr.rng import derive_seed, make_rng
-
-GENERATOR_KEY = "generator"
-REFERENCE_KEY = "reference"  # the server's reference images (discriminator.reference)
-CRITIC_KEY = "critic"  # FedGAN's WGAN-GP critic (scenario G3)
-DISCRIMINATOR_MESSAGE = "train.discriminator"
-FEDGAN_MESSAGE = "train.fedgan"
 
 
 class FedGOClient(ClientAlgorithm):
     """FedAvg's local training in the rounds, plus the pre-FL discriminator (Alg. 3)."""
 
     name = "fedgo"
-    needs_server_state = True  # the generator and discriminators
-    Config = GanConfig
+    Config = PROTOCOL.Config
     messages = {DISCRIMINATOR_MESSAGE: "train_discriminator", FEDGAN_MESSAGE: "train_fedgan"}
 
     def train_fedgan(self, job: ClientJob) -> tuple[dict[str, ArrayRecord], dict]:

@@ -2,29 +2,18 @@
 
 Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, Eq. (2): each client
 minimises ``F_k(w) + mu/2 * ||w - w^t||^2`` where ``w^t`` is the received global model. ``mu``
-(:class:`FedProxConfig`) comes from ``strategy.mu`` in the YAML config.
+(:class:`fedgo_flwr.protocol.fedprox.FedProxConfig`) comes from ``strategy.mu`` in the YAML config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from clients.base import ClientAlgorithm, ClientJob
-from fedgo_flwr.schema import Checker
-
-
-@dataclass
-class FedProxConfig:
-    """``mu``: weight of the proximal term (the FedGO paper's best value is 0.001)."""
-
-    mu: float = 0.01
-
-    def check(self, c: Checker) -> None:
-        c.require("mu", self.mu >= 0, "must be >= 0")
+from fedgo_flwr.protocol.fedprox import PROTOCOL
 
 
 def proximal_term(
@@ -43,7 +32,7 @@ def proximal_term(
 
 class FedProxClient(ClientAlgorithm):
     name = "fedprox"
-    Config = FedProxConfig
+    Config = PROTOCOL.Config
 
     def regularizer(self, job: ClientJob) -> Callable[[nn.Module], torch.Tensor] | None:
         mu = job.params.mu

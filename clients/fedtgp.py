@@ -22,9 +22,6 @@ client term, and that is the reading here).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -35,37 +32,10 @@ from fedgo_flwr.data import batches
 from fedgo_flwr.features import FeatureTap
 from fedgo_flwr.kernels import place
 from fedgo_flwr.messages import to_numpy, to_record
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.protocol.fedtgp import GLOBAL_PROTOS_KEY, PROTOCOL, PROTOS_KEY
 from fedgo_flwr.training import Batch, BatchLoss, TrainStats
 
-__all__ = [
-    "GLOBAL_PROTOS_KEY",
-    "PROTOS_KEY",
-    "FedTGPClient",
-    "FedTGPConfig",
-    "class_prototypes",
-    "prototype_term",
-]
-
-GLOBAL_PROTOS_KEY = "global_protos"
-"""The server's prototypes, ``{"protos": (C, d) float32}``, from round 2 on."""
-PROTOS_KEY = "protos"
-"""The client's upload: ``{"protos": (C, d) float32, "counts": (C,) int64}`` (zero rows for
-the classes it does not hold)."""
-DISTANCES = ("mse", "l2")
-
-
-@dataclass
-class FedTGPConfig:
-    """``lam``: weight of the prototype term; ``distance``: ``mse`` (the authors' code) or
-    ``l2`` (the mean Euclidean distance)."""
-
-    lam: float = 0.001
-    distance: str = "mse"
-
-    def check(self, c: Checker) -> None:
-        c.require("lam", math.isfinite(self.lam) and self.lam >= 0, "must be a finite number >= 0")
-        c.choice("distance", DISTANCES)
+__all__ = ["FedTGPClient", "class_prototypes", "prototype_term"]
 
 
 def prototype_term(
@@ -101,9 +71,8 @@ def class_prototypes(
 
 class FedTGPClient(ClientAlgorithm):
     name = "fedtgp"
-    Config = FedTGPConfig
+    Config = PROTOCOL.Config
     uses_features = True
-    needs_server_state = True  # the trainable global prototypes live at the server
 
     def batch_loss(self, job: ClientJob) -> BatchLoss | None:
         p = job.params

@@ -28,43 +28,15 @@ features are all equal has no non-zero distance: the median term is then 0 (the 
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.protocol.feduv import PROTOCOL
 from fedgo_flwr.training import Batch, BatchLoss, TrainStats
 
-__all__ = ["FedUVClient", "FedUVConfig", "iid_gamma", "uniformity_term", "variance_term"]
-
-BANDWIDTHS = ("median", "fixed")
-
-
-@dataclass
-class FedUVConfig:
-    """``variance_weight`` (alpha, the code's ``std_coeff``), ``uniformity_weight`` (lambda,
-    ``unif_coeff``), ``gamma`` (null: 1/sqrt(C)), ``bandwidth`` (``median``: the code's;
-    ``fixed``: ``exp(-t d^2)`` on L2-normalised features), ``t`` and ``detach_bandwidth``."""
-
-    variance_weight: float = 2.5
-    uniformity_weight: float = 0.5
-    gamma: float | None = None
-    bandwidth: str = "median"
-    t: float = 2.0
-    detach_bandwidth: bool = False
-
-    def check(self, c: Checker) -> None:
-        for key in ("variance_weight", "uniformity_weight"):
-            value = getattr(self, key)
-            c.require(key, math.isfinite(value) and value >= 0, "must be a finite number >= 0")
-        if self.gamma is not None:
-            c.require("gamma", math.isfinite(self.gamma) and self.gamma > 0, "must be > 0")
-        c.choice("bandwidth", BANDWIDTHS)
-        c.require("t", math.isfinite(self.t) and self.t > 0, "must be > 0")
+__all__ = ["FedUVClient", "iid_gamma", "uniformity_term", "variance_term"]
 
 
 def iid_gamma(num_classes: int) -> float:
@@ -102,7 +74,7 @@ def uniformity_term(
 
 class FedUVClient(ClientAlgorithm):
     name = "feduv"
-    Config = FedUVConfig
+    Config = PROTOCOL.Config
     uses_features = True
 
     def batch_loss(self, job: ClientJob) -> BatchLoss | None:

@@ -15,19 +15,16 @@ from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
 from clients.fedgo import FedGOClient
-from fedgo_flwr.gan.settings import GanConfig
 from fedgo_flwr.messages import ARRAYS
+from fedgo_flwr.protocol.oneshot_fedgo import DISCRIMINATOR_KEY, PROTOCOL
 from fedgo_flwr.training import TrainStats
-
-DISCRIMINATOR_KEY = "discriminator"
 
 
 class OneShotFedGOClient(ClientAlgorithm):
     """FedAvg's local training, then the discriminator, one reply."""
 
     name = "oneshot_fedgo"
-    needs_server_state = True  # the generator and the discriminators
-    Config = GanConfig
+    Config = PROTOCOL.Config
 
     def train(self, job: ClientJob) -> tuple[TrainStats, dict[str, ArrayRecord]]:
         stats, extra = super().train(job)

@@ -16,10 +16,9 @@ import torch
 from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
+from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
 from fedgo_flwr.training import TrainStats
 
-CONTROL_KEY = "control"  # the server's control variate c, sent with the model
-CONTROL_DELTA_KEY = "control_delta"  # the client's delta c_i, sent back
 CLIENT_CONTROL_STATE = "scaffold_ci"  # c_i in context.state
 
 
@@ -45,7 +44,6 @@ def scaffold_client_update(
 
 class ScaffoldClient(ClientAlgorithm):
     name = "scaffold"
-    needs_server_state = True
 
     def grad_correction(self, job: ClientJob) -> Callable[[torch.nn.Module], None]:
         """Alg. 1 line 10: every local step uses ``g + c - c_i``."""

@@ -46,14 +46,12 @@ from fedgo_flwr.aggregation import RunningAverage
 from fedgo_flwr.checkpoint import config_differences, safe_torch_load
 from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.messages import CONFIG, stream_replies
-from fedgo_flwr.protocol import declaration
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
+from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
 from fedgo_flwr.rng import derive_seed
 from fedgo_flwr.shutdown import raise_if_stopping
 
 CHECKPOINT = "fedgan.pt"
-FEDGO = "fedgo"
-"""The client algorithm that answers the pre-FL messages (``clients/fedgo.py``)."""
 
 
 class FedGANStage:
@@ -95,7 +93,7 @@ class FedGANStage:
                 rounds, first = list(saved["rounds"]), int(saved["round"]) + 1
                 log(INFO, "FedGAN: resuming after round %d", first - 1)
         bytes_pair = sum(a.nbytes for t in templates.values() for a in t.values())
-        spec = declaration(FEDGO).reply(FEDGAN_MESSAGE)
+        spec = FEDGO.reply(FEDGAN_MESSAGE)
         for rnd in range(first, gp.federated_rounds + 1):
             t0 = time.perf_counter()
             config = self.discriminator_message_config()

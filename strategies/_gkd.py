@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from clients.fedgkd import TEACHER_WEIGHTS_KEY, FedGKDConfig, teacher_key
 from fedgo_flwr.aggregation import RunningAverage
 from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.protocol.fedgkd import TEACHER_WEIGHTS_KEY, FedGKDConfig, teacher_key
 from fedgo_flwr.schema import Checker
 from strategies.base import Reply
 

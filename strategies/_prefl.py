@@ -26,7 +26,6 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from clients.fedgo import FedGOClient
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import check_arrays
 from fedgo_flwr.checkpoint import safe_torch_load
@@ -37,13 +36,14 @@ from fedgo_flwr.gan import train_wgan_gp
 from fedgo_flwr.gan.external import generator_output_problem
 from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.messages import ARRAYS, CONFIG, stream_replies, to_record
-from fedgo_flwr.protocol import RoundIntake, declaration
+from fedgo_flwr.protocol import RoundIntake
 from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, REFERENCE_KEY
+from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.task import load_bundle
-from strategies._fedgan import FEDGO, FedGANStage
+from strategies._fedgan import FedGANStage
 
 
 class DiscriminatorStage(FedGANStage):
@@ -76,9 +76,9 @@ class DiscriminatorStage(FedGANStage):
         """The config of the ``train.discriminator`` messages: the ``fedgo`` client algorithm
         with the generator and discriminator settings, whatever the strategy's own client."""
         config = self.message_config(server_round=0)
-        fields = [f.name for f in dataclasses.fields(FedGOClient.Config)]
+        fields = [f.name for f in dataclasses.fields(FEDGO.Config)]
         own = dataclasses.asdict(self.params)
-        config[msgs.ALGORITHM] = FedGOClient.name
+        config[msgs.ALGORITHM] = FEDGO.name
         params = {k: own[k] for k in fields}
         config[msgs.CLIENT_PARAMS] = json.dumps(params, sort_keys=True, allow_nan=False)
         return config
@@ -168,7 +168,7 @@ class DiscriminatorStage(FedGANStage):
             per_client: dict[str, dict[str, float]] = {}
             # As the rounds do: a SuperLink's 'Node Unavailable' reply is credited to its node.
             intake = self.prefl_intake("discriminator")
-            spec = declaration(FEDGO).reply(DISCRIMINATOR_MESSAGE)
+            spec = FEDGO.reply(DISCRIMINATOR_MESSAGE)
             for reply in stream_replies(grid, messages, self.cfg.round_timeout):
                 checked = intake.take(reply, spec, {ARRAYS: reference})
                 if checked is not None:

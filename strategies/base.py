@@ -81,7 +81,6 @@ from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from flwr.supercore import log
 from torch import nn
 
-from clients import client_class
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import AggregationConfig, clip_update, new_average
 from fedgo_flwr.config import ExperimentConfig
@@ -384,7 +383,7 @@ class Strategy(FlowerStrategy):
     # -- sending ---------------------------------------------------------------------------
     def client_params(self) -> dict[str, Any]:
         """The client algorithm's own parameters, taken from this strategy's ``Config``."""
-        fields = [f.name for f in dataclasses.fields(client_class(self.client_algorithm).Config)]
+        fields = [f.name for f in dataclasses.fields(declaration(self.client_algorithm).Config)]
         own = dataclasses.asdict(self.params)
         return {key: own[key] for key in fields}
 

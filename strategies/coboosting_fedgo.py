@@ -34,7 +34,6 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.supercore import log
 from torch import Tensor, nn
 
-from clients.oneshot_fedgo import DISCRIMINATOR_KEY
 from fedgo_flwr.aggregation import check_arrays
 from fedgo_flwr.checkpoint import safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
@@ -45,6 +44,7 @@ from fedgo_flwr.datafree import (
 )
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.messages import to_numpy
+from fedgo_flwr.protocol.oneshot_fedgo import DISCRIMINATOR_KEY
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.training import predict_logits
 from fedgo_flwr.weighting import DISC_MODES

@@ -69,7 +69,6 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 
-from clients.cpfl import CohortClientConfig, local_class
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import clip_update, new_average
 from fedgo_flwr.cohorts import (
@@ -96,7 +95,7 @@ from fedgo_flwr.gan import discriminator_logits
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.protocol import ReplySpec
-from fedgo_flwr.protocol.cpfl import member_reply
+from fedgo_flwr.protocol.cpfl import CohortClientConfig, local_declaration, member_reply
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker, build_section
 from fedgo_flwr.shutdown import raise_if_stopping
@@ -161,15 +160,15 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
         if self.teacher_test_size is not None:
             c.require("teacher_test_size", self.teacher_test_size >= 1, "must be >= 1 (or null)")
         try:
-            algorithm = local_class(self.local_algorithm)
+            local = local_declaration(self.local_algorithm)
         except ValueError as exc:
             c.fail("local_algorithm", str(exc))
         self.local_params = dataclasses.asdict(
             build_section(
-                algorithm.Config,
+                local.Config,
                 self.local_params,
                 f"{c.prefix}local_params.",
-                owner=algorithm.name,
+                owner=local.name,
                 checker=c,
             )
         )

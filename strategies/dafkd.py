@@ -49,7 +49,6 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.supercore import log
 from torch import Tensor
 
-from clients.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, DaFKDClientConfig
 from fedgo_flwr.aggregation import RunningAverage, check_arrays
 from fedgo_flwr.checkpoint import safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
@@ -59,6 +58,7 @@ from fedgo_flwr.features import FeatureTap
 from fedgo_flwr.gan import generated_set
 from fedgo_flwr.kernels import place
 from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, DaFKDClientConfig
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
 from strategies.base import Reply, ReplyRejected

@@ -2,15 +2,15 @@
 
 Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, Alg. 2. The server
 side is FedAvg's; clients (``clients/fedprox.py``) minimise ``F_k(w) + mu/2 ||w - w^t||^2``.
-The parameter ``mu`` is the client's (:class:`clients.fedprox.FedProxConfig`), beside the
-shared ``aggregation`` section.
+The parameter ``mu`` is the client's (:class:`fedgo_flwr.protocol.fedprox.FedProxConfig`),
+beside the shared ``aggregation`` section.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clients.fedprox import FedProxConfig
+from fedgo_flwr.protocol.fedprox import FedProxConfig
 from strategies.base import BaseConfig
 from strategies.fedavg import FedAvg
 

@@ -49,10 +49,10 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import nn
 
-from clients.fedtgp import GLOBAL_PROTOS_KEY, PROTOS_KEY, FedTGPConfig
 from fedgo_flwr.data import batches
 from fedgo_flwr.features import FeatureTap
 from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.protocol.fedtgp import GLOBAL_PROTOS_KEY, PROTOS_KEY, FedTGPConfig
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
 from strategies.base import BaseConfig, Reply, ReplyRejected

@@ -3,15 +3,15 @@
 Son et al., "FedUV: Uniformity and Variance for Heterogeneous Federated Learning", CVPR 2024.
 FedUV changes only local training (``clients/feduv.py``); the server is FedAvg's n_k-weighted
 average (the authors' code, ``train_fl.py``, averages by data size) and FedUV adds no
-communication. The parameters are the client's (:class:`clients.feduv.FedUVConfig`; FedGO App.
-E.2 ran alpha = 2.5, lambda = 0.5), beside the shared ``aggregation`` section.
+communication. The parameters are the client's (:class:`fedgo_flwr.protocol.feduv.FedUVConfig`;
+FedGO App. E.2 ran alpha = 2.5, lambda = 0.5), beside the shared ``aggregation`` section.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clients.feduv import FedUVConfig
+from fedgo_flwr.protocol.feduv import FedUVConfig
 from strategies.base import BaseConfig
 from strategies.fedavg import FedAvg
 

@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from clients.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
 from fedgo_flwr.aggregation import check_arrays, new_average
 from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
 from fedgo_flwr.schema import Checker
 from strategies.base import BaseConfig, Reply, Strategy
 

@@ -16,11 +16,14 @@ import yaml
 
 import clients
 import strategies
+from fedgo_flwr import protocol
 from fedgo_flwr.config import OPTIMIZERS, ExperimentConfig
 from fedgo_flwr.data import DATASET_NAMES
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.models import MODEL_NAMES
 from fedgo_flwr.partition import PARTITION_SCHEMES
+from fedgo_flwr.plugins import client_algorithms
+from fedgo_flwr.protocol import EmptyConfig, declaration
 from fedgo_flwr.schema import ConfigError
 from strategies import load_experiment
 
@@ -53,17 +56,18 @@ def project_imports() -> dict[str, set[str]]:
 
 
 def test_dependencies_point_one_way():
-    """Core modules never import strategies or clients; clients never import strategies."""
+    """Core modules never import strategies or clients; strategies and clients never import
+    each other (what both need, the protocol, lives in ``fedgo_flwr``)."""
     graph = project_imports()
     assert "fedgo_flwr.config" in graph and "strategies.base" in graph
+    assert "fedgo_flwr.protocol.fedgo" in graph
+    forbidden = {"strategies": {"clients"}, "clients": {"strategies"}}
     for module, imported in graph.items():
         top = module.split(".")[0]
-        if top == "fedgo_flwr" and module not in APPS:
-            bad = {m for m in imported if m.split(".")[0] in ("strategies", "clients")}
-            assert not bad, f"{module} imports {sorted(bad)}"
-        if top == "clients":
-            bad = {m for m in imported if m.startswith("strategies")}
-            assert not bad, f"{module} imports {sorted(bad)}"
+        never = {"strategies", "clients"} if module not in APPS else set()
+        never = forbidden.get(top, never)
+        bad = {m for m in imported if m.split(".")[0] in never}
+        assert not bad, f"{module} imports {sorted(bad)}"
     assert graph["fedgo_flwr.schema"] == set(), "the schema builder must stay a leaf"
     client_side = {m for m in graph["fedgo_flwr.client_app"] if m.startswith("strategies")}
     assert not client_side, "a client must not import server strategies"
@@ -145,6 +149,49 @@ def test_every_algorithm_module_is_found_by_name():
         strategies.strategy_class("fedfoo")
 
 
+def test_every_protocol_module_declares_a_client_algorithm():
+    """``fedgo_flwr/protocol/<name>.py`` declares client algorithm ``name`` (a module of
+    ``clients/``); a client's parameters are its declaration's, one class for both sides."""
+    machinery = {"spec", "intake"}
+    modules = sorted(
+        p.stem
+        for p in (ROOT / "fedgo_flwr" / "protocol").glob("*.py")
+        if p.stem != "__init__" and p.stem not in machinery
+    )
+    assert {"cpfl", "fedgo", "fedprox", "scaffold"} <= set(modules)
+    for name in modules:
+        assert name in clients.available(), f"fedgo_flwr/protocol/{name}.py: no clients/{name}.py"
+        assert declaration(name).name == name, f"fedgo_flwr/protocol/{name}.py: PROTOCOL.name"
+    for name in clients.available():
+        cls = clients.client_class(name)
+        assert cls.Config is declaration(name).Config, f"clients/{name}.py: Config"
+        assert not hasattr(cls, "needs_server_state"), "server_state is the declaration's"
+    assert declaration("fedavg").Config is EmptyConfig and not declaration("fedavg").server_state
+    stateful = {name for name in clients.available() if declaration(name).server_state}
+    assert stateful == {
+        "cpfl",
+        "dafkd",
+        "fedgkd",
+        "fedgo",
+        "fedtgp",
+        "oneshot_fedgo",
+        "scaffold",
+    }
+
+
+def test_the_client_algorithms_are_listed_without_importing_them():
+    assert client_algorithms() == clients.available()
+    code = (
+        "import sys; from fedgo_flwr.plugins import client_algorithms; "
+        "names = client_algorithms(); "
+        "print('clients' in sys.modules, 'fedavg' in names, 'base' in names)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False True False"
+
+
 def test_base_yaml_holds_the_dataclass_defaults():
     text = (ROOT / "conf" / "base.yaml").read_text()
     assert yaml.safe_load(text) == ExperimentConfig().to_dict()
@@ -179,8 +226,9 @@ def test_errors_name_the_field_that_is_wrong(override, key):
     assert info.value.key == key
 
 
-# An algorithm written from scratch as its three files, in folders added to the packages'
-# search paths: nothing else is edited, and it runs end to end with its own extra message.
+# An algorithm written from scratch as its four files (the server's, the client's, what both
+# exchange, and its YAML), in folders added to the packages' search paths: nothing else is
+# edited, and it runs end to end with its own parameters and extra message.
 TOY_STRATEGY = '''
 import json
 from dataclasses import dataclass
@@ -222,9 +270,10 @@ class Toy(FedAvg):
                 for k, v in avg.items()}
 '''
 
-TOY_CLIENT = """
-from dataclasses import dataclass, replace
-from clients.base import ClientAlgorithm
+TOY_PROTOCOL = """
+from dataclasses import dataclass
+from fedgo_flwr.protocol import TRAIN, Declaration
+from fedgo_flwr.protocol.spec import COMMON_METRICS, ReplySpec, Scalar
 
 
 @dataclass
@@ -232,9 +281,21 @@ class ToyClientConfig:
     scale: float = 1.0
 
 
+HELLO_REPLY = ReplySpec(arrays=(), metrics={**COMMON_METRICS, "greeting": Scalar(whole=True)})
+PROTOCOL = Declaration(
+    "toy", {TRAIN: ReplySpec(), "train.hello": HELLO_REPLY}, Config=ToyClientConfig
+)
+"""
+
+TOY_CLIENT = """
+from dataclasses import replace
+from clients.base import ClientAlgorithm
+from fedgo_flwr.protocol.toy import PROTOCOL
+
+
 class ToyClient(ClientAlgorithm):
     name = "toy"
-    Config = ToyClientConfig
+    Config = PROTOCOL.Config
     messages = {"train.hello": "hello"}
 
     def train(self, job):
@@ -246,11 +307,10 @@ class ToyClient(ClientAlgorithm):
 """
 
 
-def test_an_algorithm_is_three_new_files(tmp_path, monkeypatch):
-    (tmp_path / "s").mkdir()
-    (tmp_path / "c").mkdir()
-    (tmp_path / "s" / "toy.py").write_text(textwrap.dedent(TOY_STRATEGY))
-    (tmp_path / "c" / "toy.py").write_text(textwrap.dedent(TOY_CLIENT))
+def test_an_algorithm_is_four_new_files(tmp_path, monkeypatch):
+    for folder, text in (("s", TOY_STRATEGY), ("c", TOY_CLIENT), ("p", TOY_PROTOCOL)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "toy.py").write_text(textwrap.dedent(text))
     (tmp_path / "toy.yaml").write_text(
         f"base: {ROOT / 'conf' / 'base.yaml'}\nrounds: 2\ndata: {{num_clients: 4}}\n"
         f"output_dir: {tmp_path / 'out'}\ncheckpoint: false\n"
@@ -258,6 +318,7 @@ def test_an_algorithm_is_three_new_files(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(strategies, "__path__", [*strategies.__path__, str(tmp_path / "s")])
     monkeypatch.setattr(clients, "__path__", [*clients.__path__, str(tmp_path / "c")])
+    monkeypatch.setattr(protocol, "__path__", [*protocol.__path__, str(tmp_path / "p")])
     from fedgo_flwr import client_app
 
     client_app.register_client_messages()

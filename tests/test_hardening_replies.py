@@ -18,12 +18,12 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from helpers import rows_of
 
-from clients.fedgo import DISCRIMINATOR_MESSAGE
-from clients.scaffold import CONTROL_DELTA_KEY
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import check_arrays
 from fedgo_flwr.checkpoint import load_checkpoint
 from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE
+from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY
 from fedgo_flwr.task import load_bundle, make_partition, new_model, sample_clients
 from strategies import load_experiment, strategy_class
 

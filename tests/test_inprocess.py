@@ -11,10 +11,11 @@ import torch
 from flwr.app import ArrayRecord
 
 from clients.fedavg import FedAvgClient
-from clients.fedgo import CRITIC_KEY, GENERATOR_KEY, FedGOClient
+from clients.fedgo import FedGOClient
 from fedgo_flwr.config import ConfigError
 from fedgo_flwr.gan import build_critic
 from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.protocol.fedgo import CRITIC_KEY, GENERATOR_KEY
 from fedgo_flwr.task import make_partition, sample_clients
 from strategies import load_experiment
 from strategies._fedgan import FedGANStage

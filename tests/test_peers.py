@@ -14,16 +14,10 @@ from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from clients.base import ClientJob
-from clients.dafkd import (
-    DISC_HEAD_KEY,
-    GENERATOR_KEY,
-    DaFKDClient,
-    DaFKDClientConfig,
-    gradient_penalty,
-)
-from clients.fedgkd import FedGKDConfig, kd_term
-from clients.fedtgp import PROTOS_KEY, FedTGPClient, class_prototypes, prototype_term
-from clients.feduv import FedUVClient, FedUVConfig, iid_gamma, uniformity_term, variance_term
+from clients.dafkd import DaFKDClient, gradient_penalty
+from clients.fedgkd import kd_term
+from clients.fedtgp import FedTGPClient, class_prototypes, prototype_term
+from clients.feduv import FedUVClient, iid_gamma, uniformity_term, variance_term
 from fedgo_flwr.config import ConfigError, TrainConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.features import FeatureTap
@@ -31,6 +25,10 @@ from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.messages import to_numpy, to_record
 from fedgo_flwr.models import MODEL_NAMES, build_model
+from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, DaFKDClientConfig
+from fedgo_flwr.protocol.fedgkd import FedGKDConfig
+from fedgo_flwr.protocol.fedtgp import PROTOS_KEY
+from fedgo_flwr.protocol.feduv import FedUVConfig
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.training import train_local
 from strategies import load_experiment

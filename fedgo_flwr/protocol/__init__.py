@@ -6,7 +6,12 @@ extra message types) declares them in ``fedgo_flwr/protocol/<name>.py`` as ``PRO
 :class:`Declaration`: the record keys both sides use, and per message type the
 :class:`~fedgo_flwr.protocol.spec.ReplySpec` that every reply must meet. An algorithm without
 such a module has the default: ``train`` replies with the model and the training metrics
-(:data:`~fedgo_flwr.protocol.spec.TRAIN_METRICS`).
+(:data:`~fedgo_flwr.protocol.spec.TRAIN_METRICS`), no parameters of its own
+(:class:`EmptyConfig`) and no server-side state.
+
+A declaration also holds what the server must know of the client without importing it: its
+parameters (``Config``, the dataclass a strategy sends; the client class takes it from here)
+and whether the server keeps state for it beyond the averaged model (``server_state``).
 
 The server checks every reply against its declaration in one place,
 :class:`~fedgo_flwr.protocol.intake.RoundIntake`; strategies receive checked values.
@@ -27,6 +32,7 @@ __all__ = [
     "TRAIN_METRICS",
     "Checked",
     "Declaration",
+    "EmptyConfig",
     "ReplySpec",
     "RoundIntake",
     "Scalar",
@@ -42,12 +48,24 @@ TRAIN = "train"
 _MACHINERY = frozenset({"spec", "intake"})
 
 
+@dataclass
+class EmptyConfig:
+    """No parameters of its own."""
+
+
 @dataclass(frozen=True)
 class Declaration:
-    """One client algorithm's protocol: the reply spec of each message type it answers."""
+    """One client algorithm's protocol: the reply spec of each message type it answers, its
+    parameters and whether the server keeps state for it."""
 
     name: str
     replies: Mapping[str, ReplySpec] = field(default_factory=lambda: {TRAIN: ReplySpec()})
+    Config: type = EmptyConfig
+    """The client's own parameters (``strategy.<key>`` in YAML), a dataclass."""
+    server_state: bool = False
+    """Whether the server side keeps state beyond the averaged model for it (SCAFFOLD's
+    control variate): such an algorithm cannot be run inside CPFL's cohorts, whose servers
+    only average."""
 
     def reply(self, message_type: str = TRAIN) -> ReplySpec:
         """The spec of a reply to ``message_type`` (``KeyError``: not declared)."""

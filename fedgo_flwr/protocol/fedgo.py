@@ -4,11 +4,14 @@
 (:data:`GENERATOR_KEY`) and/or its reference images (:data:`REFERENCE_KEY`); the client
 returns its discriminator D_k in ``arrays`` with its training statistics (``disc_*``).
 ``train.fedgan``: the server sends the generator and the critic (:data:`CRITIC_KEY`); the
-client returns both trained, with WGAN-GP's statistics (``gan_*``).
+client returns both trained, with WGAN-GP's statistics (``gan_*``). The client's parameters
+are the generator and discriminator settings (:class:`~fedgo_flwr.gan.settings.GanConfig`);
+the generator and the discriminators are the server's state.
 """
 
 from __future__ import annotations
 
+from fedgo_flwr.gan.settings import GanConfig
 from fedgo_flwr.protocol import TRAIN, Declaration
 from fedgo_flwr.protocol.spec import COMMON_METRICS, ReplySpec, Scalar
 
@@ -30,4 +33,6 @@ FEDGAN_REPLY = ReplySpec(
 PROTOCOL = Declaration(
     "fedgo",
     {TRAIN: ReplySpec(), DISCRIMINATOR_MESSAGE: DISCRIMINATOR_REPLY, FEDGAN_MESSAGE: FEDGAN_REPLY},
+    Config=GanConfig,
+    server_state=True,  # the generator and discriminators
 )
