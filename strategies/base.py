@@ -93,7 +93,15 @@ from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.task import client_model_name, heterogeneous_models, new_model, sample_clients
 
-__all__ = ["BaseConfig", "Reply", "ReplyRejected", "ServerResources", "Strategy", "client_metrics"]
+__all__ = [
+    "BaseConfig",
+    "Reply",
+    "ReplyRejected",
+    "Row",
+    "ServerResources",
+    "Strategy",
+    "client_metrics",
+]
 
 
 @dataclass
@@ -133,6 +141,24 @@ class Reply:
     content: RecordDict
 
 
+@dataclass
+class Row:
+    """What one row of the round loop (:meth:`Strategy.run_row`) produced.
+
+    ``arrays``: the new global model (``None``: unchanged); ``metrics``: the row's training
+    metrics; ``evaluated``: what the row's evaluation sees, if not the global model (an empty
+    record: nothing to evaluate, e.g. CPFL's cohorts before distillation); ``due``: evaluate
+    this row even if ``eval.every`` would skip it; ``checkpoint``: the arrays the row's
+    checkpoint keeps, if not the global model.
+    """
+
+    arrays: ArrayRecord | None = None
+    metrics: MetricRecord | None = None
+    evaluated: ArrayRecord | None = None
+    due: bool = False
+    checkpoint: ArrayRecord | None = None
+
+
 class Strategy(FlowerStrategy):
     """Seeded sampling, per-reply validation, streaming aggregation, resumable rounds."""
 
@@ -147,6 +173,11 @@ class Strategy(FlowerStrategy):
     reply_metrics: ClassVar[tuple[str, ...]] = ()
     """The client algorithm's own reply metrics the round records (FedUV's ``uv_var``): the
     n_k-weighted mean over the accepted replies that have it (the declaration checks them)."""
+    finished: bool = False
+    """Set by a strategy whose run ends before ``rounds`` (CPFL, one-shot FL): the loop stops
+    after the row that set it, and that row is evaluated."""
+    evaluate_now: bool = False
+    """True while the current row is evaluated although ``eval.every`` would skip it."""
     supports_heterogeneous_models: ClassVar[bool] = False
     """Whether clients may train architectures other than ``model.name``
     (``model.client_models``). A strategy that averages parameters cannot: it refuses them. One
@@ -187,6 +218,7 @@ class Strategy(FlowerStrategy):
         if self.heterogeneous:
             self._build_architectures()
         self.global_arrays: dict[str, np.ndarray] = {}
+        self.num_rounds = cfg.rounds  # set again by start()
         self.sampled: list[int] = []
         self.intake = RoundIntake(self.node_ids, ())  # replaced by each round's
         self.last_round: dict[str, float | int] = {}  # read by the run recorder
@@ -340,45 +372,86 @@ class Strategy(FlowerStrategy):
         first_round: int = 1,
         round_end: Callable[[int, ArrayRecord], None] | None = None,
     ) -> Result:
-        """Flower's round loop (train, then centralised evaluation), resumable.
+        """The round loop of every strategy: Flower's, resumable, one row at a time.
 
         As :meth:`flwr.serverapp.strategy.Strategy.start`, without the federated evaluation
-        phase (this framework evaluates on the server), plus: rounds start at
-        ``first_round`` (a resumed run; the initial evaluation is skipped unless it is 1) and
-        ``round_end(round, arrays)`` runs after each round's evaluation (checkpointing).
+        phase (this framework evaluates on the server), plus: rows start at ``first_round``
+        (a resumed run; the initial evaluation is skipped unless it is 1) and
+        ``round_end(row, arrays)`` runs after each row's evaluation (checkpointing). What a
+        row does is :meth:`run_row` (a communication round here; CPFL's cohort rounds and
+        stage two, one-shot FL's clients' round and server epochs elsewhere), which rows
+        there are :meth:`rows`; the loop ends early once :attr:`finished`. A stop asked for
+        (Ctrl-C, TERM) ends the loop before a row's results are used or checkpointed.
         """
-        name = type(self).__name__
-        log(INFO, "Starting %s strategy (rounds %d..%d)", name, first_round, num_rounds)
+        log(
+            INFO,
+            "Starting %s strategy (%s)",
+            type(self).__name__,
+            self.plan(first_round, num_rounds),
+        )
         self.summary()
-        train_config = ConfigRecord() if train_config is None else train_config
         result = Result()
+        result.arrays = initial_arrays
+        self.num_rounds = num_rounds
+        if not self.begin_run(initial_arrays):
+            return result
         arrays = initial_arrays
-        result.arrays = arrays
         if evaluate_fn and first_round == 1:
             res = evaluate_fn(0, arrays)
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
-        for server_round in range(first_round, num_rounds + 1):
-            log(INFO, "")
-            log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
-            messages = self.configure_train(server_round, arrays, ConfigRecord(train_config), grid)
-            replies = stream_replies(grid, messages, timeout)
-            agg_arrays, agg_metrics = self.aggregate_train(server_round, replies)
-            # Clients that died with a Ctrl-C/TERM must not make a round (fedgo_flwr.shutdown).
-            raise_if_stopping(f"round {server_round}")
-            if agg_arrays is not None:
-                arrays = agg_arrays
+        train_config = ConfigRecord() if train_config is None else train_config
+        for row in self.rows(first_round, num_rounds):
+            title = self.row_title(row, num_rounds)
+            if title:
+                log(INFO, "")
+                log(INFO, "%s", title)
+            out = self.run_row(row, grid, arrays, ConfigRecord(train_config), timeout)
+            # Clients that died with a Ctrl-C/TERM must not make a row (fedgo_flwr.shutdown).
+            raise_if_stopping(f"row {row}")
+            if out.arrays is not None:
+                arrays = out.arrays
                 result.arrays = arrays
-            if agg_metrics is not None:
-                result.train_metrics_clientapp[server_round] = agg_metrics
+            if out.metrics is not None:
+                result.train_metrics_clientapp[row] = out.metrics
             if evaluate_fn:
-                res = evaluate_fn(server_round, arrays)
+                self.evaluate_now = out.due
+                res = evaluate_fn(row, arrays if out.evaluated is None else out.evaluated)
+                self.evaluate_now = False
                 if res is not None:
-                    result.evaluate_metrics_serverapp[server_round] = res
+                    result.evaluate_metrics_serverapp[row] = res
             if round_end is not None:
-                raise_if_stopping(f"round {server_round}'s checkpoint")
-                round_end(server_round, arrays)
+                raise_if_stopping(f"row {row}'s checkpoint")
+                round_end(row, arrays if out.checkpoint is None else out.checkpoint)
+            if self.finished:
+                break
         return result
+
+    def plan(self, first_round: int, num_rounds: int) -> str:
+        """How the start of the loop describes the rows to come (logged)."""
+        return f"rounds {first_round}..{num_rounds}"
+
+    def begin_run(self, initial_arrays: ArrayRecord) -> bool:
+        """Work before the first row of this (possibly resumed) run; ``False``: nothing is
+        left to do (a run resumed after its last row)."""
+        return True
+
+    def rows(self, first_round: int, num_rounds: int) -> Iterable[int]:
+        """The rows of ``metrics.jsonl`` this run makes: here one per communication round."""
+        return range(first_round, num_rounds + 1)
+
+    def row_title(self, row: int, num_rounds: int) -> str | None:
+        """The row's heading in the log (``None``: none)."""
+        return f"[ROUND {row}/{num_rounds}]"
+
+    def run_row(
+        self, row: int, grid: Grid, arrays: ArrayRecord, config: ConfigRecord, timeout: float
+    ) -> Row:
+        """One communication round: send the global model, take the replies as they come
+        (:func:`fedgo_flwr.messages.stream_replies`), aggregate."""
+        messages = self.configure_train(row, arrays, config, grid)
+        new, metrics = self.aggregate_train(row, stream_replies(grid, messages, timeout))
+        return Row(arrays=new, metrics=metrics)
 
     # -- sending ---------------------------------------------------------------------------
     def client_params(self) -> dict[str, Any]:

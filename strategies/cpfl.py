@@ -57,16 +57,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 
 from fedgo_flwr import messages as msgs
@@ -111,7 +110,7 @@ from fedgo_flwr.task import load_bundle, sample_clients
 from fedgo_flwr.training import predict_logits
 from fedgo_flwr.weighting import WeightingInputs, compute_weights
 from strategies._prefl import DiscriminatorStage, discriminator_stats
-from strategies.base import BaseConfig, Reply, Strategy, client_metrics
+from strategies.base import BaseConfig, Reply, Row, Strategy, client_metrics
 
 RUNNING, CONVERGED, PAUSED, MAX_ROUNDS, EMPTY = (
     "running",
@@ -406,60 +405,40 @@ class CPFL(DiscriminatorStage, Strategy):
         self.model_bytes = int(state["model_bytes"])
         self.upload_clock = SimClock.from_state(state["upload_clock"])
 
-    # -- the round loop --------------------------------------------------------------------
-    def start(
-        self,
-        grid: Grid,
-        initial_arrays: ArrayRecord,
-        num_rounds: int = 3,
-        timeout: float = 3600,
-        train_config: ConfigRecord | None = None,
-        evaluate_config: ConfigRecord | None = None,
-        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-        *,
-        first_round: int = 1,
-        round_end: Callable[[int, ArrayRecord], None] | None = None,
-    ) -> Result:
-        """Stage 1 rounds until every cohort has stopped (or ``num_rounds``), then stage 2."""
-        log(INFO, "Starting CPFL strategy (rounds %d..%d at most)", first_round, num_rounds)
-        self.summary()
-        result = Result()
-        result.arrays = initial_arrays
-        if not self.cohorts:  # a fresh run (a resumed one loaded its cohorts)
+    # -- the round loop (Strategy.start) -----------------------------------------------------
+    def plan(self, first_round: int, num_rounds: int) -> str:
+        return f"rounds {first_round}..{num_rounds} at most"
+
+    def begin_run(self, initial_arrays: ArrayRecord) -> bool:
+        """The cohorts of a fresh run (a resumed one loaded its own); nothing to do if the run
+        was resumed after stage 2 (its student is the checkpoint's model)."""
+        if not self.cohorts:
             self._new_cohorts(to_numpy(initial_arrays))
-        if self.finished:  # resumed after the last round: the student is the checkpoint's model
-            return result
-        if evaluate_fn and first_round == 1:
-            evaluate_fn(0, initial_arrays)
-        train_config = ConfigRecord() if train_config is None else train_config
-        for server_round in range(first_round, num_rounds + 1):
-            log(INFO, "")
-            log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
-            messages = self.configure_cohorts(server_round, ConfigRecord(train_config))
-            if messages:
-                self.aggregate_cohorts(server_round, stream_replies(grid, messages, timeout))
-            else:
-                self.last_round = {"clients_sampled": 0, "clients_replied": 0}
-            raise_if_stopping(f"round {server_round}")
-            if server_round == num_rounds:
-                for c in self.cohorts:
-                    if c.running:
-                        c.status = MAX_ROUNDS
-                        c.finish_seconds = c.clock.seconds
-            arrays = ArrayRecord()
-            if not any(c.running for c in self.cohorts):
-                arrays = to_record(self.stage_two(server_round))
-                result.arrays = arrays
-            elif len(self.cohorts) == 1:
-                arrays = to_record(self.cohorts[0].arrays)
-            if evaluate_fn:
-                evaluate_fn(server_round, arrays)
-            if round_end is not None:
-                raise_if_stopping(f"round {server_round}'s checkpoint")
-                round_end(server_round, arrays if len(arrays) else initial_arrays)
-            if self.finished:
-                break
-        return result
+        return not self.finished
+
+    def run_row(
+        self, row: int, grid: Grid, arrays: ArrayRecord, config: ConfigRecord, timeout: float
+    ) -> Row:
+        """Stage 1: one round of every running cohort; stage 2 once every cohort has stopped
+        (or in round ``rounds``). The row's model is the student after stage 2, the cohort's
+        for one cohort, none before (the checkpoint keeps the initial model then)."""
+        messages = self.configure_cohorts(row, config)
+        if messages:
+            self.aggregate_cohorts(row, stream_replies(grid, messages, timeout))
+        else:
+            self.last_round = {"clients_sampled": 0, "clients_replied": 0}
+        raise_if_stopping(f"round {row}")
+        if row == self.num_rounds:
+            for c in self.cohorts:
+                if c.running:
+                    c.status = MAX_ROUNDS
+                    c.finish_seconds = c.clock.seconds
+        if not any(c.running for c in self.cohorts):
+            return Row(arrays=to_record(self.stage_two(row)))
+        if len(self.cohorts) == 1:
+            model = to_record(self.cohorts[0].arrays)
+            return Row(evaluated=model, checkpoint=model)
+        return Row(evaluated=ArrayRecord())
 
     # -- stage 1 ---------------------------------------------------------------------------
     def participants(self, server_round: int, cohort: Cohort) -> list[int]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
@@ -36,9 +36,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 from torch import Tensor, nn
 
@@ -51,7 +50,7 @@ from fedgo_flwr.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.training import predict_logits
-from strategies.base import BaseConfig, Reply, Strategy
+from strategies.base import BaseConfig, Reply, Row, Strategy
 
 __all__ = ["OneShot", "OneShotConfig"]
 
@@ -277,75 +276,49 @@ class OneShot(Strategy):
         """What client ``pid``'s uploaded arrays must look like (keys, shapes, dtypes)."""
         return {k: v.numpy() for k, v in self.client_model(pid).state_dict().items()}
 
-    # -- the loop --------------------------------------------------------------------------
-    def start(
-        self,
-        grid: Grid,
-        initial_arrays: ArrayRecord,
-        num_rounds: int = 1,
-        timeout: float = 3600,
-        train_config: ConfigRecord | None = None,
-        evaluate_config: ConfigRecord | None = None,
-        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-        *,
-        first_round: int = 1,
-        round_end: Callable[[int, ArrayRecord], None] | None = None,
-    ) -> Result:
-        """Round 1 (the clients), then rows ``1 + e`` for the server epochs ``e``."""
-        log(INFO, "Starting %s (one round, then %d server epochs)", self.name, self.epochs)
-        self.summary()
-        result = Result()
-        arrays = initial_arrays
-        result.arrays = arrays
-        if first_round == 1:
-            if evaluate_fn:
-                evaluate_fn(0, arrays)
-            log(INFO, "")
-            log(INFO, "[ROUND 1/1] clients train once")
-            config = ConfigRecord() if train_config is None else ConfigRecord(train_config)
-            self.clients_round(grid, initial_arrays, config, timeout)
+    # -- the loop (Strategy.start) -----------------------------------------------------------
+    def plan(self, first_round: int, num_rounds: int) -> str:
+        return f"one round, then {self.epochs} server epochs"
+
+    def rows(self, first_round: int, num_rounds: int) -> list[int]:
+        """Row 1 (the clients' round) unless resumed after it, then ``1 + e`` for the server
+        epochs ``e`` not done yet."""
+        first = [1] if first_round == 1 else []
+        return first + [1 + e for e in range(self.epochs_done + 1, self.epochs + 1)]
+
+    def row_title(self, row: int, num_rounds: int) -> str | None:
+        return "[ROUND 1/1] clients train once" if row == 1 else None
+
+    def run_row(
+        self, row: int, grid: Grid, arrays: ArrayRecord, config: ConfigRecord, timeout: float
+    ) -> Row:
+        """Row 1: the clients' round (:meth:`clients_round`, :meth:`after_clients`); row
+        ``1 + e``: server epoch ``e`` (:meth:`server_epoch`). Evaluated every ``eval.every``
+        epochs and in the last row."""
+        if row == 1:
+            initial = to_numpy(arrays)
+            self.clients_round(grid, arrays, config, timeout)
             t0 = time.perf_counter()
-            state = self.after_clients(to_numpy(initial_arrays))
+            state = self.after_clients(initial)
             self.last_round.update(self.ensemble_metrics())
             self.last_round["clients_left_out"] = len(self.left_out)
             self.last_round["server_setup_time"] = time.perf_counter() - t0
             self.finished = self.epochs == 0
-            arrays = to_record(state)
-            result.arrays = arrays
-            self._row(1, arrays, evaluate_fn, round_end, due=True)
-        for epoch in range(self.epochs_done + 1, self.epochs + 1):
-            state, metrics = self.server_epoch(epoch)
-            raise_if_stopping(f"server epoch {epoch}")
-            self.epochs_done = epoch
-            self.finished = epoch == self.epochs
-            self.last_round = {"epoch": epoch, **metrics}
-            arrays = to_record(state)
-            result.arrays = arrays
-            due = epoch % self.cfg.eval.every == 0 or self.finished
-            self._row(1 + epoch, arrays, evaluate_fn, round_end, due=due)
-        return result
+            return Row(arrays=to_record(state), due=True)
+        epoch = row - 1
+        state, metrics = self.server_epoch(epoch)
+        raise_if_stopping(f"server epoch {epoch}")
+        self.epochs_done = epoch
+        self.finished = epoch == self.epochs
+        self.last_round = {"epoch": epoch, **metrics}
+        due = epoch % self.cfg.eval.every == 0 or self.finished
+        return Row(arrays=to_record(state), evaluated=None if due else ArrayRecord(), due=due)
 
     def row_label(self, row: int) -> str:
         """How the log names a row: the clients' round, or a server epoch."""
         if row <= 1:
             return f"round {row}/1"
         return f"server epoch {row - 1}/{self.epochs}"
-
-    def _row(
-        self,
-        row: int,
-        arrays: ArrayRecord,
-        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None,
-        round_end: Callable[[int, ArrayRecord], None] | None,
-        due: bool,
-    ) -> None:
-        self.evaluate_now = due
-        if evaluate_fn:
-            evaluate_fn(row, arrays if due else ArrayRecord())
-        self.evaluate_now = False
-        if round_end is not None:
-            raise_if_stopping(f"row {row}'s checkpoint")
-            round_end(row, arrays)
 
     # -- results and resume ----------------------------------------------------------------
     def report(self) -> dict[str, Any]:
