@@ -619,10 +619,11 @@ class Strategy(FlowerStrategy):
         partition id; the arrays went through :meth:`absorb`)."""
         return self.averaged()
 
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        self.begin_round(server_round)
+    def collect(self, server_round: int, replies: Iterable[Message]) -> tuple[list[Reply], float]:
+        """The one loop over a round's replies: each, as it arrives, through the intake
+        (:meth:`accept`) and into :meth:`absorb`, its arrays let go afterwards; returns the
+        accepted replies sorted by partition id (arrival order must not matter) and the
+        seconds spent in :meth:`absorb`."""
         accepted: list[Reply] = []
         t_absorb = 0.0
         for msg in replies:  # as they arrive; one reply's arrays in memory at a time
@@ -640,8 +641,15 @@ class Strategy(FlowerStrategy):
                 t_absorb += time.perf_counter() - t0
             reply.arrays, reply.content = {}, RecordDict()  # let the model go
             accepted.append(reply)
-        accepted.sort(key=lambda r: r.partition_id)  # arrival order must not matter
+        accepted.sort(key=lambda r: r.partition_id)
         self.warn_silent(server_round)
+        return accepted, t_absorb
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        self.begin_round(server_round)
+        accepted, t_absorb = self.collect(server_round, replies)
         self.last_round = {
             "clients_sampled": len(self.sampled),
             "clients_replied": len(accepted),
