@@ -40,6 +40,13 @@ ceil(q n)-th cohort finished), every other cohort taking part with its best mode
 fixed-time comparison, Sec. 4.2). A cohort never starts a round that would end after the
 distillation time.
 
+**Untrusted members** (beyond the paper). A member's ``val_loss`` must be a finite number
+``>= 0`` (and be absent for a client without a validation split), else its reply is dropped
+with a warning; the round's signal is the paper's mean of the members' losses after leaving
+out any above ``loss_bound`` x the round's median (``loss_reduce``: also ``median`` or
+``trimmed_mean``; :func:`fedgo_flwr.cohorts.cohort_loss`), so that one member of a cohort of
+three or more can neither stop nor stall it with an extreme loss.
+
 **Failures.** A cohort whose clients all fail in a round keeps its model (the round counts as
 one without improvement); a cohort that never got a usable reply is reported and left out of
 distillation, and the run finishes with the others.
@@ -72,10 +79,13 @@ from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import clip_update, new_average
 from fedgo_flwr.cohorts import (
     GROUPINGS,
+    LOSS_BOUND,
+    LOSS_REDUCES,
     CohortDistillConfig,
     PlateauStopper,
     batches_per_epoch,
     class_cohorts,
+    cohort_loss,
     cohort_odds_weights,
     combine_per_sample,
     combine_teachers,
@@ -127,13 +137,18 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
     """CPFL's parameters, ``strategy.<key>`` (defaults: the paper's CIFAR-10 setting, Sec. 4.1).
 
     ``fraction`` (core) is each cohort's participation rate per round (paper: 1.0) and
-    ``rounds`` (core) the most rounds a cohort may run.
+    ``rounds`` (core) the most rounds a cohort may run. ``loss_reduce`` and ``loss_bound``
+    make a round's validation signal out of the members' losses (beyond the paper: the paper's
+    mean, each loss above ``loss_bound`` x the round's median left out; null: no bound;
+    :func:`fedgo_flwr.cohorts.cohort_loss`).
     """
 
     cohorts: int = 4
     grouping: str = "random"
     window: int = 20
     patience: int = 50
+    loss_reduce: str = "mean"
+    loss_bound: float | None = LOSS_BOUND
     teacher: str = "best"
     distill_when: float = 1.0
     distill_at_hours: float | None = None
@@ -151,6 +166,9 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
         c.choice("grouping", GROUPINGS)
         c.require("window", self.window >= 1, "must be >= 1")
         c.require("patience", self.patience >= 1, "must be >= 1")
+        c.choice("loss_reduce", LOSS_REDUCES)
+        if self.loss_bound is not None:
+            c.require("loss_bound", self.loss_bound > 1, "must be > 1 (or null: no bound)")
         c.choice("teacher", TEACHERS)
         c.require("distill_when", 0 < self.distill_when <= 1, "must be in (0, 1]")
         if self.distill_at_hours is not None:
@@ -512,11 +530,22 @@ class CPFL(DiscriminatorStage, Strategy):
         return member_reply(self.params.local_algorithm)
 
     def val_problem(self, reply: Reply) -> str | None:
-        """Why a reply's validation report is unusable (its client has a validation split)."""
+        """Why a reply's validation report is unusable: a client with a validation split must
+        report a finite ``val_loss >= 0`` (a number, not a bool) and its split's size; a client
+        without one must send no ``val_loss``.
+
+        A client without a split that sends a ``val_loss`` has its whole reply dropped, not the
+        loss ignored: an honest client derives its split from the same config and seed as the
+        server (``clients/cpfl.py`` reports a loss only with a split), so the reply is off the
+        protocol, as one with a wrong ``val_examples`` is (dropped too), and its model update
+        comes from a client known to misreport.
+        """
         p: CPFLConfig = self.params
         size = self.resources.partition.client_sizes[reply.partition_id]
         expected = holdout_size(size, p.val_fraction, p.min_val_samples)
         if not expected:
+            if "val_loss" in reply.metrics:
+                return "metric 'val_loss' sent, but the client has no validation split"
             return None
         loss, count = reply.metrics.get("val_loss"), reply.metrics.get("val_examples")
         if (
@@ -534,7 +563,7 @@ class CPFL(DiscriminatorStage, Strategy):
         p: CPFLConfig = self.params
         active = [self.cohorts[i] for i in self.round_plan]
         averages = {c.index: new_average(self.aggregation) for c in active}
-        losses: dict[int, list[float]] = {c.index: [] for c in active}
+        losses: dict[int, list[tuple[int, float]]] = {c.index: [] for c in active}
         accepted: dict[int, list[Reply]] = {c.index: [] for c in active}
         for msg in replies:
             reply = self.accept(msg)
@@ -551,7 +580,7 @@ class CPFL(DiscriminatorStage, Strategy):
                 arrays, _ = clip_update(arrays, c.arrays, self.aggregation.clip_norm)
             averages[c.index].add(arrays, reply.num_examples)
             if "val_loss" in reply.metrics:
-                losses[c.index].append(float(reply.metrics["val_loss"]))
+                losses[c.index].append((reply.partition_id, float(reply.metrics["val_loss"])))
             reply.arrays, reply.content = {}, RecordDict()
             accepted[c.index].append(reply)
         self.warn_silent(server_round)
@@ -575,7 +604,18 @@ class CPFL(DiscriminatorStage, Strategy):
                     server_round,
                     c.index,
                 )
-            val = float(np.mean(losses[c.index])) if losses[c.index] else None
+            reported = losses[c.index]
+            val, left_out = cohort_loss([v for _, v in reported], p.loss_reduce, p.loss_bound)
+            if left_out:
+                log(
+                    WARNING,
+                    "Round %d: cohort %d leaves out the validation loss of client(s) %s: "
+                    "above strategy.loss_bound (%g) x the round's median",
+                    server_round,
+                    c.index,
+                    ", ".join(str(reported[i][0]) for i in left_out),
+                    p.loss_bound,
+                )
             if c.stopper.observe(val):
                 c.best, c.best_round = sent, server_round
                 if p.teacher == "best" and p.distill_when < 1:
