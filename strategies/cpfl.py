@@ -120,7 +120,7 @@ from fedgo_flwr.task import load_bundle, sample_clients
 from fedgo_flwr.training import predict_logits
 from fedgo_flwr.weighting import WeightingInputs, compute_weights
 from strategies._prefl import DiscriminatorStage, discriminator_stats
-from strategies.base import BaseConfig, Reply, Row, Strategy, client_metrics
+from strategies.base import BaseConfig, Reply, ReplyRejected, Row, Strategy, client_metrics
 
 RUNNING, CONVERGED, PAUSED, MAX_ROUNDS, EMPTY = (
     "running",
@@ -559,31 +559,36 @@ class CPFL(DiscriminatorStage, Strategy):
             return f"val_examples {count!r}, but the client's validation split has {expected}"
         return None
 
+    def begin_round(self, server_round: int) -> None:
+        """Reset what :meth:`absorb` accumulates: per running cohort, its average and its
+        members' validation losses."""
+        self.averages = {i: new_average(self.aggregation) for i in self.round_plan}
+        self.losses: dict[int, list[tuple[int, float]]] = {i: [] for i in self.round_plan}
+
+    def absorb(self, server_round: int, reply: Reply) -> None:
+        """Fold a member's reply into its cohort's average (its update clipped to
+        ``aggregation.clip_norm`` against the cohort's model) and keep its validation loss; a
+        reply whose validation report is unusable (:meth:`val_problem`) is dropped."""
+        problem = self.val_problem(reply)
+        if problem is not None:
+            raise ReplyRejected(problem)
+        c = self.cohorts[self.cohort_of[reply.partition_id]]
+        arrays = reply.arrays
+        if self.aggregation.clip_norm is not None:
+            arrays, _ = clip_update(arrays, c.arrays, self.aggregation.clip_norm)
+        self.averages[c.index].add(arrays, reply.num_examples)
+        if "val_loss" in reply.metrics:
+            self.losses[c.index].append((reply.partition_id, float(reply.metrics["val_loss"])))
+
     def aggregate_cohorts(self, server_round: int, replies: Iterable[Message]) -> None:
         p: CPFLConfig = self.params
         active = [self.cohorts[i] for i in self.round_plan]
-        averages = {c.index: new_average(self.aggregation) for c in active}
-        losses: dict[int, list[tuple[int, float]]] = {c.index: [] for c in active}
+        self.begin_round(server_round)
+        all_replies, _ = self.collect(server_round, replies)
+        averages, losses = self.averages, self.losses
         accepted: dict[int, list[Reply]] = {c.index: [] for c in active}
-        for msg in replies:
-            reply = self.accept(msg)
-            del msg
-            if reply is None:
-                continue
-            problem = self.val_problem(reply)
-            if problem is not None:
-                self.drop(reply, problem)
-                continue
-            c = self.cohorts[self.cohort_of[reply.partition_id]]
-            arrays = reply.arrays
-            if self.aggregation.clip_norm is not None:
-                arrays, _ = clip_update(arrays, c.arrays, self.aggregation.clip_norm)
-            averages[c.index].add(arrays, reply.num_examples)
-            if "val_loss" in reply.metrics:
-                losses[c.index].append((reply.partition_id, float(reply.metrics["val_loss"])))
-            reply.arrays, reply.content = {}, RecordDict()
-            accepted[c.index].append(reply)
-        self.warn_silent(server_round)
+        for reply in all_replies:
+            accepted[self.cohort_of[reply.partition_id]].append(reply)
         rows = []
         for c in active:
             pids = self.round_plan[c.index]
@@ -645,9 +650,6 @@ class CPFL(DiscriminatorStage, Strategy):
             )
         self._prune_history()
         accuracy = self.evaluate_cohorts(server_round, rows)
-        all_replies = sorted(
-            (r for rs in accepted.values() for r in rs), key=lambda r: r.partition_id
-        )
         total = self.totals()
         self.last_round = {
             "clients_sampled": len(self.sampled),
