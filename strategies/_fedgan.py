@@ -21,7 +21,11 @@ Choices where the papers are silent (kept simple, and said here):
   each starts its Adam states afresh (FedGAN averages the networks only);
 - a client whose reply is unusable (an error, missing records, arrays unlike the pair's, not
   finite) is left out of that round's average with a warning naming it; a round without any
-  usable reply keeps the previous pair.
+  usable reply keeps the previous pair;
+- each of the two averages follows ``strategy.aggregation`` (:class:`fedgo_flwr.aggregation.
+  BoundedAverage`): a client whose update of the generator or the critic (against the pair
+  the server sent) is longer than ``upload_bound`` times the round's median is scaled down
+  to it with a warning naming it, and ``rule: median`` / ``trimmed_mean`` replace the mean.
 
 Each round's pair is saved (``fedgan.pt`` in the run folder), so a resumed run goes on from the
 last finished round; the messages are ``train.fedgan``, answered by ``clients/fedgo.py``.
@@ -40,7 +44,7 @@ from flwr.supercore import log
 
 from clients.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
 from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import RunningAverage, check_arrays
+from fedgo_flwr.aggregation import AggregationConfig, BoundedAverage, check_arrays
 from fedgo_flwr.checkpoint import config_differences, safe_torch_load
 from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.messages import CONFIG, METRICS, stream_replies, to_numpy
@@ -101,7 +105,15 @@ class FedGANStage:
                 }
             )
             messages = self.messages_to(content, self.node_ids, FEDGAN_MESSAGE)
-            averages = {key: RunningAverage() for key in templates}
+            sent = {
+                GENERATOR_KEY: _arrays_of(generator),
+                CRITIC_KEY: _arrays_of(critic),
+            }
+            agg = getattr(self, "aggregation", None) or AggregationConfig()
+            averages = {
+                key: BoundedAverage(agg, f"FedGAN round {rnd}: the {key}", sent[key])
+                for key in templates
+            }
             used, losses = [], []
             for reply in stream_replies(grid, messages, self.cfg.round_timeout):
                 accepted = self._fedgan_reply(reply, templates, rnd, used)
@@ -109,7 +121,7 @@ class FedGANStage:
                     continue
                 pid, pair, weight, metrics = accepted
                 for key, arrays in pair.items():
-                    averages[key].add(arrays, weight)
+                    averages[key].add(arrays, weight, pid)
                 used.append(pid)
                 losses.append(metrics.get("gan_wasserstein", float("nan")))
             raise_if_stopping("the FedGAN round")
@@ -193,6 +205,11 @@ def _fedgan_problem(
         if problem is not None:
             return problem, None
     return None, (pid, pair, weight, metrics)
+
+
+def _arrays_of(module: torch.nn.Module) -> dict[str, np.ndarray]:
+    """A copy of ``module``'s state as arrays (what the server sends this round)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
 
 
 def _as_state(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
