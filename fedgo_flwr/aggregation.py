@@ -11,6 +11,20 @@ models (:func:`coordinate_median`, :func:`trimmed_mean`; Yin et al., "Byzantine-
 Distributed Learning: Towards Optimal Statistical Rates", ICML 2018, Sec. 3-4) and the clipping
 of each client's update to a norm bound before any rule (:func:`clip_update`; Sun et al., "Can
 You Really Backdoor Federated Learning?", 2019, Sec. 4 "norm thresholding").
+
+The uploads other than the classifier that a server averages or otherwise combines (FedGAN's
+generator and critic, DaFKD's generator and discriminator heads, FedTGP's prototypes,
+SCAFFOLD's control deltas) have no absolute scale a user could give a ``clip_norm`` for, so
+they get a bound relative to the round itself (``upload_bound``, on by default): an upload
+whose L2 norm -- of its update against what the server sent, where the server sent one --
+exceeds ``upload_bound`` times the round's (lower) median of those norms is scaled down to
+that norm (:func:`bound_uploads`, :class:`BoundedAverage`), and a WARNING names the client.
+Scaled, not dropped: like ``clip_norm`` it keeps the upload's direction, so a bound that
+met an unusual honest client would cost it only part of its say; an attacker's upload moves
+the combination by at most ``upload_bound`` typical uploads. The rules and weights then act
+as for the classifier; when the bound does not bind the result is the plain rule's, bit for
+bit. The same factor bounds each teacher's logit scale in the ensembles of client models
+(:func:`fedgo_flwr.distill.teacher_scale_outliers`).
 """
 
 from __future__ import annotations
@@ -19,6 +33,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -28,9 +43,32 @@ Arrays = Mapping[str, np.ndarray]
 
 log = logging.getLogger(__name__)
 
+run_log = logging.getLogger("flwr")
+"""The run's log (Flower's logger, which the ServerApp prints): the warnings that name a client
+go there, beside the reply checks'."""
+
 AGGREGATION_RULES: tuple[str, ...] = ("mean", "median", "trimmed_mean")
 """``mean``: FedAvg's n_k-weighted mean (streams); ``median`` / ``trimmed_mean``: unweighted,
 coordinate-wise over the round's client models (keep every reply of the round in memory)."""
+
+DEFAULT_UPLOAD_BOUND = 100.0
+"""``strategy.aggregation.upload_bound``'s default: 18 times the largest ratio of an honest
+upload's norm to its round's (lower) median seen in honest runs on digits (4 clients, 2 per
+round, alpha 0.1; 20 clients, 8 per round, alpha 0.1 and 0.05; 1-2 local epochs):
+
+- SCAFFOLD's control deltas 2.7 (4 clients), 4.1 (20), 1.6 (20, Adam, alpha 0.05);
+- FedTGP's per-class prototypes 1.4, 1.2;
+- DaFKD's generator updates 1.3, 1.5, 1.7 (alpha 0.05), discriminator heads 2.4, 2.1, 2.9;
+- FedGAN's (G3) generator / critic updates 1.5 / 1.9 (4 clients), 1.1 / 1.0 (20), 1.1 / 1.0
+  (20, alpha 0.05);
+- the teachers' logit scales: FedDF 2.4, 2.2; DaFKD 2.5, 2.0, 3.0; FedGO 3.6 and, with alpha
+  0.05, 5.5 (the largest: a client holding one class is confident, one with a few samples is
+  not); one-shot 1.8 (4 clients), 1.6 (10).
+
+An attack must go far beyond it to matter (the tampered uploads of
+``tests/test_upload_bounds.py`` are 1e4 to 1e31 times the median), and a bound that did bind
+on an honest client only scales it down (a one-shot teacher: leaves it out), with a WARNING
+that says so."""
 
 
 @dataclass
@@ -43,11 +81,19 @@ class AggregationConfig:
     L2 bound on each client's update ``y_k - x`` (every floating array of the model), applied
     before the rule; ``null``: no clipping. The defaults (``mean``, no clipping) are FedAvg's
     aggregation, bit for bit.
+
+    ``upload_bound``: the factor of the relative norm bound on every upload other than the
+    classifier (:func:`bound_uploads`; :data:`DEFAULT_UPLOAD_BOUND`); ``null``: off. Those
+    uploads take ``rule`` and ``trim_fraction`` too where they are averaged, never
+    ``clip_norm`` (an absolute bound in the classifier's units). The classifier's average
+    keeps streaming one reply at a time and is not bounded by it: its bounds are
+    ``clip_norm`` and the rules (a relative bound would need the round's models in memory).
     """
 
     rule: str = "mean"
     trim_fraction: float = 0.2
     clip_norm: float | None = None
+    upload_bound: float | None = DEFAULT_UPLOAD_BOUND
 
     def check(self, c: Checker) -> None:
         c.choice("rule", AGGREGATION_RULES)
@@ -57,6 +103,13 @@ class AggregationConfig:
                 "clip_norm",
                 math.isfinite(self.clip_norm) and self.clip_norm > 0,
                 "must be a finite number > 0 (or null: no clipping)",
+            )
+        if self.upload_bound is not None:
+            c.require(
+                "upload_bound",
+                math.isfinite(self.upload_bound) and self.upload_bound >= 1,
+                "must be a finite number >= 1, a multiple of the round's median upload norm "
+                "(or null: no bound)",
             )
 
     def trimmed(self, replies: int) -> int:
@@ -255,6 +308,212 @@ def clip_update(
         else:
             out[key] = value
     return out, True
+
+
+def lower_median(values: Sequence[float]) -> float:
+    """The lower median of ``values``: the ``ceil(m / 2)``-th smallest of ``m``.
+
+    The lower rather than the mean of the two middle values, so that of two uploads the
+    larger cannot set it: with one honest and one huge norm the mean of the two would be
+    half the huge one, and no bound relative to it would ever bind.
+    """
+    if not len(values):
+        raise ValueError("the median of no values")
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def upload_norm(arrays: Arrays, reference: Arrays | None = None) -> np.longdouble:
+    """``||arrays - reference||_2`` over every floating array (``||arrays||_2`` without a
+    reference), in extended precision and without overflow whatever the values."""
+    if reference is not None:
+        return _norm(_deltas(arrays, reference))
+    return _norm(
+        {
+            k: np.asarray(v, dtype=np.longdouble)
+            for k, v in arrays.items()
+            if np.issubdtype(np.asarray(v).dtype, np.floating)
+        }
+    )
+
+
+def round_median(norms: Sequence[float], groups: Sequence[Any] | None = None) -> float:
+    """The round's median norm: the :func:`lower_median` of ``norms`` or, with ``groups``
+    (one label per norm, e.g. the client of each of FedTGP's per-class prototypes), the lower
+    median over the groups of each group's lower median: one vote per client, so that a
+    client with more uploads than the others cannot set it."""
+    if groups is None:
+        return lower_median(norms)
+    if len(groups) != len(norms):
+        raise ValueError(f"{len(norms)} norms but {len(groups)} group labels")
+    by_group: dict[Any, list[float]] = {}
+    for g, n in zip(groups, norms, strict=True):
+        by_group.setdefault(g, []).append(n)
+    return lower_median([lower_median(v) for v in by_group.values()])
+
+
+def norm_bound_scales(
+    norms: Sequence[float], factor: float, median: float | None = None
+) -> list[float]:
+    """``min(1, factor * median / norm_k)`` of every norm, ``median`` by default the
+    :func:`lower_median` of ``norms``.
+
+    Exactly ``1.0`` where the bound does not bind (a norm of at most ``factor * median``); a
+    norm above it gets the scale that brings it down to the bound.
+    """
+    if not (math.isfinite(factor) and factor >= 1):
+        raise ValueError(f"the bound's factor must be a finite number >= 1, got {factor}")
+    if not len(norms):
+        return []
+    median = lower_median(norms) if median is None else median
+    bound = np.longdouble(factor) * np.longdouble(median)
+    return [1.0 if n <= bound else float(bound / np.longdouble(n)) for n in norms]
+
+
+def scale_upload(arrays: Arrays, reference: Arrays | None, scale: float) -> dict[str, np.ndarray]:
+    """``x + (y - x) * scale`` for every floating array (``y * scale`` without a reference
+    ``x``), in extended precision and cast back to the array's dtype; integer arrays as
+    received."""
+    out = {}
+    s = np.longdouble(scale)
+    for key, value in arrays.items():
+        value = np.asarray(value)
+        if not np.issubdtype(value.dtype, np.floating):
+            out[key] = value
+        elif reference is None:
+            out[key] = _cast_like(value.astype(np.longdouble) * s, value)
+        else:
+            x = np.asarray(reference[key], dtype=np.longdouble)
+            out[key] = _cast_like(x + (value.astype(np.longdouble) - x) * s, value)
+    return out
+
+
+@dataclass(frozen=True)
+class BoundedUpload:
+    """One upload that :func:`bound_uploads` scaled down: its position among the round's
+    uploads (``index``), whose it is (``client``), its norm, the round's median norm, the
+    factor of the bound it exceeded, and the scale it got."""
+
+    index: int
+    client: Any
+    norm: float
+    median: float
+    factor: float
+    scale: float  # what the upload (or its update) was multiplied by: bound / norm
+    update: bool = True  # the norm is of an update against what the server sent
+
+    @property
+    def ratio(self) -> float:
+        return self.norm / self.median if self.median > 0 else math.inf
+
+    def message(self, what: str) -> str:
+        norm = "update norm" if self.update else "L2 norm"
+        return (
+            f"{what} of client {self.client}: {norm} {self.norm:.3g} is {self.ratio:.3g} x the "
+            f"round's median {self.median:.3g}, above strategy.aggregation.upload_bound = "
+            f"{self.factor:g}; scaled down to {self.factor * self.median:.3g}"
+        )
+
+
+def bound_uploads(
+    uploads: Sequence[Arrays],
+    factor: float | None,
+    *,
+    reference: Arrays | None = None,
+    clients: Sequence[Any] | None = None,
+    groups: Sequence[Any] | None = None,
+) -> tuple[list[dict[str, np.ndarray]], list[BoundedUpload]]:
+    """The round's ``uploads`` with every norm above ``factor`` times the round's median
+    brought down to it, and a :class:`BoundedUpload` for each one that was.
+
+    The norm is of the update ``y_k - x`` against ``reference`` (what the server sent) or,
+    without one, of the upload ``y_k`` itself; the median is the :func:`lower_median` of the
+    round's norms (with ``groups``, one vote per group: :func:`round_median`). An upload
+    above the bound is scaled towards the reference (towards 0 without one) until its norm
+    is the bound (:func:`scale_upload`): it keeps its direction and still counts, as with
+    ``clip_norm`` (Sun et al. 2019), but moves the combination by at most ``factor`` times
+    what a typical upload of the round does. Uploads within the bound are returned as given
+    (the same arrays), so a combination of them equals the unbounded one bit for bit.
+    ``factor`` ``None``: no bound. ``clients`` name the uploads in the reports (default:
+    their index).
+    """
+    uploads = [dict(u) for u in uploads]
+    if factor is None or not uploads:
+        return uploads, []
+    names = list(range(len(uploads))) if clients is None else list(clients)
+    if len(names) != len(uploads):
+        raise ValueError(f"{len(uploads)} uploads but {len(names)} client names")
+    norms = [upload_norm(u, reference) for u in uploads]
+    median = round_median(norms, groups)
+    out, bounded = [], []
+    scales = norm_bound_scales(norms, factor, median)
+    median = float(median)
+    for i, (upload, norm, scale, name) in enumerate(
+        zip(uploads, norms, scales, names, strict=True)
+    ):
+        if scale == 1.0:
+            out.append(upload)
+            continue
+        out.append(scale_upload(upload, reference, scale))
+        bounded.append(
+            BoundedUpload(i, name, float(norm), median, factor, scale, reference is not None)
+        )
+    return out, bounded
+
+
+def warn_bounded(bounded: Sequence[BoundedUpload], what: str) -> None:
+    """One WARNING in the run's log per bounded upload, naming its client."""
+    for b in bounded:
+        run_log.warning(b.message(what))
+
+
+class BoundedAverage:
+    """A round's uploads of one kind, averaged under ``strategy.aggregation`` at :meth:`result`.
+
+    Unlike :class:`RunningAverage` it keeps every upload of the round (the bound needs the
+    round's median before anything is summed; these uploads, generators and critics, are
+    small beside a client's model). :meth:`result` applies :func:`bound_uploads` against
+    ``reference`` with ``config.upload_bound`` (a WARNING per bounded upload names its
+    client), then the rule of :func:`new_average`, adding the uploads in the order they came
+    with the weights given. When the bound does not bind, that is exactly what a
+    :class:`RunningAverage` (or :class:`ReplyStack`) fed the same calls gives.
+    ``clip_norm`` does not apply (it is in the classifier's units).
+    """
+
+    def __init__(
+        self, config: AggregationConfig, what: str = "upload", reference: Arrays | None = None
+    ) -> None:
+        self.config = config
+        self.what = what
+        self.reference = reference
+        self.uploads: list[Arrays] = []
+        self.weights: list[float] = []
+        self.clients: list[Any] = []
+        self.bounded: list[BoundedUpload] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.uploads)
+
+    def add(self, arrays: Arrays, weight: float, client: Any = None) -> None:
+        w = float(weight)
+        if not np.isfinite(w) or w < 0:
+            raise ValueError(f"weight must be finite and non-negative, got {weight}")
+        if self.uploads and set(arrays) != set(self.uploads[0]):
+            raise ValueError("array sets have different keys")
+        self.uploads.append(arrays)
+        self.weights.append(weight)
+        self.clients.append(len(self.clients) if client is None else client)
+
+    def result(self) -> dict[str, np.ndarray]:
+        arrays, self.bounded = bound_uploads(
+            self.uploads, self.config.upload_bound, reference=self.reference, clients=self.clients
+        )
+        warn_bounded(self.bounded, self.what)
+        average = new_average(self.config)
+        for a, w in zip(arrays, self.weights, strict=True):
+            average.add(a, w)
+        return average.result()
 
 
 def weighted_average(arrays: Sequence[Arrays], weights: Sequence[float]) -> dict[str, np.ndarray]:

@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset, batches
+from fedgo_flwr.distill import normalise_teachers
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.weighting import log_discriminator_odds
 
@@ -190,13 +191,14 @@ def to_model_input(images: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
-def member_logits(models: Sequence[nn.Module], x: Tensor) -> Tensor:
-    """Every client model's logits on ``x``: ``(n, N, C)``, float32.
+def member_logits(models: Sequence[nn.Module], x: Tensor, teacher_norm: str = "none") -> Tensor:
+    """Every client model's logits on ``x``: ``(n, N, C)``, float32, under ``teacher_norm``
+    (:func:`fedgo_flwr.distill.normalise_teachers` over the batch ``x``; ``none``: as they are).
 
     Gradients flow to ``x`` when it requires them; the models' parameters are not trained here
     (callers keep them frozen with ``requires_grad_(False)``).
     """
-    return torch.stack([m(x).float() for m in models])
+    return normalise_teachers(torch.stack([m(x).float() for m in models]), teacher_norm)
 
 
 def weighted_logits(logits: Tensor, weights: Tensor) -> Tensor:
@@ -542,6 +544,7 @@ def synthesize(
     generator: nn.Module | None = None,
     nz: int = 256,
     sample_weights: Callable[[Tensor], Tensor] | None = None,
+    teacher_norm: str = "none",
 ) -> SynthesisResult:
     """Synthesise one labelled batch against the weighted ensemble and the student (Alg. 1, 5-9).
 
@@ -594,6 +597,7 @@ def synthesize(
                 bn_stats,
                 generator,
                 sample_weights,
+                teacher_norm,
             )
         finally:
             if bn_stats is not None:
@@ -613,7 +617,10 @@ def _synthesis_steps(
     bn_stats: BNStatistics | None,
     generator: nn.Module | None,
     sample_weights: Callable[[Tensor], Tensor] | None = None,
+    teacher_norm: str = "none",
 ) -> SynthesisResult:
+    if settings.steps < 1:
+        raise ValueError(f"synthesis needs steps >= 1, got {settings.steps}")
     w = weights.detach().to(labels.device)
     best_loss, last_loss = float("inf"), float("inf")
     best_images: Tensor | None = None
@@ -624,7 +631,7 @@ def _synthesis_steps(
         if bn_stats is not None:
             bn_stats.reset()
         mixed = w if sample_weights is None else w[:, None] * sample_weights(x)
-        t_out = weighted_logits(member_logits(models, x), mixed)
+        t_out = weighted_logits(member_logits(models, x, teacher_norm), mixed)
         terms: dict[str, Tensor] = {}
         if settings.ce_weight:
             terms["ce"] = settings.ce_weight * hard_cross_entropy(t_out, labels, settings.hardness)
@@ -652,8 +659,13 @@ def _synthesis_steps(
         if settings.source == "generator" and generator is not None and settings.grad_clip > 0:
             nn.utils.clip_grad_norm_(generator.parameters(), settings.grad_clip)
         opt.step()
-    if best_images is None:
-        raise ValueError("synthesis needs steps >= 1")
+    if best_images is None:  # no step's loss was a finite number (NaN < inf is false)
+        raise FloatingPointError(
+            f"synthesis: the loss was not finite in any of its {settings.steps} steps (last: "
+            f"{last_loss}); the ensemble's logits on the synthetic batch are not finite "
+            "numbers (a client model that produces them should have been left out: "
+            "fedgo_flwr.distill.teacher_logits_problem)"
+        )
     return SynthesisResult(
         images=best_images,
         labels=labels.detach().cpu(),
@@ -743,6 +755,7 @@ class DataFreeDistillation:
         nz: int = 256,
         ngf: int = 64,
         sample_weights: Callable[[Tensor], Tensor] | None = None,
+        teacher_norm: str = "none",
     ) -> None:
         if not models:
             raise ValueError("data-free distillation needs at least one client model")
@@ -776,6 +789,7 @@ class DataFreeDistillation:
         )
         self.epoch = 0
         self.sample_weights = sample_weights
+        self.teacher_norm = teacher_norm
 
     # -- pieces ----------------------------------------------------------------------------
     def ensemble(self, x: Tensor, weights: Tensor | None = None) -> Tensor:
@@ -784,7 +798,7 @@ class DataFreeDistillation:
         w = (self.weights if weights is None else weights).to(x.device)
         if self.sample_weights is not None:
             w = w[:, None] * self.sample_weights(x)
-        return weighted_logits(member_logits(self.models, x), w)
+        return weighted_logits(member_logits(self.models, x, self.teacher_norm), w)
 
     def step_size(self) -> float:
         """``mu * mu_decay ** epoch``: this epoch's weight step."""
@@ -811,7 +825,7 @@ class DataFreeDistillation:
             if diversified:
                 x = self._diversified(x)
             with torch.no_grad():
-                logits = member_logits(self.models, x)
+                logits = member_logits(self.models, x, self.teacher_norm)
                 mult = None if self.sample_weights is None else self.sample_weights(x).cpu()
             self.weights = weight_step(self.weights, logits.cpu(), y.cpu(), step, mult)
             steps += 1
@@ -854,6 +868,7 @@ class DataFreeDistillation:
             generator=self.generator,
             nz=self.nz,
             sample_weights=self.sample_weights,
+            teacher_norm=self.teacher_norm,
         )
         synth_time = time.perf_counter() - start
         start = time.perf_counter()

@@ -59,12 +59,108 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedgo_flwr import profiling
+from fedgo_flwr.aggregation import lower_median
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
 from fedgo_flwr.kernels import place
 from fedgo_flwr.schema import Checker
 
 PROTOCOLS = ("fedgo", "feddf")
 BN_STATS = ("auto", "update", "batch", "eval")
+TEACHER_NORMS = ("none", "std")
+"""``teacher_norm`` of the ensemble strategies: the teachers' logits as they are, or each
+teacher's rescaled to the median teacher's scale (:func:`normalise_teachers`)."""
+MAX_TEACHER_LOGIT = 1e6
+"""Largest ``|logit|`` a client model may produce as a teacher. A trained classifier's logits
+are O(1-100) (float32's softmax saturates near 100); a finite model whose logits approach
+float32's range (3.4e38) would overflow to inf or NaN in the ensemble (divided by the
+temperature) and in the pseudo-labels, so its reply is dropped like one with non-finite logits
+(:func:`teacher_logits_problem`)."""
+
+
+def teacher_logits_problem(logits: Tensor, where: str = "the server's data") -> str | None:
+    """Why a client model whose logits on ``where`` are ``logits`` cannot be a teacher (not
+    finite numbers of at most :data:`MAX_TEACHER_LOGIT` in magnitude), or ``None``.
+
+    The one check of every ensemble of client models: FedDF and its family on the
+    distillation set (and the test split), the one-shot strategies on the test split.
+    """
+    if not bool(torch.isfinite(logits).all()):
+        return f"teacher logits on {where} are not finite"
+    peak = float(logits.abs().max()) if logits.numel() else 0.0
+    if peak > MAX_TEACHER_LOGIT:
+        return (
+            f"teacher logits on {where} exceed {MAX_TEACHER_LOGIT:g} in magnitude "
+            f"(max |logit| {peak:.3g})"
+        )
+    return None
+
+
+def teacher_scales(logits: Tensor) -> Tensor:
+    """Each teacher's logit scale ``(K,)`` for ``logits`` ``(K, ..., C)``: the root mean square
+    of its logits centred per sample over the classes (a per-sample constant does not change
+    a softmax, so it does not count), over every sample (and view) it was given."""
+    centred = logits - logits.mean(dim=-1, keepdim=True)
+    return centred.pow(2).flatten(1).mean(dim=1).sqrt()
+
+
+def teacher_scale_outliers(logits: Tensor, factor: float | None) -> list[tuple[int, float, float]]:
+    """``(index, scale, median)`` of every teacher of ``logits`` ``(K, ..., C)`` whose
+    :func:`teacher_scales` exceeds ``factor`` times the round's median teacher scale (the
+    :func:`~fedgo_flwr.aggregation.lower_median`); ``factor`` ``None``: none.
+
+    The relative half of the teacher check (:func:`teacher_logits_problem` is the absolute
+    half): a client that multiplies its last layer by ``c`` multiplies its logits by ``c``
+    and steers an unnormalised ensemble while its logits stay far below
+    :data:`MAX_TEACHER_LOGIT` (a trained digits CNN's are below 10, so ``c = 1e5`` passes
+    it). The factor is ``strategy.aggregation.upload_bound``, the bound of every other
+    upload relative to its round.
+    """
+    if factor is None or logits.shape[0] == 0:
+        return []
+    scales = [float(s) for s in teacher_scales(logits.detach().double())]
+    median = lower_median(scales)
+    return [(k, s, median) for k, s in enumerate(scales) if s > factor * median]
+
+
+def bound_teachers(
+    logits: Tensor, factor: float | None
+) -> tuple[Tensor, list[tuple[int, float, float]]]:
+    """``logits`` ``(K, ..., C)`` with every :func:`teacher_scale_outliers` teacher scaled
+    down to ``factor`` times the median teacher scale, and those teachers (``logits`` itself
+    when none is)."""
+    outliers = teacher_scale_outliers(logits, factor)
+    if not outliers:
+        return logits, []
+    assert factor is not None
+    out = logits.clone()
+    for k, scale, median in outliers:
+        out[k] = out[k] * (factor * median / scale)
+    return out, outliers
+
+
+def normalise_teachers(logits: Tensor, mode: str = "none") -> Tensor:
+    """The teachers' logits ``(K, ..., C)`` as the ensemble takes them (``teacher_norm``).
+
+    ``none``: as they are (the input itself). ``std``: teacher ``k``'s logits times
+    ``median_i s_i / s_k``, ``s`` the :func:`teacher_scales` over the same samples (the
+    distillation set, the test split, a synthetic batch), the scales detached (no gradient
+    flows through them). Why: a client that multiplies its last layer by ``c`` multiplies its
+    logits by ``c``, and in an unnormalised ensemble ``sum_k w_k z_k`` it then steers every
+    arg-max and pseudo-label (at ``c = 1e5`` the ensemble agrees with it on every sample)
+    while its logits stay below :data:`MAX_TEACHER_LOGIT`. Rescaled, every teacher speaks
+    at the median teacher's scale, so the ensemble's sharpness (and the meaning of the
+    distillation temperature) stays what it was, and one teacher counts by its ranking of
+    the classes, not by its magnitude. A teacher whose logits are constant (scale 0) is left
+    as it is. The default ``none`` keeps the papers' ensembles.
+    """
+    if mode == "none":
+        return logits
+    if mode != "std":
+        raise ValueError(f"unknown teacher_norm {mode!r}; choose one of {TEACHER_NORMS}")
+    scales = teacher_scales(logits.detach())
+    target = scales.median()
+    factor = torch.where(scales > 0, target / scales.clamp_min(1e-30), torch.ones_like(scales))
+    return logits * factor.view(-1, *([1] * (logits.ndim - 1))).to(logits.dtype)
 
 
 @dataclass
@@ -159,10 +255,18 @@ class TeacherBank:
     they were added in (replies arrive in any order; the result must not depend on it).
     """
 
-    def __init__(self, data: ArrayDataset, *, augment: bool, batch_size: int = 128) -> None:
+    def __init__(
+        self,
+        data: ArrayDataset,
+        *,
+        augment: bool,
+        batch_size: int = 128,
+        teacher_norm: str = "none",
+    ) -> None:
         self.data = data
         self.views = num_views(data, augment)
         self.batch_size = batch_size
+        self.teacher_norm = teacher_norm
         self._logits: list[tuple[int, Tensor]] = []
 
     @torch.no_grad()
@@ -177,7 +281,10 @@ class TeacherBank:
 
     @property
     def logits(self) -> Tensor:
-        return torch.stack([t for _, t in sorted(self._logits, key=lambda kt: kt[0])])
+        """``(K, V, N, C)`` in key order, each teacher under ``teacher_norm``
+        (:func:`normalise_teachers`)."""
+        stacked = torch.stack([t for _, t in sorted(self._logits, key=lambda kt: kt[0])])
+        return normalise_teachers(stacked, self.teacher_norm)
 
     def __len__(self) -> int:
         return len(self._logits)

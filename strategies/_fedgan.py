@@ -25,6 +25,10 @@ Choices where the papers are silent (kept simple, and said here):
   with a warning naming it; a round without any usable reply keeps the previous pair;
 - the average is weighted by the server's own count of each client's data, never the client's
   claim (one claim of 1e300 examples would make the pair the claimant's).
+- each of the two averages follows ``strategy.aggregation`` (:class:`fedgo_flwr.aggregation.
+  BoundedAverage`): a client whose update of the generator or the critic (against the pair
+  the server sent) is longer than ``upload_bound`` times the round's median is scaled down
+  to it with a warning naming it, and ``rule: median`` / ``trimmed_mean`` replace the mean.
 
 Each round's pair is saved (``fedgan.pt`` in the run folder), so a resumed run goes on from the
 last finished round; the messages are ``train.fedgan``, answered by ``clients/fedgo.py``.
@@ -42,7 +46,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import RunningAverage
+from fedgo_flwr.aggregation import AggregationConfig, BoundedAverage
 from fedgo_flwr.checkpoint import config_differences, safe_torch_load
 from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.messages import CONFIG, stream_replies
@@ -106,16 +110,25 @@ class FedGANStage:
                 }
             )
             messages = self.messages_to(content, self.node_ids, FEDGAN_MESSAGE)
-            averages = {key: RunningAverage() for key in templates}
+            sent = {
+                GENERATOR_KEY: _arrays_of(generator),
+                CRITIC_KEY: _arrays_of(critic),
+            }
+            agg = getattr(self, "aggregation", None) or AggregationConfig()
+            averages = {
+                key: BoundedAverage(agg, f"FedGAN round {rnd}: the {key}", sent[key])
+                for key in templates
+            }
             intake = self.prefl_intake(f"FedGAN round {rnd} reply")
             used, losses = [], []
             for reply in stream_replies(grid, messages, self.cfg.round_timeout):
                 checked = intake.take(reply, spec, templates)
                 if checked is None:
                     continue
+                pid = checked.partition_id
                 for key in templates:  # weighted by the server's n_k, never the claim
-                    averages[key].add(checked.arrays[key], float(checked.num_examples))
-                used.append(checked.partition_id)
+                    averages[key].add(checked.arrays[key], float(checked.num_examples), pid)
+                used.append(pid)
                 losses.append(checked.metrics.get("gan_wasserstein", float("nan")))
             raise_if_stopping("the FedGAN round")
             if used:
@@ -152,6 +165,11 @@ class FedGANStage:
             # Both ways, every round, every client: the generator and the critic.
             "bytes_per_client_per_round": 2 * bytes_pair,
         }
+
+
+def _arrays_of(module: torch.nn.Module) -> dict[str, np.ndarray]:
+    """A copy of ``module``'s state as arrays (what the server sends this round)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
 
 
 def _as_state(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

@@ -131,6 +131,7 @@ class CoBoosting(OneShot):
             epochs=p.epochs,
             nz=p.nz,
             ngf=p.ngf,
+            teacher_norm=p.teacher_norm,
         )
 
     def after_clients(self, initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

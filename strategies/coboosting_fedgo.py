@@ -160,6 +160,11 @@ class CoBoostingFedGO(CoBoosting):
         super().absorb(server_round, reply)
         self.discriminators[reply.partition_id] = disc
 
+    def drop_teacher(self, pid: int) -> None:
+        super().drop_teacher(pid)
+        self.discriminators.pop(pid, None)
+        self._disc_modules, self._test_disc = None, None
+
     @classmethod
     def extra_fingerprint(cls, cfg: ExperimentConfig) -> dict[str, Any] | None:
         p = cfg.strategy.params

@@ -49,7 +49,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.supercore import log
 from torch import Tensor
 
-from fedgo_flwr.aggregation import RunningAverage, check_arrays
+from fedgo_flwr.aggregation import BoundedAverage, bound_uploads, check_arrays, warn_bounded
 from fedgo_flwr.checkpoint import safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
@@ -189,8 +189,11 @@ class DaFKD(FedDF):
             self.distill_labels = None
             self.views = num_views(self.distill_set, self.params.distill.augment)
         super().begin_round(server_round)
-        self.generator_avg = RunningAverage()
+        self.generator_avg = BoundedAverage(
+            self.aggregation, f"round {server_round}: the generator", self.generator
+        )
         self._disc: dict[str, dict[int, Tensor]] = {"distill": {}, "test": {}}
+        self._heads: dict[int, dict[str, np.ndarray]] = {}
 
     def _server_set_template(self) -> ArrayDataset:
         """How generated images are stored: like the training images (dtype, flips)."""
@@ -239,7 +242,8 @@ class DaFKD(FedDF):
         generator, head = self.uploads_of(reply)
         self._head = head
         super().absorb(server_round, reply)  # teacher logits and discriminator logits
-        self.generator_avg.add(generator, reply.num_examples)
+        self.generator_avg.add(generator, reply.num_examples, reply.partition_id)
+        self._heads[reply.partition_id] = head
 
     def teacher_logits(
         self, reply: Reply, split: str, data: ArrayDataset, views: int, batch_size: int
@@ -255,7 +259,25 @@ class DaFKD(FedDF):
     def disc_logits(self, pids: list[int], split: str) -> Tensor | None:
         return torch.stack([self._disc[split][p] for p in pids])
 
+    def bound_heads(self, server_round: int, pids: list[int]) -> None:
+        """``strategy.aggregation.upload_bound`` on the round's discriminator heads: a head
+        whose norm exceeds the bound times the round's median is scaled down to it. Its
+        discriminator logits ``d_k(h) = w . h + b`` are linear in the head, so they are
+        scaled by the same factor (a WARNING names the client)."""
+        heads, self._heads = self._heads, {}
+        order = [p for p in pids if p in heads]
+        _, bounded = bound_uploads(
+            [heads[p] for p in order], self.aggregation.upload_bound, clients=order
+        )
+        warn_bounded(bounded, f"round {server_round}: the discriminator head")
+        for b in bounded:
+            for split in self._disc.values():
+                if b.client in split:
+                    split[b.client] = split[b.client] * b.scale
+
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
+        pids = [r.partition_id for r in replies]
+        self.bound_heads(server_round, pids)  # before any weight is computed
         if server_round < self.params.distill_from_round:
             out = self.averaged()
             self.previous = out
@@ -263,7 +285,6 @@ class DaFKD(FedDF):
         else:
             out = super().aggregate(server_round, replies)
         self.generator = self.generator_avg.result()
-        pids = [r.partition_id for r in replies]
         probs = torch.sigmoid(self.disc_logits(pids, "distill")[:, 0].double())  # (K, N)
         self.last_round.update(
             disc_prob_mean=float(probs.mean()),

@@ -71,7 +71,17 @@ from fedgo_flwr import profiling
 from fedgo_flwr.aggregation import new_average
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import DistillConfig, TeacherBank, distill, num_views, predict_views
+from fedgo_flwr.distill import (
+    TEACHER_NORMS,
+    DistillConfig,
+    TeacherBank,
+    bound_teachers,
+    distill,
+    normalise_teachers,
+    num_views,
+    predict_views,
+    teacher_logits_problem,
+)
 from fedgo_flwr.messages import to_record
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
@@ -91,11 +101,6 @@ from fedgo_flwr.weighting import (
 from strategies.base import BaseConfig, Reply, ReplyRejected, Strategy
 
 INITS = ("average", "previous")
-MAX_TEACHER_LOGIT = 1e6
-"""Largest ``|logit|`` a client model may produce as a teacher. A trained classifier's logits
-are O(1-100) (float32's softmax saturates near 100); a finite model whose logits approach
-float32's range (3.4e38) would overflow to inf or NaN in the ensemble (divided by the
-temperature) and in the pseudo-labels, so its reply is dropped like one with non-finite logits."""
 
 
 @dataclass
@@ -111,6 +116,10 @@ class FedDFConfig(BaseConfig):
     models (teacher logits, ensemble tests) and their discriminators (FedGO); the results do
     not depend on it. 64 is the fastest on a CPU (larger batches leave the L2 cache; measured
     in ``benchmarks/README.md``, "Performance"); on a GPU use 512 or more.
+    ``teacher_norm``: ``none`` (the papers' ensemble) or ``std``: every teacher's logits
+    rescaled to the median teacher's scale before the weights and the ensemble
+    (:func:`fedgo_flwr.distill.normalise_teachers`), so that a client cannot steer the
+    pseudo-labels by scaling its last layer up.
     """
 
     weighting: str = "uniform"
@@ -122,6 +131,7 @@ class FedDFConfig(BaseConfig):
     ensemble_eval_every: int = 1
     diagnostics: bool = True
     teacher_batch_size: int = 64
+    teacher_norm: str = "none"
     distill: DistillConfig = field(default_factory=DistillConfig)
 
     def check(self, c: Checker) -> None:
@@ -155,6 +165,7 @@ class FedDFConfig(BaseConfig):
             c.require("distill_size", self.distill_size >= 1, "must be >= 1 (or null: all)")
         c.require("ensemble_eval_every", self.ensemble_eval_every >= 0, "must be >= 0 (0: never)")
         c.require("teacher_batch_size", self.teacher_batch_size >= 1, "must be >= 1")
+        c.choice("teacher_norm", TEACHER_NORMS)
 
 
 class FedDF(Strategy):
@@ -365,6 +376,7 @@ class FedDF(Strategy):
             self.distill_set,
             augment=self.params.distill.augment,
             batch_size=self.params.teacher_batch_size,
+            teacher_norm=self.params.teacher_norm,
         )
         every = self.params.ensemble_eval_every
         self.ensemble_eval = every > 0 and (
@@ -380,9 +392,10 @@ class FedDF(Strategy):
         memory at a time).
 
         The order matters: a model whose logits are not finite numbers of at most
-        :data:`MAX_TEACHER_LOGIT` (checked on the distillation set and, in rounds with the
-        ensemble evaluation, on the test split) is dropped with :class:`ReplyRejected` before
-        it enters either the ensemble or the parameter average."""
+        :data:`~fedgo_flwr.distill.MAX_TEACHER_LOGIT` (checked on the distillation set and, in
+        rounds with the ensemble evaluation, on the test split:
+        :func:`~fedgo_flwr.distill.teacher_logits_problem`) is dropped with
+        :class:`ReplyRejected` before it enters either the ensemble or the parameter average."""
         res = self.resources
         assert res is not None
         t0 = time.perf_counter()
@@ -403,12 +416,10 @@ class FedDF(Strategy):
                     reply, "test", res.bundle.test, 1, self.params.teacher_batch_size
                 )
             self.eval_time += time.perf_counter() - t0
-        for where, z in (("distillation set", logits), ("test split", test_logits)):
-            if z is not None and not _usable_logits(z):
-                raise ReplyRejected(
-                    f"teacher logits on the {where} are not finite or exceed "
-                    f"{MAX_TEACHER_LOGIT:g} in magnitude (max |logit| {_max_abs(z):.3g})"
-                )
+        for where, z in (("the distillation set", logits), ("the test split", test_logits)):
+            problem = None if z is None else teacher_logits_problem(z, where)
+            if problem is not None:
+                raise ReplyRejected(problem)
         if arch in self.arch_running:
             self.arch_running[arch].add(reply.arrays, reply.num_examples)
         else:
@@ -416,6 +427,32 @@ class FedDF(Strategy):
         bank.add_logits(logits, key=reply.partition_id)
         if test_logits is not None:
             self.test_logits[reply.partition_id] = test_logits
+
+    def bounded_teachers(
+        self, logits: Tensor, replies: list[Reply], where: str, server_round: int
+    ) -> Tensor:
+        """The round's teacher logits ``(K, ..., C)`` (in ``replies``' order) with every
+        teacher whose logit scale exceeds ``strategy.aggregation.upload_bound`` times the
+        round's median teacher scale scaled down to it, a WARNING naming the client
+        (:func:`~fedgo_flwr.distill.bound_teachers`). Its model is in the parameter average
+        already (the classifier's bounds are ``clip_norm`` and the rules); here it stops the
+        client from steering the ensemble by scaling its last layer up."""
+        out, outliers = bound_teachers(logits, self.aggregation.upload_bound)
+        for k, scale, median in outliers:
+            log(
+                WARNING,
+                "round %d: the teacher logits of client %d on %s: scale %.3g is %.3g x the "
+                "round's median %.3g, above strategy.aggregation.upload_bound = %g; scaled "
+                "down to it",
+                server_round,
+                replies[k].partition_id,
+                where,
+                scale,
+                scale / median if median > 0 else float("inf"),
+                median,
+                self.aggregation.upload_bound,
+            )
+        return out
 
     def teacher_logits(
         self, reply: Reply, split: str, data: ArrayDataset, views: int, batch_size: int
@@ -438,7 +475,7 @@ class FedDF(Strategy):
 
         t0 = time.perf_counter()
         bank = self.bank
-        logits = bank.logits
+        logits = self.bounded_teachers(bank.logits, replies, "the distillation set", server_round)
         distill_labels = self.distill_labels
         cap = self.params.weight_cap
         weights = self.weights(
@@ -455,6 +492,8 @@ class FedDF(Strategy):
         if ensemble_eval:
             t_eval = time.perf_counter()
             tl = torch.stack([self.test_logits[r.partition_id] for r in replies])  # (K,1,N,C)
+            tl = normalise_teachers(tl, self.params.teacher_norm)
+            tl = self.bounded_teachers(tl, replies, "the test split", server_round)
             test_labels = torch.as_tensor(res.bundle.test.y)
             w = self.weights(self.params.weighting, tl, replies, "test", test_labels, cap=cap)
             mixed = ensemble_logits(tl[:, 0], w[:, 0])
@@ -532,11 +571,3 @@ class FedDF(Strategy):
     @staticmethod
     def to_state(arrays: dict[str, np.ndarray]) -> dict[str, Tensor]:
         return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}
-
-
-def _usable_logits(z: Tensor) -> bool:
-    return bool(torch.isfinite(z).all()) and _max_abs(z) <= MAX_TEACHER_LOGIT
-
-
-def _max_abs(z: Tensor) -> float:
-    return float(z.abs().max()) if z.numel() else 0.0

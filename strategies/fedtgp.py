@@ -34,6 +34,10 @@ root (the code's distance has none, and its gradient is NaN at distance 0).
 Uploads are checked before they count (:meth:`FedTGP.absorb`): the ``protos`` record's arrays
 must have the server's class count and the model's feature size, be finite, and its counts must
 equal the server's own class counts of the client's partition (as n_k is the server's count).
+Each uploaded prototype is then bounded relative to the round's
+(``strategy.aggregation.upload_bound``, :meth:`FedTGP.bounded_uploads`): a finite prototype
+of 1e30 would otherwise make the global prototypes NaN, and every later round's replies
+unusable.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import nn
 
+from fedgo_flwr.aggregation import bound_uploads, scale_upload, warn_bounded
 from fedgo_flwr.data import batches
 from fedgo_flwr.features import FeatureTap
 from fedgo_flwr.messages import to_numpy, to_record
@@ -200,6 +205,7 @@ class FedTGP(FedAvg):
     def begin_round(self, server_round: int) -> None:
         super().begin_round(server_round)
         self.uploads: list[tuple[np.ndarray, np.ndarray]] = []
+        self.upload_pids: list[int] = []
 
     def reply_templates(self, pid: int) -> dict[str, Mapping[str, np.ndarray]]:
         """The model, and ``(C, d)`` float32 prototypes with ``(C,)`` int64 class counts."""
@@ -236,9 +242,11 @@ class FedTGP(FedAvg):
         upload = self.upload_of(reply)  # before anything changes
         super().absorb(server_round, reply)
         self.uploads.append(upload)
+        self.upload_pids.append(reply.partition_id)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
         out = super().aggregate(server_round, replies)
+        self.uploads = self.bounded_uploads(server_round)
         margin, _ = adaptive_margin(self.uploads, self.num_classes, self.params.margin_threshold)
         loss = self.train_tgp(server_round, margin)
         self.tgp.eval()
@@ -250,6 +258,31 @@ class FedTGP(FedAvg):
             proto_test_accuracy=self.prototype_accuracy(out),
         )
         self.uploads = []
+        return out
+
+    def bounded_uploads(self, server_round: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The round's uploads under ``strategy.aggregation.upload_bound``, prototype by
+        prototype: a class's mean feature whose norm exceeds the bound times the round's
+        prototype norm is scaled down to it, with a WARNING naming the client and the class.
+        Each is one training pair of the TGP and one term of a class mean in the margin, so
+        each is bounded on its own (a client's whole upload has as many rows as it holds
+        classes). The round's median is over the clients, of each client's median prototype
+        norm (:func:`~fedgo_flwr.aggregation.round_median`): a client holding more classes
+        than the others must not set it."""
+        rows = [(i, c) for i, (_, n) in enumerate(self.uploads) for c in np.flatnonzero(n > 0)]
+        _, bounded = bound_uploads(
+            [{"p": self.uploads[i][0][c]} for i, c in rows],
+            self.aggregation.upload_bound,
+            clients=[f"{self.upload_pids[i]} (class {c})" for i, c in rows],
+            groups=[i for i, _ in rows],  # one vote per client in the median
+        )
+        warn_bounded(bounded, f"round {server_round}: the prototype")
+        out = list(self.uploads)
+        for b in bounded:
+            i, c = rows[b.index]
+            protos = out[i][0] if out[i][0] is not self.uploads[i][0] else out[i][0].copy()
+            protos[c] = scale_upload({"p": protos[c]}, None, b.scale)["p"]
+            out[i] = (protos, out[i][1])
         return out
 
     def train_tgp(self, server_round: int, margin: float) -> float:

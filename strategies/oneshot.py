@@ -21,7 +21,18 @@ so a resumed run never trains the clients again.
 
 **A client that fails** its round (an error, a bad reply, no reply) is left out, named in a
 WARNING and in ``summary.json`` (``clients_left_out``); the run goes on with the others if at
-least ``min_clients`` replied, and stops with an error naming them otherwise.
+least ``min_clients`` replied, and stops with an error naming them otherwise. So is a client
+whose model is no usable teacher, by the checks FedDF makes too: its logits on the server's
+data (the test split, the only data a one-shot server holds) must be finite numbers of at
+most :data:`~fedgo_flwr.distill.MAX_TEACHER_LOGIT` in magnitude
+(:func:`~fedgo_flwr.distill.teacher_logits_problem`; a finite model of huge weights would
+otherwise make every synthetic batch's ensemble NaN, and synthesis fail), and their scale at
+most ``strategy.aggregation.upload_bound`` times the median client's
+(:func:`~fedgo_flwr.distill.teacher_scale_outliers`; a last layer scaled by 1e5 stays below
+that magnitude but would decide every arg-max of the ensemble). ``teacher_norm: std`` also
+rescales every teacher to the median teacher's scale wherever the ensemble is formed (test
+accuracies, synthesis, weight steps, distillation), so that no scaling within the bound
+steers it (:func:`~fedgo_flwr.distill.normalise_teachers`).
 """
 
 from __future__ import annotations
@@ -45,12 +56,18 @@ from fedgo_flwr.aggregation import check_arrays
 from fedgo_flwr.checkpoint import safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.datafree import weighted_logits
+from fedgo_flwr.distill import (
+    TEACHER_NORMS,
+    normalise_teachers,
+    teacher_logits_problem,
+    teacher_scale_outliers,
+)
 from fedgo_flwr.fileio import atomic_torch_save
 from fedgo_flwr.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.shutdown import raise_if_stopping
 from fedgo_flwr.training import predict_logits
-from strategies.base import BaseConfig, Reply, Row, Strategy
+from strategies.base import BaseConfig, Reply, ReplyRejected, Row, Strategy
 
 __all__ = ["OneShot", "OneShotConfig"]
 
@@ -60,13 +77,18 @@ class OneShotConfig(BaseConfig):
     """``teacher_batch_size``: batch of the client models' test-set inference.
     ``teachers_from``: reuse the models uploaded in an earlier one-shot run (its folder or its
     ``client_models.pt``) instead of training the clients again; its data, model, training,
-    seed and sampling settings must equal this run's (the models would differ otherwise)."""
+    seed and sampling settings must equal this run's (the models would differ otherwise).
+    ``teacher_norm``: ``none`` (the papers' ensembles) or ``std``: each teacher's logits
+    rescaled to the median teacher's scale wherever the ensemble is formed
+    (:func:`fedgo_flwr.distill.normalise_teachers`)."""
 
     teacher_batch_size: int = 256
     teachers_from: str | None = None
+    teacher_norm: str = "none"
 
     def check(self, c: Checker) -> None:
         c.require("teacher_batch_size", self.teacher_batch_size >= 1, "must be >= 1")
+        c.choice("teacher_norm", TEACHER_NORMS)
 
 
 class OneShot(Strategy):
@@ -104,6 +126,7 @@ class OneShot(Strategy):
         self.finished = False
         self.evaluate_now = False
         self._test_logits: Tensor | None = None
+        self._member_test: dict[int, Tensor] = {}  # each teacher's test logits, from its check
         self._modules: list[nn.Module] | None = None
 
     # -- what subclasses change ------------------------------------------------------------
@@ -164,14 +187,31 @@ class OneShot(Strategy):
         return sizes / sizes.sum()
 
     def test_logits(self) -> Tensor:
-        """Every uploaded model's logits on the test split, ``(n, N, C)`` (computed once)."""
+        """Every uploaded model's logits on the test split, ``(n, N, C)``, under
+        ``teacher_norm`` (computed once; those of the round's checks are reused)."""
         if self._test_logits is None:
-            test, dev = self.resources.bundle.test, self.resources.device
-            bs = self.params.teacher_batch_size
-            self._test_logits = torch.stack(
-                [predict_logits(m, test, bs, dev).float() for m in self.teacher_modules()]
-            )
+            if all(p in self._member_test for p in self.pids):
+                raw = torch.stack([self._member_test[p] for p in self.pids])
+            else:
+                raw = torch.stack([self.member_test_logits(m) for m in self.teacher_modules()])
+            self._test_logits = normalise_teachers(raw, self.params.teacher_norm)
         return self._test_logits
+
+    def member_test_logits(self, model: nn.Module) -> Tensor:
+        """One client model's logits on the test split, ``(N, C)``."""
+        test, dev = self.resources.bundle.test, self.resources.device
+        return predict_logits(model, test, self.params.teacher_batch_size, dev).float()
+
+    def check_teacher(self, pid: int, arrays: dict[str, np.ndarray]) -> Tensor:
+        """Client ``pid``'s model's test logits, if it is a usable teacher
+        (:func:`~fedgo_flwr.distill.teacher_logits_problem`); :class:`ReplyRejected` if not."""
+        model = self.client_model(pid)
+        model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()})
+        logits = self.member_test_logits(model.to(self.resources.device))
+        problem = teacher_logits_problem(logits, "the test split")
+        if problem is not None:
+            raise ReplyRejected(problem)
+        return logits
 
     def ensemble_accuracy(self, weights: Tensor) -> float:
         """Test accuracy of ``A_w`` (eq. 2) for scalar weights ``(n,)`` or per-sample weights
@@ -188,15 +228,65 @@ class OneShot(Strategy):
         }
 
     # -- the round -------------------------------------------------------------------------
+    def begin_round(self, server_round: int) -> None:
+        super().begin_round(server_round)
+        self._arrival: list[int] = []
+
     def absorb(self, server_round: int, reply: Reply) -> None:
+        """Keep the model if it is a usable teacher (:meth:`check_teacher`, before anything
+        changes); the average waits for the round's relative check (:meth:`finish_uploads`)."""
+        logits = self.check_teacher(reply.partition_id, reply.arrays)
+        self._member_test[reply.partition_id] = logits
         self.teachers[reply.partition_id] = {k: np.array(v) for k, v in reply.arrays.items()}
         self.teacher_sizes[reply.partition_id] = reply.num_examples
-        if self.needs_average():
-            super().absorb(server_round, reply)
+        self._arrival.append(reply.partition_id)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
-        self.average = self.averaged() if self.needs_average() else None
+        self.finish_uploads()
         return self.average if self.average is not None else self.global_arrays
+
+    def finish_uploads(self) -> None:
+        """Once every upload is in: leave out each client whose logits on the test split are
+        larger in scale than ``strategy.aggregation.upload_bound`` times the median client's
+        (:func:`~fedgo_flwr.distill.teacher_scale_outliers`: a scaled-up output layer), named
+        in a WARNING; then the parameter average of the others, added in the order they
+        arrived (as a streaming average would have)."""
+        pids = self.pids
+        logits = torch.stack([self._member_test[p] for p in pids]) if pids else None
+        dropped = 0
+        if logits is not None:
+            for k, scale, median in teacher_scale_outliers(logits, self.aggregation.upload_bound):
+                log(
+                    WARNING,
+                    "%s: leaving out client %d: the scale of its logits on the test split, "
+                    "%.3g, is %.3g x the median client's %.3g, above "
+                    "strategy.aggregation.upload_bound = %g",
+                    self.name,
+                    pids[k],
+                    scale,
+                    scale / median if median > 0 else float("inf"),
+                    median,
+                    self.aggregation.upload_bound,
+                )
+                self.drop_teacher(pids[k])
+                dropped += 1
+        if dropped and "clients_replied" in self.last_round:
+            self.last_round["clients_replied"] -= dropped
+            self.last_round["clients_failed"] += dropped
+        self.average = None
+        if self.needs_average() and self.teachers:
+            for pid in self._arrival:
+                if pid in self.teachers:
+                    size = self.teacher_sizes[pid]
+                    reply = Reply(-1, pid, size, self.teachers[pid], {}, RecordDict())
+                    self.running.add(self.robust(reply), size)
+            self.average = self.averaged()
+
+    def drop_teacher(self, pid: int) -> None:
+        """Forget client ``pid``'s upload (it is left out)."""
+        for store in (self.teachers, self.teacher_sizes, self._member_test):
+            store.pop(pid, None)
+        self._modules, self._test_logits = None, None
 
     def clients_round(
         self, grid: Grid, initial: ArrayRecord, config: ConfigRecord, timeout: float
@@ -211,7 +301,7 @@ class OneShot(Strategy):
         self.left_out = [p for p in self.sampled if p not in self.teachers]
         if self.left_out:
             log(WARNING, "%s: clients %s are left out (no usable model)", self.name, self.left_out)
-        if arrays is None:
+        if arrays is None or len(self.teachers) < self.cfg.min_clients:
             raise RuntimeError(
                 f"{self.name}: only {len(self.teachers)} usable client models (clients "
                 f"{self.pids}); min_clients is {self.cfg.min_clients}. Left out: {self.left_out}"
@@ -261,8 +351,20 @@ class OneShot(Strategy):
                 raise ValueError(f"{UPLOADS_FILE} in {source}: client {pid}: {problem}")
             if "extra" in entry:
                 self.load_extra_uploads(pid, {k: v.numpy() for k, v in entry["extra"].items()})
-            self.absorb(1, Reply(-1, pid, size, arrays, {}, RecordDict()))
-        self.average = self.averaged() if self.needs_average() else None
+            try:
+                self.absorb(1, Reply(-1, pid, size, arrays, {}, RecordDict()))
+            except ReplyRejected as exc:  # saved before the check existed
+                log(WARNING, "%s: leaving out client %d of %s: %s", self.name, pid, source, exc)
+                self.left_out.append(pid)
+        self.finish_uploads()
+        self.left_out += [
+            p for p in self.sampled if p not in self.teachers and p not in self.left_out
+        ]
+        if len(self.teachers) < max(self.cfg.min_clients, 1):
+            raise ValueError(
+                f"{UPLOADS_FILE} in {source}: only {len(self.teachers)} usable client models; "
+                f"min_clients is {self.cfg.min_clients}"
+            )
         log(INFO, "%s: the uploads of %s reused (clients %s)", self.name, source, self.pids)
         self.last_round = {
             "clients_sampled": len(self.sampled),
@@ -350,7 +452,7 @@ class OneShot(Strategy):
         self.average = state.get("average")
         self.epochs_done = int(state.get("epochs_done", 0))
         self.sampled = [int(p) for p in state.get("sampled", [])]
-        self._modules, self._test_logits = None, None
+        self._modules, self._test_logits, self._member_test = None, None, {}
 
 
 UPLOADS_FILE = "client_models.pt"

@@ -21,9 +21,14 @@ infinite, which would be checkpointed and sent to every client.
 ``strategy.aggregation`` (:mod:`fedgo_flwr.aggregation`) applies to the model update only: each
 reply's update ``y_i - x`` is clipped (parameters and buffers together) and the rule (mean,
 median, trimmed mean; the latter two unweighted whatever ``weighted`` says) takes the place of
-``mean_{i in S}`` above and of the buffers' average. The control variates are still the plain
-sum of the ``delta c_i`` (the rules' guarantees are about the model; the control deltas' own
-bounds belong to the reply checks).
+``mean_{i in S}`` above and of the buffers' average. The control deltas get the bound of every
+upload other than the model (``upload_bound``: a ``delta c_i`` longer than that many times the
+round's median is scaled down to it, naming the client) and the rule (``median`` /
+``trimmed_mean``: ``sum_{i in S} delta c_i`` becomes ``m`` times the rule's combination of the
+``m`` deltas), never ``clip_norm``; besides, a reply whose ``delta c_i`` is longer than
+``max_control_delta_norm`` is dropped before any of it. The bound needs the round's median
+before anything is summed, so the round's deltas are kept until it ends (one model's worth per
+reply, as the median keeps the round's models).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgo_flwr.aggregation import check_arrays, new_average
+from fedgo_flwr.aggregation import bound_uploads, check_arrays, new_average, warn_bounded
 from fedgo_flwr.messages import to_numpy, to_record
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
 from fedgo_flwr.schema import Checker
@@ -127,7 +132,8 @@ class Scaffold(Strategy):
         super().begin_round(server_round)  # the clipping count
         self.param_avg = new_average(self.aggregation)  # uniform (the paper) or n_k-weighted
         self.buffer_avg = new_average(self.aggregation)  # BatchNorm statistics: as FedAvg
-        self.delta_sums: dict[str, np.ndarray] = {}
+        self.deltas: list[dict[str, np.ndarray]] = []
+        self.delta_pids: list[int] = []
 
     def absorb(self, server_round: int, reply: Reply) -> None:
         assert self.control is not None
@@ -137,9 +143,8 @@ class Scaffold(Strategy):
         self.param_avg.add(params, reply.num_examples if self.params.weighted else 1.0)
         if buffers:
             self.buffer_avg.add(buffers, reply.num_examples)
-        for key, delta in to_numpy(reply.content[CONTROL_DELTA_KEY]).items():
-            acc = self.delta_sums.setdefault(key, np.zeros(delta.shape, dtype=np.longdouble))
-            acc += delta.astype(np.longdouble)
+        self.deltas.append(to_numpy(reply.content[CONTROL_DELTA_KEY]))
+        self.delta_pids.append(reply.partition_id)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
         assert self.control is not None
@@ -155,7 +160,31 @@ class Scaffold(Strategy):
             else:
                 out[key] = buffers_avg[key]
         num_clients = self.cfg.data.num_clients
+        totals = self.control_delta_sum(server_round)
         for key in self.control:
-            total = self.delta_sums[key].astype(np.float64)
+            total = totals[key].astype(np.float64)
             self.control[key] = (self.control[key] + total / num_clients).astype(np.float32)
+        self.deltas, self.delta_pids = [], []
         return out
+
+    def control_delta_sum(self, server_round: int) -> dict[str, np.ndarray]:
+        """``sum_{i in S} delta c_i`` of the round, each ``delta c_i`` first bounded by
+        ``strategy.aggregation.upload_bound`` relative to the round's median norm (a WARNING
+        names the client); with ``rule: median`` / ``trimmed_mean``, ``m`` times the rule's
+        (unweighted) combination of the ``m`` deltas instead of their sum."""
+        deltas, bounded = bound_uploads(
+            self.deltas, self.aggregation.upload_bound, clients=self.delta_pids
+        )
+        warn_bounded(bounded, f"round {server_round}: {CONTROL_DELTA_KEY}")
+        if self.aggregation.rule != "mean":
+            combined = new_average(self.aggregation)
+            for delta in deltas:
+                combined.add(delta, 1.0)
+            m = np.longdouble(len(deltas))
+            return {k: m * v.astype(np.longdouble) for k, v in combined.result().items()}
+        sums: dict[str, np.ndarray] = {}
+        for delta in deltas:
+            for key, value in delta.items():
+                acc = sums.setdefault(key, np.zeros(value.shape, dtype=np.longdouble))
+                acc += value.astype(np.longdouble)
+        return sums
