@@ -14,10 +14,10 @@ import torch
 from helpers import rows_of
 from test_hardening_replies import FEDGO, config, set_metric, tamper
 
-from clients.fedgo import DISCRIMINATOR_MESSAGE
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.fileio import NAMED_PATHS, strict_json
 from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE
 from fedgo_flwr.recorder import json_line
 
 NOTE = "non-finite values written as null"

@@ -21,12 +21,8 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, RecordDict
 from helpers import rows_of, without_timing
+from test_hardening_replies import tamper
 
-from clients.dafkd import GENERATOR_KEY as DAFKD_GENERATOR_KEY
-from clients.fedgo import CRITIC_KEY, FEDGAN_MESSAGE
-from clients.fedgo import GENERATOR_KEY as FEDGAN_GENERATOR_KEY
-from clients.fedtgp import PROTOS_KEY
-from clients.scaffold import CONTROL_DELTA_KEY
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import (
     DEFAULT_UPLOAD_BOUND,
@@ -50,7 +46,12 @@ from fedgo_flwr.distill import (
     teacher_logits_problem,
     teacher_scales,
 )
-from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.protocol.dafkd import GENERATOR_KEY as DAFKD_GENERATOR_KEY
+from fedgo_flwr.protocol.fedgo import CRITIC_KEY, FEDGAN_MESSAGE
+from fedgo_flwr.protocol.fedgo import GENERATOR_KEY as FEDGAN_GENERATOR_KEY
+from fedgo_flwr.protocol.fedtgp import PROTOS_KEY
+from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY
 from fedgo_flwr.task import sample_clients
 from strategies import load_experiment
 
@@ -323,26 +324,6 @@ def oneshot_config(out: Path, name: str, *overrides: str):
     )
 
 
-def tamper(monkeypatch, edit: Edit, pid: int = BAD, message_type: str = "train", rnd: int = 1):
-    """Apply ``edit`` to client ``pid``'s reply to ``message_type`` in round ``rnd`` before the
-    server reads it (as ``tests/test_hardening_replies.py`` does)."""
-    original = InProcessGrid.stream
-
-    def stream(self, messages, *, timeout=None):
-        messages = list(messages)
-        hit = any(
-            m.metadata.message_type == message_type
-            and int(m.content[msgs.CONFIG][msgs.SERVER_ROUND]) == rnd
-            for m in messages
-        )
-        for reply in original(self, messages, timeout=timeout):
-            if hit and reply.metadata.src_node_id == pid + 2 and not reply.has_error():
-                edit(reply.content)
-            yield reply
-
-    monkeypatch.setattr(InProcessGrid, "stream", stream)
-
-
 def fill(value: float, *records: str) -> Edit:
     """Every floating array of ``records`` filled with ``value`` (finite in float32)."""
 
@@ -415,7 +396,7 @@ def test_dafkd_bounds_a_huge_generator(tmp_path, monkeypatch, flwr_log):
 
 
 def test_dafkd_bounds_a_huge_discriminator_head(tmp_path, monkeypatch, flwr_log):
-    from clients.dafkd import DISC_HEAD_KEY
+    from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY
 
     tamper(monkeypatch, scaled(1e6, DISC_HEAD_KEY))
     run_inprocess(config(tmp_path, *DAFKD, "rounds=2", "strategy.distill_from_round=1"))
