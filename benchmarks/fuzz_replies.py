@@ -34,7 +34,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 import fuzz_replies as fr  # noqa: E402 - tests/ is put on the path above
 
 
-def cases(names: list[str], kinds: list[str], examples: int, seed: int, scratch: Path):
+def cases(
+    names: list[str],
+    kinds: list[str],
+    examples: int,
+    seed: int,
+    scratch: Path,
+    exhaustive: bool = False,
+):
     """``(name, kind, message type, mutation, clean)`` of every case, strategy by strategy."""
     for name in names:
         clean = fr.clean_run(name, scratch)
@@ -57,8 +64,59 @@ def cases(names: list[str], kinds: list[str], examples: int, seed: int, scratch:
                 for i in range(examples):
                     rng = random.Random(f"{seed}/{name}/{kind}/{mtype}/{i}")
                     target = rng.choice(targets)
-                    mutation = fr.choose(kind, target, rng.choice, clean.others(target))
-                    yield name, kind, mtype, mutation, clean
+                    if exhaustive:
+                        for mutation in variants(kind, target, rng, clean.others(target)):
+                            yield name, kind, mtype, mutation, clean
+                    else:
+                        mutation = fr.choose(kind, target, rng.choice, clean.others(target))
+                        yield name, kind, mtype, mutation, clean
+
+
+def variants(kind: str, target: fr.Target, rng: random.Random, others: list[int]):
+    """``--exhaustive``: every metric key for the scalar kinds (each key is read by other code),
+    every record for the array kinds (a random key in it), one case for the others."""
+    slots = target.slots
+    scalars = [s for s in slots if s.kind in ("metric", "config")]
+    if kind == "metric_string":  # the whole record becomes a ConfigRecord: one case
+        yield fr.choose(kind, target, rng.choice, others)
+        return
+    if kind.startswith("metric_") or kind == "missing_key":
+        for slot in scalars:
+            for key in slot.keys:
+                yield fr.Mutation(target, kind, slot.name, key)
+        if kind == "missing_key":
+            for slot in slots:
+                if slot.kind == "array" and slot.keys:
+                    yield fr.Mutation(target, kind, slot.name, rng.choice(slot.keys))
+        return
+    per_record = {
+        "array": lambda s: bool(s.float_keys),
+        "scale": lambda s: bool(s.float_keys),
+        "dtype": lambda s: s.kind == "array" and bool(s.keys),
+        "shape": lambda s: s.kind == "array" and bool(s.keys),
+    }.get(kind.split("_")[0])
+    if per_record is None and kind not in ("extra_key", "missing_record"):
+        yield fr.choose(kind, target, rng.choice, others)
+        return
+    for slot in slots:
+        if per_record is not None and not per_record(slot):
+            continue
+
+        def pick(options, _slot=slot):
+            # the record is this one; any other choice is random
+            return _slot.name if _slot.name in options else rng.choice(options)
+
+        yield fr.choose(kind, target, pick, others)
+
+
+def replay_fields(mutation: fr.Mutation) -> dict:
+    """The mutation as ``fuzz_replies.replay`` takes it (``KNOWN_FAILURES``' cases)."""
+    out: dict = {"reply": mutation.target.label()}
+    for key, default in (("record", None), ("key", None), ("whole", True), ("other", "")):
+        value = getattr(mutation, key)
+        if value != default:
+            out[key] = value
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=1, help="cases per kind x message type")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default="", help="write every case here")
+    parser.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="every metric key (scalar kinds) and every record (array kinds) of the drawn reply",
+    )
+    parser.add_argument("--list", action="store_true", help="print the cases, run none")
     args = parser.parse_args(argv)
     names = [n for n in args.strategies.split(",") if n] or fr.strategy_names()
     kinds = [k for k in args.kinds.split(",") if k] or list(fr.KINDS)
@@ -80,8 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     try:
         for name, kind, mtype, mutation, clean in cases(
-            names, kinds, args.examples, args.seed, scratch
+            names, kinds, args.examples, args.seed, scratch, args.exhaustive
         ):
+            if args.list:
+                print(f"  {mutation.describe()}")
+                continue
             out = Path(tempfile.mkdtemp(dir=scratch))
             outcome = fr.run_case(name, out / "run", mutation)
             shutil.rmtree(out, ignore_errors=True)
@@ -101,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                     "kind": kind,
                     "message_type": mtype,
                     "mutation": mutation.describe(),
+                    "replay": replay_fields(mutation),
                     "seconds": outcome.seconds,
                     "applied": bool(outcome.applied),
                     "accuracy": outcome.accuracy,

@@ -18,10 +18,13 @@ The verdict of a case (:func:`verdict`), in this order:
 2. every ``*.json`` / ``*.jsonl`` file of the run folder parses strictly (no NaN / Infinity);
 3. nothing was written outside the run folder (the repository and the working directory);
 4. the mutated client's reply was either dropped with a WARNING naming that client (its
-   partition id or its node id) that the clean run did not log, or it had no effect beyond
+   partition id or its node id; logged between the reply's arrival and the server's next
+   messages, and not logged by the clean run), or it had no effect beyond
    :data:`NO_EFFECT_MARGIN` on the final test accuracy (and the final test loss is finite);
-5. with robust options for the strategy (:data:`ROBUST_OVERRIDES`, both runs use them), the
-   final test accuracy is within :data:`ROBUST_MARGIN` of the clean run's, dropped or not.
+5. with robust options for the strategy (:data:`ROBUST_OVERRIDES`; both runs use them), the
+   final test accuracy is at most :data:`ROBUST_MARGIN` below the clean run's, dropped or
+   not, and that margin replaces :data:`NO_EFFECT_MARGIN` for a reply kept without a warning
+   (robust aggregation keeps a bad reply but bounds what it can do).
 """
 
 from __future__ import annotations
@@ -478,6 +481,16 @@ def choose(kind: str, target: Target, pick: Callable[[list], Any], others: list[
     raise KeyError(kind)
 
 
+def replay(clean: Clean, kind: str, reply: str, **fields: Any) -> Mutation:
+    """The mutation of ``kind`` on the clean run's reply labelled ``reply``
+    (:meth:`Target.label`, e.g. ``"train@1/client 0"``) with ``fields`` of :class:`Mutation`
+    (``record``, ``key``, ``whole``, ``other``): a known case, replayed as it was found."""
+    targets = {t.label(): t for t in clean.targets}
+    if reply not in targets:
+        raise FuzzerBug(f"{clean.name}: no reply {reply!r} in the clean run ({sorted(targets)})")
+    return Mutation(targets[reply], kind, **fields)
+
+
 # -- running ------------------------------------------------------------------------------------
 class _Catcher(logging.Handler):
     def __init__(self) -> None:
@@ -503,14 +516,32 @@ def warnings_logged() -> Iterator[list[str]]:
             lg.removeHandler(catcher)
 
 
+@dataclass
+class Interception:
+    """What :func:`intercepted` saw: the mutations applied, and the slice of the logged
+    warnings that answer the mutated reply (``window``: from its arrival to the next batch of
+    messages the server sends, or the end of the run)."""
+
+    applied: list[str] = field(default_factory=list)
+    window: list[int] = field(default_factory=list)  # [start] or [start, end] in ``lines``
+
+
 @contextlib.contextmanager
-def intercepted(mutation: Mutation | None, seen: list[Target] | None = None) -> Iterator[list[str]]:
+def intercepted(
+    mutation: Mutation | None,
+    seen: list[Target] | None = None,
+    lines: list[str] | None = None,
+) -> Iterator[Interception]:
     """Wrap :meth:`InProcessGrid.stream`: record every reply's :class:`Target` in ``seen`` and
-    apply ``mutation`` to its target's replies; yields the list of what was applied."""
+    apply ``mutation`` to its target's replies, noting where in ``lines`` (the warnings being
+    logged) the server's answer to it starts and ends."""
     original = InProcessGrid.stream
-    applied: list[str] = []
+    state = Interception()
+    logged = lines if lines is not None else []
 
     def stream(self, messages, *, timeout=None):
+        if len(state.window) == 1:  # the server sends again: it is done with the mutated reply
+            state.window.append(len(logged))
         messages = list(messages)
         rnd = _round_of(messages)
         for reply in original(self, messages, timeout=timeout):
@@ -526,16 +557,20 @@ def intercepted(mutation: Mutation | None, seen: list[Target] | None = None) -> 
                 target.server_round,
                 target.pid,
             ):
-                applied.append(mutation.describe())
+                state.applied.append(mutation.describe())
+                if not state.window:
+                    state.window.append(len(logged))
                 yield from mutation.apply(reply)
             else:
                 yield reply
 
     InProcessGrid.stream = stream  # type: ignore[method-assign]
     try:
-        yield applied
+        yield state
     finally:
         InProcessGrid.stream = original  # type: ignore[method-assign]
+        if len(state.window) == 1:
+            state.window.append(len(logged))
 
 
 def _snapshot(*dirs: Path) -> dict[str, float]:
@@ -591,6 +626,7 @@ class Outcome:
     error: BaseException | None = None
     trace: str = ""
     warnings: list[str] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)  # the warnings in Interception.window
     applied: list[str] = field(default_factory=list)
     json_problems: list[str] = field(default_factory=list)
     outside: list[str] = field(default_factory=list)
@@ -602,10 +638,12 @@ class Outcome:
 def run_case(name: str, out_dir: Path, mutation: Mutation | None) -> Outcome:
     """One tiny run of ``name`` into ``out_dir`` (fresh) with ``mutation`` applied."""
     cfg = tiny_config(name, out_dir)
-    before = _snapshot(ROOT, Path.cwd())
+    watched = sorted({ROOT.resolve(), Path.cwd().resolve()})
+    watched = [d for d in watched if not any(o in d.parents for o in watched)]
+    before = _snapshot(*watched)
     outcome = Outcome()
     t0 = time.perf_counter()
-    with warnings_logged() as lines, intercepted(mutation) as applied:
+    with warnings_logged() as lines, intercepted(mutation, lines=lines) as state:
         try:
             run_inprocess(cfg)
         except ConfigError as exc:
@@ -614,8 +652,10 @@ def run_case(name: str, out_dir: Path, mutation: Mutation | None) -> Outcome:
             outcome.error = exc
             outcome.trace = traceback.format_exc()
     outcome.seconds = time.perf_counter() - t0
-    outcome.warnings, outcome.applied = list(lines), list(applied)
-    after = _snapshot(ROOT, Path.cwd())
+    outcome.warnings, outcome.applied = list(lines), list(state.applied)
+    if state.window:
+        outcome.answer = lines[state.window[0] : state.window[1]]
+    after = _snapshot(*watched)
     out = str(out_dir.resolve())
     outcome.outside = sorted(
         p
@@ -682,23 +722,25 @@ def verdict(name: str, mutation: Mutation, outcome: Outcome, clean: Clean) -> st
     if not outcome.applied:
         return None  # the target reply never came (the strategy took another path): no finding
     target = mutation.target
-    before = sum(_names_client(w, target) for w in clean.outcome.warnings)
-    after = sum(_names_client(w, target) for w in outcome.warnings)
-    dropped = after > before
+    # Dropped: a warning naming the client while the server dealt with the mutated reply (not
+    # one of the clean run's, and not a later round's: a reply accepted and then poisoning
+    # the model makes every client fail later, and that names the client too).
+    usual = set(clean.outcome.warnings)
+    dropped = any(_names_client(w, target) and w not in usual for w in outcome.answer)
     acc, ref = outcome.accuracy, clean.outcome.accuracy
+    if acc is None or ref is None:
+        return f"no final test accuracy (clean {ref}, mutated {acc})"
     robust = name in ROBUST_OVERRIDES
-    if robust and (acc is None or ref is None or acc < ref - ROBUST_MARGIN):
+    if robust and acc < ref - ROBUST_MARGIN:
         return (
-            f"robust options on, final accuracy {acc} < clean {ref} - {ROBUST_MARGIN}"
-            f" (dropped: {dropped})"
+            f"robust options on, and the final accuracy fell {acc - ref:+.4f} (clean "
+            f"{ref:.4f}; margin {ROBUST_MARGIN}; the reply was {'' if dropped else 'not '}dropped)"
         )
     if dropped:
         return None
-    if acc is None or ref is None:
-        return f"no final test accuracy (clean {ref}, mutated {acc}) and no warning"
     if outcome.loss is not None and not math.isfinite(outcome.loss):
         return f"kept without a warning and the final test loss is {outcome.loss}"
-    if abs(acc - ref) > NO_EFFECT_MARGIN:
+    if not robust and abs(acc - ref) > NO_EFFECT_MARGIN:
         return (
             f"kept without a warning naming client {target.pid} (node {target.node}), and the "
             f"final accuracy moved {acc - ref:+.4f} (clean {ref:.4f}; margin {NO_EFFECT_MARGIN})"

@@ -19,12 +19,13 @@ run's (``fuzz_replies.verdict``).
 
 **What fails today** is :data:`KNOWN_FAILURES` (from ``benchmarks/fuzz_replies.py``'s full
 profile): those (strategy, mutation kind) pairs are left out of the fuzzing test and each has
-a strict-xfail test of its own, so that a fix turns it into an XPASS (a failure) and its entry
-is then removed, after which the fuzzing test draws that kind again.
+a strict-xfail test of its own that replays the case found, so that a fix turns it into an
+XPASS (a failure) and its entry is then removed, after which the fuzzing test draws that kind
+again.
 
 **CI profile**: a fixed-seed sample (``derandomize``, no example database, no shrinking),
 :data:`EXAMPLES` cases per strategy (``FEDGO_FUZZ_EXAMPLES`` raises it) and one per known
-failure. The longer profile is ``benchmarks/fuzz_replies.py``.
+failure (replayed as found). The longer profile is ``benchmarks/fuzz_replies.py``.
 """
 
 from __future__ import annotations
@@ -39,14 +40,22 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 # -- the hardening targets: what fails today ------------------------------------------------
-# (strategy, mutation kind) -> why (the first line of what benchmarks/fuzz_replies.py showed).
-# An entry whose fix landed makes its test XPASS (strict): remove the entry then.
-KNOWN_FAILURES: dict[tuple[str, str], str] = {}
+# (strategy, mutation kind) -> (why, the case that shows it); strategy "*": every strategy (a
+# cause they share), the case then names the strategy it is replayed on ("on"). The why is the
+# first line of what `benchmarks/fuzz_replies.py` reported; the case is the reply
+# (fuzz_replies.Target.label) and the Mutation's record / key / whole / other, replayed by
+# test_a_known_failure_still_fails (strict xfail). A pair listed here is left out of the
+# fuzzing test's draws. When a fix lands its case XPASSes (a failure): remove the entry, and
+# the fuzzing test draws that kind again.
+KNOWN_FAILURES: dict[tuple[str, str], tuple[str, dict]] = {}
+
+
+def known(name: str, kind: str) -> bool:
+    return (name, kind) in KNOWN_FAILURES or ("*", kind) in KNOWN_FAILURES
+
 
 EXAMPLES = int(os.environ.get("FEDGO_FUZZ_EXAMPLES", "2"))
 """Mutated runs per strategy in the fuzzing test (each strategy's clean run comes on top)."""
-KNOWN_EXAMPLES = 2
-"""Mutated runs of a known failure's test at most (it stops at the first failing one)."""
 
 
 def fuzz_settings(examples: int):
@@ -102,19 +111,24 @@ def clean_of(name: str, tmp_path_factory) -> fr.Clean:
 @given(data=st.data())
 def test_a_mutated_reply_is_dropped_or_harmless(name, data, tmp_path_factory):
     clean = clean_of(name, tmp_path_factory)
-    kinds = [k for k in fr.KINDS if (name, k) not in KNOWN_FAILURES]
+    kinds = [k for k in fr.KINDS if not known(name, k)]
     check_case(name, draw_mutation(data, name, clean, kinds), clean, tmp_path_factory)
 
 
-@pytest.mark.parametrize(
-    ("name", "kind"),
-    [
-        pytest.param(name, kind, marks=pytest.mark.xfail(strict=True, reason=reason))
-        for (name, kind), reason in sorted(KNOWN_FAILURES.items())
-    ],
-)
-@fuzz_settings(KNOWN_EXAMPLES)
-@given(data=st.data())
-def test_a_known_failure_still_fails(name, kind, data, tmp_path_factory):
+def known_cases():
+    for (name, kind), (why, case) in sorted(KNOWN_FAILURES.items()):
+        case = dict(case)
+        on = case.pop("on", name)
+        yield pytest.param(
+            on,
+            kind,
+            case,
+            id=f"{'all' if name == '*' else name}-{kind}",
+            marks=pytest.mark.xfail(strict=True, reason=why),
+        )
+
+
+@pytest.mark.parametrize(("name", "kind", "case"), list(known_cases()))
+def test_a_known_failure_still_fails(name, kind, case, tmp_path_factory):
     clean = clean_of(name, tmp_path_factory)
-    check_case(name, draw_mutation(data, name, clean, [kind]), clean, tmp_path_factory)
+    check_case(name, fr.replay(clean, kind, **case), clean, tmp_path_factory)
