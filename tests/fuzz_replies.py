@@ -1,0 +1,756 @@
+"""The reply fuzzer's machinery (``tests/test_fuzz_replies.py``, ``benchmarks/fuzz_replies.py``).
+
+A *case* is one tiny in-process run (:func:`fedgo_flwr.inprocess.run_inprocess`: digits, 4
+clients, 2 rounds, or 1 for a one-shot strategy, 1 local epoch, each strategy's expensive
+knobs cut) in which the replies of ONE client to ONE message type in ONE round are changed on
+their way to the server, by wrapping :meth:`InProcessGrid.stream` (as
+``tests/test_hardening_replies.py``'s ``tamper`` does).
+
+Strategies are found by name (:func:`strategies.available`); what to mutate is found by
+watching the strategy's own clean run (:func:`clean_run`): every (message type, server round,
+client) whose reply came back, with the records and keys of that reply. A new algorithm, a new
+message type or a new record is therefore fuzzed without editing anything here.
+
+The verdict of a case (:func:`verdict`), in this order:
+
+1. the run finished: no exception out of ``run_inprocess`` (a ``ConfigError`` is a bug of the
+   fuzzer, raised as such: :class:`FuzzerBug`);
+2. every ``*.json`` / ``*.jsonl`` file of the run folder parses strictly (no NaN / Infinity);
+3. nothing was written outside the run folder (the repository and the working directory);
+4. the mutated client's reply was either dropped with a WARNING naming that client (its
+   partition id or its node id; logged between the reply's arrival and the server's next
+   messages, and not logged by the clean run), or it had no effect beyond
+   :data:`NO_EFFECT_MARGIN` on the final test accuracy (and the final test loss is finite);
+5. with robust options for the strategy (:data:`ROBUST_OVERRIDES`; both runs use them), the
+   final test accuracy is at most :data:`ROBUST_MARGIN` below the clean run's, dropped or
+   not, and that margin replaces :data:`NO_EFFECT_MARGIN` for a reply kept without a warning
+   (robust aggregation keeps a bad reply but bounds what it can do).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
+
+from fedgo_flwr import messages as msgs
+from fedgo_flwr.config import ConfigError
+from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
+from strategies import available, load_experiment, strategy_class
+from strategies.oneshot import OneShot
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# -- the margins --------------------------------------------------------------------------------
+NO_EFFECT_MARGIN = 0.02
+"""Largest change of the final test accuracy (absolute, 0..1) that counts as "no effect" for a
+mutated reply the server kept without a warning. The runs are deterministic: a mutation that
+the server ignores (an extra key, a metric nobody reads) changes nothing at all; 0.02 is 7
+test images of digits' 360, room for last-bit differences only."""
+
+ROBUST_MARGIN = 0.15
+"""With robust options on (:data:`ROBUST_OVERRIDES`), the largest drop of the final test
+accuracy below the clean (robust) run's, whatever the mutation. Losing one of 4 clients in a
+2-round tiny run moves the accuracy by up to about this much; to be tuned with the options."""
+
+# -- TODO(robust aggregation): the hook for the robust options -----------------------------------
+ROBUST_OVERRIDES: dict[str, list[str]] = {
+    # TODO(hardening agents): per strategy, the overrides that turn the robust options on
+    # (e.g. "fedavg": ["strategy.aggregation.rule=median"] or a clip_norm, a weight cap, ...).
+    # A strategy listed here runs its clean and its mutated runs with them, and the fuzzer
+    # then also asserts that the final accuracy stays within ROBUST_MARGIN of the clean run's.
+}
+
+# -- the tiny runs ------------------------------------------------------------------------------
+COMMON = [
+    "data.num_clients=4",
+    "fraction=1.0",
+    "data.alpha=1.0",  # mildly non-IID: the clean tiny runs learn (FedAvg 0.65 after 2 rounds)
+    "train.local_epochs=1",
+    "train.lr=0.1",
+    "train.momentum=0.9",
+    "eval.batch_size=256",
+    "resources.server_cpus=1",  # tiny models: one thread is as fast, and kinder to a shared machine
+]
+"""Every case: 4 clients, all of them sampled in every round, 1 local epoch; the optimiser
+set so that 2 rounds learn well above chance (else a poisoned model could not be told from
+the clean one by its accuracy)."""
+
+CUTS: dict[str, object] = {
+    # Looked up in the strategy's Config (dotted path); applied where the field exists, so a
+    # new algorithm with the same sections gets them too. From tests/test_faults_resume.py,
+    # tests/test_oneshot.py, tests/test_cpfl.py and conf/<name>.yaml.
+    "distill.epochs": 1,
+    "discriminator.epochs": 1,
+    "generator.steps": 2,
+    "generator.latent_dim": 8,
+    "generator.width": 8,
+    "generator.batch_size": 16,
+    "generator.n_critic": 1,
+    "generator.local_epochs": 1,
+    "epochs": 1,
+    "nz": 16,
+    "ngf": 8,
+    "synthesis.batch_size": 16,
+    "synthesis.steps": 2,
+    "boost.batch_size": 16,
+    "tgp_epochs": 3,
+    "buffer_length": 2,
+    "distill_size": 128,  # FedDF's family: null (all the server's share) -> 128 images
+    "generated_size": 128,
+    "teacher_test_size": 120,
+    "student_init": "average",  # one-shot distillation: 1 server epoch from a fresh student
+    # stays at chance, from the clients' average it reflects what the clients sent
+}
+"""Expensive knobs, cut to a tiny value where a strategy's ``Config`` has them as a whole
+number above it or as ``None`` (for these keys "all of it")."""
+
+EXTRA: dict[str, list[str]] = {
+    # Per strategy, besides the cuts: what makes the run exchange all its message types, what
+    # a tiny run needs to be valid, or what makes its 2 rounds learn (final accuracy of each
+    # clean run, measured: tests/test_fuzz_replies.py's module docstring).
+    "fedgo": [  # G3 (FedGAN at the clients): train.fedgan and train.discriminator, then train
+        "strategy.generator.federated_rounds=1",
+        "strategy.generator.steps=0",
+    ],
+    "fadi": ["model.name=cnn_bn"],  # F-ADI matches batch-norm statistics
+    "cpfl": [
+        "strategy.cohorts=2",
+        "strategy.window=2",
+        "strategy.patience=3",
+        "strategy.cohort_eval_every=0",
+        "strategy.distill.epochs=3",  # batch 512 is one step per epoch on the public share
+        "strategy.distill.batch_size=32",
+    ],
+    "scaffold": ["train.momentum=0", "train.local_epochs=2"],  # diverges with momentum 0.9
+    "dafkd": ["train.optimizer=adam", "train.lr=0.003", "train.momentum=0"],  # SGD: chance
+}
+
+
+def config_file(name: str) -> Path:
+    """``conf/<name>.yaml`` if there is one, else ``conf/default.yaml``."""
+    own = ROOT / "conf" / f"{name}.yaml"
+    return own if own.is_file() else ROOT / "conf" / "default.yaml"
+
+
+def one_shot(name: str) -> bool:
+    return issubclass(strategy_class(name), OneShot)
+
+
+def _fields(cls: type, prefix: str = "") -> dict[str, Any]:
+    """Dotted path -> default of every leaf field of a Config dataclass."""
+    out: dict[str, Any] = {}
+    inst = cls()
+    for f in dataclasses.fields(cls):
+        value = getattr(inst, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(_fields(type(value), f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = value
+    return out
+
+
+def tiny_overrides(name: str, out_dir: Path, robust: bool = True) -> list[str]:
+    """The overrides of ``name``'s tiny run writing to ``out_dir``."""
+    defaults = _fields(strategy_class(name).Config)
+    cuts = [
+        f"strategy.{path}={value}"
+        for path, value in CUTS.items()
+        if path in defaults
+        and (
+            isinstance(value, str)
+            or defaults[path] is None
+            or (
+                isinstance(defaults[path], int)
+                and not isinstance(defaults[path], bool)
+                and defaults[path] > value  # type: ignore[operator]
+            )
+        )
+    ]
+    return [
+        f"strategy.name={name}",
+        *COMMON,
+        f"rounds={1 if one_shot(name) else 2}",
+        *cuts,
+        *EXTRA.get(name, []),
+        *(ROBUST_OVERRIDES.get(name, []) if robust else []),
+        f"output_dir={out_dir}",
+    ]
+
+
+def tiny_config(name: str, out_dir: Path):
+    try:
+        return load_experiment(config_file(name), tiny_overrides(name, out_dir))
+    except ConfigError as exc:
+        raise FuzzerBug(f"{name}: the tiny configuration is invalid: {exc}") from exc
+
+
+class FuzzerBug(Exception):
+    """The fuzzer's own fault (an invalid configuration), never a finding about the server."""
+
+
+# -- what the server is sent back ---------------------------------------------------------------
+@dataclass(frozen=True, repr=False)
+class Slot:
+    """One record of a reply: its name, its kind and its keys (float arrays marked)."""
+
+    name: str
+    kind: str  # "array" | "metric" | "config"
+    keys: tuple[str, ...]
+    float_keys: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"{self.kind} record {self.name!r}"
+
+
+@dataclass(frozen=True, repr=False)
+class Target:
+    """A reply that the clean run got: client ``pid``'s answer to ``message_type`` in
+    ``server_round`` (the round in the message's config: 0 for FedGO's discriminators)."""
+
+    message_type: str
+    server_round: int
+    pid: int
+    slots: tuple[Slot, ...]
+
+    @property
+    def node(self) -> int:
+        return self.pid + 2  # InProcessGrid's node of partition p
+
+    def label(self) -> str:
+        return f"{self.message_type}@{self.server_round}/client {self.pid}"
+
+    __repr__ = label
+
+
+def _round_of(messages: list[Message]) -> int | None:
+    for m in messages:
+        with contextlib.suppress(Exception):
+            return int(m.content.config_records[msgs.CONFIG][msgs.SERVER_ROUND])
+    return None
+
+
+def _pid_of(reply: Message) -> int:
+    group = reply.metadata.group_id
+    return int(group) if group.isascii() and group.isdigit() else reply.metadata.src_node_id - 2
+
+
+def _slots(reply: Message) -> tuple[Slot, ...]:
+    content = reply.content
+    out = []
+    for name, rec in content.array_records.items():
+        keys = tuple(rec.keys())
+        floats = tuple(k for k in keys if np.dtype(rec[k].dtype).kind == "f")
+        out.append(Slot(name, "array", keys, floats))
+    for name, rec in content.metric_records.items():
+        out.append(Slot(name, "metric", tuple(rec.keys())))
+    for name, rec in content.config_records.items():
+        out.append(Slot(name, "config", tuple(rec.keys())))
+    return tuple(out)
+
+
+# -- mutations ----------------------------------------------------------------------------------
+ARRAY_VALUES = {"nan": np.nan, "posinf": np.inf, "neginf": -np.inf, "1e30": 1e30, "1e308": 1e308}
+SCALES = {"1e5": 1e5, "1e12": 1e12}
+GROUP_IDS = {"superscript": "\u00b2", "arabic": "\u0661"}  # "²" and "١": str.isdigit() holds
+
+KINDS: dict[str, str] = {
+    # kind -> what it does (one record / key of the reply is drawn where it applies)
+    **{f"array_{k}": f"a float array's values -> {k} (all, or one element)" for k in ARRAY_VALUES},
+    **{f"metric_{k}": f"a metric scalar -> {k}" for k in ARRAY_VALUES},
+    "dtype_float64": "an array cast to float64",
+    "dtype_int": "an array cast to int64",
+    "dtype_bool": "an array cast to bool",
+    "shape": "an array of another shape",
+    "metric_list": "a metric scalar -> a list of floats",
+    "metric_string": "the metric record sent as a ConfigRecord with a string in it",
+    "missing_key": "one key of a record removed",
+    "missing_record": "one record removed",
+    "extra_key": "an unknown key added to a record",
+    "extra_record": "an unknown record added",
+    **{f"scale_{k}": f"every float array of a record x{k}" for k in SCALES},
+    **{f"scale_last_{k}": f"the last layer (last two arrays) of a record x{k}" for k in SCALES},
+    "group_superscript": 'metadata.group_id -> "\u00b2"',
+    "group_arabic": 'metadata.group_id -> "\u0661"',
+    "group_other": "metadata.group_id -> another client's partition id",
+    "group_garbage": "metadata.group_id -> garbage",
+    "duplicate": "the reply yielded twice (the same Message)",
+    "duplicate_copy": "the reply yielded twice (a deep copy)",
+}
+"""Every mutation kind; the benchmark runs each on each strategy."""
+
+METADATA_KINDS = {k for k in KINDS if k.startswith(("group_", "duplicate"))}
+
+
+def applicable(kind: str, target: Target) -> bool:
+    """Whether ``kind`` has something to change in ``target``'s reply."""
+    slots = target.slots
+    arrays = [s for s in slots if s.kind == "array" and s.keys]
+    if kind in METADATA_KINDS or kind == "extra_record":
+        return True
+    if kind in ("extra_key", "missing_record"):
+        return bool(slots)
+    if kind == "missing_key":
+        return any(s.keys for s in slots)
+    if kind.startswith(("array_", "scale_")):
+        return any(s.float_keys for s in arrays)
+    if kind.startswith("dtype_") or kind == "shape":
+        return bool(arrays)
+    if kind == "metric_string":
+        return any(s.kind == "metric" and s.keys for s in slots)
+    if kind.startswith("metric_"):
+        return any(s.kind in ("metric", "config") and s.keys for s in slots)
+    raise KeyError(kind)
+
+
+@dataclass(frozen=True, repr=False)
+class Mutation:
+    """What to do to ``target``'s reply: ``kind`` on ``record`` / ``key`` (``None``: not used),
+    ``whole``: every element (else one), ``other``: the relabelled group id."""
+
+    target: Target
+    kind: str
+    record: str | None = None
+    key: str | None = None
+    whole: bool = True
+    other: str = ""
+
+    def describe(self) -> str:
+        where = "".join(
+            [
+                f" {self.record}" if self.record else "",
+                f"[{self.key!r}]" if self.key else "",
+                " (one element)" if not self.whole and self.kind.startswith("array_") else "",
+                f" -> {self.other!r}" if self.other else "",
+            ]
+        )
+        return f"{self.kind}{where} on {self.target.label()}"
+
+    __repr__ = describe  # what Hypothesis prints for a falsifying example
+
+    # -- applying --------------------------------------------------------------------------
+    def apply(self, reply: Message) -> list[Message]:
+        """The messages the server gets instead of ``reply`` (edited in place)."""
+        kind = self.kind
+        if kind == "duplicate":
+            return [reply, reply]
+        if kind == "duplicate_copy":
+            return [reply, copy.deepcopy(reply)]
+        if kind.startswith("group_"):
+            reply.metadata.__dict__["_group_id"] = self.other  # as messages._from_destination
+            return [reply]
+        content = reply.content
+        if kind == "extra_record":
+            content["fuzz-extra"] = {
+                "array": ArrayRecord({"fuzz": Array(np.ones(3, np.float32))}),
+                "metric": MetricRecord({"fuzz": 1.0}),
+                "config": ConfigRecord({"fuzz": "x"}),
+            }[self.key or "metric"]
+            return [reply]
+        if kind == "missing_record":
+            del content[self.record]
+            return [reply]
+        rec = content[self.record]
+        if kind == "missing_key":
+            items = dict(rec.items())
+            items.pop(self.key, None)
+            content[self.record] = type(rec)(items)
+            return [reply]
+        if isinstance(rec, ArrayRecord):
+            content[self.record] = ArrayRecord(self._arrays(to_plain(rec)))
+        else:
+            content[self.record] = self._scalars(rec)
+        return [reply]
+
+    def _arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, Array]:
+        kind, key = self.kind, self.key
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            if kind == "extra_key":
+                arrays["fuzz-extra"] = np.ones(3, np.float32)
+            elif kind.startswith("array_"):
+                v = arrays[key].copy()
+                value = ARRAY_VALUES[kind.removeprefix("array_")]
+                if self.whole:
+                    v[...] = value
+                else:
+                    v.reshape(-1)[0] = value
+                arrays[key] = v
+            elif kind.startswith("scale_last_"):
+                factor = SCALES[kind.removeprefix("scale_last_")]
+                floats = [k for k, v in arrays.items() if v.dtype.kind == "f"]
+                for k in floats[-2:]:
+                    arrays[k] = (arrays[k] * factor).astype(arrays[k].dtype)
+            elif kind.startswith("scale_"):
+                factor = SCALES[kind.removeprefix("scale_")]
+                for k, v in arrays.items():
+                    if v.dtype.kind == "f":
+                        arrays[k] = (v * factor).astype(v.dtype)
+            elif kind == "dtype_float64":
+                arrays[key] = arrays[key].astype(np.float64)
+            elif kind == "dtype_int":
+                arrays[key] = arrays[key].astype(np.int64)
+            elif kind == "dtype_bool":
+                arrays[key] = arrays[key].astype(bool)
+            elif kind == "shape":
+                v = arrays[key]
+                arrays[key] = np.zeros((*v.shape, 2), v.dtype) if self.whole else v.reshape(-1)[:1]
+            else:
+                raise KeyError(kind)
+        return {k: Array(np.asarray(v, order="C")) for k, v in arrays.items()}
+
+    def _scalars(self, rec: MetricRecord | ConfigRecord) -> MetricRecord | ConfigRecord:
+        kind, key = self.kind, self.key
+        items = dict(rec.items())
+        if kind == "extra_key":
+            items["fuzz-extra"] = 1.0
+        elif kind.startswith("metric_") and kind.removeprefix("metric_") in ARRAY_VALUES:
+            items[key] = float(ARRAY_VALUES[kind.removeprefix("metric_")])
+        elif kind == "metric_list":
+            items[key] = [1.0, 2.0]
+        elif kind == "metric_string":
+            items[key] = "garbage"
+            return ConfigRecord(items)
+        elif kind.startswith("dtype_") or kind == "shape":
+            return rec  # nothing array-like here (not drawn: see applicable)
+        else:
+            raise KeyError(kind)
+        return type(rec)(items)
+
+
+def to_plain(rec: ArrayRecord) -> dict[str, np.ndarray]:
+    return {k: v.numpy() for k, v in rec.items()}
+
+
+def choose(kind: str, target: Target, pick: Callable[[list], Any], others: list[int]) -> Mutation:
+    """A concrete mutation of ``kind`` on ``target``; ``pick`` chooses among options (Hypothesis'
+    ``draw(sampled_from(...))`` in the test, a seeded ``random.choice`` in the benchmark)."""
+    slots = {s.name: s for s in target.slots}
+
+    def slot(where: Callable[[Slot], bool]) -> Slot:
+        return slots[pick([s.name for s in target.slots if where(s)])]
+
+    if kind in ("duplicate", "duplicate_copy"):
+        return Mutation(target, kind)
+    if kind.startswith("group_"):
+        if kind == "group_other":
+            value = str(pick(others or [target.pid + 1]))
+        elif kind == "group_garbage":
+            value = pick(["x", "-1", "99999999999999999999", " 1", "1.0", "0x1"])
+        else:
+            value = GROUP_IDS[kind.removeprefix("group_")]
+        return Mutation(target, kind, other=value)
+    if kind == "extra_record":
+        return Mutation(target, kind, key=pick(["array", "metric", "config"]))
+    if kind in ("missing_record", "extra_key"):
+        return Mutation(target, kind, slot(lambda s: True).name)
+    if kind == "missing_key":
+        chosen = slot(lambda s: bool(s.keys))
+        return Mutation(target, kind, chosen.name, pick(list(chosen.keys)))
+    if kind.startswith("scale_"):
+        return Mutation(target, kind, slot(lambda s: bool(s.float_keys)).name)
+    if kind.startswith("array_"):
+        chosen = slot(lambda s: bool(s.float_keys))
+        whole = pick([True, False])
+        return Mutation(target, kind, chosen.name, pick(list(chosen.float_keys)), whole)
+    if kind.startswith("dtype_") or kind == "shape":
+        chosen = slot(lambda s: s.kind == "array" and bool(s.keys))
+        whole = pick([True, False]) if kind == "shape" else True
+        return Mutation(target, kind, chosen.name, pick(list(chosen.keys)), whole)
+    if kind.startswith("metric_"):
+        wanted = ("metric",) if kind == "metric_string" else ("metric", "config")
+        chosen = slot(lambda s: s.kind in wanted and bool(s.keys))
+        return Mutation(target, kind, chosen.name, pick(list(chosen.keys)))
+    raise KeyError(kind)
+
+
+def replay(clean: Clean, kind: str, reply: str, **fields: Any) -> Mutation:
+    """The mutation of ``kind`` on the clean run's reply labelled ``reply``
+    (:meth:`Target.label`, e.g. ``"train@1/client 0"``) with ``fields`` of :class:`Mutation`
+    (``record``, ``key``, ``whole``, ``other``): a known case, replayed as it was found."""
+    targets = {t.label(): t for t in clean.targets}
+    if reply not in targets:
+        raise FuzzerBug(f"{clean.name}: no reply {reply!r} in the clean run ({sorted(targets)})")
+    return Mutation(targets[reply], kind, **fields)
+
+
+# -- running ------------------------------------------------------------------------------------
+class _Catcher(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            self.lines.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def warnings_logged() -> Iterator[list[str]]:
+    """WARNING and above of Flower's logger (the strategies') and fedgo_flwr's, as text."""
+    catcher = _Catcher()
+    loggers = [logging.getLogger("flwr"), logging.getLogger("fedgo_flwr")]
+    for lg in loggers:
+        lg.addHandler(catcher)
+    try:
+        yield catcher.lines
+    finally:
+        for lg in loggers:
+            lg.removeHandler(catcher)
+
+
+@dataclass
+class Interception:
+    """What :func:`intercepted` saw: the mutations applied, and the slice of the logged
+    warnings that answer the mutated reply (``window``: from its arrival to the next batch of
+    messages the server sends, or the end of the run)."""
+
+    applied: list[str] = field(default_factory=list)
+    window: list[int] = field(default_factory=list)  # [start] or [start, end] in ``lines``
+
+
+@contextlib.contextmanager
+def intercepted(
+    mutation: Mutation | None,
+    seen: list[Target] | None = None,
+    lines: list[str] | None = None,
+) -> Iterator[Interception]:
+    """Wrap :meth:`InProcessGrid.stream`: record every reply's :class:`Target` in ``seen`` and
+    apply ``mutation`` to its target's replies, noting where in ``lines`` (the warnings being
+    logged) the server's answer to it starts and ends."""
+    original = InProcessGrid.stream
+    state = Interception()
+    logged = lines if lines is not None else []
+
+    def stream(self, messages, *, timeout=None):
+        if len(state.window) == 1:  # the server sends again: it is done with the mutated reply
+            state.window.append(len(logged))
+        messages = list(messages)
+        rnd = _round_of(messages)
+        for reply in original(self, messages, timeout=timeout):
+            if rnd is None or reply.has_error():
+                yield reply
+                continue
+            target = Target(reply.metadata.message_type, rnd, _pid_of(reply), _slots(reply))
+            if seen is not None:
+                seen.append(target)
+            t = mutation.target if mutation is not None else None
+            if t is not None and (t.message_type, t.server_round, t.pid) == (
+                target.message_type,
+                target.server_round,
+                target.pid,
+            ):
+                state.applied.append(mutation.describe())
+                if not state.window:
+                    state.window.append(len(logged))
+                yield from mutation.apply(reply)
+            else:
+                yield reply
+
+    InProcessGrid.stream = stream  # type: ignore[method-assign]
+    try:
+        yield state
+    finally:
+        InProcessGrid.stream = original  # type: ignore[method-assign]
+        if len(state.window) == 1:
+            state.window.append(len(logged))
+
+
+def _snapshot(*dirs: Path) -> dict[str, float]:
+    """Files under ``dirs`` (not .git, .venv, caches) -> mtime."""
+    skip = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache"}
+    out: dict[str, float] = {}
+    for top in dirs:
+        for base, subdirs, files in os.walk(top):
+            subdirs[:] = [d for d in subdirs if d not in skip]
+            for f in files:
+                p = os.path.join(base, f)
+                with contextlib.suppress(OSError):
+                    out[p] = os.stat(p).st_mtime_ns
+    return out
+
+
+def strict_json_problems(out_dir: Path) -> list[str]:
+    """Every ``*.json`` / ``*.jsonl`` under ``out_dir`` that does not parse strictly."""
+
+    def refuse(constant: str):
+        raise ValueError(f"non-standard constant {constant}")
+
+    problems = []
+    for path in sorted([*out_dir.rglob("*.json"), *out_dir.rglob("*.jsonl")]):
+        try:
+            text = path.read_text()
+            lines = text.splitlines() if path.suffix == ".jsonl" else [text]
+            for line in lines:
+                if line.strip():
+                    json.loads(line, parse_constant=refuse)
+        except Exception as exc:  # noqa: BLE001 - reported
+            problems.append(f"{path.relative_to(out_dir)}: {type(exc).__name__}: {exc}")
+    return problems
+
+
+def _final(out_dir: Path) -> tuple[float | None, float | None]:
+    """The final test accuracy and loss (``summary.json``, else the last metrics row)."""
+    acc = loss = None
+    with contextlib.suppress(Exception):
+        rows = [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines() if x]
+        rows = [r for r in rows if r.get("test_accuracy") is not None]
+        acc, loss = rows[-1]["test_accuracy"], rows[-1].get("test_loss")
+    with contextlib.suppress(Exception):
+        summary = json.loads((out_dir / "summary.json").read_text())
+        acc, loss = summary.get("final_accuracy", acc), summary.get("final_loss", loss)
+    return acc, loss
+
+
+@dataclass
+class Outcome:
+    """What one run did."""
+
+    error: BaseException | None = None
+    trace: str = ""
+    warnings: list[str] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)  # the warnings in Interception.window
+    applied: list[str] = field(default_factory=list)
+    json_problems: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)
+    accuracy: float | None = None
+    loss: float | None = None
+    seconds: float = 0.0
+
+
+def run_case(name: str, out_dir: Path, mutation: Mutation | None) -> Outcome:
+    """One tiny run of ``name`` into ``out_dir`` (fresh) with ``mutation`` applied."""
+    cfg = tiny_config(name, out_dir)
+    watched = sorted({ROOT.resolve(), Path.cwd().resolve()})
+    watched = [d for d in watched if not any(o in d.parents for o in watched)]
+    before = _snapshot(*watched)
+    outcome = Outcome()
+    t0 = time.perf_counter()
+    with warnings_logged() as lines, intercepted(mutation, lines=lines) as state:
+        try:
+            run_inprocess(cfg)
+        except ConfigError as exc:
+            raise FuzzerBug(f"{name}: ConfigError out of the run: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - the finding
+            outcome.error = exc
+            outcome.trace = traceback.format_exc()
+    outcome.seconds = time.perf_counter() - t0
+    outcome.warnings, outcome.applied = list(lines), list(state.applied)
+    if state.window:
+        outcome.answer = lines[state.window[0] : state.window[1]]
+    after = _snapshot(*watched)
+    out = str(out_dir.resolve())
+    outcome.outside = sorted(
+        p
+        for p, m in after.items()
+        if before.get(p) != m and not os.path.abspath(p).startswith(out + os.sep)
+    )
+    outcome.json_problems = strict_json_problems(out_dir) if out_dir.is_dir() else []
+    outcome.accuracy, outcome.loss = _final(out_dir)
+    return outcome
+
+
+@dataclass
+class Clean:
+    """A strategy's clean run: its outcome and every reply it got."""
+
+    name: str
+    outcome: Outcome
+    targets: list[Target]
+
+    def others(self, target: Target) -> list[int]:
+        """Partition ids other than the target's (for a relabelled group id)."""
+        pids = sorted({t.pid for t in self.targets} | set(range(4)))
+        return [p for p in pids if p != target.pid]
+
+
+_CLEAN: dict[str, Clean] = {}
+
+
+def clean_run(name: str, scratch: Path | None = None) -> Clean:
+    """``name``'s clean run, once per process (cached)."""
+    if name not in _CLEAN:
+        base = Path(tempfile.mkdtemp(prefix=f"fuzz-clean-{name}-", dir=scratch))
+        seen: list[Target] = []
+        cfg = tiny_config(name, base / "run")
+        t0 = time.perf_counter()
+        with warnings_logged() as lines, intercepted(None, seen):
+            run_inprocess(cfg)  # a clean run must finish: anything else is a plain error
+        outcome = Outcome(warnings=list(lines), seconds=time.perf_counter() - t0)
+        outcome.accuracy, outcome.loss = _final(base / "run")
+        outcome.json_problems = strict_json_problems(base / "run")
+        unique: dict[tuple[str, int, int], Target] = {}
+        for t in seen:
+            unique.setdefault((t.message_type, t.server_round, t.pid), t)
+        _CLEAN[name] = Clean(name, outcome, list(unique.values()))
+        shutil.rmtree(base, ignore_errors=True)
+    return _CLEAN[name]
+
+
+def _names_client(line: str, target: Target) -> bool:
+    return bool(
+        re.search(rf"\bclient {target.pid}\b", line) or re.search(rf"\bnode {target.node}\b", line)
+    )
+
+
+def verdict(name: str, mutation: Mutation, outcome: Outcome, clean: Clean) -> str | None:
+    """Why the case fails (the first line is the summary), or ``None``."""
+    if outcome.error is not None:
+        last = outcome.trace.strip().splitlines()[-1] if outcome.trace else repr(outcome.error)
+        return f"run raised: {last}\n{outcome.trace}"
+    if outcome.json_problems:
+        return f"non-strict JSON: {outcome.json_problems[0]}\n" + "\n".join(outcome.json_problems)
+    if outcome.outside:
+        return f"wrote outside the run folder: {outcome.outside[0]}\n" + "\n".join(outcome.outside)
+    if not outcome.applied:
+        return None  # the target reply never came (the strategy took another path): no finding
+    target = mutation.target
+    # Dropped: a warning naming the client while the server dealt with the mutated reply (not
+    # one of the clean run's, and not a later round's: a reply accepted and then poisoning
+    # the model makes every client fail later, and that names the client too).
+    usual = set(clean.outcome.warnings)
+    dropped = any(_names_client(w, target) and w not in usual for w in outcome.answer)
+    acc, ref = outcome.accuracy, clean.outcome.accuracy
+    if acc is None or ref is None:
+        return f"no final test accuracy (clean {ref}, mutated {acc})"
+    robust = name in ROBUST_OVERRIDES
+    if robust and acc < ref - ROBUST_MARGIN:
+        return (
+            f"robust options on, and the final accuracy fell {acc - ref:+.4f} (clean "
+            f"{ref:.4f}; margin {ROBUST_MARGIN}; the reply was {'' if dropped else 'not '}dropped)"
+        )
+    if dropped:
+        return None
+    if outcome.loss is not None and not math.isfinite(outcome.loss):
+        return f"kept without a warning and the final test loss is {outcome.loss}"
+    if not robust and abs(acc - ref) > NO_EFFECT_MARGIN:
+        return (
+            f"kept without a warning naming client {target.pid} (node {target.node}), and the "
+            f"final accuracy moved {acc - ref:+.4f} (clean {ref:.4f}; margin {NO_EFFECT_MARGIN})"
+        )
+    return None
+
+
+def first_line(reason: str) -> str:
+    return reason.splitlines()[0][:300]
+
+
+def strategy_names() -> list[str]:
+    return available()
