@@ -408,7 +408,7 @@ class Strategy(FlowerStrategy):
                 log(INFO, "%s", title)
             out = self.run_row(row, grid, arrays, ConfigRecord(train_config), timeout)
             # Clients that died with a Ctrl-C/TERM must not make a row (fedgo_flwr.shutdown).
-            raise_if_stopping(f"row {row}")
+            raise_if_stopping(f"round {row}")
             if out.arrays is not None:
                 arrays = out.arrays
                 result.arrays = arrays
@@ -421,7 +421,7 @@ class Strategy(FlowerStrategy):
                 if res is not None:
                     result.evaluate_metrics_serverapp[row] = res
             if round_end is not None:
-                raise_if_stopping(f"row {row}'s checkpoint")
+                raise_if_stopping(f"round {row}'s checkpoint")
                 round_end(row, arrays if out.checkpoint is None else out.checkpoint)
             if self.finished:
                 break
