@@ -569,6 +569,7 @@ class Strategy(FlowerStrategy):
             self.reply_spec(),
             self.reply_templates,
             lambda c: self.check_reply(c.content),
+            self._record_labels if self.heterogeneous else None,
         )
         if checked is None:
             return None
@@ -580,6 +581,12 @@ class Strategy(FlowerStrategy):
             metrics=checked.metrics,
             content=checked.content,
         )
+
+    def _record_labels(self, pid: int, key: str) -> tuple[str, str]:
+        """How a refused record of client ``pid`` is named with ``model.client_models``."""
+        if key == msgs.ARRAYS:
+            return f"arrays (its model '{self.client_arch(pid)}')", "that model"
+        return f"ArrayRecord {key!r}", "the server's"
 
     def drop(self, reply: Reply, reason: str) -> None:
         """Drop an accepted ``reply`` after all (:class:`ReplyRejected` from :meth:`absorb`)."""

@@ -15,10 +15,10 @@ from clients.fedgo import FedGOClient
 from fedgo_flwr.config import ConfigError
 from fedgo_flwr.gan import build_critic
 from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.protocol import RoundIntake
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, GENERATOR_KEY
 from fedgo_flwr.task import make_partition, sample_clients
 from strategies import load_experiment
-from strategies._fedgan import FedGANStage
 from strategies._prefl import seeded_generator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -374,16 +374,16 @@ def test_fedgan_averages_by_data_size_and_leaves_out_a_failed_client(tmp_path, m
 def test_fedgan_resumes_after_its_last_finished_round(tmp_path, monkeypatch):
     straight = tmp_path / "straight"
     run(straight, *G3)
-    original = FedGANStage._fedgan_reply
+    original = RoundIntake.take
 
-    def dying(self, reply, templates, rnd, used):
-        if rnd == 2:
+    def dying(self, msg, *args, **kwargs):
+        if self.what.startswith("FedGAN round 2"):
             raise KeyboardInterrupt  # the server stops inside FedGAN round 2
-        return original(self, reply, templates, rnd, used)
+        return original(self, msg, *args, **kwargs)
 
     stopped = tmp_path / "stopped"
     with monkeypatch.context() as m:
-        m.setattr(FedGANStage, "_fedgan_reply", dying)
+        m.setattr(RoundIntake, "take", dying)
         with pytest.raises(KeyboardInterrupt):
             run(stopped, *G3)
     assert torch.load(stopped / "fedgan.pt")["round"] == 1

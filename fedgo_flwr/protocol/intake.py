@@ -129,9 +129,12 @@ class RoundIntake:
         spec: ReplySpec,
         templates: Templates | Callable[[int], Templates],
         extra_check: Callable[[Checked], str | None] | None = None,
+        labels: Callable[[int, str], tuple[str, str]] | None = None,
     ) -> Checked | None:
         """``msg`` checked against ``spec`` and ``templates`` (or a function of the partition
-        id giving them), then ``extra_check``; ``None`` (logged) if it is refused."""
+        id giving them), then ``extra_check``; ``None`` (logged) if it is refused.
+        ``labels(pid, key)`` names a record and its template in the reason (default:
+        ``"arrays"`` / ``"ArrayRecord 'key'"`` against the global model)."""
         node = msg.metadata.src_node_id
         pid = self.pid_of(msg)
         if pid in self.expected:
@@ -145,7 +148,7 @@ class RoundIntake:
             reason = self._problem(msg, pid, spec)
             if reason is None:
                 checked = self._unpack(msg, pid)
-                reason = self._arrays_problem(checked, spec, templates)
+                reason = self._arrays_problem(checked, spec, templates, labels)
             if reason is None and extra_check is not None:
                 reason = extra_check(checked)
         except Exception as exc:  # noqa: BLE001 - no reply may end the run
@@ -206,14 +209,20 @@ class RoundIntake:
         checked: Checked,
         spec: ReplySpec,
         templates: Templates | Callable[[int], Templates],
+        labels: Callable[[int, str], tuple[str, str]] | None,
     ) -> str | None:
-        refs = templates(checked.partition_id) if callable(templates) else templates
+        pid = checked.partition_id
+        refs = templates(pid) if callable(templates) else templates
         for key, arrays in checked.arrays.items():
             ref = refs.get(key)
             if ref is None:  # declared, but the strategy gave no template: refuse, never guess
                 return f"ArrayRecord {key!r} has no server template to check it against"
-            what = "arrays" if key == spec.arrays[0] else f"ArrayRecord {key!r}"
-            problem = check_arrays(arrays, ref, what)
+            if labels is not None:
+                what, of = labels(pid, key)
+            else:
+                what = "arrays" if key == spec.arrays[0] else f"ArrayRecord {key!r}"
+                of = "the global model" if key == spec.arrays[0] else "the server's"
+            problem = check_arrays(arrays, ref, what, of)
             if problem is not None:
                 return problem
         return None
