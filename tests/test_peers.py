@@ -378,10 +378,11 @@ def test_fedtgp_end_to_end(tmp_path):
 @pytest.mark.parametrize(
     "edit, reason",
     [
-        (lambda a: {**a, "protos": a["protos"] * np.nan}, "not finite"),
-        (lambda a: {**a, "protos": a["protos"][:, :3]}, "expected float32"),
+        # the intake checks the upload against its template; the counts are FedTGP's own check
+        (lambda a: {**a, "protos": a["protos"] * np.nan}, "'protos' holds non-finite values"),
+        (lambda a: {**a, "protos": a["protos"][:, :3]}, "'protos' has shape"),
         (lambda a: {**a, "counts": a["counts"] + 1}, "differ from the server's class counts"),
-        (lambda a: {"protos": a["protos"]}, "not counts and protos"),
+        (lambda a: {"protos": a["protos"]}, "keys differ from the server's"),
     ],
     ids=["nan", "shape", "counts", "keys"],
 )
