@@ -152,9 +152,11 @@ def test_an_infinite_discriminator_metric_leaves_prefl_json_strict(tmp_path, mon
     )
     run_inprocess(config(tmp_path, *FEDGO))
     prefl = strict_loads((tmp_path / "prefl.json").read_text())
-    assert prefl["discriminators"]["2"]["disc_loss"] is None  # the key stays, as null
-    assert prefl["missing_discriminators"] == []  # the discriminator itself is usable
-    assert notes(flwr_log) == [f"prefl.json: {NOTE} at discriminators.2.disc_loss"]
+    # The intake refuses a metric that is no finite number: the reply is dropped, named, and
+    # nothing non-finite reaches the file.
+    assert "2" not in prefl["discriminators"] and prefl["missing_discriminators"] == [2]
+    dropped = [r.getMessage() for r in flwr_log.records if "client 2 (node 4)" in r.getMessage()]
+    assert any("metric 'disc_loss'" in m for m in dropped), dropped
     assert "prefl.json" in {p.name for p in assert_strict_files(tmp_path)}
 
 
