@@ -16,7 +16,7 @@ This module knows the core sections only. ``strategy:`` holds the algorithm's na
 parameters as an unchecked mapping; the strategy package builds them, once, into the
 algorithm's typed ``Config`` (:func:`strategies.load_experiment`, which is what the apps call).
 ``conf/base.yaml`` lists every core key with the default declared here (a test keeps them equal),
-and README.md documents each key.
+and docs/configuration.md documents each key (generated from these dataclasses).
 """
 
 from __future__ import annotations

@@ -40,6 +40,8 @@ class DENSEBoost(BoostSettings):
 
 @dataclass
 class DENSEConfig(CoBoostingConfig):
+    """Co-Boosting's parameters with DENSE's synthesis and boost defaults."""
+
     synthesis: DENSESynthesis = field(default_factory=DENSESynthesis)
     boost: DENSEBoost = field(default_factory=DENSEBoost)
 

@@ -34,6 +34,8 @@ __all__ = ["FADI", "FADIConfig"]
 
 @dataclass
 class FADISynthesis(SynthesisSettings):
+    """F-ADI optimises pixels under DeepInversion's batch-norm and image-prior terms."""
+
     source: str = "pixels"
     lr: float = 0.05
     beta1: float = 0.9
@@ -46,12 +48,16 @@ class FADISynthesis(SynthesisSettings):
 
 @dataclass
 class FADIBoost(BoostSettings):
+    """No learned weights, no diversification."""
+
     reweight: bool = False
     diversify: bool = False
 
 
 @dataclass
 class FADIConfig(CoBoostingConfig):
+    """Co-Boosting's parameters with F-ADI's synthesis and boost defaults."""
+
     synthesis: FADISynthesis = field(default_factory=FADISynthesis)
     boost: FADIBoost = field(default_factory=FADIBoost)
 

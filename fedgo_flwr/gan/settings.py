@@ -140,7 +140,7 @@ class DiscriminatorConfig:
     run (``discriminators.pt``) instead of a discriminator round. ``loss``: the squashing the
     discriminator is trained through (``sigmoid``: BCE on sigmoid(z), the paper's Alg. 3).
 
-    Beyond the paper (the issue's "informative discriminators"): by FedGO's Eq. (9) the weight
+    Beyond the paper (informative discriminators): by FedGO's Eq. (9) the weight
     is ``n_k p_k(x) / sum_i n_i p_i(x)``, and a discriminator trained against any reference
     density ``p_ref`` estimates ``p_k / p_ref``; the reference cancels in the weights wherever it
     covers the clients' data. ``reference`` picks it:
