@@ -57,14 +57,11 @@ class ScaffoldConfig(BaseConfig):
     mean of the client's K local (corrected) step directions, so for plain SGD
     ``delta c_i = c_i+ - c_i`` is the difference of two mean minibatch gradients: its norm is
     at most twice the client's gradient norm. Honest clients of the shipped configs stay far
-    below 1e6: ``conf/scaffold.yaml`` (digits, SGD) gives at most 2.4 over 15 rounds (also with
-    ``cnn_bn`` or batch size 2), Adam about 300 (its steps are ~lr per coordinate, so the norm
-    grows like the square root of the parameter count: ~1e4 for a 25M-parameter ResNet-50).
-    Only a diverging run comes near it (SGD with lr 0.5 reached 4.6e3; momentum 0.9, 1.2e16
-    while blowing up), and such a reply is better left out. Each accepted delta then moves
-    ``c`` by at most ``bound * m / N`` per round (m replies, N clients), so ``c`` stays finite
-    in float32 for any number of rounds. Raise it for models or data whose gradients are
-    larger.
+    below 1e6, with Adam too (its steps are ~lr per coordinate, so the norm grows like the square
+    root of the parameter count); only a diverging run comes near it, and such a reply is better
+    left out. Each accepted delta then moves ``c`` by at most ``bound * m / N`` per round (m
+    replies, N clients), so ``c`` stays finite in float32 for any number of rounds. Raise it
+    for models or data whose gradients are larger.
     """
 
     global_lr: float = 1.0
