@@ -598,6 +598,19 @@ def default_of(f: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
+def section_changes(value: Any, sub: type) -> str:
+    """The defaults a field's own ``default_factory`` changes in section ``sub``, as YAML."""
+    if not isinstance(value, sub):
+        return ""
+    plain = sub()
+    changed = [
+        f"`{f.name}: {yaml_value(getattr(value, f.name))}`"
+        for f in dataclasses.fields(sub)
+        if getattr(value, f.name) != getattr(plain, f.name)
+    ]
+    return ", ".join(changed)
+
+
 def note_for(cls: type, name: str) -> str | None:
     for klass in cls.__mro__:
         note = NOTES.get(f"{klass.__qualname__}.{name}")
@@ -652,6 +665,9 @@ class Renderer:
         else:
             link = f"[{sub.__qualname__}](#{self.anchors[sub]})"
             facts = [f"list of {link}" if typing.get_origin(tp) is list else f"section {link}"]
+            changed = section_changes(default_of(f), sub)
+            if changed:
+                facts.append(f"here {changed}")
         default = default_of(f)
         if sub is None and default is not dataclasses.MISSING:
             facts.append(f"default `{yaml_value(default)}`")
