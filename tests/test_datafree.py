@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedgo_flwr import datafree
 from fedgo_flwr.datafree import (
     BNStatistics,
     BoostSettings,
@@ -56,22 +55,6 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.flatten(1) @ self.weight.t()
-
-
-def test_package_reexports_the_public_api_of_its_modules() -> None:
-    modules = (
-        datafree.generator,
-        datafree.ensemble,
-        datafree.losses,
-        datafree.pool,
-        datafree.synthesis,
-        datafree.engine,
-    )
-    assert set(datafree.__all__) == set().union(*(m.__all__ for m in modules))
-    for name in datafree.__all__:
-        assert getattr(datafree, name) is getattr(
-            next(m for m in modules if name in m.__all__), name
-        )
 
 
 # -- weighted ensemble ------------------------------------------------------------------------

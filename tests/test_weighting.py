@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedgo_flwr import weighting
 from fedgo_flwr.weighting import (
     BYZANTINE_LOGIT,
     DISC_MODES,
@@ -48,20 +47,6 @@ METHOD_CASES: tuple[tuple[str, dict[str, object]], ...] = (
     ("fedgo", {"disc_mode": "sigmoid"}),
     ("oracle", {}),
 )
-
-
-def test_package_reexports_the_public_api_of_its_modules() -> None:
-    modules = (
-        weighting.inputs,
-        weighting.discriminators,
-        weighting.methods,
-        weighting.ensemble,
-    )
-    assert set(weighting.__all__) == set().union(*(m.__all__ for m in modules))
-    for name in weighting.__all__:
-        assert getattr(weighting, name) is getattr(
-            next(m for m in modules if name in m.__all__), name
-        )
 
 
 def random_inputs(
