@@ -17,14 +17,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedgo_flwr.gan.common import (
-    _LEAK,
-    _as_shape,
-    _image_shape,
-    _lookup,
-    _plan,
-    _seeded,
-)
+from fedgo_flwr.gan.common import _LEAK, _as_shape, _image_shape, _lookup, _plan, _seeded
 
 __all__ = [
     "CRITIC_NAMES",

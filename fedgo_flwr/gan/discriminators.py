@@ -50,14 +50,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedgo_flwr.gan.common import (
-    _LEAK,
-    _as_shape,
-    _dcgan_init,
-    _image_shape,
-    _lookup,
-    _seeded,
-)
+from fedgo_flwr.gan.common import _LEAK, _as_shape, _dcgan_init, _image_shape, _lookup, _seeded
 
 __all__ = [
     "DISCRIMINATOR_NAMES",

@@ -34,13 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedgo_flwr.gan.common import (
-    _as_shape,
-    _image_shape,
-    _lookup,
-    _plan,
-    _seeded,
-)
+from fedgo_flwr.gan.common import _as_shape, _image_shape, _lookup, _plan, _seeded
 
 __all__ = [
     "GENERATOR_NAMES",
