@@ -32,7 +32,7 @@ from profile_phases import timed
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from fedgo_flwr.gan.networks import build_discriminator
+from fedgo_flwr.gan.discriminators import build_discriminator
 from fedgo_flwr.models import build_model
 
 SHAPE = (3, 32, 32)

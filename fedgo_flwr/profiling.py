@@ -23,7 +23,7 @@ a distillation) is the inner phase's, not the outer one's. The phases reported t
 - ``distillation``: the server student's forward and backward pass on one image;
 - ``server_eval``: the global model's forward pass on one test image;
 - ``wgan_gp``: one real image of a critic step (with its generated partner and interpolate)
-  of WGAN-GP training (:func:`~fedgo_flwr.gan.training.train_wgan_gp`);
+  of WGAN-GP training (:func:`~fedgo_flwr.gan.wgan_gp.train_wgan_gp`);
 - ``discriminator_training``: one real image of a discriminator step (with its negative);
 - ``discriminator_logits``: a client discriminator's forward pass on one view of one image.
 """

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import json
+import pkgutil
 import re
 import subprocess
 import sys
@@ -92,6 +94,25 @@ def test_no_import_cycles():
     for module in sorted(edges):
         if module not in state:
             visit(module, [module])
+
+
+REEXPORTING = ("fedgo_flwr.datafree", "fedgo_flwr.gan", "fedgo_flwr.weighting")
+"""Library packages whose ``__init__`` re-exports the public API of their modules."""
+
+
+@pytest.mark.parametrize("package", REEXPORTING)
+def test_a_package_reexports_the_public_api_of_its_modules(package):
+    """The package's ``__init__`` re-exports exactly the names its modules list in ``__all__``
+    (the same objects): ``from fedgo_flwr.gan import build_generator`` works."""
+    pkg = importlib.import_module(package)
+    modules = [
+        importlib.import_module(f"{package}.{info.name}")
+        for info in pkgutil.iter_modules(pkg.__path__)
+    ]
+    assert set(pkg.__all__) == set().union(*(m.__all__ for m in modules))
+    for name in pkg.__all__:
+        owner = next(m for m in modules if name in m.__all__)
+        assert getattr(pkg, name) is getattr(owner, name), (package, name)
 
 
 def test_checking_a_config_does_not_import_any_strategy():

@@ -1,4 +1,4 @@
-"""Data-free distillation math (Co-Boosting, DENSE, F-ADI): fedgo_flwr/datafree.py."""
+"""Data-free distillation math (Co-Boosting, DENSE, F-ADI): fedgo_flwr/datafree/."""
 
 from __future__ import annotations
 

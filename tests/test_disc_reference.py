@@ -10,7 +10,7 @@ from torch import nn
 
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.gan import DiscriminatorConfig, build_discriminator, train_discriminator
-from fedgo_flwr.gan.training import _Negatives
+from fedgo_flwr.gan.discriminator_training import _Negatives
 from fedgo_flwr.weighting import WeightingInputs, compute_weights
 
 

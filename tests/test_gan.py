@@ -19,7 +19,6 @@ from torch import Tensor, nn
 from fedgo_flwr import gan
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import view_batches
-from fedgo_flwr.gan import external, networks, settings, training
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GanConfig, GeneratorConfig
 from fedgo_flwr.models import count_parameters
 from fedgo_flwr.schema import ConfigError, build_section
@@ -80,13 +79,6 @@ def _state_equal(a: nn.Module, b: nn.Module) -> bool:
 # ------------------------------------------------------------------------------------------
 # Registries and shapes
 # ------------------------------------------------------------------------------------------
-
-
-def test_package_reexports_the_public_api_of_its_modules() -> None:
-    modules = (networks, training, settings, external)
-    assert set(gan.__all__) == set().union(*(m.__all__ for m in modules))
-    for name in gan.__all__:
-        assert getattr(gan, name) is getattr(next(m for m in modules if name in m.__all__), name)
 
 
 def test_name_tuples() -> None:

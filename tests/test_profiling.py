@@ -13,7 +13,7 @@ from fedgo_flwr import profiling
 from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import DistillConfig, distill
-from fedgo_flwr.gan.training import discriminator_logits
+from fedgo_flwr.gan.sampling import discriminator_logits
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.training import train_local
 

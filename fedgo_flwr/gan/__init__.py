@@ -6,10 +6,16 @@ discriminator ``D_k`` (Sec. 3.1.2, Thm 3.6, Eq. (9)). Its *pre-FL* stage (Sec. 3
 a generator at the server, trained with WGAN-GP (Gulrajani et al., 2017), and one discriminator
 per client trained against it. This package holds, by what each part owns:
 
-* :mod:`fedgo_flwr.gan.networks` -- the architectures (generators, WGAN-GP critics, client
-  discriminators with raw-logit output), their builders and name tuples, :func:`count_bytes`;
-* :mod:`fedgo_flwr.gan.training` -- WGAN-GP training and its gradient penalty, client
-  discriminator training (Alg. 3), sampling, and the discriminators' logits on a data set;
+* :mod:`fedgo_flwr.gan.generators`, :mod:`fedgo_flwr.gan.critics`,
+  :mod:`fedgo_flwr.gan.discriminators` -- the architectures (generators, WGAN-GP critics, client
+  discriminators with raw-logit output), each kind with its builder and name tuple;
+* :mod:`fedgo_flwr.gan.common` -- what they share: shape checks, :func:`upsampling_plan`,
+  seeded construction, DCGAN initialisation, :func:`count_bytes`;
+* :mod:`fedgo_flwr.gan.wgan_gp` -- WGAN-GP training of the generator and its gradient penalty,
+  FedGAN's generator steps;
+* :mod:`fedgo_flwr.gan.discriminator_training` -- client discriminator training (Alg. 3);
+* :mod:`fedgo_flwr.gan.sampling` -- sampling the generator, and the discriminators' logits on a
+  data set;
 * :mod:`fedgo_flwr.gan.external` -- generators from a user's factory
   (``strategy.generator.module``, scenario G2 with any ``nn.Module``) and the one builder of
   FedGO's generator from its configuration, :func:`generator_from_config`;
@@ -19,42 +25,42 @@ per client trained against it. This package holds, by what each part owns:
 The names below are re-exported here: ``from fedgo_flwr.gan import build_generator`` works.
 """
 
+from fedgo_flwr.gan.common import count_bytes, upsampling_plan
+from fedgo_flwr.gan.critics import (
+    CRITIC_NAMES,
+    DCGANCritic,
+    MLPCritic,
+    ResNetCritic,
+    build_critic,
+)
+from fedgo_flwr.gan.discriminator_training import DISCRIMINATOR_LOSSES, train_discriminator
+from fedgo_flwr.gan.discriminators import (
+    DISCRIMINATOR_NAMES,
+    CNN4Discriminator,
+    CNNMLPDiscriminator,
+    MLPDiscriminator,
+    ResNet8Discriminator,
+    build_discriminator,
+)
 from fedgo_flwr.gan.external import (
     build_module_generator,
     generator_from_config,
     generator_output_problem,
     load_generator_factory,
 )
-from fedgo_flwr.gan.networks import (
-    CRITIC_NAMES,
-    DISCRIMINATOR_NAMES,
+from fedgo_flwr.gan.generators import (
     GENERATOR_NAMES,
-    CNN4Discriminator,
-    CNNMLPDiscriminator,
-    DCGANCritic,
     DCGANGenerator,
-    MLPCritic,
-    MLPDiscriminator,
     MLPGenerator,
-    ResNet8Discriminator,
-    ResNetCritic,
     ResNetGenerator,
-    build_critic,
-    build_discriminator,
     build_generator,
-    count_bytes,
-    upsampling_plan,
 )
+from fedgo_flwr.gan.sampling import discriminator_logits, generated_set, sample
 from fedgo_flwr.gan.settings import REFERENCES, DiscriminatorConfig, GanConfig, GeneratorConfig
-from fedgo_flwr.gan.training import (
-    DISCRIMINATOR_LOSSES,
-    discriminator_logits,
+from fedgo_flwr.gan.wgan_gp import (
     fedgan_generator_steps,
-    generated_set,
     gradient_penalty,
     interpolate_gradient_norms,
-    sample,
-    train_discriminator,
     train_wgan_gp,
 )
 

@@ -2,7 +2,7 @@
 
 FedGO (Jang, Park & Lee, ICML 2025, Sec. 3.2) lets the server (G2) "load an off-the-shelf
 generator pretrained on a sufficiently rich dataset" (the paper used StyleGAN-XL). Besides this
-project's own generators (``strategy.generator.name``, :func:`~fedgo_flwr.gan.networks.
+project's own generators (``strategy.generator.name``, :func:`~fedgo_flwr.gan.generators.
 build_generator`), ``strategy.generator.module`` names a factory::
 
     strategy.generator.module: "my_package.my_module:make_generator"
@@ -39,7 +39,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedgo_flwr.gan.networks import _seeded, build_generator
+from fedgo_flwr.gan.common import _seeded
+from fedgo_flwr.gan.generators import build_generator
 from fedgo_flwr.trust import check_import
 
 __all__ = [
@@ -163,7 +164,7 @@ def generator_from_config(gp: Any, shape: Sequence[int], *, seed: int | None = N
     :class:`~fedgo_flwr.gan.settings.GeneratorConfig`) for samples of ``shape``.
 
     ``gp.module`` set: the user's factory (:func:`build_module_generator`); otherwise this
-    project's ``gp.name`` (:func:`~fedgo_flwr.gan.networks.build_generator` with
+    project's ``gp.name`` (:func:`~fedgo_flwr.gan.generators.build_generator` with
     ``gp.model_kwargs()``). Initial weights seeded by ``seed`` either way. The server and the
     clients build the generator here, so both get the same architecture.
     """

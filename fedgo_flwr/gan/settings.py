@@ -15,14 +15,11 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from fedgo_flwr.gan.critics import build_critic
+from fedgo_flwr.gan.discriminator_training import DISCRIMINATOR_LOSSES
+from fedgo_flwr.gan.discriminators import DISCRIMINATOR_NAMES, build_discriminator
 from fedgo_flwr.gan.external import generator_from_config, load_generator_factory
-from fedgo_flwr.gan.networks import (
-    DISCRIMINATOR_NAMES,
-    GENERATOR_NAMES,
-    build_critic,
-    build_discriminator,
-)
-from fedgo_flwr.gan.training import DISCRIMINATOR_LOSSES
+from fedgo_flwr.gan.generators import GENERATOR_NAMES
 from fedgo_flwr.schema import Checker
 
 __all__ = ["REFERENCES", "DiscriminatorConfig", "GanConfig", "GeneratorConfig"]
@@ -81,7 +78,7 @@ class GeneratorConfig:
         return build_critic(self.name, shape, seed=seed, **self.model_kwargs())
 
     def wgan_kwargs(self) -> dict[str, float]:
-        """The WGAN-GP settings of :func:`~fedgo_flwr.gan.training.train_wgan_gp` beyond the
+        """The WGAN-GP settings of :func:`~fedgo_flwr.gan.wgan_gp.train_wgan_gp` beyond the
         networks, the data, the number of steps and the randomness."""
         return {
             "batch_size": self.batch_size,
@@ -91,8 +88,8 @@ class GeneratorConfig:
         }
 
     def model_kwargs(self) -> dict[str, int]:
-        """Keyword arguments of :func:`~fedgo_flwr.gan.networks.build_generator` and
-        :func:`~fedgo_flwr.gan.networks.build_critic` beyond the name and the shapes."""
+        """Keyword arguments of :func:`~fedgo_flwr.gan.generators.build_generator` and
+        :func:`~fedgo_flwr.gan.critics.build_critic` beyond the name and the shapes."""
         return {"width": self.width} if self.name in ("dcgan", "resnet") else {}
 
     def check(self, c: Checker) -> None:

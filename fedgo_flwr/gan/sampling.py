@@ -1,0 +1,189 @@
+"""Samples of FedGO's server generator, and the client discriminators' logits on a data set.
+
+After FedGO's pre-FL stage (Jang, Park & Lee, ICML 2025, Sec. 3.2, App. D) the server evaluates
+every client discriminator on the distillation set once per run (:func:`discriminator_logits`);
+that set is either the server data (D1) or ``G``'s samples (D2, :func:`sample`,
+:func:`generated_set`). Also here: the latent codes, the freezing of a network while it is only
+evaluated, and the integer checks that the training loops of :mod:`fedgo_flwr.gan.wgan_gp` and
+:mod:`fedgo_flwr.gan.discriminator_training` share. Latent codes come from an explicit
+``torch.Generator`` (``rng=``), so samples repeat exactly on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fedgo_flwr import profiling
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.distill import view_batches
+from fedgo_flwr.kernels import place
+
+__all__ = [
+    "discriminator_logits",
+    "generated_set",
+    "sample",
+]
+
+
+def _latent(n: int, latent_dim: int, rng: torch.Generator, device: torch.device) -> Tensor:
+    """``n`` standard-normal latent codes drawn on the CPU from ``rng``, then moved."""
+    return torch.randn(n, latent_dim, generator=rng).to(device)
+
+
+def _latent_dim(generator: nn.Module, latent_dim: int | None) -> int:
+    value = latent_dim if latent_dim is not None else getattr(generator, "latent_dim", None)
+    if value is None or int(value) != value or int(value) < 1:
+        raise ValueError(
+            "latent_dim must be given (an int >= 1) when the generator has no 'latent_dim' "
+            f"attribute, got {value!r}"
+        )
+    return int(value)
+
+
+@contextlib.contextmanager
+def _frozen(*modules: nn.Module) -> Iterator[None]:
+    """Eval mode and no grad for ``modules``; restores each module's train/eval mode afterwards."""
+    modes = [m.training for m in modules]
+    try:
+        for m in modules:
+            m.eval()
+        with torch.no_grad():
+            yield
+    finally:
+        for m, mode in zip(modules, modes, strict=True):
+            m.train(mode)
+
+
+def _check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or int(value) != value or int(value) < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def sample(
+    generator: nn.Module,
+    n: int,
+    latent_dim: int | None = None,
+    *,
+    rng: torch.Generator,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+) -> Tensor:
+    """Draw ``n`` samples ``G(z)`` reproducibly, e.g. the distillation set of scenario D2 (Sec 3.2).
+
+    All ``n`` latent codes are drawn up front on the CPU from ``rng`` and ``G`` runs in eval
+    mode (BatchNorm running statistics) without gradients, so the result depends only on the
+    generator's weights and the seed -- not on ``batch_size`` or ``device``. ``G``'s train/eval mode
+    is restored afterwards.
+
+    Returns:
+        ``(n, *output_shape)`` float32 CPU tensor (images in ``[-1, 1]``).
+    """
+    n = _check_positive_int("n", n, minimum=0)
+    batch_size = _check_positive_int("batch_size", batch_size)
+    zdim = _latent_dim(generator, latent_dim)
+    dev = torch.device(device)
+    place(generator, dev)
+    z_all = torch.randn(n, zdim, generator=rng)
+    outs: list[Tensor] = []
+    with _frozen(generator):
+        for i in range(0, n, batch_size):
+            outs.append(generator(z_all[i : i + batch_size].to(dev)).float().cpu())
+    if outs:
+        return torch.cat(outs)
+    shape = getattr(generator, "output_shape", None)
+    return torch.empty(0, *shape) if shape is not None else torch.empty(0)
+
+
+def generated_set(
+    generator: nn.Module,
+    n: int,
+    latent_dim: int | None,
+    rng: torch.Generator,
+    *,
+    like: ArrayDataset,
+    device: torch.device | str = "cpu",
+) -> ArrayDataset:
+    """``n`` samples of ``generator`` (:func:`sample`) as an unlabeled data set stored like
+    ``like`` (``uint8`` images when it holds ``uint8``, else ``float32``), with its number of
+    classes and flip setting: a distillation set of generated data (FedGO D2, DaFKD)."""
+    x = sample(generator, n, latent_dim, rng=rng, device=device)
+    if like.x.dtype == np.uint8:
+        x_np = ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
+    else:
+        x_np = x.numpy().astype(np.float32)
+    return ArrayDataset(
+        x=x_np, y=np.zeros(len(x_np), dtype=np.int64), num_classes=like.num_classes, flip=like.flip
+    )
+
+
+def discriminator_logits(
+    discs: Mapping[int, nn.Module],
+    data: ArrayDataset,
+    *,
+    views: int = 1,
+    num_clients: int | None = None,
+    device: torch.device | str = "cpu",
+    batch_size: int = 512,
+) -> Tensor:
+    """Raw logits ``z_k(x)`` of every client's discriminator on every view of every sample.
+
+    The server computes this once per run for the distillation set and the test split (the
+    discriminators are fixed after pre-FL, Alg. 2) and feeds it to
+    :class:`fedgo_flwr.weighting.WeightingInputs` (``disc_logits``). The samples are taken from
+    ``data`` in order by :func:`fedgo_flwr.distill.view_batches` (normalised as by
+    :func:`fedgo_flwr.data.batches`; view 1 is the horizontal flip), so the views line up with the
+    teachers' logits on the same set. Each discriminator runs in eval mode without gradients, one
+    at a time on ``device``; afterwards it is back on the CPU in its previous train/eval mode.
+
+    Args:
+        discs: Discriminators (raw-logit output) by client id (the row they fill).
+        data: The samples.
+        views: Number of views ``V`` (1: the samples as they are; 2: also their flips).
+        num_clients: Number of rows ``K``; defaults to the largest client id plus one. Rows of
+            clients without a discriminator are 0 (the neutral logit).
+        device: Where to evaluate.
+        batch_size: Samples per forward pass.
+
+    Returns:
+        ``(K, V, N)`` float32 CPU tensor.
+
+    Raises:
+        ValueError: A client id outside ``0 .. K-1``, or a bad ``views`` / ``batch_size``.
+    """
+    views = _check_positive_int("views", views)
+    batch_size = _check_positive_int("batch_size", batch_size)
+    if num_clients is None:
+        num_clients = max(discs, default=-1) + 1
+    num_clients = _check_positive_int("num_clients", num_clients, minimum=0)
+    bad = sorted(k for k in discs if not 0 <= k < num_clients)
+    if bad:
+        raise ValueError(f"client ids {bad} outside 0..{num_clients - 1} (num_clients)")
+    out = torch.zeros(num_clients, views, len(data))
+    if not discs or len(data) == 0:
+        return out
+    dev = torch.device(device)
+    images = len(discs) * views * len(data)
+    with profiling.phase("discriminator_logits", images, batch_size):
+        _fill_discriminator_logits(out, discs, view_batches(data, views, batch_size, dev), dev)
+    return out
+
+
+def _fill_discriminator_logits(
+    out: Tensor, discs: Mapping[int, nn.Module], batched: list[tuple[int, Tensor]], dev
+) -> None:
+    views = out.shape[1]
+    for k, disc in discs.items():
+        place(disc, dev)
+        parts: list[list[Tensor]] = [[] for _ in range(views)]
+        with _frozen(disc):
+            for v, x in batched:
+                parts[v].append(disc(x).float().cpu().reshape(-1))
+        out[k] = torch.stack([torch.cat(p) for p in parts])
+        disc.cpu()

@@ -1,0 +1,121 @@
+"""The weighted ensemble of the teachers' logits, its pseudo-labels, and a cap on any share.
+
+FedGO Alg. 1/2 pseudo-label a sample ``x`` with ``softmax(Σ_k w_k(x) f_k(x))`` (AVGLOGITS of
+FedDF when ``w = 1/K``): :func:`ensemble_logits` is the one implementation of that sum
+(distillation targets, pseudo-label diagnostics and ensemble evaluation all use it),
+:func:`pseudo_labels` its softmax. :func:`cap_weights` bounds any one client's share of the
+weights of :mod:`fedgo_flwr.weighting.methods`, a robustness step not in the paper.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fedgo_flwr.weighting.methods import _positive_float
+
+__all__ = ["cap_weights", "check_weight_cap", "ensemble_logits", "pseudo_labels"]
+
+
+# ------------------------------------------------------------------------------------------
+# A cap on any one client's share
+# ------------------------------------------------------------------------------------------
+
+
+def check_weight_cap(cap: Any, num_teachers: int | None = None) -> float:
+    """``cap`` as a float in ``(0, 1]`` such that ``cap * K >= 1``, else ``ValueError``.
+
+    Below ``1 / K`` no weights can sum to one with every share at most ``cap``.
+    """
+    value = _positive_float("weight_cap", "cap", cap)
+    if value > 1:
+        raise ValueError(f"weight_cap must be in (0, 1], got {cap!r}")
+    if num_teachers is not None and value * num_teachers < 1 - 1e-12:
+        raise ValueError(
+            f"weight_cap {value:g} is infeasible for {num_teachers} clients: cap * K must be "
+            f">= 1 (at least {1 / num_teachers:.4g})"
+        )
+    return value
+
+
+def cap_weights(weights: Tensor, cap: float) -> Tensor:
+    """``weights`` (``(K, ...)``, summing to 1 over ``K``) with no share above ``cap``.
+
+    A robustness post-processing step for any weighting: per sample, every client above
+    ``cap`` is set to ``cap`` and the excess goes to the others in proportion to their weights
+    (repeated until none is above; at most ``K`` passes), so the weights still sum to 1 and
+    keep their order. Clients whose weights are all zero share what is left equally when the
+    others cannot take it (e.g. single-sigmoid FedGO, where one client's huge discriminator
+    logits underflow every other weight to 0). Why: with ``disc_mode: sigmoid`` the odds are
+    ``exp(z)`` and one client that reports (or overfits to) huge logits takes weight 1.0 on
+    every sample; a cap bounds the share any single teacher has in a pseudo-label. Columns
+    already within the cap are returned unchanged (the same tensor if all are). Computed in
+    float64; returned in ``weights``' dtype. ``cap * K < 1`` raises ``ValueError``.
+    """
+    k = weights.shape[0]
+    cap = check_weight_cap(cap, k)
+    if not bool((weights > cap).any()):
+        return weights
+    w = weights.to(torch.float64)
+    fixed = torch.zeros_like(w, dtype=torch.bool)
+    for _ in range(k):
+        over = (w > cap) & ~fixed
+        if not bool(over.any()):
+            break
+        fixed |= over
+        w = torch.where(fixed, torch.full_like(w, cap), w)
+        left = 1 - cap * fixed.sum(0, keepdim=True)  # mass for the free clients
+        free_w = torch.where(fixed, torch.zeros_like(w), w)
+        mass = free_w.sum(0, keepdim=True)
+        free_count = (~fixed).sum(0, keepdim=True).clamp(min=1)
+        share = torch.where(
+            mass > 0, free_w * left / torch.where(mass > 0, mass, 1.0), left / free_count
+        )
+        w = torch.where(fixed, w, share)
+    w = w.clamp(max=cap).to(weights.dtype)  # clamp: rounding of the last pass
+    touched = fixed.any(0, keepdim=True)
+    return torch.where(touched, w, weights)
+
+
+# ------------------------------------------------------------------------------------------
+# Ensemble and pseudo-labels
+# ------------------------------------------------------------------------------------------
+
+
+def _check_ensemble_shapes(logits: Tensor, weights: Tensor) -> None:
+    """Raise ``ValueError`` unless ``weights`` is ``logits``' shape without its last axis."""
+    if logits.dim() < 3:
+        raise ValueError(f"logits must have shape (K, ..., N, C), got {tuple(logits.shape)}")
+    if tuple(weights.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"weights must have shape {tuple(logits.shape[:-1])} to match logits "
+            f"{tuple(logits.shape)}, got {tuple(weights.shape)} (shape mismatch)"
+        )
+
+
+def ensemble_logits(logits: Tensor, weights: Tensor) -> Tensor:
+    """Return the weighted logit ensemble ``Σ_k w_k(x) f_k(x)``: ``(K, ..., N, C) -> (..., N, C)``.
+
+    This is the argument of the softmax in FedGO Alg. 1/2 (AVGLOGITS of FedDF when ``w = 1/K``).
+    ``logits`` is ``(K, N, C)``, or ``(K, V, N, C)`` with a leading view axis after ``K`` (the
+    augmentation views of :mod:`fedgo_flwr.distill`); ``weights`` has the same shape without
+    ``C``. The result has the promoted floating dtype of both (at least float32). The one
+    implementation of the ensemble: distillation targets, pseudo-label diagnostics and
+    ensemble evaluation all use it.
+    """
+    _check_ensemble_shapes(logits, weights)
+    dtype = torch.promote_types(torch.promote_types(logits.dtype, weights.dtype), torch.float32)
+    w = weights.to(device=logits.device, dtype=dtype)
+    return (w.unsqueeze(-1) * logits.to(dtype)).sum(0)
+
+
+def pseudo_labels(logits: Tensor, weights: Tensor, temperature: float = 1.0) -> Tensor:
+    """Return the pseudo-label distribution ``softmax(Σ_k w_k(x) f_k(x) / T)``: ``(..., N, C)``.
+
+    FedGO Alg. 1/2: ``ỹ(u) = σ(Σ_k w_k(u) f(u; θ_k))``; the paper uses ``T = 1`` (no temperature,
+    like FedDF). Shapes as :func:`ensemble_logits`. Rows sum to 1.
+    """
+    tau = _positive_float("pseudo_labels", "temperature", temperature)
+    return torch.softmax(ensemble_logits(logits, weights) / tau, dim=-1)
