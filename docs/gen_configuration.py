@@ -742,7 +742,7 @@ class Renderer:
 
     def weightings(self) -> list[str]:
         lines = [
-            "`strategy.weighting` picks one of these (`fedgo_flwr/weighting.py`); "
+            "`strategy.weighting` picks one of these (`fedgo_flwr/weighting/methods.py`); "
             "`strategy.weighting_params.<method>` sets its parameters, and what is not given "
             "takes the default below. Every method's pseudo-label accuracy is recorded each "
             "round (`pl_acc_<method>`), the variants' too (`pl_acc_<method>_<variant>`).",
