@@ -4,8 +4,10 @@
 runs, for every strategy found by name (:func:`strategies.available`), every mutation kind of
 ``tests/fuzz_replies.py`` (:data:`KINDS`) on every message type the strategy's clean run
 exchanged (``--examples`` cases each, the round, client, record and key drawn with a seeded
-``random.Random``), and prints what failed, by (strategy, mutation kind, message type), with
-the first line of the reason (for a crash, the last line of the traceback)::
+``random.Random``), once with the strategy's defaults and once with the robust options
+(``--mode``), and prints what failed, by (mode, strategy, mutation kind, message type), with
+the first line of the reason (for a crash, the last line of the traceback), then per mode how
+many mutated replies were dropped and kept, and how far the final accuracy moved::
 
     PYTHONPATH=$PWD nice -n 10 .venv/bin/python benchmarks/fuzz_replies.py
     PYTHONPATH=$PWD .venv/bin/python benchmarks/fuzz_replies.py --strategies fedavg,fedgo \\
@@ -19,6 +21,7 @@ of the fuzzer itself (an invalid tiny configuration).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import shutil
@@ -41,10 +44,15 @@ def cases(
     seed: int,
     scratch: Path,
     exhaustive: bool = False,
+    robust: bool = False,
 ):
-    """``(name, kind, message type, mutation, clean)`` of every case, strategy by strategy."""
+    """``(name, kind, message type, mutation, clean)`` of every case, strategy by strategy.
+    Both modes draw from the robust clean run's replies (the options change how replies are
+    combined, not which are asked for); the defaults' verdict does not read its accuracy."""
     for name in names:
-        clean = fr.clean_run(name, scratch)
+        clean = fr.clean_run(name, scratch, robust=True)
+        if not robust:
+            clean = dataclasses.replace(clean, robust=False)
         types = sorted({t.message_type for t in clean.targets})
         if not types:
             print(f"[{name}] exchanges no messages with clients: nothing to fuzz", flush=True)
@@ -132,50 +140,61 @@ def main(argv: list[str] | None = None) -> int:
         help="every metric key (scalar kinds) and every record (array kinds) of the drawn reply",
     )
     parser.add_argument("--list", action="store_true", help="print the cases, run none")
+    parser.add_argument(
+        "--mode",
+        choices=("default", "robust", "both"),
+        default="both",
+        help="the strategies' defaults, the robust options (fuzz_replies.ROBUST), or both",
+    )
     args = parser.parse_args(argv)
     names = [n for n in args.strategies.split(",") if n] or fr.strategy_names()
     kinds = [k for k in args.kinds.split(",") if k] or list(fr.KINDS)
     unknown = [k for k in kinds if k not in fr.KINDS]
     if unknown:
         parser.error(f"unknown kinds {unknown}; known: {', '.join(fr.KINDS)}")
+    modes = ["default", "robust"] if args.mode == "both" else [args.mode]
     scratch = Path(tempfile.mkdtemp(prefix="fuzz-replies-"))
     records: list[dict] = []
-    failures: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    failures: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     t_start = time.perf_counter()
     try:
-        for name, kind, mtype, mutation, clean in cases(
-            names, kinds, args.examples, args.seed, scratch, args.exhaustive
-        ):
-            if args.list:
-                print(f"  {mutation.describe()}")
-                continue
-            out = Path(tempfile.mkdtemp(dir=scratch))
-            outcome = fr.run_case(name, out / "run", mutation)
-            shutil.rmtree(out, ignore_errors=True)
-            reason = fr.verdict(name, mutation, outcome, clean)
-            status = "ok" if reason is None else "FAIL"
-            line = fr.first_line(reason) if reason else ""
-            print(
-                f"  {status:4s} {outcome.seconds:5.1f}s {mutation.describe()}"
-                + (f"\n         {line}" if line else ""),
-                flush=True,
-            )
-            if reason is not None:
-                failures[(name, kind, mtype)].append(line)
-            records.append(
-                {
-                    "strategy": name,
-                    "kind": kind,
-                    "message_type": mtype,
-                    "mutation": mutation.describe(),
-                    "replay": replay_fields(mutation),
-                    "seconds": outcome.seconds,
-                    "applied": bool(outcome.applied),
-                    "accuracy": outcome.accuracy,
-                    "clean_accuracy": clean.outcome.accuracy,
-                    "failure": reason,
-                }
-            )
+        for mode in modes:
+            print(f"== {mode} options", flush=True)
+            for name, kind, mtype, mutation, clean in cases(
+                names, kinds, args.examples, args.seed, scratch, args.exhaustive, mode == "robust"
+            ):
+                if args.list:
+                    print(f"  {mutation.describe()}")
+                    continue
+                out = Path(tempfile.mkdtemp(dir=scratch))
+                outcome = fr.run_case(name, out / "run", mutation, robust=clean.robust)
+                shutil.rmtree(out, ignore_errors=True)
+                reason = fr.verdict(name, mutation, outcome, clean)
+                status = "ok" if reason is None else "FAIL"
+                line = fr.first_line(reason) if reason else ""
+                print(
+                    f"  {status:4s} {outcome.seconds:5.1f}s {mutation.describe()}"
+                    + (f"\n         {line}" if line else ""),
+                    flush=True,
+                )
+                if reason is not None:
+                    failures[(mode, name, kind, mtype)].append(line)
+                records.append(
+                    {
+                        "mode": mode,
+                        "strategy": name,
+                        "kind": kind,
+                        "message_type": mtype,
+                        "mutation": mutation.describe(),
+                        "replay": replay_fields(mutation),
+                        "seconds": outcome.seconds,
+                        "applied": bool(outcome.applied),
+                        "dropped": bool(outcome.applied) and fr.dropped(mutation, outcome, clean),
+                        "accuracy": outcome.accuracy,
+                        "clean_accuracy": clean.outcome.accuracy,
+                        "failure": reason,
+                    }
+                )
     except fr.FuzzerBug as exc:
         print(f"fuzzer bug: {exc}", file=sys.stderr)
         return 2
@@ -187,19 +206,48 @@ def main(argv: list[str] | None = None) -> int:
         f"cases run: {len(records)} in {elapsed:.0f}s; failing cases: "
         f"{sum(r['failure'] is not None for r in records)}"
     )
-    by_strategy = Counter(r["strategy"] for r in records if r["failure"])
-    for name in names:
-        n = sum(r["strategy"] == name for r in records)
-        print(f"  {name:18s} {n:4d} cases, {by_strategy.get(name, 0):4d} failing")
+    for mode in modes:
+        print(f"\n{mode} options:")
+        print(summary(mode, names, [r for r in records if r["mode"] == mode]))
     print()
-    print("failures by (strategy, mutation kind, message type) -> first line:")
-    for (name, kind, mtype), lines in sorted(failures.items()):
+    print("failures by (mode, strategy, mutation kind, message type) -> first line:")
+    for (mode, name, kind, mtype), lines in sorted(failures.items()):
         for line, count in Counter(lines).most_common():
             times = f" (x{count})" if count > 1 else ""
-            print(f"  {name:16s} {kind:18s} {mtype:20s} {line}{times}")
+            print(f"  {mode:7s} {name:16s} {kind:18s} {mtype:20s} {line}{times}")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))
     return 0
+
+
+def summary(mode: str, names: list[str], records: list[dict]) -> str:
+    """Per strategy: cases, failing, mutated replies dropped / kept (of those that came), and
+    the largest drop of the final accuracy below the clean run's, over all cases and over the
+    kept ones."""
+    lines = [
+        f"  {'strategy':18s} {'cases':>5s} {'fail':>4s} {'drop':>4s} {'kept':>4s} "
+        f"{'max drop':>8s} {'kept: max drop':>14s}"
+    ]
+
+    def worst(rs: list[dict]) -> str:
+        drops = [
+            r["clean_accuracy"] - r["accuracy"]
+            for r in rs
+            if r["accuracy"] is not None and r["clean_accuracy"] is not None
+        ]
+        return f"{max(drops):+.4f}" if drops else "-"
+
+    for name in [*names, "all"]:
+        rs = [r for r in records if name in ("all", r["strategy"])]
+        if not rs:
+            continue
+        came = [r for r in rs if r["applied"]]
+        kept = [r for r in came if not r["dropped"]]
+        lines.append(
+            f"  {name:18s} {len(rs):5d} {sum(r['failure'] is not None for r in rs):4d} "
+            f"{len(came) - len(kept):4d} {len(kept):4d} {worst(came):>8s} {worst(kept):>14s}"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

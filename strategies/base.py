@@ -24,7 +24,8 @@
   replied; ``clients_failed`` counts each sampled client without an accepted reply once.
   Nothing a client sends can raise out of the checks; :meth:`Strategy.absorb` may still drop a
   reply by raising :class:`ReplyRejected` (FedDF: teacher logits that are not finite or too
-  large).
+  large). A model whose update is ``strategy.aggregation.update_bound`` times longer than the
+  model the client was sent (:meth:`Strategy.sent_arrays`) is dropped too.
 - Centralised evaluation (server side); no federated evaluation round.
 - A resumable round loop (:meth:`Strategy.start`) that records nothing once a stop was asked for.
 
@@ -82,7 +83,7 @@ from flwr.supercore import log
 from torch import nn
 
 from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import AggregationConfig, clip_update, new_average
+from fedgo_flwr.aggregation import AggregationConfig, clip_update, new_average, update_problem
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, DataBundle
 from fedgo_flwr.data.imagefolder import load_unlabeled
@@ -573,7 +574,7 @@ class Strategy(FlowerStrategy):
         )
         if checked is None:
             return None
-        return Reply(
+        reply = Reply(
             node_id=checked.node_id,
             partition_id=checked.partition_id,
             num_examples=checked.num_examples,
@@ -581,6 +582,21 @@ class Strategy(FlowerStrategy):
             metrics=checked.metrics,
             content=checked.content,
         )
+        sent = self.sent_arrays(reply.partition_id)
+        if sent is not None:
+            problem = update_problem(reply.arrays, sent, self.aggregation.update_bound)
+            if problem is not None:
+                self.drop(reply, problem)
+                return None
+        return reply
+
+    def sent_arrays(self, pid: int) -> Mapping[str, np.ndarray] | None:
+        """The model client ``pid`` was sent this round, against which its reply's update is
+        bounded (``strategy.aggregation.update_bound``, :func:`update_problem`): the global
+        model; ``None`` (not checked) for a client of another architecture."""
+        if self.heterogeneous and self.client_arch(pid) != self.cfg.model.name:
+            return None
+        return self.global_arrays or None
 
     def _record_labels(self, pid: int, key: str) -> tuple[str, str]:
         """How a refused record of client ``pid`` is named with ``model.client_models``."""

@@ -559,6 +559,10 @@ class CPFL(DiscriminatorStage, Strategy):
             return f"val_examples {count!r}, but the client's validation split has {expected}"
         return None
 
+    def sent_arrays(self, pid: int) -> dict[str, np.ndarray]:
+        """A member is sent its cohort's model: its update is bounded against that."""
+        return self.cohorts[self.cohort_of[pid]].arrays
+
     def begin_round(self, server_round: int) -> None:
         """Reset what :meth:`absorb` accumulates: per running cohort, its average and its
         members' validation losses."""

@@ -17,14 +17,12 @@ The verdict of a case (:func:`verdict`), in this order:
    fuzzer, raised as such: :class:`FuzzerBug`);
 2. every ``*.json`` / ``*.jsonl`` file of the run folder parses strictly (no NaN / Infinity);
 3. nothing was written outside the run folder (the repository and the working directory);
-4. the mutated client's reply was either dropped with a WARNING naming that client (its
-   partition id or its node id; logged between the reply's arrival and the server's next
-   messages, and not logged by the clean run), or it had no effect beyond
-   :data:`NO_EFFECT_MARGIN` on the final test accuracy (and the final test loss is finite);
-5. with robust options for the strategy (:data:`ROBUST_OVERRIDES`; both runs use them), the
-   final test accuracy is at most :data:`ROBUST_MARGIN` below the clean run's, dropped or
-   not, and that margin replaces :data:`NO_EFFECT_MARGIN` for a reply kept without a warning
-   (robust aggregation keeps a bad reply but bounds what it can do).
+4. with the defaults: the mutated client's reply was dropped with a WARNING naming that
+   client (its partition id or its node id; logged between the reply's arrival and the
+   server's next messages, and not logged by the clean run), or the final model is still
+   usable (a finite test loss);
+5. with the robust options (:data:`ROBUST`, on in both the clean and the mutated run), the
+   final test accuracy is at most :data:`ROBUST_MARGIN` below the clean run's, dropped or not.
 """
 
 from __future__ import annotations
@@ -59,24 +57,31 @@ from strategies.oneshot import OneShot
 ROOT = Path(__file__).resolve().parent.parent
 
 # -- the margins --------------------------------------------------------------------------------
-NO_EFFECT_MARGIN = 0.02
-"""Largest change of the final test accuracy (absolute, 0..1) that counts as "no effect" for a
-mutated reply the server kept without a warning. The runs are deterministic: a mutation that
-the server ignores (an extra key, a metric nobody reads) changes nothing at all; 0.02 is 7
-test images of digits' 360, room for last-bit differences only."""
-
 ROBUST_MARGIN = 0.15
-"""With robust options on (:data:`ROBUST_OVERRIDES`), the largest drop of the final test
-accuracy below the clean (robust) run's, whatever the mutation. Losing one of 4 clients in a
-2-round tiny run moves the accuracy by up to about this much; to be tuned with the options."""
+"""With the robust options on (:data:`ROBUST`), the largest drop of the final test accuracy
+below the clean (robust) run's, whatever the mutation: PLACEHOLDER."""
 
-# -- TODO(robust aggregation): the hook for the robust options -----------------------------------
-ROBUST_OVERRIDES: dict[str, list[str]] = {
-    # TODO(hardening agents): per strategy, the overrides that turn the robust options on
-    # (e.g. "fedavg": ["strategy.aggregation.rule=median"] or a clip_norm, a weight cap, ...).
-    # A strategy listed here runs its clean and its mutated runs with them, and the fuzzer
-    # then also asserts that the final accuracy stays within ROBUST_MARGIN of the clean run's.
+# -- the robust options ------------------------------------------------------------------------
+ROBUST: dict[str, object] = {
+    "aggregation.rule": "median",  # coordinate-wise median of the round's models (Yin et al.)
+    "teacher_norm": "std",  # each teacher's logits to one scale before the ensemble
+    "loss_reduce": "median",  # CPFL: a cohort's stopping loss is its members' median
 }
+"""The robust options, looked up in each strategy's ``Config`` (dotted path) and turned on where
+the field exists, so a new algorithm with the same sections is fuzzed with them too. The tiny
+runs sample all 4 clients in every round, so the one mutated client is a minority of every
+median (a median of 2 would be their mean)."""
+
+
+def robust_overrides(name: str) -> list[str]:
+    """``name``'s overrides that turn :data:`ROBUST` on (empty: it has none of them)."""
+    defaults = _fields(strategy_class(name).Config)
+    return [
+        f"strategy.{path}={value}"
+        for path, value in ROBUST.items()
+        if path in defaults and defaults[path] != value
+    ]
+
 
 # -- the tiny runs ------------------------------------------------------------------------------
 COMMON = [
@@ -167,7 +172,7 @@ def _fields(cls: type, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def tiny_overrides(name: str, out_dir: Path, robust: bool = True) -> list[str]:
+def tiny_overrides(name: str, out_dir: Path, robust: bool = False) -> list[str]:
     """The overrides of ``name``'s tiny run writing to ``out_dir``."""
     defaults = _fields(strategy_class(name).Config)
     cuts = [
@@ -190,14 +195,14 @@ def tiny_overrides(name: str, out_dir: Path, robust: bool = True) -> list[str]:
         f"rounds={1 if one_shot(name) else 2}",
         *cuts,
         *EXTRA.get(name, []),
-        *(ROBUST_OVERRIDES.get(name, []) if robust else []),
+        *(robust_overrides(name) if robust else []),
         f"output_dir={out_dir}",
     ]
 
 
-def tiny_config(name: str, out_dir: Path):
+def tiny_config(name: str, out_dir: Path, robust: bool = False):
     try:
-        return load_experiment(config_file(name), tiny_overrides(name, out_dir))
+        return load_experiment(config_file(name), tiny_overrides(name, out_dir, robust))
     except ConfigError as exc:
         raise FuzzerBug(f"{name}: the tiny configuration is invalid: {exc}") from exc
 
@@ -635,9 +640,10 @@ class Outcome:
     seconds: float = 0.0
 
 
-def run_case(name: str, out_dir: Path, mutation: Mutation | None) -> Outcome:
-    """One tiny run of ``name`` into ``out_dir`` (fresh) with ``mutation`` applied."""
-    cfg = tiny_config(name, out_dir)
+def run_case(name: str, out_dir: Path, mutation: Mutation | None, robust: bool = False) -> Outcome:
+    """One tiny run of ``name`` into ``out_dir`` (fresh) with ``mutation`` applied, with the
+    robust options (:data:`ROBUST`) or the defaults."""
+    cfg = tiny_config(name, out_dir, robust)
     watched = sorted({ROOT.resolve(), Path.cwd().resolve()})
     watched = [d for d in watched if not any(o in d.parents for o in watched)]
     before = _snapshot(*watched)
@@ -674,6 +680,7 @@ class Clean:
     name: str
     outcome: Outcome
     targets: list[Target]
+    robust: bool = False
 
     def others(self, target: Target) -> list[int]:
         """Partition ids other than the target's (for a relabelled group id)."""
@@ -681,15 +688,16 @@ class Clean:
         return [p for p in pids if p != target.pid]
 
 
-_CLEAN: dict[str, Clean] = {}
+_CLEAN: dict[tuple[str, bool], Clean] = {}
 
 
-def clean_run(name: str, scratch: Path | None = None) -> Clean:
-    """``name``'s clean run, once per process (cached)."""
-    if name not in _CLEAN:
+def clean_run(name: str, scratch: Path | None = None, robust: bool = False) -> Clean:
+    """``name``'s clean run with the robust options or the defaults, once per process
+    (cached)."""
+    if (name, robust) not in _CLEAN:
         base = Path(tempfile.mkdtemp(prefix=f"fuzz-clean-{name}-", dir=scratch))
         seen: list[Target] = []
-        cfg = tiny_config(name, base / "run")
+        cfg = tiny_config(name, base / "run", robust)
         t0 = time.perf_counter()
         with warnings_logged() as lines, intercepted(None, seen):
             run_inprocess(cfg)  # a clean run must finish: anything else is a plain error
@@ -699,9 +707,9 @@ def clean_run(name: str, scratch: Path | None = None) -> Clean:
         unique: dict[tuple[str, int, int], Target] = {}
         for t in seen:
             unique.setdefault((t.message_type, t.server_round, t.pid), t)
-        _CLEAN[name] = Clean(name, outcome, list(unique.values()))
+        _CLEAN[name, robust] = Clean(name, outcome, list(unique.values()), robust)
         shutil.rmtree(base, ignore_errors=True)
-    return _CLEAN[name]
+    return _CLEAN[name, robust]
 
 
 def _names_client(line: str, target: Target) -> bool:
@@ -710,8 +718,25 @@ def _names_client(line: str, target: Target) -> bool:
     )
 
 
+def dropped(mutation: Mutation, outcome: Outcome, clean: Clean) -> bool:
+    """Whether the server dropped the mutated reply: a WARNING naming the client (partition or
+    node id) logged while the server dealt with that reply, and not one the clean run logged
+    (a reply accepted and then poisoning the model makes every client fail later, and that
+    names the client too, but in a later round)."""
+    usual = set(clean.outcome.warnings)
+    return any(_names_client(w, mutation.target) and w not in usual for w in outcome.answer)
+
+
 def verdict(name: str, mutation: Mutation, outcome: Outcome, clean: Clean) -> str | None:
-    """Why the case fails (the first line is the summary), or ``None``."""
+    """Why the case fails (the first line is the summary), or ``None``.
+
+    With the defaults (``clean.robust`` false) the mutated reply must have been dropped or
+    have left the final model usable (a finite test loss): FedAvg's mean is not meant to
+    withstand a client that sends a valid-looking bad model (Blanchard et al., NeurIPS 2017:
+    no linear combination can), only one that breaks the protocol or the model's scale
+    (``strategy.aggregation.update_bound``). With the robust options the final accuracy must
+    stay within :data:`ROBUST_MARGIN` of the clean robust run's, dropped or not.
+    """
     if outcome.error is not None:
         last = outcome.trace.strip().splitlines()[-1] if outcome.trace else repr(outcome.error)
         return f"run raised: {last}\n{outcome.trace}"
@@ -722,28 +747,24 @@ def verdict(name: str, mutation: Mutation, outcome: Outcome, clean: Clean) -> st
     if not outcome.applied:
         return None  # the target reply never came (the strategy took another path): no finding
     target = mutation.target
-    # Dropped: a warning naming the client while the server dealt with the mutated reply (not
-    # one of the clean run's, and not a later round's: a reply accepted and then poisoning
-    # the model makes every client fail later, and that names the client too).
-    usual = set(clean.outcome.warnings)
-    dropped = any(_names_client(w, target) and w not in usual for w in outcome.answer)
+    was_dropped = dropped(mutation, outcome, clean)
     acc, ref = outcome.accuracy, clean.outcome.accuracy
     if acc is None or ref is None:
         return f"no final test accuracy (clean {ref}, mutated {acc})"
-    robust = name in ROBUST_OVERRIDES
-    if robust and acc < ref - ROBUST_MARGIN:
-        return (
-            f"robust options on, and the final accuracy fell {acc - ref:+.4f} (clean "
-            f"{ref:.4f}; margin {ROBUST_MARGIN}; the reply was {'' if dropped else 'not '}dropped)"
-        )
-    if dropped:
+    if clean.robust:
+        if acc < ref - ROBUST_MARGIN:
+            return (
+                f"robust options on, and the final accuracy fell {acc - ref:+.4f} (clean "
+                f"{ref:.4f}; margin {ROBUST_MARGIN}; the reply was "
+                f"{'' if was_dropped else 'not '}dropped)"
+            )
         return None
-    if outcome.loss is not None and not math.isfinite(outcome.loss):
-        return f"kept without a warning and the final test loss is {outcome.loss}"
-    if not robust and abs(acc - ref) > NO_EFFECT_MARGIN:
+    if was_dropped:
+        return None
+    if outcome.loss is None or not math.isfinite(outcome.loss):
         return (
             f"kept without a warning naming client {target.pid} (node {target.node}), and the "
-            f"final accuracy moved {acc - ref:+.4f} (clean {ref:.4f}; margin {NO_EFFECT_MARGIN})"
+            f"final test loss is {outcome.loss}"
         )
     return None
 

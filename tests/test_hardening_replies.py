@@ -37,6 +37,7 @@ FEDGO = [
 ]
 BAD = sample_clients(0, 1, 4, 2)[0]  # a client sampled in round 1 (seed 0, K=4, m=2)
 NODE = BAD + 2  # InProcessGrid's node id of partition p is p + 2
+NO_UPDATE_BOUND = "strategy.aggregation.update_bound=null"
 
 Edit = Callable[[RecordDict], None]
 
@@ -263,12 +264,17 @@ CRASHERS: dict[str, tuple[list[str], Edit, str]] = {
         "unreadable",
     ),
     "list_train_loss": (["strategy.name=fedavg"], set_metric("train_loss", [1.0, 2.0]), "loss"),
+    # The teacher checks behind strategy.aggregation.update_bound (which drops these first).
     "teacher_overflow": (
-        ["strategy.name=feddf", "strategy.distill.epochs=1"],
+        ["strategy.name=feddf", "strategy.distill.epochs=1", NO_UPDATE_BOUND],
         map_arrays(scale_floats(1e12)),
         "teacher logits",
     ),
-    "teacher_overflow_fedgo": (FEDGO, map_arrays(scale_floats(1e12)), "teacher logits"),
+    "teacher_overflow_fedgo": (
+        [*FEDGO, NO_UPDATE_BOUND],
+        map_arrays(scale_floats(1e12)),
+        "teacher logits",
+    ),
 }
 
 
@@ -296,7 +302,8 @@ def test_a_teacher_with_huge_finite_logits_is_dropped(tmp_path, monkeypatch, flw
     """Logits of 1e8 and more are finite but overflow once divided by a temperature < 1e-30;
     a trained classifier never comes near MAX_TEACHER_LOGIT (1e6)."""
     tamper(monkeypatch, scale_last_layer(1e9))
-    run_inprocess(config(tmp_path, "strategy.name=feddf", "strategy.distill.epochs=1"))
+    feddf = ["strategy.name=feddf", "strategy.distill.epochs=1", NO_UPDATE_BOUND]
+    run_inprocess(config(tmp_path, *feddf))
     assert_dropped(tmp_path, flwr_log, "exceed 1e+06 in magnitude")
 
 

@@ -25,6 +25,7 @@ from test_hardening_replies import tamper
 
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import (
+    DEFAULT_UPDATE_BOUND,
     DEFAULT_UPLOAD_BOUND,
     AggregationConfig,
     BoundedAverage,
@@ -34,6 +35,7 @@ from fedgo_flwr.aggregation import (
     new_average,
     norm_bound_scales,
     round_median,
+    update_problem,
     upload_norm,
 )
 from fedgo_flwr.checkpoint import load_checkpoint
@@ -57,6 +59,7 @@ from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 Edit = Callable[[RecordDict], None]
+NO_UPDATE_BOUND = "strategy.aggregation.update_bound=null"  # the checks behind it, alone
 
 
 # -- the bound on plain arrays -------------------------------------------------------------
@@ -177,6 +180,20 @@ def test_bounded_average_checks_weights_and_keys():
         avg.add({"v": np.zeros(1)}, 1.0)
 
 
+def test_update_problem_bounds_the_update_by_the_models_own_norm():
+    x = {"w": np.array([3.0, 4.0], np.float32), "n": np.array(7)}  # ||x|| = 5; ints left out
+    y = {"w": np.array([3.0 + 6.0, 4.0 + 8.0], np.float32), "n": np.array(10**9)}  # ||y-x|| 10
+    assert update_problem(y, x, 2.0) is None  # exactly 2 x: within
+    problem = update_problem(y, x, 1.9)
+    assert problem is not None and "update norm 10 is 2 x the norm 5" in problem
+    assert "strategy.aggregation.update_bound = 1.9" in problem
+    assert update_problem(y, x, None) is None  # null: off
+    zero = {"w": np.zeros(2, np.float32), "n": np.array(0)}
+    assert update_problem(y, zero, 1.0) is None  # no scale to bound against
+    huge = {"w": np.array([3.0, 3e38], np.float32), "n": np.array(7)}
+    assert "above" in update_problem(huge, x, 1e30)  # no overflow of the squares
+
+
 def test_upload_bound_is_in_the_aggregation_section_and_checked_by_key():
     cfg = load_experiment(ROOT / "conf/default.yaml", ["strategy.name=dafkd"])
     assert cfg.strategy.params.aggregation.upload_bound == DEFAULT_UPLOAD_BOUND
@@ -190,6 +207,17 @@ def test_upload_bound_is_in_the_aggregation_section_and_checked_by_key():
             load_experiment(
                 ROOT / "conf/default.yaml",
                 ["strategy.name=scaffold", f"strategy.aggregation.upload_bound={bad}"],
+            )
+
+
+def test_update_bound_is_in_the_aggregation_section_and_checked_by_key():
+    cfg = load_experiment(ROOT / "conf/default.yaml", ["strategy.name=fedavg"])
+    assert cfg.strategy.params.aggregation.update_bound == DEFAULT_UPDATE_BOUND
+    for bad in ("0", "-1"):
+        with pytest.raises(ConfigError, match=r"strategy\.aggregation\.update_bound.*> 0"):
+            load_experiment(
+                ROOT / "conf/default.yaml",
+                ["strategy.name=fedavg", f"strategy.aggregation.update_bound={bad}"],
             )
 
 
@@ -433,7 +461,7 @@ def test_coboosting_drops_a_client_whose_logits_are_nan(tmp_path, monkeypatch, f
     """Weights x 1e12 are finite, the model's logits are not: before, every synthetic batch's
     ensemble was NaN and synthesis failed with "synthesis needs steps >= 1"."""
     tamper(monkeypatch, scaled(1e12), pid=1)
-    run_inprocess(oneshot_config(tmp_path, "coboosting"))
+    run_inprocess(oneshot_config(tmp_path, "coboosting", NO_UPDATE_BOUND))
     assert warnings_naming(flwr_log, "client 1 (node 3)", "teacher logits on the test split")
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["clients_used"] == [0, 2, 3] and summary["clients_left_out"] == [1]
@@ -445,7 +473,7 @@ def test_oneshot_drops_a_client_whose_last_layer_is_scaled_up(tmp_path, monkeypa
     """x 1e5 leaves the logits of a digits CNN below MAX_TEACHER_LOGIT; their scale is far
     above the other clients'. Before, the ensemble agreed with this client on every sample."""
     tamper(monkeypatch, scaled(1e5, last=2), pid=1)
-    run_inprocess(oneshot_config(tmp_path, "oneshot"))
+    run_inprocess(oneshot_config(tmp_path, "oneshot", NO_UPDATE_BOUND))
     assert warnings_naming(flwr_log, "leaving out client 1:", "upload_bound")
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["clients_used"] == [0, 2, 3] and summary["clients_left_out"] == [1]
@@ -461,7 +489,9 @@ def test_teacher_norm_std_keeps_a_scaled_last_layer_from_steering_the_ensemble(
     def accuracy(name: str, *overrides: str) -> float:
         off = "strategy.aggregation.upload_bound=null"
         trained = ["train.local_epochs=5", "data.alpha=1.0"]  # an ensemble well above chance
-        run_inprocess(oneshot_config(tmp_path / name, "oneshot", off, *trained, *overrides))
+        run_inprocess(
+            oneshot_config(tmp_path / name, "oneshot", off, NO_UPDATE_BOUND, *trained, *overrides)
+        )
         return json.loads((tmp_path / name / "summary.json").read_text())[
             "ensemble_accuracy_uniform"
         ]
@@ -471,6 +501,31 @@ def test_teacher_norm_std_keeps_a_scaled_last_layer_from_steering_the_ensemble(
     steered = accuracy("none")
     fixed = accuracy("std", "strategy.teacher_norm=std")
     assert abs(fixed - clean) < 0.05 and fixed - steered > 0.1, (clean, steered, fixed)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "edit"),
+    [
+        (["strategy.name=fedavg"], scaled(1e5)),
+        (["strategy.name=fedavg"], fill(1e30, msgs.ARRAYS)),
+        (["strategy.name=feddf", "strategy.distill.epochs=1"], scaled(1e5, last=2)),
+        (["strategy.name=cpfl", "strategy.cohorts=2", "fraction=1.0"], scaled(1e5)),
+    ],
+    ids=["fedavg-x1e5", "fedavg-1e30", "feddf-last-layer-x1e5", "cpfl-member-x1e5"],
+)
+def test_a_model_far_longer_than_what_was_sent_is_dropped(
+    tmp_path, monkeypatch, flwr_log, overrides, edit
+):
+    """Finite weights x 1e5 (or all 1e30) are refused by the intake's checks of keys, shapes,
+    dtypes and finiteness; before, the streaming mean took them at full weight (FedAvg:
+    the next model's outputs overflow). ``update_bound`` drops the reply, naming the client,
+    against the model that client was sent (a CPFL member: its cohort's)."""
+    tamper(monkeypatch, edit)
+    run_inprocess(config(tmp_path, *overrides))
+    assert warnings_naming(flwr_log, f"client {BAD}", "strategy.aggregation.update_bound")
+    rows = rows_of(tmp_path)
+    losses = [r["test_loss"] for r in rows if r.get("test_loss") is not None]  # CPFL: some
+    assert rows[1]["clients_failed"] == 1 and losses and np.isfinite(losses).all(), rows
 
 
 # -- clean runs are unchanged ------------------------------------------------------------------
