@@ -25,7 +25,13 @@ from strategies import load_experiment, resolve
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 MEAN = {
-    "aggregation": {"rule": "mean", "trim_fraction": 0.2, "clip_norm": None, "upload_bound": 100.0}
+    "aggregation": {
+        "rule": "mean",
+        "trim_fraction": 0.2,
+        "clip_norm": None,
+        "upload_bound": 100.0,
+        "update_bound": 50.0,
+    }
 }
 """The shared ``strategy.aggregation`` section at its defaults (every averaging strategy)."""
 
