@@ -53,7 +53,7 @@ from fedgo_flwr.messages import (
     to_record,
     use_waiting_threads,
 )
-from fedgo_flwr.recorder import RunRecorder, check_output_dir
+from fedgo_flwr.recorder import RunRecorder, decide_output_dir, resolve_output_dir
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.task import check_model_inputs, load_bundle, make_partition, new_model
 from fedgo_flwr.training import get_device
@@ -130,17 +130,21 @@ def server_app_for(cfg: ExperimentConfig) -> ServerApp:
 def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None = None) -> dict:
     """Run one experiment end to end; return its summary (also in summary.json).
 
-    With ``resume: true`` and a ``checkpoint.pt`` in the run folder, the run continues after
-    the checkpoint's round (:mod:`fedgo_flwr.checkpoint`); otherwise it starts from round 1.
-    A folder holding an earlier run is refused before anything is written, unless the run
-    resumes it or ``overwrite: true`` (:func:`fedgo_flwr.recorder.check_output_dir`).
+    The run folder is ``output_dir``, or a new ``outputs/<name>/<date-time>`` if it is unset
+    (with ``resume: true``, the one ``outputs/<name>/latest`` points to):
+    :func:`fedgo_flwr.recorder.decide_output_dir`. With ``resume: true`` and a
+    ``checkpoint.pt`` in the run folder, the run continues after the checkpoint's round
+    (:mod:`fedgo_flwr.checkpoint`); otherwise it starts from round 1. A folder holding an
+    earlier run is refused before anything is written, unless the run resumes it or
+    ``overwrite: true`` (:func:`fedgo_flwr.recorder.check_output_dir`).
     The strategy's parameters are built here if ``cfg`` came without them typed.
     ``node_map`` (run config ``node-map``) says which node serves which partition
     (:func:`~fedgo_flwr.discovery.discover_nodes`; without it the nodes' own claims are used).
     """
     cfg = resolve(cfg)
     preflight(cfg)  # the same checks as `prepare`: a plain `flwr run` stops here too
-    out_dir = check_output_dir(cfg)
+    cfg = decide_output_dir(cfg)  # a new folder unless output_dir is set (or set by `prepare`)
+    out_dir = resolve_output_dir(cfg.output_dir)
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
     use_channels_last(cfg.resources.channels_last)
     use_waiting_threads(cfg.resources.server_cpus_waiting)
