@@ -16,6 +16,7 @@ strictly checked (:mod:`fedgo_flwr.discovery`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from logging import ERROR, INFO
@@ -26,6 +27,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
+from flwr.supercore.logger import LOGGER_NAME
 
 from fedgo_flwr import shutdown
 from fedgo_flwr.checkpoint import (
@@ -99,13 +101,33 @@ def config_from_context(context: Context) -> ExperimentConfig:
     return load_experiment(path, overrides, search_dirs=[APP_DIR])
 
 
+REPORTED = "fedgo_reported"
+"""Attribute set on an exception that :func:`main` has logged as one line."""
+
+
+class _SkipReported(logging.Filter):
+    """Drops a log record about an exception :func:`main` has already reported as one line:
+    Flower logs an exception that ends the ServerApp with its traceback, which says nothing
+    more about a configuration error than the line does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not getattr(exc, REPORTED, False)
+
+
+_skip_reported = _SkipReported()
+logging.getLogger(LOGGER_NAME).addFilter(_skip_reported)  # the same object: added once
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run the experiment named by the run config (and its ``node-map``, if any:
     :mod:`fedgo_flwr.discovery`).
 
     A configuration or node-discovery problem is logged as one ERROR line naming the key, the
-    node(s) and the value before it ends the run (Flower then logs the exception too).
+    node(s) and the value; it still ends the run with its exception (so Flower marks the run
+    failed and exits non-zero), but Flower's log of that exception, its traceback, is left out
+    (:class:`_SkipReported`).
     """
     try:
         cfg = config_from_context(context)
@@ -113,6 +135,7 @@ def main(grid: Grid, context: Context) -> None:
         run_experiment(grid, cfg, node_map=node_map)
     except (ConfigError, NodeDiscoveryError) as exc:
         log(ERROR, "fedgo-flwr: %s", exc)
+        setattr(exc, REPORTED, True)
         raise
 
 
