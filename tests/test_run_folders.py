@@ -14,9 +14,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from flwr.app import Context, RecordDict
 from flwr.supercore import log
-from helpers import ROOT, rows_of
+from helpers import ROOT, rows_of, run_context
 
 from fedgo_flwr import cli, inprocess, server_app
 from fedgo_flwr.client_app import app as client_app
@@ -135,20 +134,6 @@ def test_the_report_reads_an_experiments_runs_once_each_as_one_group(workdir):
 
 
 # -- a configuration error in the ServerApp ----------------------------------------------------
-def run_context(**run_config) -> Context:
-    from flwr.common.config import flatten_dict
-
-    app = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
-    declared = flatten_dict(app["config"])
-    return Context(
-        run_id=1,
-        node_id=1,
-        node_config={},
-        state=RecordDict(),
-        run_config={**declared, **run_config},
-    )
-
-
 @pytest.mark.parametrize("problem", ["bad key", "earlier run"])
 def test_a_config_error_in_the_server_app_is_one_log_line(workdir, caplog, problem):
     """What Flower logs of the exception that ends the ServerApp (``<entity> raised an
