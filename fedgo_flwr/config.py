@@ -371,13 +371,13 @@ class ExperimentConfig:
         c.require(
             "output_dir",
             self.output_dir is None or bool(self.output_dir),
-            "must not be empty (null: a new folder outputs/<name>/<date-time> for every run)",
+            "must not be empty",
         )
         c.require(
             "name",
             self.output_dir is not None or NAME_PATTERN.fullmatch(self.name) is not None,
-            "names the run folders outputs/<name>/ when output_dir is not set: letters, "
-            "digits, '.', '_', '+' and '-' only, not starting with '.'",
+            "must be a plain folder name when output_dir is not set (letters, digits, '.', "
+            "'_', '+', '-'; not starting with '.')",
         )
         c.require("round_timeout", self.round_timeout > 0, "must be > 0 (seconds)")
         c.require(
