@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fedgo-flwr entry point. Sets up .venv on first use, then:
 #   ./run.sh [CONFIG.yaml] [dotted.key=value ...]   run an experiment as a Flower simulation
+#                                                   (results: outputs/<name>/<date-time>/)
 #   ./run.sh --local [CONFIG.yaml] [k=v ...]        the same in one process, no Ray (debugging)
 #   ./run.sh --tests [pytest args]                  run the test suite
 #   ./run.sh --setup                                only create/update .venv
@@ -78,6 +79,8 @@ run_experiment() {
   local run_toml="$FLWR_HOME/run-config.toml" prepared federation out_dir
   # Validate the whole config first: a bad key, or an output_dir that holds an earlier run
   # (without resume=true or overwrite=true), stops here (exit 2) before anything starts.
+  # Then the run's folder is decided, once: output_dir, else a new outputs/<name>/<date-time>
+  # (resume=true: the one outputs/<name>/latest names); the ServerApp is told which.
   prepared="$("$PY" -m fedgo_flwr.cli prepare "$config" "$@" --run-toml "$run_toml" \
     ${FEDGO_SUPERNODES:+--supernodes "$FEDGO_SUPERNODES"})"
   federation="$(sed -n 1p <<< "$prepared")"

@@ -67,7 +67,8 @@ HIDDEN = {"StrategyConfig.params", "StrategyConfig.sources"}
 
 NOTES: dict[str, str] = {
     # ExperimentConfig (top-level keys)
-    "ExperimentConfig.name": "Run name: the prefix of the run's log lines.",
+    "ExperimentConfig.name": "Run name: the prefix of the run's log lines, and the folder "
+    "`outputs/<name>/` of its runs when `output_dir` is not set.",
     "ExperimentConfig.seed": "Seeds the partition, the model's initialisation, client sampling "
     "and client training; every random draw of a round is derived from `(seed, round, ...)`.",
     "ExperimentConfig.rounds": "Federated rounds (for CPFL: the most rounds a cohort runs; the "
@@ -77,8 +78,11 @@ NOTES: dict[str, str] = {
     "ExperimentConfig.min_clients": "A round needs this many usable replies, else the model is "
     "kept.",
     "ExperimentConfig.output_dir": "Where the run writes its files (relative paths: against "
-    "`$FEDGO_WORKDIR` if set, else the working directory). A folder holding another run's "
-    "files is refused unless `resume` or `overwrite` is set.",
+    "`$FEDGO_WORKDIR` if set, else the working directory). Not set (`null`), every run gets a "
+    "new folder `outputs/<name>/<date-time>` (`%Y-%m-%d_%H-%M-%S`, then `-1`, `-2` ... if "
+    "taken), and `outputs/<name>/latest` links to the newest; the folder chosen is logged. A "
+    "folder named here that holds another run's files is refused unless `resume` or "
+    "`overwrite` is set.",
     "ExperimentConfig.device": "The server's device: `auto` (CUDA if present, else MPS, else "
     "the CPU), `cpu`, `cuda`, `cuda:N` or `mps`.",
     "ExperimentConfig.client_device": "The clients' device, the same choices. In a simulation "
@@ -88,10 +92,11 @@ NOTES: dict[str, str] = {
     "ExperimentConfig.checkpoint": "Write `checkpoint.pt` (the server's state) after every "
     "round, and let clients keep their state (SCAFFOLD's c_i) on disk.",
     "ExperimentConfig.resume": "Continue from `output_dir/checkpoint.pt` (or "
-    "`checkpoint.prev.pt`) if there is one; a run that stopped before its first checkpoint "
-    "starts again. The configuration must equal the checkpoint's except for `rounds`, "
-    "`resume`, `overwrite`, `round_timeout`, `faults`, `checkpoint`, `device`, `resources`, "
-    "`name` and `output_dir`; raising `rounds` extends a finished run.",
+    "`checkpoint.prev.pt`) if there is one, or without `output_dir` from the run "
+    "`outputs/<name>/latest` names (none yet: a new run); a run that stopped before its first "
+    "checkpoint starts again. The configuration must equal the checkpoint's except for "
+    "`rounds`, `resume`, `overwrite`, `round_timeout`, `faults`, `checkpoint`, `device`, "
+    "`resources`, `name` and `output_dir`; raising `rounds` extends a finished run.",
     "ExperimentConfig.overwrite": "Replace the earlier run in `output_dir`. Without it (or "
     "`resume`), a folder that holds a run's files (`metrics.jsonl`, `summary.json`, "
     "`model.pt`, checkpoints, FedGO's files) is refused before anything is written.",

@@ -1,11 +1,12 @@
 """Command-line helpers used by ``run.sh`` (``python -m fedgo_flwr.cli ...``).
 
 ``prepare CONFIG [k=v ...] --run-toml PATH [--supernodes N]``: validate the experiment (fail
-fast, exit 2 with one message naming key, value and file), write the Flower run config
-(``config`` + ``overrides``) to PATH, and print the Flower federation config
-(``num-supernodes``: N, default ``data.num_clients``; client resources) on stdout for
-``flwr run --federation-config``, then the output directory. With fewer SuperNodes than
-clients, each simulated node serves several clients in turn.
+fast, exit 2 with one message naming key, value and file), decide its output folder (a new
+one unless ``output_dir`` is set: :func:`fedgo_flwr.recorder.decide_output_dir`), write the
+Flower run config (``config`` + ``overrides``, the last of them that ``output_dir``) to PATH,
+and print the Flower federation config (``num-supernodes``: N, default ``data.num_clients``;
+client resources) on stdout for ``flwr run --federation-config``, then the output directory.
+With fewer SuperNodes than clients, each simulated node serves several clients in turn.
 
 ``python -m fedgo_flwr.inprocess CONFIG [k=v ...]`` (``./run.sh --local``) runs an experiment
 in one process instead (:mod:`fedgo_flwr.inprocess`).
@@ -25,7 +26,7 @@ import torch
 
 from fedgo_flwr.config import ConfigError, DataConfig, ExperimentConfig, resolve_config_path
 from fedgo_flwr.data.sources import DEFAULT_TORCHVISION_ROOT
-from fedgo_flwr.recorder import check_output_dir, resolve_output_dir
+from fedgo_flwr.recorder import decide_output_dir, resolve_output_dir
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.task import make_partition
 from strategies import available, load_experiment, resolve, strategy_class
@@ -40,17 +41,20 @@ def _prepare(args: argparse.Namespace) -> int:
         config_path = resolve_config_path(args.config)
         preflight(cfg)
         check_simulation_devices(cfg)
-        check_output_dir(cfg)  # an earlier run there is kept: refused before anything starts
+        supernodes = args.supernodes or cfg.data.num_clients
+        if supernodes < 1:
+            print("fedgo-flwr: --supernodes must be >= 1", file=sys.stderr)
+            return 2
+        # The run's folder, last: a new one unless output_dir is set; an earlier run there is
+        # kept (refused before anything starts). The ServerApp gets it as the last override.
+        cfg = decide_output_dir(cfg)
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    supernodes = args.supernodes or cfg.data.num_clients
-    if supernodes < 1:
-        print("fedgo-flwr: --supernodes must be >= 1", file=sys.stderr)
-        return 2
+    overrides = [*args.overrides, f"output_dir={json.dumps(cfg.output_dir)}"]
     toml = (
         f"config = {json.dumps(str(config_path))}\n"
-        f"overrides = {json.dumps(' '.join(_quote(o) for o in args.overrides))}\n"
+        f"overrides = {json.dumps(' '.join(_quote(o) for o in overrides))}\n"
     )
     Path(args.run_toml).parent.mkdir(parents=True, exist_ok=True)
     Path(args.run_toml).write_text(toml)

@@ -36,6 +36,7 @@ import yaml
 from fedgo_flwr.data import DATASET_NAMES, HF_PREFIX, is_dataset_name
 from fedgo_flwr.models import MODEL_NAMES
 from fedgo_flwr.partition import PARTITION_SCHEMES
+from fedgo_flwr.runfolders import NAME_PATTERN
 from fedgo_flwr.schema import Checker, ConfigError, build_section
 
 __all__ = [
@@ -279,14 +280,19 @@ class StrategyConfig:
 
 @dataclass
 class ExperimentConfig:
-    """A whole experiment. ``to_dict``/``from_dict`` round-trip it (clients get it as JSON)."""
+    """A whole experiment. ``to_dict``/``from_dict`` round-trip it (clients get it as JSON).
+
+    ``output_dir`` unset (``None``) means a new folder ``outputs/<name>/<date-time>`` for every
+    run; the run's entry point sets it to that folder before anything is written
+    (:func:`fedgo_flwr.recorder.decide_output_dir`).
+    """
 
     name: str = "default"
     seed: int = field(default=0, metadata={"max": 2**32 - 1})
     rounds: int = 40
     fraction: float = 0.4
     min_clients: int = 1
-    output_dir: str = "outputs/default"
+    output_dir: str | None = None
     device: str = "auto"
     client_device: str = "auto"
     round_timeout: float = 3600.0
@@ -362,7 +368,17 @@ class ExperimentConfig:
         c.require("fraction", 0 < self.fraction <= 1, "must be in (0, 1]")
         c.require("min_clients", self.min_clients >= 1, "must be >= 1")
         c.require("min_clients", self.min_clients <= k, f"must be <= data.num_clients ({k})")
-        c.require("output_dir", bool(self.output_dir), "must not be empty")
+        c.require(
+            "output_dir",
+            self.output_dir is None or bool(self.output_dir),
+            "must not be empty",
+        )
+        c.require(
+            "name",
+            self.output_dir is not None or NAME_PATTERN.fullmatch(self.name) is not None,
+            "must be a plain folder name when output_dir is not set (letters, digits, '.', "
+            "'_', '+', '-'; not starting with '.')",
+        )
         c.require("round_timeout", self.round_timeout > 0, "must be > 0 (seconds)")
         c.require(
             "round_timeout",

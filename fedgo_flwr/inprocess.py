@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     scalars as JSON; exit 2 with one message for a bad configuration."""
     from fedgo_flwr.cli import preflight
     from fedgo_flwr.config import ConfigError
-    from fedgo_flwr.recorder import check_output_dir
+    from fedgo_flwr.recorder import decide_output_dir
     from strategies import load_experiment
 
     parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.inprocess")
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_experiment(args.config, args.overrides)
         preflight(cfg)
-        check_output_dir(cfg)
+        cfg = decide_output_dir(cfg)
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
         return 2

@@ -5,7 +5,8 @@
 ``eval_time`` and ``elapsed`` (seconds since the strategy started), plus what the strategy
 reports for the round (clients sampled/replied/failed, train loss, client and aggregation times).
 A relative ``output_dir`` is taken relative to ``$FEDGO_WORKDIR`` if set, else the current
-directory of the ServerApp process.
+directory of the ServerApp process. Unset, every run gets a new folder
+``outputs/<name>/<date-time>`` (:func:`decide_output_dir`, :mod:`fedgo_flwr.runfolders`).
 
 Nothing of an earlier run is replaced silently: :func:`check_output_dir` refuses a folder that
 holds a run's results unless the config says ``resume: true`` (and there is a checkpoint to
@@ -20,6 +21,7 @@ memory (``server_peak_rss_mb``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -37,6 +39,7 @@ from fedgo_flwr.config import ConfigError, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.fileio import atomic_torch_save, atomic_write_text, strict_json
 from fedgo_flwr.messages import TRAFFIC
+from fedgo_flwr.runfolders import LATEST, RUNS_ROOT, latest_run, new_run_folder, point_latest
 from fedgo_flwr.training import evaluate
 
 
@@ -66,7 +69,7 @@ STALE_FILES = ("summary.json", "model.pt", *CHECKPOINTS, "prefl.json", "prefl-re
 def check_output_dir(cfg: ExperimentConfig) -> Path:
     """The run folder, if this run may write there; else :class:`ConfigError` on output_dir.
 
-    Called before anything is written (``cli prepare`` and the ServerApp). A folder holding
+    Called before anything is written (:func:`decide_output_dir`). A folder holding
     an earlier run's files is refused unless ``overwrite: true``, or ``resume: true`` with a
     checkpoint to continue from. ``resume: true`` also restarts a run that stopped before its
     first checkpoint (no checkpoint, no summary: nothing there to continue or to keep), so an
@@ -85,6 +88,41 @@ def check_output_dir(cfg: ExperimentConfig) -> Path:
         f"{out_dir} holds an earlier run ({', '.join(found)}){why}; choose another "
         "output_dir, or set resume=true to continue that run or overwrite=true to replace it",
     )
+
+
+def decide_output_dir(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` with the folder this run writes to as its ``output_dir``; refused as
+    :func:`check_output_dir` refuses, and logged when chosen here.
+
+    The one place a run's folder is decided, before anything is written; every entry point
+    calls it (``cli prepare`` for ``run.sh``, the ServerApp for a plain ``flwr run``,
+    :mod:`fedgo_flwr.inprocess`), and a later one finds ``output_dir`` set by an earlier one:
+
+    - ``output_dir`` set: that folder, kept as given;
+    - unset, with ``resume: true``: the run ``outputs/<name>/latest`` points to (the folder it
+      names, so that a newer run cannot move it), or a new folder if there is none;
+    - unset: a new folder ``outputs/<name>/<date-time>``, and ``latest`` then points to it
+      (:mod:`fedgo_flwr.runfolders`).
+
+    A folder chosen here is absolute, so the clients, which get ``cfg`` from the server, use
+    the same one whatever their working directory.
+    """
+    if cfg.output_dir is not None:
+        check_output_dir(cfg)
+        return cfg
+    parent = resolve_output_dir(RUNS_ROOT) / cfg.name
+    if cfg.resume:
+        folder = latest_run(parent)
+        if folder is not None:
+            chosen = dataclasses.replace(cfg, output_dir=str(folder))
+            check_output_dir(chosen)
+            log(INFO, "fedgo-flwr: run folder %s (resume: %s)", folder, parent / LATEST)
+            return chosen
+        log(INFO, "fedgo-flwr: resume: no %s yet; starting a new run", parent / LATEST)
+    folder = new_run_folder(parent)
+    point_latest(folder)
+    log(INFO, "fedgo-flwr: run folder %s", folder)
+    return dataclasses.replace(cfg, output_dir=str(folder))
 
 
 class RunRecorder:

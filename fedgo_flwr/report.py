@@ -5,9 +5,11 @@
 
 A run folder is what a run writes (``metrics.jsonl``, ``summary.json``, ``config.yaml``,
 ``partition.json``; :mod:`fedgo_flwr.recorder`); a folder that holds run folders (e.g.
-``outputs/bench/cifar10-cpu-bn``) stands for all of them. Runs are grouped by label: the run
-folder's name without a trailing ``-seed<N>`` (``--label strategy``: the strategy's name), so
-the seeds of one method form one group. Written to ``--out`` (default ``report/``):
+``outputs/bench/cifar10-cpu-bn``, or ``outputs/<name>`` with its dated runs) stands for all of
+them. Runs are grouped by label: the run folder's name without a trailing ``-seed<N>``, or for
+a dated run folder ``outputs/<name>/<date-time>`` (or ``outputs/<name>/latest``) ``<name>``
+(``--label strategy``: the strategy's name), so the seeds of one method form one group.
+Written to ``--out`` (default ``report/``):
 
 - ``accuracy.png``: server test accuracy by round, mean over each group's seeds with a band of
   +- one standard deviation; dashed, the ensemble test accuracy of distillation methods;
@@ -34,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from fedgo_flwr.runfolders import LATEST, is_run_stamp
 
 __all__ = ["Run", "find_runs", "group_runs", "load_run", "main", "summary_rows"]
 
@@ -68,6 +72,8 @@ def _finite(value: Any) -> bool:
 
 def load_run(path: Path, label_by: str = "dir") -> Run:
     """The run in folder ``path`` (``ValueError`` if it has no ``metrics.jsonl``)."""
+    if path.name == LATEST and path.is_symlink():
+        path = path.resolve()  # the dated folder it names
     metrics = path / "metrics.jsonl"
     if not metrics.is_file():
         raise ValueError(f"{path}: no metrics.jsonl (not a run folder)")
@@ -88,8 +94,16 @@ def load_run(path: Path, label_by: str = "dir") -> Run:
     match = SEED_SUFFIX.search(path.name)
     if seed is None and match:
         seed = int(match.group(1))
-    label = strategy if label_by == "strategy" else SEED_SUFFIX.sub("", path.name)
+    label = strategy if label_by == "strategy" else SEED_SUFFIX.sub("", _run_name(path))
     return Run(path, label, strategy, seed, rows, summary, partition)
+
+
+def _run_name(path: Path) -> str:
+    """The folder's name, or for a dated run folder ``outputs/<name>/<date-time>`` (or its
+    ``latest`` link) the experiment's: the runs of one experiment form one group."""
+    if path.name == LATEST or is_run_stamp(path.name):
+        return path.absolute().parent.name
+    return path.name
 
 
 def _read_json(path: Path) -> Any:
@@ -102,13 +116,18 @@ def _read_json(path: Path) -> Any:
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
-    """Each path if it is a run folder, else the run folders directly inside it (sorted)."""
+    """Each path if it is a run folder, else the run folders directly inside it (sorted; an
+    experiment's ``latest`` link is not counted again)."""
     found = []
     for path in paths:
         if (path / "metrics.jsonl").is_file():
             found.append(path)
         elif path.is_dir():
-            inner = sorted(p for p in path.iterdir() if (p / "metrics.jsonl").is_file())
+            inner = sorted(
+                p
+                for p in path.iterdir()
+                if (p / "metrics.jsonl").is_file() and not (p.name == LATEST and p.is_symlink())
+            )
             if not inner:
                 raise ValueError(f"{path}: neither a run folder nor a folder of runs")
             found.extend(inner)

@@ -16,6 +16,7 @@ strictly checked (:mod:`fedgo_flwr.discovery`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from logging import ERROR, INFO
@@ -26,6 +27,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
+from flwr.supercore.logger import LOGGER_NAME
 
 from fedgo_flwr import shutdown
 from fedgo_flwr.checkpoint import (
@@ -53,7 +55,7 @@ from fedgo_flwr.messages import (
     to_record,
     use_waiting_threads,
 )
-from fedgo_flwr.recorder import RunRecorder, check_output_dir
+from fedgo_flwr.recorder import RunRecorder, decide_output_dir, resolve_output_dir
 from fedgo_flwr.schema import Checker
 from fedgo_flwr.task import check_model_inputs, load_bundle, make_partition, new_model
 from fedgo_flwr.training import get_device
@@ -99,13 +101,33 @@ def config_from_context(context: Context) -> ExperimentConfig:
     return load_experiment(path, overrides, search_dirs=[APP_DIR])
 
 
+REPORTED = "fedgo_reported"
+"""Attribute set on an exception that :func:`main` has logged as one line."""
+
+
+class _SkipReported(logging.Filter):
+    """Drops a log record about an exception :func:`main` has already reported as one line:
+    Flower logs an exception that ends the ServerApp with its traceback, which says nothing
+    more about a configuration error than the line does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not getattr(exc, REPORTED, False)
+
+
+_skip_reported = _SkipReported()
+logging.getLogger(LOGGER_NAME).addFilter(_skip_reported)  # the same object: added once
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run the experiment named by the run config (and its ``node-map``, if any:
     :mod:`fedgo_flwr.discovery`).
 
     A configuration or node-discovery problem is logged as one ERROR line naming the key, the
-    node(s) and the value before it ends the run (Flower then logs the exception too).
+    node(s) and the value; it still ends the run with its exception (so Flower marks the run
+    failed and exits non-zero), but Flower's log of that exception, its traceback, is left out
+    (:class:`_SkipReported`).
     """
     try:
         cfg = config_from_context(context)
@@ -113,6 +135,7 @@ def main(grid: Grid, context: Context) -> None:
         run_experiment(grid, cfg, node_map=node_map)
     except (ConfigError, NodeDiscoveryError) as exc:
         log(ERROR, "fedgo-flwr: %s", exc)
+        setattr(exc, REPORTED, True)
         raise
 
 
@@ -130,17 +153,21 @@ def server_app_for(cfg: ExperimentConfig) -> ServerApp:
 def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None = None) -> dict:
     """Run one experiment end to end; return its summary (also in summary.json).
 
-    With ``resume: true`` and a ``checkpoint.pt`` in the run folder, the run continues after
-    the checkpoint's round (:mod:`fedgo_flwr.checkpoint`); otherwise it starts from round 1.
-    A folder holding an earlier run is refused before anything is written, unless the run
-    resumes it or ``overwrite: true`` (:func:`fedgo_flwr.recorder.check_output_dir`).
+    The run folder is ``output_dir``, or a new ``outputs/<name>/<date-time>`` if it is unset
+    (with ``resume: true``, the one ``outputs/<name>/latest`` points to):
+    :func:`fedgo_flwr.recorder.decide_output_dir`. With ``resume: true`` and a
+    ``checkpoint.pt`` in the run folder, the run continues after the checkpoint's round
+    (:mod:`fedgo_flwr.checkpoint`); otherwise it starts from round 1. A folder holding an
+    earlier run is refused before anything is written, unless the run resumes it or
+    ``overwrite: true`` (:func:`fedgo_flwr.recorder.check_output_dir`).
     The strategy's parameters are built here if ``cfg`` came without them typed.
     ``node_map`` (run config ``node-map``) says which node serves which partition
     (:func:`~fedgo_flwr.discovery.discover_nodes`; without it the nodes' own claims are used).
     """
     cfg = resolve(cfg)
     preflight(cfg)  # the same checks as `prepare`: a plain `flwr run` stops here too
-    out_dir = check_output_dir(cfg)
+    cfg = decide_output_dir(cfg)  # a new folder unless output_dir is set (or set by `prepare`)
+    out_dir = resolve_output_dir(cfg.output_dir)
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
     use_channels_last(cfg.resources.channels_last)
     use_waiting_threads(cfg.resources.server_cpus_waiting)

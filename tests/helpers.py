@@ -32,3 +32,22 @@ def run_sh(
         timeout=timeout,
         env={**os.environ, "FEDGO_WORKDIR": str(ROOT), "FEDGO_TEST_TAG": tag, **(env or {})},
     )
+
+
+def run_context(**run_config):
+    """The ServerApp's ``Context``: the run config of ``pyproject.toml`` updated with
+    ``run_config`` (as ``flwr run --run-config`` sets it)."""
+    import tomllib
+
+    from flwr.app import Context, RecordDict
+    from flwr.common.config import flatten_dict
+
+    app = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    declared = flatten_dict(app["config"])
+    return Context(
+        run_id=1,
+        node_id=1,
+        node_config={},
+        state=RecordDict(),
+        run_config={**declared, **run_config},
+    )

@@ -91,7 +91,7 @@ def test_paper_presets_say_what_they_run_and_pass_the_preflight(path, tmp_path):
     ).groups()
     assert cfg.strategy.name == strategy
     assert (cfg.data.dataset, cfg.data.alpha) == (dataset, float(alpha))
-    assert (cfg.name, cfg.output_dir) == (path.stem, f"outputs/paper/{path.stem}")
+    assert (cfg.name, cfg.output_dir) == (path.stem, None)  # outputs/<name>/<date-time>
     if "-d2-" in path.stem or "-g3-" in path.stem:
         assert cfg.strategy.params.distill_data == "generated"
 
@@ -824,7 +824,8 @@ def test_yaml_anchors_and_merge_keys_still_work(tmp_path):
     assert cfg.train.lr == cfg.strategy.params.mu == 0.01
 
 
-def test_cli_prepare_writes_run_config(tmp_path, capsys):
+def test_cli_prepare_writes_run_config(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FEDGO_WORKDIR", str(tmp_path))  # its run folder: outputs/default/...
     run_toml = tmp_path / "run.toml"
     code = cli_main(["prepare", str(CONF / "default.yaml"), "seed=4", "--run-toml", str(run_toml)])
     assert code == 0

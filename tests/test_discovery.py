@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.proto.node_pb2 import NodeInfo
+from helpers import run_context
 
 from fedgo_flwr import messages as msgs
 from fedgo_flwr import server_app
@@ -293,22 +294,6 @@ def test_make_credentials_writes_the_node_map_of_its_keys(tmp_path):
 
 
 # -- how the ServerApp reports it ---------------------------------------------------------------
-def run_context(**run_config) -> Context:
-    import tomllib
-
-    from flwr.common.config import flatten_dict
-
-    app = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
-    declared = flatten_dict(app["config"])
-    return Context(
-        run_id=1,
-        node_id=1,
-        node_config={},
-        state=RecordDict(),
-        run_config={**declared, **run_config},
-    )
-
-
 def test_the_server_app_logs_one_line_for_a_bad_node_map(flwr_log):
     context = run_context(**{"node-map": '{"0": true}'})
     with pytest.raises(ConfigError, match="node-map"):

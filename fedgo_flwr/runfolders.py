@@ -1,0 +1,78 @@
+"""A new folder for every run: ``outputs/<name>/<date-time>/`` and ``outputs/<name>/latest``.
+
+A run whose config leaves ``output_dir`` unset (``null``, the default) writes to a folder of
+its own under ``outputs/<name>/`` (relative to ``$FEDGO_WORKDIR`` or the current directory,
+as any relative ``output_dir``), named by its start time, ``%Y-%m-%d_%H-%M-%S``, with ``-1``,
+``-2`` ... appended when a run started in the same second already holds that name. The folder
+is claimed by creating it (``mkdir`` fails if it exists), so runs started side by side never
+share one. ``latest`` beside it is a relative symbolic link to the newest folder, replaced
+atomically once the new folder exists; ``resume: true`` continues the run it points to.
+
+Only names and folders here: :func:`fedgo_flwr.recorder.decide_output_dir` decides a run's
+folder from its config, and :mod:`fedgo_flwr.report` reads dated folders as runs of the
+experiment that holds them. Standard library only, so the report can import it cheaply.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from pathlib import Path
+
+__all__ = [
+    "LATEST",
+    "RUNS_ROOT",
+    "STAMP_FORMAT",
+    "is_run_stamp",
+    "latest_run",
+    "new_run_folder",
+    "point_latest",
+]
+
+RUNS_ROOT = "outputs"
+"""The folder that holds one folder per experiment name, each holding its runs."""
+LATEST = "latest"
+"""The link, in an experiment's folder, to its newest run."""
+STAMP_FORMAT = "%Y-%m-%d_%H-%M-%S"
+"""A run folder's name: its start time (local time), then ``-N`` if that name was taken."""
+STAMP_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}(-\d+)?")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
+"""What an experiment name must look like to name a folder (no separators, no ``..``)."""
+
+
+def is_run_stamp(name: str) -> bool:
+    """Whether ``name`` is the name of a dated run folder."""
+    return STAMP_PATTERN.fullmatch(name) is not None
+
+
+def new_run_folder(parent: Path, now: datetime.datetime | None = None) -> Path:
+    """Create and return a new, empty run folder in ``parent``, named by ``now``'s time."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = (now or datetime.datetime.now()).strftime(STAMP_FORMAT)
+    for n in range(10_000):
+        folder = parent / (stamp if n == 0 else f"{stamp}-{n}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(f"{parent}: 10000 run folders named {stamp}[-N] already")
+
+
+def point_latest(folder: Path) -> None:
+    """Make ``<folder's parent>/latest`` a relative link to ``folder``, atomically (a link
+    made beside it, then renamed over the old one: a reader never finds it missing)."""
+    link = folder.parent / LATEST
+    tmp = folder.parent / f".{LATEST}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(folder.name, target_is_directory=True)
+    os.replace(tmp, link)
+
+
+def latest_run(parent: Path) -> Path | None:
+    """The run folder ``parent/latest`` points to, if it names an existing folder."""
+    link = parent / LATEST
+    if not link.is_symlink() or not link.is_dir():
+        return None
+    return link.resolve()
