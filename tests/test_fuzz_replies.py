@@ -60,7 +60,7 @@ def known(name: str, kind: str) -> bool:
     return (name, kind) in KNOWN_FAILURES or ("*", kind) in KNOWN_FAILURES
 
 
-EXAMPLES = int(os.environ.get("FEDGO_FUZZ_EXAMPLES", "2"))
+EXAMPLES = int(os.environ.get("FEDGO_FUZZ_EXAMPLES", "1"))
 """Mutated runs per strategy with the robust options (its clean run comes on top)."""
 
 DEFAULT_EXAMPLES = int(os.environ.get("FEDGO_FUZZ_EXAMPLES", "1"))
