@@ -20,6 +20,12 @@ github.com/sacs-epfl/cpfl). Plain NumPy/PyTorch, no Flower; the strategy is
   losses are reduced by :func:`cohort_loss`: the paper's mean after leaving out any loss above
   ``bound`` times the round's median (or the median, or a trimmed mean), in float64 without
   overflow.
+- **A cohort's run** (Sec. 4.1/4.2, and beyond the paper its Sec. 5 suggestion): a
+  :class:`Cohort` holds its members, model, stopping rule, simulated clock and teacher
+  snapshots; stage 2 starts at :func:`distill_deadline` (``distill_at_hours``, or the finish of
+  the ``ceil(q n)``-th converged cohort with ``distill_when`` = q) or when the last cohort
+  stops (:func:`distill_start`), each cohort taking part with its teacher as of then
+  (:func:`teacher_at`); :func:`cohort_totals` adds the cohorts' clocks up to that time.
 - **Distillation** (Sec. 3, Alg. 1, eqs. 2-3): teacher logits on unlabeled public data are
   computed once and combined into ``z~_c = sum_i p_ic z_ic`` (:func:`combine_teachers`) with
   per-class label weights ``p_ic = N_ic / sum_j N_jc`` (:func:`teacher_weights`); a fresh
@@ -49,25 +55,41 @@ from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
 from fedgo_flwr.kernels import place
 from fedgo_flwr.rng import derive_seed
 from fedgo_flwr.schema import Checker
+from fedgo_flwr.systems import SimClock
 
 __all__ = [
+    "CONVERGED",
+    "EMPTY",
     "GROUPINGS",
     "LOSS_BOUND",
     "LOSS_REDUCES",
+    "MAX_ROUNDS",
+    "PAUSED",
+    "RUNNING",
+    "TEACHERS",
     "TEACHER_OUTPUTS",
     "TEACHER_WEIGHTS",
+    "Cohort",
     "CohortDistillConfig",
     "PlateauStopper",
     "batches_per_epoch",
     "class_cohorts",
     "cohort_loss",
     "cohort_odds_weights",
+    "cohort_totals",
+    "cohorts_needed",
     "combine_per_sample",
     "combine_teachers",
+    "distill_deadline",
     "distill_l1",
+    "distill_start",
     "holdout_size",
     "holdout_split",
+    "live_cohorts",
+    "mean_sd",
+    "prune_history",
     "random_cohorts",
+    "teacher_at",
     "teacher_weights",
 ]
 
@@ -457,3 +479,123 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float]:
     if len(vals) == 1:
         return mean, 0.0
     return mean, math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+
+
+# -- a cohort's run --------------------------------------------------------------------------
+
+RUNNING, CONVERGED, PAUSED, MAX_ROUNDS, EMPTY = (
+    "running",
+    "converged",
+    "paused",
+    "max_rounds",
+    "empty",
+)
+"""A cohort's status: training; stopped by its rule; paused at the distillation time (it
+would have finished a round after it); stopped by the round limit; without clients."""
+TEACHERS = ("best", "last")
+"""Which of a cohort's models is its teacher: the lowest smoothed validation loss, or the last."""
+
+
+@dataclass
+class Cohort:
+    """One cohort's federated training: its members, model, stopping rule and clock."""
+
+    index: int
+    members: list[int]
+    counts: np.ndarray  # (C,) training samples per class over its members
+    arrays: dict[str, np.ndarray]
+    stopper: PlateauStopper
+    clock: SimClock = field(default_factory=SimClock)
+    best: dict[str, np.ndarray] | None = None  # the model with the lowest smoothed val loss
+    best_round: int | None = None  # that model is the one sent in this round
+    status: str = RUNNING
+    rounds: int = 0
+    updates: int = 0  # usable replies over the run
+    finish_seconds: float | None = None
+    # (clock, cpu seconds, bytes down, bytes up) after each round: the totals at a deadline
+    trace: list[tuple[float, float, int, int]] = field(default_factory=list)
+    # distill_when < 1: (simulated time it became known, model) of the teacher as it changed
+    history: list[tuple[float, dict[str, np.ndarray]]] = field(default_factory=list)
+
+    def teacher(self, which: str) -> dict[str, np.ndarray]:
+        return self.best if which == "best" and self.best is not None else self.arrays
+
+    @property
+    def running(self) -> bool:
+        return self.status == RUNNING
+
+
+def live_cohorts(cohorts: Sequence[Cohort]) -> list[Cohort]:
+    """The cohorts that have clients."""
+    return [c for c in cohorts if c.status != EMPTY]
+
+
+def cohorts_needed(distill_when: float, live: int) -> int:
+    """How many of ``live`` cohorts must have converged before stage 2 starts:
+    ``ceil(q n)``, at least one (``distill_when`` = q)."""
+    return max(1, math.ceil(distill_when * live - 1e-9))
+
+
+def distill_deadline(
+    cohorts: Sequence[Cohort], distill_when: float, distill_at_hours: float | None
+) -> float | None:
+    """The simulated time stage 2 starts at, as far as known (``None``: not yet): the earlier
+    of ``distill_at_hours`` and T_q, the finish of the ``ceil(q n)``-th converged cohort."""
+    limits = []
+    if distill_at_hours is not None:
+        limits.append(distill_at_hours * 3600.0)
+    if distill_when < 1:
+        live = live_cohorts(cohorts)
+        needed = cohorts_needed(distill_when, len(live))
+        done = sorted(c.finish_seconds for c in live if c.status == CONVERGED)
+        if len(done) >= needed:
+            limits.append(done[needed - 1])
+    return min(limits) if limits else None
+
+
+def prune_history(cohorts: Sequence[Cohort], distill_when: float) -> None:
+    """Drop teacher snapshots that can no longer be the one at the distillation time."""
+    if distill_when >= 1:
+        return
+    live = live_cohorts(cohorts)
+    needed = cohorts_needed(distill_when, len(live))
+    # T_q is at least the needed-th smallest of (finish time, or clock if still running).
+    bound = sorted(
+        c.finish_seconds if c.finish_seconds is not None else c.clock.seconds for c in live
+    )[needed - 1]
+    for c in live:
+        while len(c.history) > 1 and c.history[1][0] <= bound:
+            c.history.pop(0)
+
+
+def cohort_totals(cohorts: Sequence[Cohort], deadline: float | None, uploads: SimClock) -> SimClock:
+    """The cohorts side by side (time: the furthest clock) plus ``uploads`` (to the global
+    server). With a ``deadline`` each cohort counts as of it: rounds that ended after it (run
+    before it was known) are not counted."""
+    clocks = []
+    for c in live_cohorts(cohorts):
+        if deadline is None:
+            clocks.append(c.clock)
+            continue
+        done = [t for t in c.trace if t[0] <= deadline + 1e-9]
+        s, cpu, down, up = done[-1] if done else (0.0, 0.0, 0, 0)
+        clocks.append(SimClock(s, cpu, down, up, len(done)))
+    total = SimClock.parallel(clocks)
+    total.add_bytes(uploads.bytes_down, uploads.bytes_up)
+    return total
+
+
+def distill_start(cohorts: Sequence[Cohort], deadline: float | None) -> float:
+    """The simulated time stage 2 starts: ``deadline`` if one applied, else the last
+    cohort's finish."""
+    end = max((c.finish_seconds or c.clock.seconds for c in live_cohorts(cohorts)), default=0.0)
+    return end if deadline is None else min(deadline, end)
+
+
+def teacher_at(c: Cohort, at: float, distill_when: float, which: str) -> dict[str, np.ndarray]:
+    """Cohort ``c``'s teacher at simulated time ``at``: with ``distill_when`` < 1 the last
+    snapshot known by then (its history), else its ``which`` model (:data:`TEACHERS`)."""
+    if distill_when < 1:
+        known = [a for t, a in c.history if t <= at + 1e-9]
+        return known[-1] if known else c.history[0][1]
+    return c.teacher(which)

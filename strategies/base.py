@@ -58,42 +58,55 @@ A strategy module (``strategies/<name>.py``) subclasses this and overrides only 
 :meth:`~Strategy.aggregate` (how accepted replies become the next model),
 :meth:`~Strategy.check_reply` (extra reply checks), :meth:`~Strategy.setup` (work before round
 1) and :meth:`~Strategy.state_dict` (what a resumed run needs).
+
+**Where the parts are.** :class:`Strategy` is composed of one mixin per job, each in a private
+module of this package (private: :func:`strategies.available` does not take them for
+strategies); this module holds the class itself (its class attributes, constructor, config and
+pre-flight checks, the server's resources and data, the setup and checkpoint hooks) and the
+shared ``BaseConfig``:
+
+- :mod:`strategies._rounds`: the round loop (:class:`~strategies._rounds.RoundLoop`, ``Row``);
+- :mod:`strategies._sending`: sampling and the training messages;
+- :mod:`strategies._replies`: reply intake and unpacking (``Reply``, ``ReplyRejected``,
+  ``client_metrics``);
+- :mod:`strategies._aggregation`: robust averaging and the round's metrics;
+- :mod:`strategies._architectures`: client architectures other than the global model's.
 """
 
 from __future__ import annotations
 
 import collections
 import copy
-import dataclasses
-import json
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import INFO
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result
 from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from flwr.supercore import log
 from torch import nn
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import AggregationConfig, clip_update, new_average, update_problem
+from fedgo_flwr.aggregation import AggregationConfig
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, DataBundle
 from fedgo_flwr.data.imagefolder import load_unlabeled
-from fedgo_flwr.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.partition import Partition
-from fedgo_flwr.protocol import TRAIN, ReplySpec, RoundIntake, declaration, partition_of_reply
+from fedgo_flwr.protocol import RoundIntake
 from fedgo_flwr.schema import Checker
-from fedgo_flwr.shutdown import raise_if_stopping
-from fedgo_flwr.task import client_model_name, heterogeneous_models, new_model, sample_clients
+from fedgo_flwr.task import heterogeneous_models
+from strategies._aggregation import RobustAveraging
+from strategies._architectures import ClientArchitectures
+from strategies._replies import Reply, ReplyIntake, ReplyRejected, client_metrics
+from strategies._rounds import RoundLoop, Row
+from strategies._sending import Sending
 
+# What a strategy module needs to subclass Strategy: the mixins' modules are private, so the
+# types a subclass uses (Reply, ReplyRejected, Row, client_metrics) are taken from here.
 __all__ = [
     "BaseConfig",
     "Reply",
@@ -126,41 +139,9 @@ class ServerResources:
     out_dir: Path
 
 
-class ReplyRejected(Exception):
-    """Raised by :meth:`Strategy.absorb` to drop a reply; only before absorb changed anything."""
-
-
-@dataclass
-class Reply:
-    """An accepted client reply, unpacked."""
-
-    node_id: int
-    partition_id: int
-    num_examples: int  # n_k: the server's count of the partition (the claim, without resources)
-    arrays: dict[str, np.ndarray]
-    metrics: dict[str, Any]
-    content: RecordDict
-
-
-@dataclass
-class Row:
-    """What one row of the round loop (:meth:`Strategy.run_row`) produced.
-
-    ``arrays``: the new global model (``None``: unchanged); ``metrics``: the row's training
-    metrics; ``evaluated``: what the row's evaluation sees, if not the global model (an empty
-    record: nothing to evaluate, e.g. CPFL's cohorts before distillation); ``due``: evaluate
-    this row even if ``eval.every`` would skip it; ``checkpoint``: the arrays the row's
-    checkpoint keeps, if not the global model.
-    """
-
-    arrays: ArrayRecord | None = None
-    metrics: MetricRecord | None = None
-    evaluated: ArrayRecord | None = None
-    due: bool = False
-    checkpoint: ArrayRecord | None = None
-
-
-class Strategy(FlowerStrategy):
+class Strategy(
+    RoundLoop, Sending, ReplyIntake, RobustAveraging, ClientArchitectures, FlowerStrategy
+):
     """Seeded sampling, per-reply validation, streaming aggregation, resumable rounds."""
 
     name: ClassVar[str] = ""
@@ -250,31 +231,6 @@ class Strategy(FlowerStrategy):
         experiment's sources, e.g. ``c.at("data.", cfg.data).require("server_fraction", ...)``.
         """
 
-    @classmethod
-    def _homogeneous_only(cls, cfg: ExperimentConfig) -> str:
-        return (
-            f"strategy {cls.name} averages parameters: every client must train model.name "
-            f"('{cfg.model.name}'); clients of other architectures need a strategy with "
-            "supports_heterogeneous_models"
-        )
-
-    def _build_architectures(self) -> None:
-        """The seeded initial model of every client architecture other than ``model.name``."""
-        if not self.supports_heterogeneous_models:
-            raise ValueError(f"model.client_models: {self._homogeneous_only(self.cfg)}")
-        if self.resources is None:
-            raise ValueError(
-                "model.client_models: the server needs its data bundle (ServerResources) "
-                "to build the clients' architectures"
-            )
-        names = {client_model_name(self.cfg, pid) for pid in range(self.cfg.data.num_clients)}
-        for name in sorted(names - {self.cfg.model.name}):
-            with torch.random.fork_rng(devices=[]):  # the server's own random stream is kept
-                model = new_model(self.cfg, self.resources.bundle, name).cpu()
-            self._arch_templates[name] = model
-            self._arch_arrays[name] = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-            self._arch_records[name] = to_record(self._arch_arrays[name])
-
     def summary(self) -> None:
         log(INFO, "\t├──> %s, params %s", type(self).__name__, self.params)
         log(
@@ -284,39 +240,6 @@ class Strategy(FlowerStrategy):
             self.cfg.data.num_clients,
             self.cfg.seed,
         )
-
-    def model_factory(self, arch: str | None = None) -> nn.Module:
-        """A fresh copy of the experiment's model, or of client architecture ``arch`` (a name
-        of ``model.client_models``), with its initial weights (to be replaced by the caller)."""
-        if arch is None or arch == self.cfg.model.name:
-            return copy.deepcopy(self._template)
-        return copy.deepcopy(self._arch_templates[arch])
-
-    def client_arch(self, pid: int) -> str:
-        """The architecture client ``pid`` trains (:func:`fedgo_flwr.task.client_model_name`)."""
-        return client_model_name(self.cfg, pid)
-
-    def arrays_for(self, arch: str, arrays: ArrayRecord) -> ArrayRecord:
-        """What clients of architecture ``arch`` start the round from.
-
-        ``model.name``'s clients get the global model (``arrays``). Clients of any other
-        architecture get that architecture's seeded initial model
-        (:func:`fedgo_flwr.task.new_model`: seed ``derive_seed(cfg.seed, "model-init", arch)``),
-        the same every round, so all clients of one architecture start equal (one-shot FL,
-        e.g. Co-Boosting, needs no more). A strategy that keeps a model per architecture
-        overrides this.
-        """
-        if arch == self.cfg.model.name:
-            return arrays
-        return self._arch_records[arch]
-
-    def reference_arrays(self, pid: int) -> dict[str, np.ndarray]:
-        """What client ``pid``'s reply must match in keys, shapes and dtypes: this round's
-        global model, or the initial model of the client's own architecture."""
-        if not self.heterogeneous:
-            return self.global_arrays
-        arch = self.client_arch(pid)
-        return self.global_arrays if arch == self.cfg.model.name else self._arch_arrays[arch]
 
     def server_unlabeled(self) -> ArrayDataset:
         """The server's unlabeled images, loaded once: every image under ``data.public_path``
@@ -359,174 +282,6 @@ class Strategy(FlowerStrategy):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
 
-    # -- the round loop --------------------------------------------------------------------
-    def start(
-        self,
-        grid: Grid,
-        initial_arrays: ArrayRecord,
-        num_rounds: int = 3,
-        timeout: float = 3600,
-        train_config: ConfigRecord | None = None,
-        evaluate_config: ConfigRecord | None = None,
-        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-        *,
-        first_round: int = 1,
-        round_end: Callable[[int, ArrayRecord], None] | None = None,
-    ) -> Result:
-        """The round loop of every strategy: Flower's, resumable, one row at a time.
-
-        As :meth:`flwr.serverapp.strategy.Strategy.start`, without the federated evaluation
-        phase (this framework evaluates on the server), plus: rows start at ``first_round``
-        (a resumed run; the initial evaluation is skipped unless it is 1) and
-        ``round_end(row, arrays)`` runs after each row's evaluation (checkpointing). What a
-        row does is :meth:`run_row` (a communication round here; CPFL's cohort rounds and
-        stage two, one-shot FL's clients' round and server epochs elsewhere), which rows
-        there are :meth:`rows`; the loop ends early once :attr:`finished`. A stop asked for
-        (Ctrl-C, TERM) ends the loop before a row's results are used or checkpointed.
-        """
-        log(
-            INFO,
-            "Starting %s strategy (%s)",
-            type(self).__name__,
-            self.plan(first_round, num_rounds),
-        )
-        self.summary()
-        result = Result()
-        result.arrays = initial_arrays
-        self.num_rounds = num_rounds
-        if not self.begin_run(initial_arrays):
-            return result
-        arrays = initial_arrays
-        if evaluate_fn and first_round == 1:
-            res = evaluate_fn(0, arrays)
-            if res is not None:
-                result.evaluate_metrics_serverapp[0] = res
-        train_config = ConfigRecord() if train_config is None else train_config
-        for row in self.rows(first_round, num_rounds):
-            title = self.row_title(row, num_rounds)
-            if title:
-                log(INFO, "")
-                log(INFO, "%s", title)
-            out = self.run_row(row, grid, arrays, ConfigRecord(train_config), timeout)
-            # Clients that died with a Ctrl-C/TERM must not make a row (fedgo_flwr.shutdown).
-            raise_if_stopping(f"round {row}")
-            if out.arrays is not None:
-                arrays = out.arrays
-                result.arrays = arrays
-            if out.metrics is not None:
-                result.train_metrics_clientapp[row] = out.metrics
-            if evaluate_fn:
-                self.evaluate_now = out.due
-                res = evaluate_fn(row, arrays if out.evaluated is None else out.evaluated)
-                self.evaluate_now = False
-                if res is not None:
-                    result.evaluate_metrics_serverapp[row] = res
-            if round_end is not None:
-                raise_if_stopping(f"round {row}'s checkpoint")
-                round_end(row, arrays if out.checkpoint is None else out.checkpoint)
-            if self.finished:
-                break
-        return result
-
-    def plan(self, first_round: int, num_rounds: int) -> str:
-        """How the start of the loop describes the rows to come (logged)."""
-        return f"rounds {first_round}..{num_rounds}"
-
-    def begin_run(self, initial_arrays: ArrayRecord) -> bool:
-        """Work before the first row of this (possibly resumed) run; ``False``: nothing is
-        left to do (a run resumed after its last row)."""
-        return True
-
-    def rows(self, first_round: int, num_rounds: int) -> Iterable[int]:
-        """The rows of ``metrics.jsonl`` this run makes: here one per communication round."""
-        return range(first_round, num_rounds + 1)
-
-    def row_title(self, row: int, num_rounds: int) -> str | None:
-        """The row's heading in the log (``None``: none)."""
-        return f"[ROUND {row}/{num_rounds}]"
-
-    def run_row(
-        self, row: int, grid: Grid, arrays: ArrayRecord, config: ConfigRecord, timeout: float
-    ) -> Row:
-        """One communication round: send the global model, take the replies as they come
-        (:func:`fedgo_flwr.messages.stream_replies`), aggregate."""
-        messages = self.configure_train(row, arrays, config, grid)
-        new, metrics = self.aggregate_train(row, stream_replies(grid, messages, timeout))
-        return Row(arrays=new, metrics=metrics)
-
-    # -- sending ---------------------------------------------------------------------------
-    def client_params(self) -> dict[str, Any]:
-        """The client algorithm's own parameters, taken from this strategy's ``Config``."""
-        fields = [f.name for f in dataclasses.fields(declaration(self.client_algorithm).Config)]
-        own = dataclasses.asdict(self.params)
-        return {key: own[key] for key in fields}
-
-    def message_config(self, server_round: int, config: ConfigRecord | None = None) -> ConfigRecord:
-        """The ConfigRecord of every message to clients (:mod:`fedgo_flwr.messages`)."""
-        config = ConfigRecord() if config is None else config
-        config[msgs.SERVER_ROUND] = server_round
-        config[msgs.ALGORITHM] = self.client_algorithm
-        config[msgs.EXPERIMENT] = self.cfg.to_json(strategy_params=False)
-        config[msgs.CLIENT_PARAMS] = json.dumps(
-            self.client_params(), sort_keys=True, allow_nan=False
-        )
-        config[msgs.RUN_TOKEN] = self.run_token
-        return config
-
-    def messages_to(
-        self, content: RecordDict, pids: Iterable[int], message_type: str
-    ) -> list[Message]:
-        """One message of ``message_type`` with ``content`` for each partition in ``pids``, to
-        the node that serves it, the partition id in its ``group_id`` (a simulated node may
-        serve several; the reply carries the group id back: :meth:`pid_of`)."""
-        return [
-            Message(
-                content=content,
-                message_type=message_type,
-                dst_node_id=self.node_ids[pid],
-                group_id=str(pid),
-            )
-            for pid in pids
-        ]
-
-    def pid_of(self, msg: Message) -> int:
-        """The partition a reply answers for (``-1``: none this server knows): its group id
-        (ASCII digits), which must be a partition the sending node serves; without one, the
-        node's only partition."""
-        return partition_of_reply(msg, self.node_ids, self.partition_of)
-
-    def train_record(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
-    ) -> RecordDict:
-        """The content sent to every sampled client (subclasses add their own records); with
-        ``model.client_models``, once per architecture, ``arrays`` being :meth:`arrays_for`'s."""
-        return RecordDict({msgs.ARRAYS: arrays, msgs.CONFIG: config})
-
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        self.global_arrays = to_numpy(arrays)
-        pids = sample_clients(
-            self.cfg.seed, server_round, self.cfg.data.num_clients, self.cfg.clients_per_round
-        )
-        log(INFO, "configure_train: clients %s", pids)
-        config = self.message_config(server_round, config)
-        if not self.heterogeneous:
-            record = self.train_record(server_round, arrays, config)
-            self.open_round(pids)
-            return self.messages_to(record, pids, MessageType.TRAIN)
-        records: dict[str, RecordDict] = {}  # one per architecture, shared by its clients
-        messages: list[Message] = []
-        for pid in pids:  # in partition order, as without client_models
-            arch = self.client_arch(pid)
-            if arch not in records:
-                records[arch] = self.train_record(
-                    server_round, self.arrays_for(arch, arrays), config
-                )
-            messages += self.messages_to(records[arch], [pid], MessageType.TRAIN)
-        self.open_round(pids)
-        return messages
-
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
@@ -537,193 +292,3 @@ class Strategy(FlowerStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         return None
-
-    # -- receiving -------------------------------------------------------------------------
-    def open_round(self, pids: Iterable[int]) -> None:
-        """Send work to partitions ``pids`` this round: only their replies are taken, once
-        each (:class:`fedgo_flwr.protocol.RoundIntake`)."""
-        self.sampled = list(pids)
-        self.intake = RoundIntake(self.node_ids, self.sampled, self.client_sizes)
-
-    def reply_spec(self) -> ReplySpec:
-        """What a ``train`` reply must hold: the client algorithm's declaration
-        (:func:`fedgo_flwr.protocol.declaration`)."""
-        return declaration(self.client_algorithm).reply(TRAIN)
-
-    def reply_templates(self, pid: int) -> dict[str, Mapping[str, np.ndarray]]:
-        """Per ArrayRecord of client ``pid``'s reply, what it must match in keys, shapes and
-        dtypes: the model (:meth:`reference_arrays`); subclasses add their records'."""
-        return {msgs.ARRAYS: self.reference_arrays(pid)}
-
-    def check_reply(self, content: RecordDict) -> str | None:
-        """Extra checks of a subclass, after the intake's; return why the reply is unusable,
-        or ``None``."""
-        return None
-
-    def accept(self, msg: Message) -> Reply | None:
-        """The reply checked by the round's intake, unpacked; ``None`` (logged) if unusable.
-
-        Whatever a client sent, this returns (:meth:`RoundIntake.take`).
-        """
-        checked = self.intake.take(
-            msg,
-            self.reply_spec(),
-            self.reply_templates,
-            lambda c: self.check_reply(c.content),
-            self._record_labels if self.heterogeneous else None,
-        )
-        if checked is None:
-            return None
-        reply = Reply(
-            node_id=checked.node_id,
-            partition_id=checked.partition_id,
-            num_examples=checked.num_examples,
-            arrays=checked.arrays[msgs.ARRAYS],
-            metrics=checked.metrics,
-            content=checked.content,
-        )
-        sent = self.sent_arrays(reply.partition_id)
-        if sent is not None:
-            problem = update_problem(reply.arrays, sent, self.aggregation.update_bound)
-            if problem is not None:
-                self.drop(reply, problem)
-                return None
-        return reply
-
-    def sent_arrays(self, pid: int) -> Mapping[str, np.ndarray] | None:
-        """The model client ``pid`` was sent this round, against which its reply's update is
-        bounded (``strategy.aggregation.update_bound``, :func:`update_problem`): the global
-        model; ``None`` (not checked) for a client of another architecture."""
-        if self.heterogeneous and self.client_arch(pid) != self.cfg.model.name:
-            return None
-        return self.global_arrays or None
-
-    def _record_labels(self, pid: int, key: str) -> tuple[str, str]:
-        """How a refused record of client ``pid`` is named with ``model.client_models``."""
-        if key == msgs.ARRAYS:
-            return f"arrays (its model '{self.client_arch(pid)}')", "that model"
-        return f"ArrayRecord {key!r}", "the server's"
-
-    def drop(self, reply: Reply, reason: str) -> None:
-        """Drop an accepted ``reply`` after all (:class:`ReplyRejected` from :meth:`absorb`)."""
-        self.intake.accepted.discard(reply.partition_id)
-        self.intake.reject(reply.partition_id, reply.node_id, reason)
-
-    def begin_round(self, server_round: int) -> None:
-        """Reset what :meth:`absorb` accumulates."""
-        self.running = new_average(self.aggregation)
-        self.clipped_replies = 0
-
-    def robust(self, reply: Reply) -> dict[str, np.ndarray]:
-        """``reply``'s arrays with its update clipped to ``strategy.aggregation.clip_norm``
-        against this round's global model (unchanged when there is no bound)."""
-        bound = self.aggregation.clip_norm
-        if bound is None:
-            return reply.arrays
-        arrays, clipped = clip_update(reply.arrays, self.global_arrays, bound)
-        self.clipped_replies += clipped
-        return arrays
-
-    def absorb(self, server_round: int, reply: Reply) -> None:
-        """Fold one accepted reply in; its arrays are dropped afterwards (kept by the median
-        and trimmed mean, which need all of a round's replies at once)."""
-        self.running.add(self.robust(reply), reply.num_examples)
-
-    def averaged(self) -> dict[str, np.ndarray]:
-        """The round's average under ``strategy.aggregation`` of what :meth:`absorb` took:
-        the n_k-weighted mean by default, else the unweighted median or trimmed mean; with
-        ``clip_norm`` the round records ``clients_clipped``."""
-        if self.aggregation.clip_norm is not None:
-            self.last_round["clients_clipped"] = self.clipped_replies
-        return self.running.result()
-
-    def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
-        """The average of the client models (``replies`` hold metadata only, sorted by
-        partition id; the arrays went through :meth:`absorb`)."""
-        return self.averaged()
-
-    def collect(self, server_round: int, replies: Iterable[Message]) -> tuple[list[Reply], float]:
-        """The one loop over a round's replies: each, as it arrives, through the intake
-        (:meth:`accept`) and into :meth:`absorb`, its arrays let go afterwards; returns the
-        accepted replies sorted by partition id (arrival order must not matter) and the
-        seconds spent in :meth:`absorb`."""
-        accepted: list[Reply] = []
-        t_absorb = 0.0
-        for msg in replies:  # as they arrive; one reply's arrays in memory at a time
-            reply = self.accept(msg)
-            del msg
-            if reply is None:
-                continue
-            t0 = time.perf_counter()
-            try:
-                self.absorb(server_round, reply)
-            except ReplyRejected as exc:  # absorb found it unusable before changing anything
-                self.drop(reply, str(exc))
-                continue
-            finally:
-                t_absorb += time.perf_counter() - t0
-            reply.arrays, reply.content = {}, RecordDict()  # let the model go
-            accepted.append(reply)
-        accepted.sort(key=lambda r: r.partition_id)
-        self.warn_silent(server_round)
-        return accepted, t_absorb
-
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        self.begin_round(server_round)
-        accepted, t_absorb = self.collect(server_round, replies)
-        self.last_round = {
-            "clients_sampled": len(self.sampled),
-            "clients_replied": len(accepted),
-            "clients_failed": self.intake.failed,
-        }
-        if len(accepted) < self.cfg.min_clients:
-            log(
-                WARNING,
-                "Round %d: %d usable replies < min_clients %d; the global model is kept",
-                server_round,
-                len(accepted),
-                self.cfg.min_clients,
-            )
-            return None, MetricRecord(self.last_round)
-        t0 = time.perf_counter()
-        arrays = self.aggregate(server_round, accepted)
-        self.last_round["aggregate_time"] = time.perf_counter() - t0 + t_absorb
-        self.last_round.update(client_metrics(accepted, self.reply_metrics))
-        return to_record(arrays), MetricRecord(self.last_round)
-
-    def warn_silent(self, server_round: int) -> None:
-        """One WARNING per partition of the round that no reply answered for."""
-        for pid in self.intake.silent:
-            log(
-                WARNING,
-                "Round %d: client %d (node %d) sent no reply within round_timeout (%.0fs)",
-                server_round,
-                pid,
-                self.node_ids[pid],
-                self.cfg.round_timeout,
-            )
-
-
-def client_metrics(replies: list[Reply], extra: Iterable[str] = ()) -> dict[str, float]:
-    """Example-weighted train loss; slowest and total client training time; the total time of
-    the clients' train handlers, set-up included (when the replies say it); the
-    example-weighted mean of each ``extra`` metric over the replies that have it."""
-    n = np.array([r.num_examples for r in replies], dtype=np.float64)
-    loss = np.array([float(r.metrics.get("train_loss", np.nan)) for r in replies])
-    times = [float(r.metrics.get("train_time", 0.0)) for r in replies]
-    out = {
-        "train_loss": float((n * loss).sum() / n.sum()),
-        "client_time_max": max(times),
-        "client_time_sum": float(sum(times)),
-    }
-    handlers = [float(r.metrics["handler_time"]) for r in replies if "handler_time" in r.metrics]
-    if handlers:
-        out["client_handler_time_sum"] = float(sum(handlers))
-    for key in extra:
-        have = [(r.num_examples, float(r.metrics[key])) for r in replies if key in r.metrics]
-        if have:
-            w = np.array([h[0] for h in have], dtype=np.float64)
-            out[key] = float((w * np.array([h[1] for h in have])).sum() / w.sum())
-    return out

@@ -482,7 +482,7 @@ def test_cohorts_by_dominant_class(tmp_path, flwr_log):
 def test_the_ensemble_accuracy_is_that_of_the_distillation_target(tmp_path, monkeypatch):
     """With ``outputs: log_probs`` the reported ensemble combines log-probabilities, as the
     target does: a teacher with a large logit offset cannot decide it."""
-    import strategies.cpfl as cpfl_module
+    import strategies._cpfl_distill as cpfl_module
 
     seen = []
     original = cpfl_module.combine_teachers

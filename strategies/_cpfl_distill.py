@@ -1,0 +1,206 @@
+"""CPFL's stage 2 on the strategy side: the cohorts' teachers distilled into one student.
+
+Dhasade et al., EuroMLSys 2025 (Alg. 1 lines 9-15, Sec. 3 eqs. 2-3; :mod:`strategies.cpfl`).
+:class:`CohortDistillation` is the part of :class:`strategies.cpfl.CPFL` that ends a run: at the
+distillation time (:func:`fedgo_flwr.cohorts.distill_start`) each cohort that got a usable reply
+takes part with its teacher as of then (:func:`fedgo_flwr.cohorts.teacher_at`); the teachers
+and their ensemble are evaluated, and a fresh student learns the ensemble's outputs on the
+unlabeled public set with the L1 loss (:func:`fedgo_flwr.cohorts.distill_l1`). The ensemble
+weights a teacher per class by its cohort's label counts, or, with ``distill.weights: fedgo``
+(beyond the paper), per sample by FedGO's odds (Jeong et al., ICML 2025): a cohort's weight
+is the sum of its members' (:func:`fedgo_flwr.cohorts.cohort_odds_weights`), from
+discriminators trained once before round 1 (:meth:`~CohortDistillation.setup`).
+"""
+
+from __future__ import annotations
+
+import time
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedgo_flwr.cohorts import (
+    Cohort,
+    cohort_odds_weights,
+    combine_per_sample,
+    combine_teachers,
+    distill_l1,
+    distill_start,
+    live_cohorts,
+    teacher_at,
+    teacher_outputs,
+    teacher_weights,
+)
+from fedgo_flwr.data import ArrayDataset, stratified_subset
+from fedgo_flwr.fileio import strict_json
+from fedgo_flwr.gan import discriminator_logits
+from fedgo_flwr.messages import to_record
+from fedgo_flwr.rng import make_rng
+from fedgo_flwr.training import predict_logits
+from fedgo_flwr.weighting import WeightingInputs, compute_weights
+from strategies._prefl import discriminator_stats
+
+
+class CohortDistillation:
+    """Stage 2 of :class:`strategies.cpfl.CPFL` (a mixin), with FedGO's odds as the ensemble's
+    weights (``distill.weights: fedgo``): the clients' ``discriminators``; ``final`` holds
+    stage 2's report."""
+
+    def setup(self, grid: Grid) -> None:
+        """With ``distill.weights: fedgo``, FedGO's pre-FL stage before round 1: a generator
+        (trained on the public set, or loaded) and every client's discriminator, trained once
+        (:class:`strategies._prefl.DiscriminatorStage`); ``prefl.json`` reports it."""
+        if self.params.distill.weights != "fedgo" or len(self.groups) == 1:
+            return  # one cohort is not distilled
+        generator, disc_path, report = self.obtain_generator(grid)
+        self.discriminators, disc_report = self._discriminators(grid, generator, disc_path)
+        report.update(disc_report)
+        name = "prefl-resume.json" if self.resuming else "prefl.json"
+        text = strict_json(report, name=name, indent=2, default=float)
+        (self.resources.out_dir / name).write_text(text)
+
+    def generator_data(self) -> ArrayDataset:
+        """The generator learns the public set: FedGO's odds compare clients to it."""
+        return self.public_set()
+
+    def odds_weights(self, included: list[Cohort], data: ArrayDataset) -> torch.Tensor:
+        """``(n, N)`` FedGO weights of the included cohorts on ``data``
+        (:func:`fedgo_flwr.cohorts.cohort_odds_weights`); a client without a discriminator
+        has the neutral logit 0."""
+        members = [k for c in included for k in c.members]
+        logits = discriminator_logits(
+            {k: d for k, d in self.discriminators.items() if k in members},
+            data,
+            num_clients=self.cfg.data.num_clients,
+            device=self.resources.device,
+        )[members, 0]
+        inputs = WeightingInputs(
+            logits=torch.zeros(len(members), len(data), 1),
+            num_examples=torch.tensor([float(self.client_sizes[k]) for k in members]),
+            disc_logits=logits,
+        )
+        weights = compute_weights("fedgo", inputs, disc_mode=self.params.distill.disc_mode)
+        self.disc_report = discriminator_stats(logits)
+        position = {k: i for i, k in enumerate(members)}
+        return cohort_odds_weights(weights, [[position[k] for k in c.members] for c in included])
+
+    def teacher_test_set(self) -> ArrayDataset:
+        """Where the teachers and their ensemble are evaluated: the test split, or a
+        stratified ``teacher_test_size`` of it (200 teachers x 10,000 images is most of
+        stage 2 on a CPU; the student is always evaluated on the whole split)."""
+        test = self.resources.bundle.test
+        size = self.params.teacher_test_size
+        if size is None or size >= len(test):
+            return test
+        return test.subset(stratified_subset(test.y, size))
+
+    def distill_time(self) -> float:
+        """The simulated time stage 2 starts: the deadline if one applied, else the last
+        cohort's finish."""
+        return distill_start(self.cohorts, self.deadline())
+
+    def teacher_of(self, c: Cohort, at: float) -> dict[str, np.ndarray]:
+        """Cohort ``c``'s teacher at simulated time ``at``."""
+        return teacher_at(c, at, self.params.distill_when, self.params.teacher)
+
+    def public_set(self) -> ArrayDataset:
+        """The unlabeled public data: ``data.public_path`` if set, else the server's share."""
+        return self.server_unlabeled()
+
+    def stage_two(self, server_round: int) -> dict[str, np.ndarray]:
+        """Distil the cohorts' teachers into a fresh student (Alg. 1 lines 9-15)."""
+        p = self.params  # CPFLConfig
+        at = self.distill_time()
+        live = live_cohorts(self.cohorts)
+        included = [c for c in live if c.updates > 0]
+        for c in live:
+            if c.updates == 0:
+                log(
+                    WARNING,
+                    "CPFL: cohort %d (clients %s) never got a usable reply; it is "
+                    "left out of distillation",
+                    c.index,
+                    c.members,
+                )
+        teachers = [self.teacher_of(c, at) for c in included]
+        t0 = time.perf_counter()
+        self.finished = True
+        report: dict[str, Any] = {
+            "distill_at_h": at / 3600.0,
+            "cohorts_distilled": [c.index for c in included],
+            "cohorts_left_out": [c.index for c in self.cohorts if c not in included],
+        }
+        if not included:
+            log(WARNING, "CPFL: no cohort has a trained model; the result is the initial model")
+            student = self.model_arrays()
+            self.final = {**report, "distill_time_s": 0.0}
+            return student
+        test = self.teacher_test_set()
+        test_logits = torch.stack([self._test_logits(t, test) for t in teachers])
+        labels = torch.as_tensor(test.y)
+        teacher_accs = [float((lg.argmax(1) == labels).float().mean()) for lg in test_logits]
+        # The ensemble is the distillation target on the test images: the same outputs.
+        outputs = teacher_outputs(test_logits, p.distill.outputs)
+        per_sample = p.distill.weights == "fedgo"
+        if per_sample:
+            ensemble = combine_per_sample(outputs, self.odds_weights(included, test))
+        else:
+            counts = np.stack([c.counts for c in included])
+            weights = teacher_weights(counts, p.distill.weights)
+            ensemble = combine_teachers(outputs, weights)
+        report.update(
+            teacher_accuracies=teacher_accs,
+            ensemble_accuracy=float((ensemble.argmax(1) == labels).float().mean()),
+        )
+        if len(self.cohorts) == 1:  # FedAvg with early stopping: no distillation
+            self.final = {**report, "distill_time_s": 0.0}
+            return teachers[0]
+        # Each cohort's model and label counts go to the global server once (step 3).
+        self.upload_clock.add_bytes(up=len(included) * (self.model_bytes + 8 * self.num_classes))
+        public = self.public_set()
+        model = self.model_factory()
+        logits = []
+        for t in teachers:
+            model.load_state_dict(to_record(t).to_torch_state_dict())
+            out = predict_logits(model, public, p.distill.teacher_batch_size, self.resources.device)
+            logits.append(teacher_outputs(out, p.distill.outputs))
+        if per_sample:
+            targets = combine_per_sample(torch.stack(logits), self.odds_weights(included, public))
+            report["disc_stats_public"] = self.disc_report
+        else:
+            targets = combine_teachers(torch.stack(logits), weights)
+        del logits
+        student = self.model_factory()  # a fresh model (the common initial weights)
+        result = distill_l1(
+            student,
+            public,
+            targets,
+            p.distill,
+            rng=make_rng(self.cfg.seed, "cpfl-distill"),
+            device=self.resources.device,
+        )
+        student.cpu()
+        self.final = {
+            **report,
+            "public_size": len(public),
+            "distill_loss": result.loss,
+            "distill_epoch_losses": result.epoch_losses,
+            "distill_steps": result.steps,
+            "distill_time_s": time.perf_counter() - t0,
+        }
+        log(
+            INFO,
+            "CPFL: distilled %d teachers on %d public samples in %.1fs (L1 %.4f)",
+            len(teachers),
+            len(public),
+            self.final["distill_time_s"],
+            result.loss,
+        )
+        return {k: v.detach().numpy() for k, v in student.state_dict().items()}
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().numpy() for k, v in self.model_factory().state_dict().items()}
