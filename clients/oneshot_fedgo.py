@@ -1,6 +1,6 @@
 """One-shot client with a FedGO discriminator: local training and D_k in the same round.
 
-The beyond-the-paper variant of Co-Boosting's one-shot setting (issue 14): the one training
+The beyond-the-paper variant of Co-Boosting's one-shot setting: the one training
 message carries a generator G besides the model; the client trains its model as FedAvg does,
 then its discriminator D_k against G (FedGO, Jang et al. ICML 2025, Alg. 3: local data
 labelled 1, samples of the frozen G labelled 0; :meth:`clients.fedgo.FedGOClient.

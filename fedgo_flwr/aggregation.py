@@ -56,32 +56,17 @@ coordinate-wise over the round's client models (keep every reply of the round in
 
 DEFAULT_UPLOAD_BOUND = 100.0
 """``strategy.aggregation.upload_bound``'s default: 18 times the largest ratio of an honest
-upload's norm to its round's (lower) median seen in honest runs on digits (4 clients, 2 per
-round, alpha 0.1; 20 clients, 8 per round, alpha 0.1 and 0.05; 1-2 local epochs):
-
-- SCAFFOLD's control deltas 2.7 (4 clients), 4.1 (20), 1.6 (20, Adam, alpha 0.05);
-- FedTGP's per-class prototypes 1.4, 1.2;
-- DaFKD's generator updates 1.3, 1.5, 1.7 (alpha 0.05), discriminator heads 2.4, 2.1, 2.9;
-- FedGAN's (G3) generator / critic updates 1.5 / 1.9 (4 clients), 1.1 / 1.0 (20), 1.1 / 1.0
-  (20, alpha 0.05);
-- the teachers' logit scales: FedDF 2.4, 2.2; DaFKD 2.5, 2.0, 3.0; FedGO 3.6 and, with alpha
-  0.05, 5.5 (the largest: a client holding one class is confident, one with a few samples is
-  not); one-shot 1.8 (4 clients), 1.6 (10).
-
-An attack must go far beyond it to matter (the tampered uploads of
-``tests/test_upload_bounds.py`` are 1e4 to 1e31 times the median), and a bound that did bind
-on an honest client only scales it down (a one-shot teacher: leaves it out), with a WARNING
-that says so."""
+upload's norm (or a teacher's logit scale) to its round's median measured in honest runs
+(``benchmarks/README.md``, "Honest ratios under the reply bounds"). An attack must go far
+beyond it to matter, and a bound that did bind on an honest client only scales it down (a
+one-shot teacher: leaves it out), with a WARNING that says so."""
 
 
 DEFAULT_UPDATE_BOUND = 50.0
 """``strategy.aggregation.update_bound``'s default (:func:`update_problem`): an update may be
-up to 50 times as long as the model it started from. Honest updates measured on digits are
-0.01-0.19 of it in the golden runs of every strategy (1 local epoch) and at most 1.33 with 5
-local epochs of SGD (lr 0.05-0.1, momentum 0.9, alpha 0.05-0.1, BatchNorm's running
-statistics included), 0.53 with Adam and 0.40 for one-shot clients (20 local epochs): the
-bound is 38 times the largest. The tampered uploads it is for are 1e5 times the model and
-more."""
+up to 50 times as long as the model it started from, 38 times the largest honest ratio
+measured (``benchmarks/README.md``, "Honest ratios under the reply bounds"); the tampered
+uploads it is for are 1e5 times the model and more."""
 
 
 @dataclass

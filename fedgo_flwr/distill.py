@@ -26,21 +26,18 @@ Two protocols (``DistillConfig.protocol``):
 BatchNorm statistics (``DistillConfig.bn_stats``). A student in train mode normalises each batch
 by its own statistics and moves its running statistics towards them. On generated images (FedGO
 D2, DaFKD) that replaces the statistics the student got from the clients' real data by those of
-the generator's images, and the model then fails on real ones: measured on this project's
-CIFAR-10 benchmark (``benchmarks/README.md``, issue 16), DaFKD's server model scored 10.1% as
-distilled and 31.8% with the same weights once its statistics were re-estimated on real images.
-Three modes:
+the generator's images, and the model then fails on real ones (measured on DaFKD at CIFAR-10:
+``benchmarks/README.md``, "The rest of FedGO's Table 3"). Three modes:
 
 - ``update``: plain train mode (the authors' code of FedGO and DaFKD; the papers are silent);
 - ``batch``: train mode, and every BatchNorm layer's running statistics (and batch count) are
   put back as they were before the distillation: batches are normalised by their own
   statistics, the model keeps those of the n_k-weighted average, i.e. of the clients' data;
 - ``eval``: the BatchNorm layers in eval mode, so the averaged model's running statistics
-  normalise the generated batches too. Measured on the same DaFKD run: the server model stayed
-  at 9-11% in rounds 2-7 and recovered (25.6% final) only as the distillation lr decayed to 0;
-  its average before distillation stood at 30.0% in round 5. Generated images normalised by
-  real-image statistics are off the scale the weights were trained for, and the distillation
-  steps then move the weights away from what works on real images.
+  normalise the generated batches too. Generated images normalised by real-image statistics
+  are off the scale the weights were trained for, and the distillation steps then move the
+  weights away from what works on real images (on the same DaFKD run the server model stayed
+  near chance until the distillation lr decayed).
 
 ``auto`` (the default) is ``batch`` on generated data and ``update`` on real data.
 """

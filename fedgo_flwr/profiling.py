@@ -1,4 +1,4 @@
-"""Compute-phase counters: the seconds and images of each compute phase of a run (issue 18).
+"""Compute-phase counters: the seconds and images of each compute phase of a run.
 
 The training and inference loops report their work to :func:`phase`::
 
