@@ -37,7 +37,7 @@ from fedgo_flwr.cohorts import (
 )
 from fedgo_flwr.data import ArrayDataset, stratified_subset
 from fedgo_flwr.fileio import strict_json
-from fedgo_flwr.gan import discriminator_logits
+from fedgo_flwr.gan import discriminator_logits, neutralise_nonfinite
 from fedgo_flwr.messages import to_record
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.training import predict_logits
@@ -78,6 +78,12 @@ class CohortDistillation:
             num_clients=self.cfg.data.num_clients,
             device=self.resources.device,
         )[members, 0]
+        for i in neutralise_nonfinite(logits):
+            log(
+                WARNING,
+                "CPFL: the discriminator of client %d gives non-finite logits; neutral weight",
+                members[i],
+            )
         inputs = WeightingInputs(
             logits=torch.zeros(len(members), len(data), 1),
             num_examples=torch.tensor([float(self.client_sizes[k]) for k in members]),

@@ -61,6 +61,7 @@ from fedgo_flwr.gan import (
     count_bytes,
     discriminator_logits,
     generated_set,
+    neutralise_nonfinite,
 )
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.rng import make_rng
@@ -176,6 +177,15 @@ class FedGO(DiscriminatorStage, FedDF):
             "test": self._logits_all(discs, res.bundle.test, 1),
         }
         report["disc_logits_time"] = time.perf_counter() - t0
+        unusable = neutralise_nonfinite(self._disc["distill"], self._disc["test"])
+        for pid in unusable:
+            log(
+                WARNING,
+                "FedGO: the discriminator of client %d gives non-finite logits; neutral weight",
+                pid,
+            )
+        if unusable:
+            report["nonfinite_discriminators"] = unusable
         if self.params.byzantine:
             liars = byzantine_clients(
                 self.cfg.seed, self.cfg.data.num_clients, self.params.byzantine

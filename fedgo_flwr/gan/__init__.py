@@ -55,7 +55,12 @@ from fedgo_flwr.gan.generators import (
     ResNetGenerator,
     build_generator,
 )
-from fedgo_flwr.gan.sampling import discriminator_logits, generated_set, sample
+from fedgo_flwr.gan.sampling import (
+    discriminator_logits,
+    generated_set,
+    neutralise_nonfinite,
+    sample,
+)
 from fedgo_flwr.gan.settings import REFERENCES, DiscriminatorConfig, GanConfig, GeneratorConfig
 from fedgo_flwr.gan.wgan_gp import (
     fedgan_generator_steps,
@@ -89,6 +94,7 @@ __all__ = [
     "build_module_generator",
     "count_bytes",
     "discriminator_logits",
+    "neutralise_nonfinite",
     "fedgan_generator_steps",
     "generator_from_config",
     "generator_output_problem",

@@ -26,6 +26,7 @@ from fedgo_flwr.kernels import place
 
 __all__ = [
     "discriminator_logits",
+    "neutralise_nonfinite",
     "generated_set",
     "sample",
 ]
@@ -173,6 +174,24 @@ def discriminator_logits(
     with profiling.phase("discriminator_logits", images, batch_size):
         _fill_discriminator_logits(out, discs, view_batches(data, views, batch_size, dev), dev)
     return out
+
+
+def neutralise_nonfinite(*logits: Tensor) -> list[int]:
+    """Set to 0, the neutral logit, every client row ``k`` of the ``(K, ...)`` tensors
+    ``logits`` (in place) that holds a non-finite value in any of them; return those ``k``.
+
+    A discriminator whose weights are finite can still give infinite or NaN logits (a scaled
+    upload); FedGO's odds ``D_k / (1 - D_k)`` of such a row are undefined, and one such row
+    would make every weight on the sample undefined. Its client is then treated as one
+    without a discriminator (FedGO's neutral weight), in every tensor, so that the weights on
+    the distillation set and on the test split agree.
+    """
+    rows = sorted(
+        {int(k) for z in logits for k in torch.nonzero(~torch.isfinite(z.flatten(1)).all(1))}
+    )
+    for z in logits:
+        z[rows] = 0.0
+    return rows
 
 
 def _fill_discriminator_logits(
