@@ -157,8 +157,26 @@ class CoBoostingFedGO(CoBoosting):
             disc = self.discriminators[reply.partition_id]
         else:  # check_reply refused it already; for safety
             raise ReplyRejected("no discriminator")
+        problem = self.discriminator_problem(disc)
+        if problem is not None:
+            raise ReplyRejected(problem)
         super().absorb(server_round, reply)
         self.discriminators[reply.partition_id] = disc
+
+    def discriminator_problem(self, disc: Mapping[str, np.ndarray]) -> str | None:
+        """Why ``disc`` cannot weigh the ensemble (``None`` if it can): logits on the test
+        split that are not finite. Finite weights can give them (a scaled upload), and one
+        such discriminator makes the odds weights of every sample undefined, so synthesis
+        would fail; the reply is dropped, model and discriminator, before either is used."""
+        shape = self.resources.bundle.train.input_shape
+        d = self.params.discriminator.build(shape, seed=0)  # seeded: the global RNG is untouched
+        d.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in disc.items()})
+        z = predict_logits(
+            d, self.resources.bundle.test, self.params.teacher_batch_size, self.resources.device
+        )
+        if not torch.isfinite(z).all():
+            return "discriminator: its logits on the test split are not finite"
+        return None
 
     def drop_teacher(self, pid: int) -> None:
         super().drop_teacher(pid)
