@@ -60,6 +60,7 @@ from fedgo_flwr.fileio import strict_json
 from fedgo_flwr.gan import (
     count_bytes,
     discriminator_logits,
+    discriminator_scale_outliers,
     generated_set,
     neutralise_nonfinite,
 )
@@ -186,6 +187,24 @@ class FedGO(DiscriminatorStage, FedDF):
             )
         if unusable:
             report["nonfinite_discriminators"] = unusable
+        present = [k for k in sorted(discs) if k not in unusable]
+        bound = self.aggregation.upload_bound
+        outliers = discriminator_scale_outliers(self._disc["distill"], present, bound)
+        for pid, scale, median in outliers:
+            log(
+                WARNING,
+                "FedGO: the discriminator of client %d: its logit scale %.3g is %.3g x the "
+                "median %.3g, above strategy.aggregation.upload_bound = %g; neutral weight",
+                pid,
+                scale,
+                scale / median if median > 0 else float("inf"),
+                median,
+                bound,
+            )
+            for z in self._disc.values():
+                z[pid] = 0.0
+        if outliers:
+            report["scaled_discriminators"] = [pid for pid, _, _ in outliers]
         if self.params.byzantine:
             liars = byzantine_clients(
                 self.cfg.seed, self.cfg.data.num_clients, self.params.byzantine

@@ -57,6 +57,7 @@ from fedgo_flwr.gan.generators import (
 )
 from fedgo_flwr.gan.sampling import (
     discriminator_logits,
+    discriminator_scale_outliers,
     generated_set,
     neutralise_nonfinite,
     sample,
@@ -95,6 +96,7 @@ __all__ = [
     "count_bytes",
     "discriminator_logits",
     "neutralise_nonfinite",
+    "discriminator_scale_outliers",
     "fedgan_generator_steps",
     "generator_from_config",
     "generator_output_problem",

@@ -12,7 +12,7 @@ evaluated, and the integer checks that the training loops of :mod:`fedgo_flwr.ga
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from fedgo_flwr import profiling
+from fedgo_flwr.aggregation import lower_median
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import view_batches
 from fedgo_flwr.kernels import place
@@ -27,6 +28,7 @@ from fedgo_flwr.kernels import place
 __all__ = [
     "discriminator_logits",
     "neutralise_nonfinite",
+    "discriminator_scale_outliers",
     "generated_set",
     "sample",
 ]
@@ -192,6 +194,27 @@ def neutralise_nonfinite(*logits: Tensor) -> list[int]:
     for z in logits:
         z[rows] = 0.0
     return rows
+
+
+def discriminator_scale_outliers(
+    logits: Tensor, clients: Sequence[int], factor: float | None
+) -> list[tuple[int, float, float]]:
+    """``(k, scale, median)`` of every client ``k`` of ``clients`` whose discriminator's logit
+    scale in ``logits`` ``(K, ...)`` (the root mean square of its raw logits over every sample
+    and view) exceeds ``factor`` times the lower median scale of ``clients``' discriminators;
+    ``factor`` ``None``: none.
+
+    The discriminators' counterpart of the teachers' relative check
+    (:func:`fedgo_flwr.distill.teacher_scale_outliers`): a client that scales its
+    discriminator's last layer by ``c`` scales its logits by ``c``, which pushes its odds
+    ``D_k / (1 - D_k)`` to 0 or infinity and so takes or gives away every sample's weight,
+    while the logits stay finite. ``factor`` is ``strategy.aggregation.upload_bound``.
+    """
+    if factor is None or not clients:
+        return []
+    scales = {k: float(logits[k].double().pow(2).mean().sqrt()) for k in clients}
+    median = lower_median(list(scales.values()))
+    return [(k, s, median) for k, s in scales.items() if s > factor * median]
 
 
 def _fill_discriminator_logits(
