@@ -37,7 +37,11 @@ from fedgo_flwr.cohorts import (
 )
 from fedgo_flwr.data import ArrayDataset, stratified_subset
 from fedgo_flwr.fileio import strict_json
-from fedgo_flwr.gan import discriminator_logits, neutralise_nonfinite
+from fedgo_flwr.gan import (
+    discriminator_logits,
+    discriminator_scale_outliers,
+    neutralise_nonfinite,
+)
 from fedgo_flwr.messages import to_record
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.training import predict_logits
@@ -78,12 +82,27 @@ class CohortDistillation:
             num_clients=self.cfg.data.num_clients,
             device=self.resources.device,
         )[members, 0]
-        for i in neutralise_nonfinite(logits):
+        unusable = neutralise_nonfinite(logits)
+        for i in unusable:
             log(
                 WARNING,
                 "CPFL: the discriminator of client %d gives non-finite logits; neutral weight",
                 members[i],
             )
+        present = [i for i, k in enumerate(members) if k in self.discriminators]
+        present = [i for i in present if i not in unusable]
+        bound = self.aggregation.upload_bound
+        for i, scale, median in discriminator_scale_outliers(logits, present, bound):
+            log(
+                WARNING,
+                "CPFL: the discriminator of client %d: its logit scale %.3g is above "
+                "strategy.aggregation.upload_bound = %g times the median %.3g; neutral weight",
+                members[i],
+                scale,
+                bound,
+                median,
+            )
+            logits[i] = 0.0
         inputs = WeightingInputs(
             logits=torch.zeros(len(members), len(data), 1),
             num_examples=torch.tensor([float(self.client_sizes[k]) for k in members]),
