@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import run_sh
 
+from fedgo_flwr.inprocess import run_inprocess
+from strategies import load_experiment
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
@@ -189,3 +192,37 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
         ]
 
     assert rows(out) == rows(tmp_path / "ref")
+
+
+USED_FOLDER = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+
+
+def used_folder_config(out: Path):
+    """A tiny finished run in ``out`` for run.sh to find there."""
+    return load_experiment(ROOT / "conf/default.yaml", [*USED_FOLDER, f"output_dir={out}"])
+
+
+# -- a used run folder (the ServerApp's side: tests/integration/test_output_folder.py) ------
+
+
+def test_run_sh_refuses_a_used_folder_and_keeps_its_files(tmp_path):
+    run_inprocess(used_folder_config(tmp_path))
+    before = {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()}
+    proc = run_sh("conf/default.yaml", *USED_FOLDER, f"output_dir={tmp_path}", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "holds an earlier run" in proc.stderr and "overwrite=true" in proc.stderr
+    assert {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()} == before
+
+
+def test_run_sh_keeps_the_summary_of_a_run_whose_resume_fails(tmp_path):
+    """A resume that the ServerApp refuses (changed config) fails, and the finished run's
+    summary.json is neither deleted nor taken as this run's success."""
+    run_inprocess(used_folder_config(tmp_path))
+    summary = (tmp_path / "summary.json").read_bytes()
+    proc = run_sh(
+        "conf/default.yaml", *USED_FOLDER, "resume=true", "data.alpha=0.5", f"output_dir={tmp_path}"
+    )
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
+    assert "the run failed" in proc.stderr
+    assert "configuration differs" in proc.stdout + proc.stderr
+    assert (tmp_path / "summary.json").read_bytes() == summary
