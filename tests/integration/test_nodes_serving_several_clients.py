@@ -1,5 +1,6 @@
-"""Plain Flower use: fewer simulated nodes than clients, Flower's run config, the in-process
-entry point and the clients' device (issue 17)."""
+"""Fewer simulated nodes than clients (issue 17): a node serves several partitions, each
+client's state in its own folder, and a reply for a partition its node does not serve is
+dropped."""
 
 from __future__ import annotations
 
@@ -10,12 +11,10 @@ import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedgo_flwr import cli
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.client_app import app as client_app
 from fedgo_flwr.client_app import message_partition
 from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.inprocess import main as inprocess_main
 from fedgo_flwr.server_app import discover_nodes
 from fedgo_flwr.task import load_bundle, new_model, sample_clients
 from strategies import load_experiment, strategy_class
@@ -95,64 +94,3 @@ def test_a_reply_for_a_partition_its_node_does_not_serve_is_dropped(tmp_path):
     assert strategy.pid_of(reply) == 2
     reply.metadata.__dict__["_src_node_id"] = 3  # node 3 does not serve partition 2
     assert strategy.pid_of(reply) == -1
-
-
-def test_local_entry_point_runs_an_experiment_in_this_process(tmp_path, capsys):
-    out = tmp_path / "run"
-    code = inprocess_main([str(ROOT / "conf/default.yaml"), *TINY, f"output_dir={out}"])
-    assert code == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert (
-        json.loads(capsys.readouterr().out.strip().splitlines()[-1])["final_accuracy"]
-        == (summary["final_accuracy"])
-    )
-    code = inprocess_main([str(ROOT / "conf/default.yaml"), "data.num_clients=0"])
-    assert code == 2
-
-
-def test_prepare_spreads_clients_over_fewer_supernodes_and_checks_client_devices(tmp_path, capsys):
-    def prepare(*args: str) -> int:
-        config = [str(ROOT / "conf/default.yaml"), f"output_dir={tmp_path / 'o'}"]
-        return cli.main(["prepare", *config, *args, "--run-toml", str(tmp_path / "run.toml")])
-
-    assert prepare("--supernodes", "2") == 0
-    assert "num-supernodes=2 " in capsys.readouterr().out
-    assert prepare() == 0
-    assert "num-supernodes=20 " in capsys.readouterr().out
-    assert prepare("client_device=cuda") == 2
-    err = capsys.readouterr().err
-    assert "client_device" in err and "resources.client_gpus" in err
-    assert prepare("client_device=gpu") == 2
-    assert "client_device" in capsys.readouterr().err
-
-
-def test_tensorboard_gets_the_rounds_metrics(tmp_path):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    out = tmp_path / "tb"
-    cfg = load_experiment(
-        ROOT / "conf/default.yaml", [*TINY, f"output_dir={out}", "logging.tensorboard=true"]
-    )
-    run_inprocess(cfg)
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    events = EventAccumulator(str(out / "tensorboard"))
-    events.Reload()
-    scalars = events.Scalars("accuracy/test_accuracy")
-    assert [e.step for e in scalars] == [r["round"] for r in rows]
-    assert [e.value for e in scalars] == pytest.approx([r["test_accuracy"] for r in rows])
-    assert [e.step for e in events.Scalars("traffic/bytes_up")] == [r["round"] for r in rows]
-
-
-def test_tensorboard_without_its_package_is_refused_before_the_run(tmp_path, monkeypatch):
-    import importlib.util
-
-    from fedgo_flwr.config import ConfigError
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name)
-    )
-    cfg = load_experiment(ROOT / "conf/default.yaml", ["logging.tensorboard=true"])
-    with pytest.raises(ConfigError) as err:
-        cli.preflight(cfg)
-    assert err.value.key == "logging.tensorboard"
