@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import test_golden_runs as golden
 import torch
 from helpers import rows_of, without_timing
 
@@ -14,17 +15,12 @@ from fedgo_flwr.checkpoint import load_checkpoint
 from fedgo_flwr.config import ConfigError
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.task import sample_clients
-from strategies import load_experiment, strategy_class
+from strategies import available, load_experiment, strategy_class
 from strategies.base import Strategy
+from strategies.oneshot import OneShot
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
-FEDGO = [
-    "strategy.name=fedgo",
-    "strategy.distill.epochs=1",
-    "strategy.generator.steps=5",
-    "strategy.discriminator.epochs=1",
-]
+TINY = [*golden.DATA, "fraction=0.5", "train.local_epochs=1"]  # digits cut to 400/120
 
 
 def config(tmp_path: Path, *overrides: str):
@@ -44,7 +40,10 @@ def config(tmp_path: Path, *overrides: str):
 def test_a_faulty_client_is_dropped_and_named(tmp_path, flwr_log, kind, reason):
     bad = sample_clients(0, 2, 4, 2)[0]
     cfg = config(
-        tmp_path, "strategy.name=feddf", f"faults=[{{partition: {bad}, round: 2, kind: {kind}}}]"
+        tmp_path,
+        "strategy.name=feddf",
+        *golden.KNOBS["feddf"],
+        f"faults=[{{partition: {bad}, round: 2, kind: {kind}}}]",
     )
     run_inprocess(cfg)
     rows = rows_of(tmp_path)
@@ -92,12 +91,17 @@ class Interrupted(Exception):
     pass
 
 
-def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *overrides: str):
-    """Run until ``stop_round`` raises mid-aggregation, then resume; return both outputs."""
-    cfg = config(tmp_path, "rounds=4", *overrides)
-    cls = strategy_class(cfg.strategy.name)  # the class whose aggregate_train runs
-    owner = next(c for c in cls.__mro__ if "aggregate_train" in vars(c))
-    original = owner.aggregate_train
+AGGREGATIONS = ("aggregate_cohorts", "aggregate_train")
+"""Where a round's replies are aggregated: CPFL's cohorts, every other strategy's round."""
+
+
+def interrupted_then_resumed(out: Path, monkeypatch, stop_round: int, load):
+    """Run ``load(out, *overrides)`` until ``stop_round`` raises mid-aggregation, then resume;
+    return the resumed run's rows and final model."""
+    cfg = load(out)
+    cls = strategy_class(cfg.strategy.name)  # the class whose aggregation runs
+    owner, hook = next((c, h) for c in cls.__mro__ for h in AGGREGATIONS if h in vars(c))
+    original = getattr(owner, hook)
 
     def dying(self, server_round, replies):
         if server_round == stop_round:
@@ -105,73 +109,60 @@ def interrupted_then_resumed(tmp_path: Path, monkeypatch, stop_round: int, *over
         return original(self, server_round, replies)
 
     with monkeypatch.context() as m:
-        m.setattr(owner, "aggregate_train", dying)
+        m.setattr(owner, hook, dying)
         with pytest.raises(Interrupted):
             run_inprocess(cfg)
-    ckpt = load_checkpoint(tmp_path)
+    ckpt = load_checkpoint(out)
     assert ckpt is not None and ckpt.round == stop_round - 1
-    assert not (tmp_path / "summary.json").exists()
-    run_inprocess(config(tmp_path, "rounds=4", "resume=true", *overrides))
-    return rows_of(tmp_path), torch.load(tmp_path / "model.pt")
+    assert not (out / "summary.json").exists()
+    run_inprocess(load(out, "resume=true"))
+    return rows_of(out), torch.load(out / "model.pt")
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        ["strategy.name=fedavg"],
-        ["strategy.name=scaffold"],
-        ["strategy.name=feddf", "strategy.distill.epochs=1", "strategy.init=previous"],
-        FEDGO,
-        [
-            "strategy.name=fedgkd_plus",
-            "strategy.buffer_length=2",
-            "strategy.gamma=1.0",
-            "strategy.distill.epochs=1",
-            "strategy.init=previous",
-        ],
-        ["strategy.name=central"],
-        ["strategy.name=feddisco", "data.alpha=0.1"],
-        ["strategy.name=feduv"],
-        ["strategy.name=fedtgp", "strategy.lam=1.0", "strategy.tgp_epochs=3"],
-        [
-            "strategy.name=dafkd",
-            "strategy.generator.latent_dim=8",
-            "strategy.generator.width=8",
-            "strategy.distill_size=64",
-            "strategy.distill.epochs=1",
-        ],
-        [
-            "strategy.name=feddf",
-            "model.name=cnn",
-            "model.client_models=[cnn, mlp]",
-            "strategy.distill.epochs=1",
-        ],
-    ],
-    ids=[
-        "fedavg",
-        "scaffold",
-        "feddf",
-        "fedgo",
-        "fedgkd_plus",
-        "central",
-        "feddisco",
-        "feduv",
-        "fedtgp",
-        "dafkd",
-        "feddf_mixed",
-    ],
-)
-def test_resume_ends_with_the_same_metrics(tmp_path, monkeypatch, overrides):
-    run_inprocess(config(tmp_path / "straight", "rounds=4", *overrides))
+RESUMED = {
+    # Settings whose state only a resume can lose: the student starts from the previous
+    # global model, FedGKD+'s distillation term is on.
+    "feddf": ["strategy.init=previous"],
+    "fedgkd_plus": ["strategy.gamma=1.0", "strategy.init=previous"],
+}
+"""Per strategy, overrides besides its golden case's."""
+
+RESUME_ROUNDS, STOP_ROUND = 3, 2
+"""Each resume case: the checkpoint of round 1, then rounds 2 and 3 from it."""
+
+
+def resume_cases() -> list:
+    """The golden case (tests/integration/test_golden_runs.py: digits cut to 400/120, the
+    strategy's expensive knobs cut) of every round-based strategy found by name, and FedDF on
+    two client architectures. One-shot strategies have one round: nothing to resume."""
+    names = [n for n in available() if not issubclass(strategy_class(n), OneShot)]
+    mixed = golden.Case("feddf_mixed_models", *golden.SCENARIOS["feddf_mixed_models"])
+    return [*map(golden.strategy_case, names), mixed]
+
+
+@pytest.mark.parametrize("case", resume_cases(), ids=lambda case: case.id)
+def test_resume_ends_with_the_same_metrics(tmp_path, monkeypatch, case):
+    """An uninterrupted run and one stopped in round 2 and resumed end the same: metrics, the
+    final model and the summary (the golden test covers each strategy's clean run)."""
+    name = next(o.split("=", 1)[1] for o in case.overrides if o.startswith("strategy.name="))
+
+    def load(out: Path, *overrides: str):
+        extra = [f"rounds={RESUME_ROUNDS}", *RESUMED.get(name, []), *overrides]
+        return load_experiment(ROOT / case.path, [*case.all_overrides, *extra, f"output_dir={out}"])
+
+    run_inprocess(load(tmp_path / "straight"))
     straight = rows_of(tmp_path / "straight")
-    resumed, model = interrupted_then_resumed(tmp_path / "resumed", monkeypatch, 3, *overrides)
-    assert [r["round"] for r in resumed] == [0, 1, 2, 3, 4]
+    resumed, model = interrupted_then_resumed(tmp_path / "resumed", monkeypatch, STOP_ROUND, load)
+    assert [r["round"] for r in resumed] == [r["round"] for r in straight]
+    assert len(straight) > STOP_ROUND  # the stop came before the end (CPFL may end early)
     assert without_timing(resumed) == without_timing(straight)
     reference = torch.load(tmp_path / "straight" / "model.pt")
     for key, value in reference.items():
         assert torch.equal(model[key], value), key
-    summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
-    assert summary["rounds"] == 4
+    summaries = [
+        json.loads((tmp_path / r / "summary.json").read_text()) for r in ("straight", "resumed")
+    ]
+    assert summaries[1]["rounds"] == summaries[0]["rounds"]
 
 
 def test_scaffold_resume_needs_the_clients_saved_controls(tmp_path, monkeypatch):
