@@ -66,8 +66,8 @@ round, alpha 0.1; 20 clients, 8 per round, alpha 0.1 and 0.05; 1-2 local epochs)
   not); one-shot 1.8 (4 clients), 1.6 (10).
 
 An attack must go far beyond it to matter (the tampered uploads of
-``tests/test_upload_bounds.py`` are 1e4 to 1e31 times the median), and a bound that did bind
-on an honest client only scales it down (a one-shot teacher: leaves it out), with a WARNING
+``tests/integration/test_upload_bounds.py`` are 1e4 to 1e31 times the median), and a bound that
+did bind on an honest client only scales it down (a one-shot teacher: leaves it out), with a WARNING
 that says so."""
 
 

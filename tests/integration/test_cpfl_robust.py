@@ -4,7 +4,8 @@ Each member reports the received model's validation loss; the cohort's signal is
 them (:func:`fedgo_flwr.cohorts.cohort_loss`). A member that lies about its loss -- extreme,
 NaN, a list, a loss without a validation split -- must neither crash the run nor stop or stall
 its cohort. The whole-run tests edit the liars' replies on their way to the server, every
-round, through the in-process grid (as ``tests/test_hardening_replies.py`` does for one round).
+round, through the in-process grid (as ``tests/integration/test_tampered_replies.py`` does for
+one round).
 """
 
 from __future__ import annotations
