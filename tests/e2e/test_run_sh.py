@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import run_sh
+from helpers import TINY_RUN, run_sh, tiny_config
 
 from fedgo_flwr.inprocess import run_inprocess
 from strategies import load_experiment
@@ -138,7 +138,6 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
 
     from fedgo_flwr.checkpoint import load_checkpoint
     from fedgo_flwr.inprocess import run_inprocess
-    from strategies import load_experiment
 
     tiny = ["rounds=5", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
     tiny.append("strategy.name=scaffold")  # client state (c_i) must survive the restart too
@@ -194,21 +193,13 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     assert rows(out) == rows(tmp_path / "ref")
 
 
-USED_FOLDER = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
-
-
-def used_folder_config(out: Path):
-    """A tiny finished run in ``out`` for run.sh to find there."""
-    return load_experiment(ROOT / "conf/default.yaml", [*USED_FOLDER, f"output_dir={out}"])
-
-
 # -- a used run folder (the ServerApp's side: tests/integration/test_output_folder.py) ------
 
 
 def test_run_sh_refuses_a_used_folder_and_keeps_its_files(tmp_path):
-    run_inprocess(used_folder_config(tmp_path))
+    run_inprocess(tiny_config(tmp_path))
     before = {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()}
-    proc = run_sh("conf/default.yaml", *USED_FOLDER, f"output_dir={tmp_path}", timeout=120)
+    proc = run_sh("conf/default.yaml", *TINY_RUN, f"output_dir={tmp_path}", timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "holds an earlier run" in proc.stderr and "overwrite=true" in proc.stderr
     assert {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()} == before
@@ -217,10 +208,10 @@ def test_run_sh_refuses_a_used_folder_and_keeps_its_files(tmp_path):
 def test_run_sh_keeps_the_summary_of_a_run_whose_resume_fails(tmp_path):
     """A resume that the ServerApp refuses (changed config) fails, and the finished run's
     summary.json is neither deleted nor taken as this run's success."""
-    run_inprocess(used_folder_config(tmp_path))
+    run_inprocess(tiny_config(tmp_path))
     summary = (tmp_path / "summary.json").read_bytes()
     proc = run_sh(
-        "conf/default.yaml", *USED_FOLDER, "resume=true", "data.alpha=0.5", f"output_dir={tmp_path}"
+        "conf/default.yaml", *TINY_RUN, "resume=true", "data.alpha=0.5", f"output_dir={tmp_path}"
     )
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
     assert "the run failed" in proc.stderr

@@ -28,7 +28,14 @@ from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "generator_factories:factory"
-TINY = ["rounds=1", "data.num_clients=3", "fraction=1.0", "train.local_epochs=1"]
+TINY = [
+    "rounds=1",
+    "data.num_clients=3",
+    "data.train_subset=400",
+    "data.test_subset=120",
+    "fraction=1.0",
+    "train.local_epochs=1",
+]
 FEDGO = [
     "strategy.name=fedgo",
     "strategy.distill.epochs=1",

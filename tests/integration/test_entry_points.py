@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from helpers import TINY_RUN
+
 from fedgo_flwr import cli
 from fedgo_flwr.inprocess import main as inprocess_main
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["rounds=3", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+TINY = [*TINY_RUN, "rounds=3"]
 
 
 def test_local_entry_point_runs_an_experiment_in_this_process(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """FedGO's scenario G2 with any generator: ``strategy.generator.module`` (a user's factory).
 
 The factories live in ``tests/generator_factories.py``. The refused configurations are in the
-one table of them, :data:`tests/test_config.py::REFUSED` (``generator-module-*``); here the
+one table of them, :data:`tests/unit/test_config.py::REFUSED` (``generator-module-*``); here the
 builder, the messages in detail, and tiny FedGO runs end to end (server and clients build the
 same generator through :meth:`GeneratorConfig.build`).
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_RUN
 
 from fedgo_flwr.cli import preflight
 from fedgo_flwr.config import ConfigError
@@ -25,7 +26,7 @@ from strategies import load_experiment
 ROOT = Path(__file__).resolve().parents[2]
 FILE = Path(__file__).resolve().parents[1] / "generator_factories.py"
 MODULE = "generator_factories:factory"
-TINY = ["rounds=2", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+TINY = [*TINY_RUN, "rounds=2"]
 FEDGO = [
     "strategy.name=fedgo",
     "strategy.distill.epochs=2",

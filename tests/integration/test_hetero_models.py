@@ -29,7 +29,14 @@ from strategies.base import ServerResources
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
-TINY = ["rounds=1", "data.num_clients=4", "train.local_epochs=1", "checkpoint=false"]
+TINY = [
+    "rounds=1",
+    "data.num_clients=4",
+    "data.train_subset=400",
+    "data.test_subset=120",
+    "train.local_epochs=1",
+    "checkpoint=false",
+]
 
 
 def experiment(tmp_path: Path, *overrides: str, conf: str = "default.yaml"):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import ArrayRecord
+from helpers import SMALL_GAN, TINY_RUN
 
 from clients.fedavg import FedAvgClient
 from clients.fedgo import FedGOClient
 from fedgo_flwr.config import ConfigError
-from fedgo_flwr.gan import build_critic
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.protocol import RoundIntake
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, GENERATOR_KEY
@@ -22,7 +22,7 @@ from strategies import load_experiment
 from strategies._prefl import seeded_generator
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["rounds=2", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+TINY = [*TINY_RUN, "rounds=2"]
 
 
 def run(tmp_path: Path, *overrides: str) -> list[dict]:
@@ -68,7 +68,7 @@ def test_feddf_records_distillation_and_diagnostics(tmp_path):
 
 def test_fedavg_runs_without_server_data(tmp_path):
     """``data.server_fraction: 0``: every sample is a client's, and FedAvg needs none on the
-    server (FedDF and FedGO on server data refuse it, tests/test_config.py)."""
+    server (FedDF and FedGO on server data refuse it, tests/unit/test_config.py)."""
     rows = run(tmp_path, "data.server_fraction=0")
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert all(np.isfinite(r["test_loss"]) for r in rows)
@@ -138,6 +138,7 @@ FEDGO = [
     "strategy.generator.steps=5",
     "strategy.discriminator.epochs=1",
     "data.alpha=1.0",
+    *SMALL_GAN,
 ]
 
 
@@ -348,7 +349,7 @@ def test_fedgan_averages_by_data_size_and_leaves_out_a_failed_client(tmp_path, m
         pair = {}
         for key, net in (
             (GENERATOR_KEY, gp.build(job.data.input_shape, seed=0)),
-            (CRITIC_KEY, build_critic(gp.name, job.data.input_shape, seed=0)),
+            (CRITIC_KEY, gp.build_critic(job.data.input_shape, seed=0)),  # as the client does
         ):
             state = net.state_dict()
             pair[key] = ArrayRecord(

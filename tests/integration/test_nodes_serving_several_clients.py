@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
+from helpers import TINY_RUN
 
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.client_app import app as client_app
@@ -20,7 +21,7 @@ from fedgo_flwr.task import load_bundle, new_model, sample_clients
 from strategies import load_experiment, strategy_class
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["rounds=3", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+TINY = [*TINY_RUN, "rounds=3"]
 
 
 def accuracies(out: Path, num_nodes: int | None, *overrides: str) -> list[float]:

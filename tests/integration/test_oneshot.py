@@ -20,6 +20,8 @@ from strategies.coboosting import CoBoosting
 ROOT = Path(__file__).resolve().parents[2]
 
 TINY = [
+    "data.train_subset=400",
+    "data.test_subset=120",
     "data.num_clients=4",
     "train.local_epochs=2",
     "strategy.epochs=3",
@@ -46,7 +48,7 @@ def summary_of(out: Path) -> dict:
 
 def test_oneshot_fedavg_is_the_average_of_the_uploaded_models(tmp_path):
     """strategy oneshot = one FedAvg round: the same model as fedavg with rounds 1."""
-    common = ["data.num_clients=4", "train.local_epochs=1", "checkpoint=false"]
+    common = [*TINY[:3], "train.local_epochs=1", "checkpoint=false"]  # clients, data cut
     run_inprocess(config(tmp_path / "oneshot", *common, name="oneshot"))
     run_inprocess(
         load_experiment(

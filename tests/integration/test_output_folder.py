@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from flwr.app import ArrayRecord
-from helpers import rows_of
+from helpers import rows_of, tiny_config
 
 from fedgo_flwr import cli
 from fedgo_flwr.checkpoint import (
@@ -24,33 +24,24 @@ from fedgo_flwr.checkpoint import (
 from fedgo_flwr.config import ConfigError
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.recorder import RunRecorder
-from strategies import load_experiment
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
-
-
-def config(out: Path, *overrides: str):
-    return load_experiment(ROOT / "conf/default.yaml", [*TINY, f"output_dir={out}", *overrides])
-
 
 # -- the run folder ------------------------------------------------------------------------
 
 
 def test_a_second_run_into_a_used_folder_is_refused_and_the_first_is_kept(tmp_path):
-    run_inprocess(config(tmp_path))
+    run_inprocess(tiny_config(tmp_path))
     before = {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()}
     assert {"metrics.jsonl", "summary.json", "model.pt"} <= set(before)
     with pytest.raises(ConfigError, match=r"output_dir = .*holds an earlier run.*overwrite=true"):
-        run_inprocess(config(tmp_path, "seed=1"))
+        run_inprocess(tiny_config(tmp_path, "seed=1"))
     after = {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()}
     assert after == before
 
 
 def test_overwrite_replaces_the_earlier_run(tmp_path):
-    run_inprocess(config(tmp_path, "rounds=2"))
+    run_inprocess(tiny_config(tmp_path, "rounds=2"))
     assert (tmp_path / PREVIOUS_FILE).exists()
-    run_inprocess(config(tmp_path, "overwrite=true", "checkpoint=false", "seed=1"))
+    run_inprocess(tiny_config(tmp_path, "overwrite=true", "checkpoint=false", "seed=1"))
     assert [r["round"] for r in rows_of(tmp_path)] == [0, 1]
     assert json.loads((tmp_path / "summary.json").read_text())["rounds"] == 1
     # The old run's checkpoints are gone: a later resume=true cannot pick up the old run.
@@ -58,10 +49,10 @@ def test_overwrite_replaces_the_earlier_run(tmp_path):
 
 
 def test_resume_without_a_checkpoint_does_not_replace_a_run(tmp_path):
-    run_inprocess(config(tmp_path, "checkpoint=false"))
+    run_inprocess(tiny_config(tmp_path, "checkpoint=false"))
     before = (tmp_path / "metrics.jsonl").read_bytes()
     with pytest.raises(ConfigError, match="no checkpoint to resume from"):
-        run_inprocess(config(tmp_path, "checkpoint=false", "resume=true", "rounds=2"))
+        run_inprocess(tiny_config(tmp_path, "checkpoint=false", "resume=true", "rounds=2"))
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
@@ -70,7 +61,7 @@ def test_resume_restarts_a_run_stopped_before_its_first_checkpoint(tmp_path):
     stage): resume=true starts it again instead of refusing, so a sweep can go on."""
     (tmp_path / "metrics.jsonl").write_text('{"round": 0}\n')
     (tmp_path / "prefl.json").write_text("{}")
-    run_inprocess(config(tmp_path, "resume=true", "rounds=1"))
+    run_inprocess(tiny_config(tmp_path, "resume=true", "rounds=1"))
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [0, 1]
     assert (tmp_path / "summary.json").exists()
@@ -97,7 +88,7 @@ def test_no_summary_without_its_model(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", full_disk)
     with pytest.raises(OSError, match="no space left"):
-        run_inprocess(config(tmp_path, "checkpoint=false"))
+        run_inprocess(tiny_config(tmp_path, "checkpoint=false"))
     assert not (tmp_path / "summary.json").exists()
 
 
@@ -111,7 +102,7 @@ def test_a_crash_while_writing_the_summary_leaves_none(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", crash_on_summary)
     with pytest.raises(KeyboardInterrupt):
-        run_inprocess(config(tmp_path))
+        run_inprocess(tiny_config(tmp_path))
     monkeypatch.undo()
     assert not (tmp_path / "summary.json").exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
@@ -119,7 +110,7 @@ def test_a_crash_while_writing_the_summary_leaves_none(tmp_path, monkeypatch):
 
 
 def test_infinite_metrics_are_written_as_null(tmp_path):
-    cfg = config(tmp_path, "eval.every=5", "rounds=3")
+    cfg = tiny_config(tmp_path, "eval.every=5", "rounds=3")
 
     class Stub:
         last_round = {"train_loss": float("inf"), "distill_loss": float("-inf"), "x": [1.0]}

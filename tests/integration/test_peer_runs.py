@@ -28,7 +28,13 @@ from strategies.dafkd import DaFKD
 from strategies.feddf import FedDF
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+TINY = [
+    "data.num_clients=4",
+    "data.train_subset=400",
+    "data.test_subset=120",
+    "fraction=0.5",
+    "train.local_epochs=1",
+]
 CPU = torch.device("cpu")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import SMALL_GAN, TINY_RUN
 from PIL import Image
 
 from fedgo_flwr.inprocess import run_inprocess
@@ -16,7 +17,7 @@ from fedgo_flwr.report import main as report_main
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["rounds=2", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+TINY = [*TINY_RUN, "rounds=2"]
 
 
 def run(out: Path, *overrides: str, conf: str = "default.yaml") -> list[dict]:
@@ -52,6 +53,7 @@ def test_the_pre_fl_stage_is_round_zeros_traffic(tmp_path):
         "strategy.generator.steps=5",
         "strategy.discriminator.epochs=1",
         "strategy.distill.epochs=1",
+        *SMALL_GAN,
         conf="fedgo.yaml",
     )
     assert rows[0]["bytes_down"] > 0 and rows[0]["bytes_up"] > 0  # generator down, discs up

@@ -3,29 +3,14 @@ form is taken, and the folder must resolve inside the node's base folder."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from helpers import rows_of
+from helpers import log_messages, rows_of, tiny_config
 
 from fedgo_flwr import server_app as server_app_module
 from fedgo_flwr.checkpoint import (
     new_run_token,
 )
 from fedgo_flwr.inprocess import run_inprocess
-from strategies import load_experiment
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
-
-
-def config(out: Path, *overrides: str):
-    return load_experiment(ROOT / "conf/default.yaml", [*TINY, f"output_dir={out}", *overrides])
-
-
-def messages(log) -> list[str]:
-    return [r.getMessage() for r in log.records]
-
 
 # -- the run token and the node's folder ---------------------------------------------------
 
@@ -42,10 +27,10 @@ def test_a_run_token_cannot_steer_the_client_out_of_its_folder(
         outside.mkdir()
         (out / "client-state" / token).symlink_to(outside)
     monkeypatch.setattr(server_app_module, "new_run_token", lambda: token)
-    run_inprocess(config(out, "strategy.name=scaffold"))
+    run_inprocess(tiny_config(out, "strategy.name=scaffold"))
     assert not list(outside.rglob("*.pt")), "the client wrote outside its state folder"
     row = rows_of(out)[1]
     assert row["clients_replied"] == 0 and row["clients_failed"] == 2
-    dropped = [m for m in messages(flwr_log) if "Dropping reply" in m]
+    dropped = [m for m in log_messages(flwr_log) if "Dropping reply" in m]
     assert len(dropped) == 2
     assert all("run token" in m or "outside" in m for m in dropped), dropped

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Context, RecordDict
-from helpers import rows_of
+from helpers import log_messages, rows_of, tiny_config
 
 from fedgo_flwr.checkpoint import (
     CHECKPOINT_FILE,
@@ -23,18 +23,6 @@ from fedgo_flwr.checkpoint import (
 )
 from fedgo_flwr.client_app import restore_state
 from fedgo_flwr.inprocess import run_inprocess
-from strategies import load_experiment
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
-
-
-def config(out: Path, *overrides: str):
-    return load_experiment(ROOT / "conf/default.yaml", [*TINY, f"output_dir={out}", *overrides])
-
-
-def messages(log) -> list[str]:
-    return [r.getMessage() for r in log.records]
 
 
 class Planted:
@@ -51,13 +39,13 @@ class Planted:
 
 
 def test_the_previous_checkpoint_is_kept_and_used_when_the_newest_is_unreadable(tmp_path, flwr_log):
-    run_inprocess(config(tmp_path, "rounds=2", "strategy.name=scaffold"))
+    run_inprocess(tiny_config(tmp_path, "rounds=2", "strategy.name=scaffold"))
     assert load_checkpoint(tmp_path).round == 2
     newest = tmp_path / CHECKPOINT_FILE
     newest.write_bytes(newest.read_bytes()[:100])  # torn by a disk fault
     ckpt = load_checkpoint(tmp_path)
     assert ckpt.round == 1 and ckpt.strategy_state["control"]
-    warned = [m for m in messages(flwr_log) if "previous checkpoint" in m]
+    warned = [m for m in log_messages(flwr_log) if "previous checkpoint" in m]
     assert len(warned) == 1 and str(newest) in warned[0] and PREVIOUS_FILE in warned[0]
 
 
@@ -66,17 +54,19 @@ def timeless(rows: list[dict]) -> list[dict]:
 
 
 def test_resuming_from_the_previous_checkpoint_matches_the_straight_run(tmp_path, caplog):
-    run_inprocess(config(tmp_path, "rounds=2", "strategy.name=scaffold"))
+    run_inprocess(tiny_config(tmp_path, "rounds=2", "strategy.name=scaffold"))
     straight = timeless(rows_of(tmp_path))
     (tmp_path / CHECKPOINT_FILE).unlink()  # e.g. lost between the two renames
     logger = logging.getLogger("flwr")
     old, logger.propagate = logger.propagate, True
     try:
         with caplog.at_level(logging.INFO, logger="flwr"):
-            run_inprocess(config(tmp_path, "rounds=2", "strategy.name=scaffold", "resume=true"))
+            run_inprocess(
+                tiny_config(tmp_path, "rounds=2", "strategy.name=scaffold", "resume=true")
+            )
     finally:
         logger.propagate = old
-    assert any(f"continuing {tmp_path} after round 1" in m for m in messages(caplog))
+    assert any(f"continuing {tmp_path} after round 1" in m for m in log_messages(caplog))
     assert timeless(rows_of(tmp_path)) == straight
 
 
@@ -86,18 +76,18 @@ def test_a_planted_checkpoint_runs_no_code_on_resume(tmp_path, flwr_log):
     out.mkdir()
     torch.save({"round": 1, "config": Planted(marker)}, out / CHECKPOINT_FILE)
     with pytest.raises(ValueError, match=f"checkpoint {out / CHECKPOINT_FILE}.*weights_only"):
-        run_inprocess(config(out, "resume=true"))
+        run_inprocess(tiny_config(out, "resume=true"))
     assert not marker.exists()
     # Beside a good previous checkpoint, the planted one is skipped with a WARNING.
-    run_inprocess(config(tmp_path / "good", "rounds=2"))
+    run_inprocess(tiny_config(tmp_path / "good", "rounds=2"))
     torch.save({"round": 3, "config": Planted(marker)}, tmp_path / "good" / CHECKPOINT_FILE)
     assert load_checkpoint(tmp_path / "good").round == 1
     assert not marker.exists()
-    assert any("previous checkpoint" in m for m in messages(flwr_log))
+    assert any("previous checkpoint" in m for m in log_messages(flwr_log))
 
 
 def good_checkpoint() -> dict:
-    cfg = config(Path("unused"))
+    cfg = tiny_config(Path("unused"))
     ckpt = Checkpoint(
         round=2,
         arrays={"w": np.arange(6, dtype=np.float32).reshape(2, 3), "n": np.array(4)},
@@ -181,7 +171,7 @@ def test_an_unreadable_client_state_file_falls_back_to_the_one_before(tmp_path, 
     context = node_context()
     restore_state(context.state, folder, server_round=3)
     assert torch.equal(context.state["control"].to_torch_state_dict()["w"], torch.ones(2))
-    assert any("round-2.pt" in m for m in messages(flwr_log))
+    assert any("round-2.pt" in m for m in log_messages(flwr_log))
 
 
 FEDGO = [
@@ -204,7 +194,7 @@ def test_planted_fedgo_files_run_no_code(tmp_path, monkeypatch, planted):
         from fedgo_flwr.gan import build_generator
         from fedgo_flwr.task import load_bundle
 
-        cfg = config(tmp_path / "x", *FEDGO)
+        cfg = tiny_config(tmp_path / "x", *FEDGO)
         gp = cfg.strategy.params.generator
         shape = load_bundle(cfg.data).train.input_shape
         generator = build_generator(gp.name, gp.latent_dim, shape, seed=0, **gp.model_kwargs())
@@ -212,5 +202,5 @@ def test_planted_fedgo_files_run_no_code(tmp_path, monkeypatch, planted):
         paths = [f"strategy.generator.path={tmp_path / 'gen.pt'}"]
         paths.append(f"strategy.discriminator.path={evil}")
     with pytest.raises(ValueError, match=f"{planted}s? file {evil}"):
-        run_inprocess(config(tmp_path / "run", *FEDGO, *paths))
+        run_inprocess(tiny_config(tmp_path / "run", *FEDGO, *paths))
     assert not marker.exists()
