@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from helpers import rows_of
+from helpers import SMALL_GAN, rows_of
 
 from fedgo_flwr import messages as msgs
 from fedgo_flwr.aggregation import check_arrays
@@ -29,12 +29,14 @@ from strategies import load_experiment, strategy_class
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+TINY += ["data.train_subset=400", "data.test_subset=120"]  # digits cut as the golden runs
 FEDGO = [
     "strategy.name=fedgo",
     "strategy.distill.epochs=1",
     "strategy.generator.steps=5",
     "strategy.discriminator.epochs=1",
 ]
+FEDGO += SMALL_GAN
 BAD = sample_clients(0, 1, 4, 2)[0]  # a client sampled in round 1 (seed 0, K=4, m=2)
 NODE = BAD + 2  # InProcessGrid's node id of partition p is p + 2
 

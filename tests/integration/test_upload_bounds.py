@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, RecordDict
-from helpers import rows_of, without_timing
+from helpers import SMALL_GAN, rows_of, without_timing
 from test_tampered_replies import tamper
 
 from fedgo_flwr import messages as msgs
@@ -275,6 +275,7 @@ def test_synthesis_on_nan_logits_says_so():
 
 # -- runs with one tampered reply ------------------------------------------------------------
 TINY = ["rounds=3", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+TINY += ["data.train_subset=400", "data.test_subset=120"]  # digits cut as the golden runs
 BAD = sample_clients(0, 1, 4, 2)[0]  # a client sampled in round 1 (seed 0, K=4, m=2)
 FEDGO = [
     "strategy.name=fedgo",
@@ -282,6 +283,7 @@ FEDGO = [
     "strategy.generator.steps=5",
     "strategy.discriminator.epochs=1",
 ]
+FEDGO += SMALL_GAN
 G3 = [
     *FEDGO,
     "rounds=1",
