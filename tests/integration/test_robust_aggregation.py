@@ -8,6 +8,7 @@ final test accuracy with the clean run's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import strategies
 from clients.fedavg import FedAvgClient
 from clients.scaffold import ScaffoldClient
 from fedgo_flwr.aggregation import (
@@ -31,7 +33,7 @@ from fedgo_flwr.aggregation import (
 from fedgo_flwr.config import ConfigError
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.weighting import WeightingInputs, cap_weights, compute_weights
-from strategies import load_experiment
+from strategies import load_experiment, strategy_class
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,18 +126,40 @@ def test_the_default_rule_is_the_weighted_running_mean():
 
 
 # -- configuration -------------------------------------------------------------------------
-@pytest.mark.parametrize("strategy", ["fedavg", "fedprox", "scaffold", "feddf", "fedgo"])
+def averaging_strategies() -> list[str]:
+    """Every strategy found by name whose parameters have the ``aggregation`` section."""
+    return [
+        name
+        for name in strategies.available()
+        if "aggregation" in {f.name for f in dataclasses.fields(strategy_class(name).Config)}
+    ]
+
+
+def test_the_parameter_averaging_strategies_have_the_aggregation_section():
+    assert {"fedavg", "fedprox", "scaffold", "feddf", "fedgo"} <= set(averaging_strategies())
+
+
+@pytest.mark.parametrize("strategy", averaging_strategies())
 def test_every_averaging_strategy_takes_the_aggregation_section(strategy):
-    cfg = load_experiment(
-        ROOT / "conf/default.yaml",
-        [
-            f"strategy.name={strategy}",
-            "strategy.aggregation.rule=trimmed_mean",
-            "strategy.aggregation.trim_fraction=0.25",
-            "strategy.aggregation.clip_norm=3",
-        ],
-    )
-    assert cfg.strategy.params.aggregation == AggregationConfig("trimmed_mean", 0.25, 3.0)
+    def load(rule: str):
+        return load_experiment(
+            ROOT / "conf/default.yaml",
+            [
+                f"strategy.name={strategy}",
+                f"strategy.aggregation.rule={rule}",
+                "strategy.aggregation.trim_fraction=0.25",
+                "strategy.aggregation.clip_norm=3",
+            ],
+        )
+
+    rule = "trimmed_mean"
+    try:
+        cfg = load(rule)
+    except ConfigError as err:  # FedDisco's weights (tests/unit/test_config.py: feddisco-median)
+        assert err.key == "strategy.aggregation.rule" and "weighted mean" in str(err)
+        rule = "mean"
+        cfg = load(rule)
+    assert cfg.strategy.params.aggregation == AggregationConfig(rule, 0.25, 3.0)
     default = load_experiment(ROOT / "conf/default.yaml", [f"strategy.name={strategy}"])
     assert default.strategy.params.aggregation == AggregationConfig()  # mean, no clipping
 
