@@ -34,8 +34,6 @@ from strategies.cpfl import CPFL
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
-    "data.train_subset=400",
-    "data.test_subset=120",
     "data.num_clients=8",
     "rounds=6",
     "strategy.cohorts=2",
