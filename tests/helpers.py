@@ -16,10 +16,12 @@ TINY_RUN = [
     "data.test_subset=120",
     "fraction=0.5",
     "train.local_epochs=1",
+    "resources.server_cpus=1",
 ]
 """One round of ``conf/default.yaml`` (FedAvg) on 4 clients, 2 of them sampled, 1 local epoch,
-digits cut to a stratified 400 training and 120 test images as the golden runs cut them (a test
-that needs more says so with its own overrides: a later override of a key wins)."""
+digits cut to a stratified 400 training and 120 test images as the golden runs cut them, the
+server on one torch thread (tiny models: a second thread only waits, the more so beside other
+work). A test that needs more says so with its own overrides: a later override of a key wins."""
 
 
 def tiny_config(out_dir: Path, *overrides: str, conf: str = "default.yaml"):
