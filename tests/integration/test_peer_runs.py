@@ -10,19 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from flwr.app import RecordDict
-from torch import nn
 
-from clients.base import ClientJob
 from clients.dafkd import DaFKDClient
 from clients.fedtgp import FedTGPClient
-from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.messages import to_numpy, to_record
 from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY
 from fedgo_flwr.protocol.fedtgp import PROTOS_KEY
-from fedgo_flwr.rng import make_rng
 from strategies import load_experiment
 from strategies.dafkd import DaFKD
 from strategies.feddf import FedDF
@@ -35,7 +29,6 @@ TINY = [
     "fraction=0.5",
     "train.local_epochs=1",
 ]
-CPU = torch.device("cpu")
 
 
 def run(tmp_path: Path, *overrides: str, rounds: int = 2) -> list[dict]:
@@ -49,23 +42,6 @@ def run(tmp_path: Path, *overrides: str, rounds: int = 2) -> list[dict]:
 
 def accuracies(rows: list[dict]) -> list[float]:
     return [r["test_accuracy"] for r in rows]
-
-
-def job(
-    model: nn.Module, data: ArrayDataset, params, server_round: int = 2, **content
-) -> ClientJob:
-    return ClientJob(
-        cfg=None,  # type: ignore[arg-type]  # the hooks read only params, data and model
-        params=params,
-        partition_id=0,
-        server_round=server_round,
-        data=data,
-        device=CPU,
-        rng=make_rng(0),
-        content=RecordDict(content),
-        state=RecordDict(),
-        model=model,
-    )
 
 
 def test_feduv_end_to_end(tmp_path):
