@@ -11,7 +11,7 @@ What each section's ``check`` method refuses is read from its source (``c.requir
 ``c.choice``, ``c.fail``), and which strategies read a section from the classes. A section's
 prose is its class docstring; a key's description is its attribute docstring (a string right
 below the field), else the entry of :data:`NOTES` for it, else the class docstring, which then
-must name the key. ``tests/test_docs.py`` keeps the committed file equal to this output and
+must name the key. ``tests/unit/test_docs.py`` keeps the committed file equal to this output and
 every key described.
 
 This is a development tool: nothing of the library or the apps imports it.
@@ -330,7 +330,7 @@ RULES = """\
 ## What every key must satisfy
 
 Besides each key's own checks below, the schema (`fedgo_flwr/schema.py`) and the YAML reader
-(`fedgo_flwr/config.py`) refuse, naming the key; `REFUSED` in `tests/test_config.py` lists
+(`fedgo_flwr/config.py`) refuse, naming the key; `REFUSED` in `tests/unit/test_config.py` lists
 every case:
 
 - **Keys and types.** A key no section has (the error suggests the closest one); a value of

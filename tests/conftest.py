@@ -1,13 +1,47 @@
-"""Fixtures shared by the test modules."""
+"""Fixtures shared by the test modules, and the tier markers.
+
+The tests are in three folders, and each test is marked with its folder's name:
+``tests/unit`` (pure functions, no federated run), ``tests/integration`` (in-process runs on tiny
+data) and ``tests/e2e`` (Ray, ``run.sh``, ``flwr run``, a deployment, network namespaces). So
+``-m "not e2e"`` is the edit-test loop and ``-m unit`` the quickest check. The shared helpers
+(``helpers.py``, ``fuzz_replies.py``, ...) stay in ``tests/``, on the path of every tier (put
+there below, not by ``pythonpath`` in pyproject.toml: ``run.sh`` re-installs ``.venv`` whenever
+that file changes).
+"""
 
 from __future__ import annotations
 
 import logging
+import sys
+from pathlib import Path
 
 import pytest
-from side_by_side import lock_for_this_run
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from side_by_side import lock_for_this_run  # noqa: E402 - from HERE
 
 SIDE_BY_SIDE = lock_for_this_run()
+TIERS = {
+    "unit": "tests/unit: pure functions, no federated run",
+    "integration": "tests/integration: in-process runs on tiny data",
+    "e2e": "tests/e2e: Ray, run.sh, flwr run, a deployment, network namespaces",
+}
+
+
+def pytest_configure(config):
+    for name, what in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {what} (set by tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with its tier, the folder under ``tests/`` it is in."""
+    for item in items:
+        parts = Path(item.path).resolve().relative_to(HERE).parts
+        if len(parts) > 1 and parts[0] in TIERS:
+            item.add_marker(parts[0])
 
 
 @pytest.hookimpl(wrapper=True)

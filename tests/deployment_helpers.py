@@ -4,9 +4,9 @@
 a SuperLink with TLS and SuperNode authentication (``superlink.sh``), the SuperNode keys
 registered with ``flwr supernode register``, one SuperNode per partition (``supernode.sh``);
 runs go through ``flwr run`` with a TLS connection in a private ``FLWR_HOME``. By default all
-of it runs on 127.0.0.1 (``tests/test_deployment.py``); given network namespaces, the SuperLink
+of it runs on 127.0.0.1 (``tests/e2e/test_deployment.py``); given network namespaces, the SuperLink
 and the ``flwr`` CLI run in one and each SuperNode in its own, dialling the SuperLink's address
-on its link (``tests/test_network.py``). Every process is started in a session of its own and
+on its link (``tests/e2e/test_network.py``). Every process is started in a session of its own and
 stopped with everything below it (:func:`stop_trees`), so a test can check that none is left.
 """
 

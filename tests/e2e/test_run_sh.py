@@ -1,0 +1,219 @@
+"""The README's main command path: ``./run.sh CONFIG overrides`` through ``flwr run``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import TINY_RUN, run_sh, tiny_config
+
+from fedgo_flwr.inprocess import run_inprocess
+from strategies import load_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def flower_processes(tag: str) -> set[int]:
+    """Live Flower server-side processes (SuperLinks, SuperExecs, simulations) started by the
+    run.sh call tagged ``tag``: they inherit its environment. Other runs on the machine (a
+    benchmark, another test session) are not counted."""
+    out = subprocess.run(
+        ["pgrep", "-f", "flower-superlink|flower-superexec|flwr-simulation"],
+        capture_output=True,
+        text=True,
+    )
+    found = set()
+    for pid in map(int, out.stdout.split()):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"FEDGO_TEST_TAG={tag}".encode() in env and alive(pid):
+            found.add(pid)
+    return found
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Every live process below ``root`` (pid -> command line), across sessions."""
+    out = subprocess.run(
+        ["ps", "-ewwo", "pid=,ppid=,stat=,args="], capture_output=True, text=True
+    ).stdout
+    children: dict[int, list[tuple[int, str]]] = {}
+    for line in out.splitlines():
+        pid, ppid, stat, *cmd = line.split(maxsplit=3)
+        if not stat.startswith("Z"):
+            children.setdefault(int(ppid), []).append((int(pid), " ".join(cmd)))
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for pid, cmd in children.get(todo.pop(), []):
+            found[pid] = cmd
+            todo.append(pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_bad_config_fails_fast_without_starting_anything(tmp_path):
+    tag = uuid.uuid4().hex
+    proc = run_sh(
+        "conf/default.yaml", "data.alpha=-1", f"output_dir={tmp_path}", timeout=120, tag=tag
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "data.alpha = -1.0: must be > 0" in proc.stderr
+    assert "override 'data.alpha=-1'" in proc.stderr
+    assert not flower_processes(tag)
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_run_sh_runs_flwr_run_end_to_end_and_stops_its_superlink(tmp_path):
+    tag = uuid.uuid4().hex
+    proc = run_sh(
+        "conf/fedprox.yaml",
+        "rounds=2",
+        "data.num_clients=4",
+        "fraction=0.5",
+        "train.local_epochs=1",
+        f"output_dir={tmp_path}",
+        tag=tag,
+        env={"FEDGO_SUPERNODES": "2"},  # 2 simulated nodes serve the 4 clients
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "4 clients on 2 nodes" in proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["strategy"] == "fedprox" and summary["rounds"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert "done: final accuracy" in proc.stdout + proc.stderr
+    assert not flower_processes(tag), "run.sh left its SuperLink running"
+    # Its private Flower home (SuperLink address, run config, logs) is removed after success.
+    homes = [p.parent for p in (ROOT / ".flwr").glob("run.*/run-config.toml")]
+    assert not [h for h in homes if str(tmp_path) in (h / "run-config.toml").read_text()]
+
+
+def test_local_runs_the_experiment_in_one_process(tmp_path):
+    tag = uuid.uuid4().hex
+    tiny = ["rounds=1", "data.num_clients=2", "fraction=1.0", "train.local_epochs=1"]
+    proc = run_sh("--local", "conf/scaffold.yaml", *tiny, f"output_dir={tmp_path}", tag=tag)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["strategy"] == "scaffold" and summary["rounds"] == 1
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["rounds"] == 1
+    assert not flower_processes(tag)
+
+
+def test_a_run_that_fails_inside_flower_exits_non_zero(tmp_path):
+    # Valid schema, but ResNet-18 cannot take the 2-D points: the ServerApp raises.
+    proc = run_sh(
+        "conf/default.yaml",
+        "data.dataset=four_gaussians",
+        "model.name=resnet18",
+        f"output_dir={tmp_path}",
+    )
+    assert proc.returncode == 1
+    assert "the run failed" in proc.stderr
+    # A failed run keeps its Flower home, and says where, for the SuperLink's log.
+    kept = Path(proc.stderr.split("Flower's logs are in ")[1].split()[0])
+    assert (kept / "superlink.log").is_file()
+    assert "resnet18" in proc.stdout + proc.stderr
+
+
+def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
+    """Kill ``./run.sh`` (its whole process group) mid-run, resume it with ``resume=true``:
+    the SuperLink is gone after the kill, and the resumed run's metrics equal an uninterrupted
+    in-process run's (same ServerApp/ClientApp code, same seeds)."""
+    import signal
+    import time
+
+    from fedgo_flwr.checkpoint import load_checkpoint
+    from fedgo_flwr.inprocess import run_inprocess
+
+    tiny = ["rounds=5", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
+    tiny.append("strategy.name=scaffold")  # client state (c_i) must survive the restart too
+    slow = "faults=[{partition: 0, round: 0, kind: hang, seconds: 1.5}]"  # slows rounds only
+    out = tmp_path / "run"
+    killed_log = (tmp_path / "killed.log").open("w")
+    proc = subprocess.Popen(
+        [str(ROOT / "run.sh"), "conf/default.yaml", *tiny, slow, f"output_dir={out}"],
+        cwd=ROOT,
+        stdout=killed_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "FEDGO_WORKDIR": str(ROOT)},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            ckpt = load_checkpoint(out) if (out / "checkpoint.pt").exists() else None
+            if ckpt is not None and ckpt.round >= 2:
+                break
+            assert proc.poll() is None, "the run ended before it could be interrupted"
+            time.sleep(0.2)
+        tree = descendants(proc.pid)  # run.sh's SuperLink, SuperExec, simulation, Ray, ...
+        assert any("flwr-simulation" in cmd for cmd in tree.values()), tree
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        killed_log.close()
+    time.sleep(2)
+    left = {pid: cmd for pid, cmd in tree.items() if alive(pid)}
+    assert not left, f"the killed run.sh left processes running: {left}"
+    assert not (out / "summary.json").exists()
+    stopped_at = load_checkpoint(out).round
+    assert 2 <= stopped_at < 5
+
+    proc2 = run_sh("conf/default.yaml", *tiny, "resume=true", f"output_dir={out}")
+    assert proc2.returncode == 0, (proc2.stdout + proc2.stderr)[-3000:]
+    assert f"continuing {out} after round {stopped_at}" in proc2.stdout + proc2.stderr
+
+    run_inprocess(
+        load_experiment(ROOT / "conf/default.yaml", [*tiny, f"output_dir={tmp_path / 'ref'}"])
+    )
+
+    def rows(path):
+        lines = (path / "metrics.jsonl").read_text().splitlines()
+        return [
+            {k: v for k, v in json.loads(x).items() if k != "elapsed" and "time" not in k}
+            for x in lines
+        ]
+
+    assert rows(out) == rows(tmp_path / "ref")
+
+
+# -- a used run folder (the ServerApp's side: tests/integration/test_output_folder.py) ------
+
+
+def test_run_sh_refuses_a_used_folder_and_keeps_its_files(tmp_path):
+    run_inprocess(tiny_config(tmp_path))
+    before = {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()}
+    proc = run_sh("conf/default.yaml", *TINY_RUN, f"output_dir={tmp_path}", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "holds an earlier run" in proc.stderr and "overwrite=true" in proc.stderr
+    assert {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()} == before
+
+
+def test_run_sh_keeps_the_summary_of_a_run_whose_resume_fails(tmp_path):
+    """A resume that the ServerApp refuses (changed config) fails, and the finished run's
+    summary.json is neither deleted nor taken as this run's success."""
+    run_inprocess(tiny_config(tmp_path))
+    summary = (tmp_path / "summary.json").read_bytes()
+    proc = run_sh(
+        "conf/default.yaml", *TINY_RUN, "resume=true", "data.alpha=0.5", f"output_dir={tmp_path}"
+    )
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
+    assert "the run failed" in proc.stderr
+    assert "configuration differs" in proc.stdout + proc.stderr
+    assert (tmp_path / "summary.json").read_bytes() == summary

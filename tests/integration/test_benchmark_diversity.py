@@ -1,0 +1,86 @@
+"""``benchmarks/generated_diversity.py``: the spread of a run's generated set and the classes
+its server model sees in it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from benchmark_scripts import load_benchmark
+from torch import nn
+
+from fedgo_flwr.inprocess import run_inprocess
+from strategies import load_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def div():
+    return load_benchmark("generated_diversity")
+
+
+def test_spread_by_hand(div):
+    same = torch.ones(5, 1, 2, 2)
+    assert div.spread(same) == {"pixel_std": 0.0, "pairwise_distance": 0.0}
+    two = torch.tensor([[0.0, 0.0], [3.0, 4.0]])  # one pair at distance 5
+    got = div.spread(two)
+    assert math.isclose(got["pairwise_distance"], 5.0)
+    # per pixel: the sample std of (0, 3) and of (0, 4) (unbiased), averaged
+    assert math.isclose(got["pixel_std"], (3 / math.sqrt(2) + 4 / math.sqrt(2)) / 2)
+    with pytest.raises(ValueError, match="at least 2"):
+        div.spread(torch.zeros(1, 3))
+
+
+def test_predicted_classes_by_hand(div):
+    model = nn.Flatten()  # the two inputs are the logits
+    x = torch.tensor([[5.0, 0.0, 0.0], [5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 5.0, 0.0]])
+    got = div.predicted_classes(model, x, num_classes=3, batch_size=3)
+    assert got["histogram"] == [2, 2, 0]
+    assert got["classes_predicted"] == 2
+    assert math.isclose(got["effective_classes"], 2.0)  # two classes, equally often
+    top = math.exp(5) / (math.exp(5) + 2)
+    assert math.isclose(got["mean_top_probability"], top, rel_tol=1e-6)
+    one = div.predicted_classes(model, x[:2], num_classes=3)
+    assert one["classes_predicted"] == 1 and math.isclose(one["effective_classes"], 1.0)
+
+
+def test_on_a_dafkd_run(div, tmp_path):
+    cfg = load_experiment(
+        ROOT / "conf/default.yaml",
+        [
+            "rounds=2",
+            "data.num_clients=4",
+            "fraction=0.5",
+            "train.local_epochs=1",
+            f"output_dir={tmp_path}",
+            "strategy.name=dafkd",
+            "strategy.generator.latent_dim=8",
+            "strategy.generator.width=8",
+            "strategy.distill_size=64",
+        ],
+    )
+    run_inprocess(cfg)
+    result = div.main([str(tmp_path), "--samples", "40"])
+    assert result["generator"] == "checkpoint.pt (round 2)" and result["model_round"] == 2
+    for which in ("generated", "real"):
+        got = result[which]
+        assert got["pixel_std"] > 0 and got["pairwise_distance"] > 0
+        assert sum(got["histogram"]) == 40
+    # the generator is the checkpoint's: round 1's is another one, the real images the same
+    prev = div.main([str(tmp_path), "--samples", "40", "--checkpoint", "prev"])
+    assert prev["model_round"] == 1 and prev["generator"] == "checkpoint.prev.pt (round 1)"
+    assert prev["generated"]["pixel_std"] != result["generated"]["pixel_std"]
+    assert prev["real"]["pixel_std"] == result["real"]["pixel_std"]  # the same real images
+
+
+def test_a_run_without_generator_is_refused(div, tmp_path):
+    cfg = load_experiment(
+        ROOT / "conf/default.yaml",
+        ["rounds=1", "data.num_clients=4", "fraction=0.5", f"output_dir={tmp_path}"],
+    )
+    run_inprocess(cfg)
+    with pytest.raises(SystemExit, match="has no generator"):
+        div.main([str(tmp_path), "--samples", "10"])

@@ -1,0 +1,59 @@
+"""benchmarks/discriminator_variants.py on digits: every variant's discriminators on the same
+client models, reports and table, and the caches that make a rerun cheap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from benchmark_scripts import load_benchmark
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def variants():
+    return load_benchmark("discriminator_variants")
+
+
+def test_variants_on_the_same_client_models(variants, tmp_path) -> None:
+    args = [
+        "--config", str(ROOT / "conf/fedgo.yaml"),
+        "--variants", "paper", "server",
+        "--test-subset", "200",
+        "--work", str(tmp_path / "work"),
+        "--out", str(tmp_path / "out"),
+        "--override", "strategy.generator.steps=5", "train.local_epochs=1",
+        "strategy.discriminator.epochs=1", "strategy.discriminator.reference_size=50",
+    ]  # fmt: skip
+    variants.main(args)
+    paper = json.loads((tmp_path / "out/seed0/paper.json").read_text())
+    server = json.loads((tmp_path / "out/seed0/server.json").read_text())
+    # The same client models: every weighting without discriminators agrees across variants.
+    for key in ("pl_uniform", "pl_n_k", "pl_oracle", "test_uniform", "owner_test_n_k"):
+        assert paper[key] == server[key], key
+    assert paper["pl_oracle"] >= paper["pl_uniform"]
+    assert 0 <= server["auc_test"] <= 1 and 0 <= server["mean_sigmoid_test"] <= 1
+    assert paper["reference_bytes_per_client"] == 0
+    assert server["reference_bytes_per_client"] > 0
+    assert {"pl_seen_fedgo", "pl_unseen_fedgo"} <= set(server)  # 50 of the server images sent
+    assert "pl_seen_fedgo" not in paper  # the generator's samples were the negatives
+    # Byzantine clients (App. F.8) on the same discriminators: under the exact odds they take
+    # every sample, so the ensemble is theirs; n_k ignores the discriminators.
+    assert paper["byz5_pl_n_k"] == paper["pl_n_k"]
+    assert {
+        "byz5_pl_fedgo",
+        "byz10_pl_fedgo_single",
+        "byz10_pl_fedgo_single_clip2",
+        "byz10_pl_fedgo_single_cap0.1",
+    } <= set(paper)
+    table = (tmp_path / "out/table.md").read_text()
+    assert "| paper |" in table and "| server |" in table
+    # A deleted report is rebuilt from the cached discriminator logits, identically.
+    (tmp_path / "out/seed0/server.json").unlink()
+    variants.main(args)
+    again = json.loads((tmp_path / "out/seed0/server.json").read_text())
+    assert {k: v for k, v in again.items() if k != "wall_seconds"} == {
+        k: v for k, v in server.items() if k != "wall_seconds"
+    }

@@ -1,0 +1,318 @@
+"""Node discovery with untrusted nodes (``fedgo_flwr/discovery.py``): which node serves which
+partition. A node's reply to the partition-id query may be anything; a wrong or hostile one
+ends the run with one :class:`NodeDiscoveryError` naming the node(s) and the value, never
+another exception. With a node map (run config ``node-map``) the operator, not the nodes,
+decides which node has which partition.
+
+The nodes here are :class:`InProcessGrid`'s (node ids 2, 3, ...) running a ClientApp whose
+query replies are crafted per node.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.proto.node_pb2 import NodeInfo
+from helpers import run_context
+
+from fedgo_flwr import messages as msgs
+from fedgo_flwr import server_app
+from fedgo_flwr.client_app import app as client_app
+from fedgo_flwr.config import ConfigError
+from fedgo_flwr.discovery import (
+    NodeDiscoveryError,
+    discover_nodes,
+    load_node_map,
+    parse_index,
+    public_key_der,
+)
+from fedgo_flwr.inprocess import InProcessGrid
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def claim(pid, size=None, shares=None, record=MetricRecord) -> RecordDict:
+    """A query reply's content: ``partition-id`` (and ``num-partitions``, ``shares-...``)."""
+    values = {msgs.PARTITION_ID: pid}
+    if size is not None:
+        values[msgs.NUM_PARTITIONS] = size
+    if shares is not None:
+        values[msgs.SHARES_PARTITIONS] = shares
+    return RecordDict({msgs.METRICS: record(values)})
+
+
+class CraftedGrid(InProcessGrid):
+    """Nodes 2, 3, ... whose query replies are ``replies[node]``; ``keys[node]`` is the public
+    key (PEM) the SuperLink would report for it (``Grid.get_nodes``)."""
+
+    def __init__(self, replies: dict[int, RecordDict], keys: dict[int, bytes] | None = None):
+        app = ClientApp()
+
+        @app.query()
+        def query(msg: Message, context: Context) -> Message:
+            return Message(content=replies[context.node_id], reply_to=msg)
+
+        super().__init__(app, len(replies))
+        assert sorted(self.contexts) == sorted(replies)
+        self.keys = keys or {}
+
+    def get_nodes(self):
+        return [NodeInfo(node_id=n, public_key=self.keys.get(n, b"")) for n in self.contexts]
+
+
+def refused(grid, num_clients: int, node_map=None) -> str:
+    with pytest.raises(NodeDiscoveryError) as info:
+        discover_nodes(grid, num_clients, timeout=2, node_map=node_map)
+    text = str(info.value)
+    assert "\n" not in text and "Traceback" not in text
+    return text
+
+
+# -- self-reported ids (no node map: simulations, and deployments without one) -----------------
+def test_honest_claims_map_partitions_to_nodes():
+    grid = CraftedGrid({2: claim(2, 3), 3: claim(0, 3), 4: claim(1, 3)})
+    assert discover_nodes(grid, 3, timeout=2) == {0: 3, 1: 4, 2: 2}
+    # The real ClientApp's replies, as before.
+    assert discover_nodes(InProcessGrid(client_app, 3), 3, timeout=2) == {0: 2, 1: 3, 2: 4}
+
+
+@pytest.mark.parametrize("first_is_hostile", [True, False])
+def test_a_partition_claimed_twice_is_refused_naming_both_nodes(first_is_hostile):
+    """Whichever of the two replied first, both are named and neither gets the partition."""
+    hostile, honest = (2, 3) if first_is_hostile else (3, 2)
+    grid = CraftedGrid({hostile: claim(1, 3), honest: claim(1, 3), 4: claim(0, 3)})
+    text = refused(grid, 3)
+    assert "nodes 2 and 3 both claim partition-id 1" in text
+
+
+@pytest.mark.parametrize(
+    ("value", "record", "shown"),
+    [
+        ([0, 1], MetricRecord, "[0, 1]"),  # a list: int() raised TypeError before
+        (1.0, MetricRecord, "1.0"),
+        ("\u0661", ConfigRecord, "'\u0661'"),  # ARABIC-INDIC DIGIT ONE: int() took it as 1
+        ("1 ", ConfigRecord, "'1 '"),
+        (True, ConfigRecord, "True"),  # int(True) == 1 was taken before
+        ("-1", ConfigRecord, "'-1'"),
+        (-1, MetricRecord, "-1"),
+        ("9" * 5000, ConfigRecord, "'99999"),  # int() refused it with ValueError before
+    ],
+)
+def test_a_malformed_partition_id_is_refused_naming_node_and_value(value, record, shown):
+    grid = CraftedGrid({2: claim(0, 2), 3: claim(value, 2, record=record)})
+    text = refused(grid, 2)
+    assert text.startswith(f"node 3 reports partition-id {shown}"), text
+    assert "not a partition id" in text and len(text) < 200
+
+
+def test_a_partition_id_outside_the_federation_is_refused():
+    grid = CraftedGrid({2: claim(0, 3), 3: claim(1, 3), 4: claim(7, 3)})
+    assert "node 4 reports partition-id 7, outside 0..2 (num-partitions 3)" in refused(grid, 3)
+    # Without num-partitions in the reply the federation is data.num_clients partitions.
+    grid = CraftedGrid({2: claim(0), 3: claim(1), 4: claim(3)})
+    assert "node 4 reports partition-id 3, outside 0..2" in refused(grid, 3)
+    # Nodes of a larger federation that claim ids beyond data.num_clients stay unused, as before.
+    grid = CraftedGrid({n: claim(n - 2, 5) for n in range(2, 7)})
+    assert discover_nodes(grid, 3, timeout=2) == {0: 2, 1: 3, 2: 4}
+
+
+@pytest.mark.parametrize(
+    ("reply", "fragment"),
+    [
+        (RecordDict(), "without a 'metrics' record"),
+        (RecordDict({msgs.CONFIG: ConfigRecord({msgs.PARTITION_ID: 1})}), "without a 'metrics'"),
+        (claim(1, size=[3]), "reports num-partitions [3]"),
+        (claim(1, size=0), "reports num-partitions 0"),
+        (claim(1, size="3\u0663", record=ConfigRecord), "reports num-partitions '3\u0663'"),
+        (claim(1, 3, shares=2), "reports shares-partitions 2: must be 0 or 1"),
+        (claim(1, 3, shares=[1]), "reports shares-partitions [1]"),
+    ],
+)
+def test_a_malformed_reply_is_refused_naming_the_node(reply, fragment):
+    grid = CraftedGrid({2: claim(0, 3), 3: reply, 4: claim(2, 3)})
+    text = refused(grid, 3)
+    assert text.startswith("node 3 ") and fragment in text, text
+
+
+def test_nodes_that_disagree_on_the_federation_size_are_refused():
+    """A node reporting a smaller num-partitions would steer which node serves which client
+    (partition k goes to node k mod N); the smallest one was taken before."""
+    share = {"shares": 1}
+    grid = CraftedGrid({2: claim(0, 3, **share), 3: claim(1, 2, **share), 4: claim(2, 3, **share)})
+    text = refused(grid, 3)
+    assert "nodes 2 and 3 report num-partitions 3 and 2" in text
+
+
+def test_an_error_reply_is_one_line_naming_the_node():
+    app = ClientApp()
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        raise ValueError("line one\nline two " + "x" * 1000)
+
+    text = refused(InProcessGrid(app, 2), 2)
+    assert text.startswith("node 2 failed to report its partition id: ValueError: line one line")
+    assert len(text) < 400
+
+
+def test_the_client_refuses_a_malformed_partition_id_of_its_own_node_config():
+    grid = InProcessGrid(client_app, 2)
+    grid.contexts[3].node_config["partition-id"] = "\u0661"
+    text = refused(grid, 2)
+    assert "node 3 failed to report its partition id" in text
+    assert "partition-id = '\u0661': must be an integer >= 0" in text
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [(0, 0), (12, 12), ("3", 3), ("007", 7), (True, None), (1.0, None), ([1], None)]
+    + [("", None), ("\u0663", None), ("+3", None), ("1" * 19, None), (None, None), (-2, None)],
+)
+def test_parse_index(value, parsed):
+    assert parse_index(value) == parsed
+
+
+# -- a node map: the operator says which node has which partition ------------------------------
+def ssh_and_pem() -> tuple[str, bytes]:
+    """A new EC public key as an OpenSSH line (as in a .pub file) and as PEM (as the SuperLink
+    reports a node's key)."""
+    public = ec.generate_private_key(ec.SECP384R1()).public_key()
+    ssh = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    pem = public.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return ssh.decode() + " supernode-k", pem
+
+
+def test_with_a_node_map_an_intruder_claiming_a_partition_is_not_used(flwr_log):
+    """Node 5 claims partition 0 first; the map gives 0 to node 4, so node 5 is never asked and
+    the run goes on (without a map this is a refusal of both)."""
+    flwr_log.set_level(logging.INFO, logger="flwr")
+    replies = {5: claim(0, 3), 2: claim(2, 3), 3: claim(1, 3), 4: claim(0, 3)}
+    grid = CraftedGrid(dict(sorted(replies.items())))
+    node_map = load_node_map(json.dumps({"0": 4, "1": 3, "2": 2}))
+    assert discover_nodes(grid, 3, timeout=2, node_map=node_map) == {0: 4, 1: 3, 2: 2}
+    assert "node 5 is not in the node map (given inline); unused" in flwr_log.text
+    assert "nodes 4 and 5 both claim" in refused(grid, 3)  # the same grid without the map
+
+
+def test_a_node_map_by_public_key_finds_the_nodes_the_superlink_authenticated(tmp_path):
+    keys = {n: ssh_and_pem() for n in (2, 3, 4)}
+    # Node ids change when a SuperLink without --database restarts; keys do not.
+    (tmp_path / "map.json").write_text(json.dumps({"0": keys[3][0], "1": keys[2][0]}))
+    node_map = load_node_map(str(tmp_path / "map.json"))
+    grid = CraftedGrid(
+        {2: claim(1, 2), 3: claim(0, 2), 4: claim(0, 2)}, {n: pem for n, (_, pem) in keys.items()}
+    )
+    assert discover_nodes(grid, 2, timeout=2, node_map=node_map) == {0: 3, 1: 2}
+    # PEM in the map works too, and a relative path is resolved against $FEDGO_WORKDIR.
+    (tmp_path / "pem.json").write_text(json.dumps({"0": keys[3][1].decode(), "1": 2}))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FEDGO_WORKDIR", str(tmp_path))
+        node_map = load_node_map("pem.json")
+    assert discover_nodes(grid, 2, timeout=2, node_map=node_map) == {0: 3, 1: 2}
+
+
+def test_a_mapped_node_whose_claim_disagrees_is_refused():
+    grid = CraftedGrid({2: claim(0, 2), 3: claim(0, 2)})
+    node_map = load_node_map('{"0": 2, "1": 3}')
+    text = refused(grid, 2, node_map)
+    assert text.startswith("node 3 reports partition-id 0, but the node map")
+    assert "gives it partition 1" in text
+    grid = CraftedGrid({2: claim(0, 3), 3: claim(1, 3)})
+    assert "node 2 reports num-partitions 3, but the node map" in refused(grid, 2, node_map)
+    grid = CraftedGrid({2: claim([0], 2), 3: claim(1, 2)})
+    assert refused(grid, 2, node_map).startswith("node 2 reports partition-id [0]")
+
+
+def test_a_node_named_twice_by_the_map_is_refused():
+    ssh, pem = ssh_and_pem()
+    node_map = load_node_map(json.dumps({"0": 2, "1": ssh}))
+    grid = CraftedGrid({2: claim(0, 2), 3: claim(1, 2)}, {2: pem})
+    assert "node 2 is named by the node map" in refused(grid, 2, node_map)
+
+
+def test_a_mapped_node_that_never_connects_is_named():
+    ssh, _ = ssh_and_pem()
+    node_map = load_node_map(json.dumps({"0": 2, "1": ssh}))
+    grid = CraftedGrid({2: claim(0, 2), 3: claim(1, 2)})  # node 3 has no (matching) key
+    text = refused(grid, 2, node_map)
+    assert "missing partition ids [1] (public key sha256:" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{", "not valid JSON"),
+        ("[1, 2]", "must hold a JSON object"),
+        ("{}", "must hold a JSON object"),
+        ('{"x": 2}', "'x' is not a partition id"),
+        ('{"\u0661": 2}', "is not a partition id"),
+        ('{"0": 2, "00": 3}', "partition 0 is given twice"),
+        ('{"0": true}', "True is neither a node id (an int) nor a public key"),
+        ('{"0": "ecdsa-sha2-nistp384 AAAAnot-a-key"}', "is neither a node id"),
+        ('{"0": [2]}', "is neither a node id"),
+        ('{"0": 2, "1": 2}', "partitions 0 and 1 name the same node"),
+        ('{"0": 2, "2": 3}', "the partition ids must be 0..1; missing [1]"),
+        ("no-such-map.json", "cannot read"),
+    ],
+)
+def test_a_bad_node_map_is_a_config_error_of_its_key(text, problem, tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDGO_WORKDIR", str(tmp_path))
+    with pytest.raises(ConfigError) as info:
+        load_node_map(text)
+    assert info.value.key == "node-map" and problem in str(info.value), str(info.value)
+    assert load_node_map("") is None and load_node_map("  ") is None
+
+
+def test_public_keys_compare_in_any_form():
+    ssh, pem = ssh_and_pem()
+    assert public_key_der(ssh) == public_key_der(pem) is not None
+    assert public_key_der(ssh.rsplit(" ", 1)[0]) == public_key_der(pem)  # without the comment
+    assert public_key_der("not a key") is None and public_key_der(b"") is None
+
+
+def test_make_credentials_writes_the_node_map_of_its_keys(tmp_path):
+    import subprocess
+    import sys
+
+    subprocess.run(
+        [sys.executable, str(ROOT / "deploy/make-credentials.py"), str(tmp_path), "-n", "2"],
+        check=True,
+        capture_output=True,
+    )
+    node_map = load_node_map(str(tmp_path / "node-map.json"))
+    pub = (tmp_path / "supernode-keys" / "supernode-1.pub").read_text()
+    assert node_map.size == 2 and node_map.partitions[1] == public_key_der(pub)
+
+
+# -- how the ServerApp reports it ---------------------------------------------------------------
+def test_the_server_app_logs_one_line_for_a_bad_node_map(flwr_log):
+    context = run_context(**{"node-map": '{"0": true}'})
+    with pytest.raises(ConfigError, match="node-map"):
+        server_app.main(InProcessGrid(client_app, 2), context)
+    [line] = [r.getMessage() for r in flwr_log.records if r.levelno == logging.ERROR]
+    assert line.startswith("fedgo-flwr: run config: node-map = ") and "\n" not in line
+
+
+def test_the_server_app_logs_one_line_when_discovery_fails(tmp_path, flwr_log, monkeypatch):
+    monkeypatch.setattr(server_app, "discover_nodes", _hostile_discovery)
+    overrides = f"rounds=1 data.num_clients=2 output_dir={tmp_path}"
+    with pytest.raises(NodeDiscoveryError):
+        server_app.main(InProcessGrid(client_app, 2), run_context(overrides=overrides))
+    [line] = [r.getMessage() for r in flwr_log.records if r.levelno == logging.ERROR]
+    assert line == "fedgo-flwr: nodes 2 and 3 both claim partition-id 0; refusing both (each " + (
+        "SuperNode needs a partition-id of its own; run config node-map names which node has which)"
+    )
+
+
+def _hostile_discovery(grid, num_clients, node_map=None):
+    crafted = CraftedGrid({2: claim(0, 2), 3: claim(0, 2)})
+    return discover_nodes(crafted, num_clients, timeout=2, node_map=node_map)

@@ -1,0 +1,103 @@
+"""The channels-last switch (fedgo_flwr.kernels, resources.channels_last)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord
+from torch import nn
+
+from fedgo_flwr import kernels
+from fedgo_flwr.config import TrainConfig
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.distill import predict_views
+from fedgo_flwr.models import build_model
+from fedgo_flwr.rng import make_rng
+from fedgo_flwr.training import train_local
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def channels_last():
+    kernels.use_channels_last(True)
+    yield
+    kernels.use_channels_last(False)
+
+
+def _images(n: int = 40) -> ArrayDataset:
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(n, 3, 16, 16), dtype=np.uint8)
+    return ArrayDataset(x=x, y=rng.integers(0, 4, size=n), num_classes=4, flip=True)
+
+
+def _cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return build_model("cnn_bn", (3, 16, 16), 4)
+
+
+def _train(model: nn.Module) -> dict[str, torch.Tensor]:
+    cfg = TrainConfig(local_epochs=2, batch_size=8, lr=0.05)
+    train_local(model, _images(), cfg, rng=make_rng(0, 1, 2), device=CPU)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_place_formats_convolutions_only(channels_last):
+    cnn = kernels.place(_cnn(), CPU)
+    conv = next(p for p in cnn.parameters() if p.dim() == 4)
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    mlp = kernels.place(nn.Sequential(nn.Linear(3, 2)), CPU)
+    assert all(p.is_contiguous() for p in mlp.parameters())
+    kernels.use_channels_last(False)
+    kernels.place(cnn, CPU)  # back to the default format when the switch is off
+    assert all(p.is_contiguous() for p in cnn.parameters())
+
+
+def test_channels_last_training_is_deterministic_and_close_to_nchw(channels_last):
+    a, b = _train(_cnn()), _train(_cnn())
+    for key in a:  # the same seed gives the same bits
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+    kernels.use_channels_last(False)
+    ref = _train(_cnn())
+    for key in a:  # the default format's numbers, up to float rounding
+        torch.testing.assert_close(a[key], ref[key], rtol=1e-4, atol=1e-4)
+
+
+def test_a_channels_last_model_travels_like_any_other(channels_last):
+    model = _cnn()
+    _train(model)
+    data = _images(10)
+    logits = predict_views(model, data, 2, 4, CPU)
+    received = ArrayRecord(model.state_dict()).to_torch_state_dict()
+    kernels.use_channels_last(False)
+    other = _cnn()
+    other.load_state_dict(received)
+    torch.testing.assert_close(predict_views(other, data, 2, 4, CPU), logits, rtol=1e-5, atol=1e-5)
+    assert all(v.is_contiguous() for v in received.values())
+
+
+def test_a_run_with_channels_last_is_deterministic(tmp_path, channels_last):
+    from fedgo_flwr.inprocess import run_inprocess
+    from strategies import load_experiment
+
+    runs = []
+    for name in ("a", "b"):
+        kernels.use_channels_last(False)  # the run turns it on from its config
+        cfg = load_experiment(
+            str(Path(__file__).resolve().parents[2] / "conf/default.yaml"),
+            [
+                "rounds=2",
+                "data.num_clients=4",
+                "fraction=0.5",
+                "train.local_epochs=1",
+                "model.name=cnn_bn",
+                "resources.channels_last=true",
+                f"output_dir={tmp_path / name}",
+            ],
+        )
+        runs.append(run_inprocess(cfg)["final_accuracy"])
+        assert kernels.channels_last()
+    assert runs[0] == runs[1]

@@ -1,0 +1,119 @@
+"""What a user sees of finished runs: traffic and rounds-to-target in the records, the report."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import SMALL_GAN, TINY_RUN
+from PIL import Image
+
+from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.report import main as report_main
+from strategies import load_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = [*TINY_RUN, "rounds=2"]
+
+
+def run(out: Path, *overrides: str, conf: str = "default.yaml") -> list[dict]:
+    cfg = load_experiment(ROOT / "conf" / conf, [*TINY, f"output_dir={out}", *overrides])
+    run_inprocess(cfg)
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def model_bytes(out: Path) -> int:
+    import torch
+
+    state = torch.load(out / "model.pt")
+    return sum(v.numel() * v.element_size() for v in state.values())
+
+
+def test_rounds_record_the_bytes_each_way(tmp_path):
+    fedavg = run(tmp_path / "fedavg")
+    size = model_bytes(tmp_path / "fedavg")
+    assert fedavg[0]["bytes_down"] == fedavg[0]["bytes_up"] == 0  # nothing before round 1
+    for row in fedavg[1:]:
+        # two clients a round, the model each way (plus each array's small header)
+        assert 2 * size <= row["bytes_down"] < 2 * size * 1.05
+        assert row["bytes_up"] == row["bytes_down"]
+    scaffold = run(tmp_path / "scaffold", "strategy.name=scaffold")
+    assert scaffold[1]["bytes_down"] > 1.9 * fedavg[1]["bytes_down"]  # control variates too
+    summary = json.loads((tmp_path / "fedavg" / "summary.json").read_text())
+    assert summary["bytes_down"] == sum(r["bytes_down"] for r in fedavg)
+
+
+def test_the_pre_fl_stage_is_round_zeros_traffic(tmp_path):
+    rows = run(
+        tmp_path,
+        "strategy.generator.steps=5",
+        "strategy.discriminator.epochs=1",
+        "strategy.distill.epochs=1",
+        *SMALL_GAN,
+        conf="fedgo.yaml",
+    )
+    assert rows[0]["bytes_down"] > 0 and rows[0]["bytes_up"] > 0  # generator down, discs up
+
+
+def test_summary_reports_the_rounds_to_the_target(tmp_path):
+    rows = run(tmp_path / "a", "eval.target_accuracy=0.01")
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["rounds_to_target"] == 1 and summary["target_accuracy"] == 0.01
+    run(tmp_path / "b", "eval.target_accuracy=1.0")
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["rounds_to_target"] is None
+    assert rows[1]["round"] == 1
+
+
+def image_ok(path: Path) -> np.ndarray:
+    with Image.open(path) as im:
+        pixels = np.asarray(im.convert("RGB"))
+    assert pixels.shape[0] > 200 and pixels.shape[1] > 200
+    assert pixels.std() > 10  # drawn on, not a blank canvas
+    return pixels
+
+
+def test_report_of_several_strategies_and_seeds(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        run(runs / f"fedavg-seed{seed}", f"seed={seed}")
+        run(
+            runs / f"feddf-seed{seed}",
+            f"seed={seed}",
+            "strategy.distill.epochs=1",
+            conf="feddf.yaml",
+        )
+    out = tmp_path / "report"
+    assert report_main([str(runs), "--out", str(out), "--target", "0.05"]) == 0
+    assert {p.name for p in out.iterdir()} >= {
+        "accuracy.png",
+        "metrics.csv",
+        "table.md",
+        "table.csv",
+        "partition-fedavg-seed0.png",
+    }
+    image_ok(out / "accuracy.png")
+    image_ok(out / "partition-fedavg-seed0.png")
+    with open(out / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 4 * 3 and {r["label"] for r in rows} == {"fedavg", "feddf"}
+    table = {r["label"]: r for r in csv.DictReader(open(out / "table.csv"))}
+    finals = [
+        json.loads((runs / f"fedavg-seed{s}" / "summary.json").read_text())["final_accuracy"]
+        for s in (0, 1)
+    ]
+    assert float(table["fedavg"]["final_mean"]) == pytest.approx(statistics.fmean(finals))
+    assert float(table["fedavg"]["final_sd"]) == pytest.approx(statistics.stdev(finals))
+    assert int(table["feddf"]["runs"]) == 2 and table["feddf"]["reached"] == "2"
+    text = (out / "table.md").read_text()
+    assert "| fedavg | 2 |" in text and "rounds to 5%" in text
+    assert str(out / "accuracy.png") in capsys.readouterr().out
+
+
+def test_report_names_a_folder_that_holds_no_runs(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert report_main([str(tmp_path / "empty")]) == 2
+    assert "neither a run folder nor a folder of runs" in capsys.readouterr().err

@@ -1,0 +1,138 @@
+"""The benchmark drivers' shared sweep (``benchmarks/sweep.py``): mean ± sd, resuming, records.
+
+Hand-built numbers: a wrong mean, a population instead of a sample sd, a run that is re-run
+although finished, or a record kept with an absolute path must fail here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    # The drivers import it as their sibling module ``sweep`` (``python benchmarks/<driver>.py``).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT / "benchmarks"))
+        return importlib.import_module("sweep")
+
+
+def test_mean_sd_is_the_sample_mean_and_sd_in_percent(sweep) -> None:
+    assert sweep.mean_sd([0.30, 0.31, 0.32]) == "31.0 ± 1.0"
+    # sample sd of (0.20, 0.30, 0.40, 0.50) is 0.129; the population sd would give 11.2
+    assert sweep.mean_sd([0.20, 0.30, 0.40, 0.50]) == "35.0 ± 12.9"
+    assert sweep.mean_sd([0.425]) == "42.5 ± 0.0"
+    assert sweep.mean_sd([]) == "-"
+    assert sweep.mean_sd([2.0, 4.0, 9.0], scale=1.0) == "5.0 ± 3.6"
+
+
+def test_column_leaves_out_runs_without_a_value(sweep) -> None:
+    runs = [
+        sweep.Run("a-seed0", "a", "seed0", {"x": 0.1}, [{"round": 1, "y": 0.5}]),
+        sweep.Run("a-seed1", "a", "seed1", {"x": 0.3}, []),
+    ]
+    assert sweep.column(runs, lambda r: r.summary["x"]) == "20.0 ± 14.1"
+    last_y = sweep.column(runs, lambda r: r.metrics[-1]["y"] if r.metrics else None)
+    assert last_y == "50.0 ± 0.0"
+    assert sweep.column(runs, lambda r: None) == "-"
+
+
+def _fake_run(out: Path, root: Path, method: str, seed: int, acc: float) -> Path:
+    run = out / f"{method}-seed{seed}"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"final_accuracy": acc}))
+    (run / "metrics.jsonl").write_text(json.dumps({"round": 1, "test_accuracy": acc}) + "\n")
+    (run / "config.yaml").write_text(f"output_dir: {root}/outputs/{run.name}\ndata: /elsewhere\n")
+    return run
+
+
+def test_sweep_skips_finished_runs_and_keeps_records_in_one_archive(sweep, tmp_path) -> None:
+    root, results = tmp_path / "repo", tmp_path / "repo" / "results"
+    calls = []
+
+    def run_one(method: str, seed: int) -> Path:
+        calls.append((method, seed))
+        acc = {"fedavg": 0.3, "feddf": 0.4}[method] + 0.01 * seed
+        return _fake_run(root / "outputs", root, method, seed, acc)
+
+    ran = sweep.sweep(["fedavg", "feddf"], [0, 1], run_one, results, root=root)
+    assert calls == [("fedavg", 0), ("feddf", 0), ("fedavg", 1), ("feddf", 1)]
+    assert ran == ["fedavg-seed0", "feddf-seed0", "fedavg-seed1", "feddf-seed1"]
+    # only summaries lie in the results folder; the raw records are in the archive
+    assert sorted(p.name for p in results.glob("*/*")) == ["summary.json"] * 4
+    archive = sweep.read_archive(results / sweep.ARCHIVE)
+    assert sorted(archive) == [
+        f"{m}-seed{s}/{f}"
+        for m in ("fedavg", "feddf")
+        for s in (0, 1)
+        for f in ("config.yaml", "metrics.jsonl")
+    ]
+    config = archive["fedavg-seed1/config.yaml"].decode()
+    assert config == "output_dir: outputs/fedavg-seed1\ndata: /elsewhere\n"
+
+    # a second sweep (more seeds) runs only what is missing
+    calls.clear()
+    sweep.sweep(["fedavg", "feddf"], [0, 1, 2], run_one, results, root=root)
+    assert calls == [("fedavg", 2), ("feddf", 2)]
+
+    runs = sweep.load_runs(results, ["feddf", "fedavg"])
+    assert list(runs) == ["feddf", "fedavg"]
+    assert [r.seed for r in runs["fedavg"]] == ["seed0", "seed1", "seed2"]
+    accs = [r.metrics[0]["test_accuracy"] for r in runs["feddf"]]
+    assert accs == pytest.approx([0.4, 0.41, 0.42])
+    assert sweep.column(runs["feddf"], lambda r: r.summary["final_accuracy"]) == "41.0 ± 1.0"
+    only = sweep.load_runs(results, ["fedavg"], seeds=[2, 0])
+    assert [r.name for r in only["fedavg"]] == ["fedavg-seed2", "fedavg-seed0"]
+    with pytest.raises(FileNotFoundError):
+        sweep.load_runs(results, ["fedavg"], seeds=[3])
+
+
+def test_runs_written_into_the_results_folder_stay_loose(sweep, tmp_path) -> None:
+    def run_one(method: str, seed: int) -> Path:
+        return _fake_run(tmp_path, tmp_path, method, seed, 0.5)
+
+    sweep.sweep(["fedprox"], [0], run_one, tmp_path)
+    assert not (tmp_path / sweep.ARCHIVE).exists()
+    assert sweep.load_runs(tmp_path, ["fedprox"], [0])["fedprox"][0].metrics == [
+        {"round": 1, "test_accuracy": 0.5}
+    ]
+
+
+def test_archive_bytes_depend_only_on_the_files(sweep, tmp_path) -> None:
+    files = {"b-seed0/metrics.jsonl": b"{}\n", "a-seed0/config.yaml": b"seed: 0\n"}
+    sweep.write_archive(tmp_path / "one.tar.gz", files)
+    sweep.write_archive(tmp_path / "two.tar.gz", dict(reversed(list(files.items()))))
+    assert (tmp_path / "one.tar.gz").read_bytes() == (tmp_path / "two.tar.gz").read_bytes()
+    assert sweep.read_archive(tmp_path / "one.tar.gz") == files
+
+
+def test_the_share_outside_compute_spreads_the_clients_over_the_workers() -> None:
+    """``benchmarks/overhead.py`` (also used by ``scale.py``): a round's compute is its clients'
+    training over the workers that ran at once (never more workers than clients), plus the
+    server's phases; round 1 (data loading) is left out of the share."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT / "benchmarks"))
+        overhead = importlib.import_module("overhead")
+    row = {"client_time_sum": 6.0, "clients_replied": 3, "aggregate_time": 1.0, "eval_time": 0.5}
+    assert overhead.round_compute(row, 2) == pytest.approx(4.5)  # 6 / 2 + 1 + 0.5
+    assert overhead.round_compute(row, 8) == pytest.approx(3.5)  # 3 clients: 3 workers at most
+    assert overhead.round_compute({"eval_time": 2.0}, 2) == pytest.approx(2.0)
+    rows = [
+        {"round": 0, "round_time": 9.0},
+        {"round": 1, "round_time": 50.0, **row},  # round 1: left out
+        {"round": 2, "round_time": 5.0, **row},
+        {"round": 3, "round_time": 6.0, **row},
+        {"round": 4, "round_time": 7.0, **row},
+    ]
+    assert overhead.outside_share(rows, 2) == pytest.approx(1 - 4.5 / 6.0)
+    assert overhead.outside_share(rows, 1) == pytest.approx(1 - 7.5 / 6.0)  # serial: negative
+    # The clients' set-up around their training: handlers minus training, over the workers.
+    assert overhead.setup_share(rows, 2) is None  # no handler times: no split
+    timed = [{**r, "client_handler_time_sum": 7.2} if r["round"] > 0 else r for r in rows]
+    assert overhead.setup_share(timed, 2) == pytest.approx((7.2 - 6.0) / 2 / 6.0)

@@ -1,0 +1,64 @@
+"""The documentation: the configuration reference is generated, and every link resolves."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+
+
+def load_generator():
+    spec = importlib.util.spec_from_file_location(
+        "gen_configuration", DOCS / "gen_configuration.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_configuration_reference_is_the_generators_output():
+    gen = load_generator()
+    text, _ = gen.generate()
+    committed = (DOCS / "configuration.md").read_text()
+    assert committed == text, (
+        f"docs/configuration.md differs from the config dataclasses: run `{gen.COMMAND}`"
+    )
+
+
+def test_every_config_key_is_described():
+    gen = load_generator()
+    _, undocumented = gen.generate()
+    assert not undocumented, (
+        "keys without a description (give the field an attribute docstring, name it in the "
+        f"class docstring, or add it to NOTES in docs/gen_configuration.py): {undocumented}"
+    )
+    assert not gen.stale_notes()
+
+
+def test_readme_stays_an_overview():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move details to docs/"
+    long = [i + 1 for i, line in enumerate(lines) if len(line) > 200]
+    assert not long, f"README.md lines over 200 characters: {long}"
+    text = "\n".join(lines)
+    assert "./run.sh --tests" in text and "\n./run.sh            #" in text
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+
+
+def test_relative_links_of_the_docs_resolve():
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    broken = []
+    for page in pages:
+        for target, _ in LINK.findall(page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, f"links to missing files: {broken}"
