@@ -48,11 +48,13 @@ from fedgo_flwr.distill import (
     teacher_logits_problem,
     teacher_scales,
 )
+from fedgo_flwr.gan import discriminator_scale_outliers, neutralise_nonfinite
 from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.protocol.dafkd import GENERATOR_KEY as DAFKD_GENERATOR_KEY
-from fedgo_flwr.protocol.fedgo import CRITIC_KEY, FEDGAN_MESSAGE
+from fedgo_flwr.protocol.fedgo import CRITIC_KEY, DISCRIMINATOR_MESSAGE, FEDGAN_MESSAGE
 from fedgo_flwr.protocol.fedgo import GENERATOR_KEY as FEDGAN_GENERATOR_KEY
 from fedgo_flwr.protocol.fedtgp import PROTOS_KEY
+from fedgo_flwr.protocol.oneshot_fedgo import DISCRIMINATOR_KEY
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY
 from fedgo_flwr.task import sample_clients
 from strategies import load_experiment
@@ -528,6 +530,52 @@ def test_a_model_far_longer_than_what_was_sent_is_dropped(
     rows = rows_of(tmp_path)
     losses = [r["test_loss"] for r in rows if r.get("test_loss") is not None]  # CPFL: some
     assert rows[1]["clients_failed"] == 1 and losses and np.isfinite(losses).all(), rows
+
+
+@pytest.mark.parametrize(("factor", "why"), [(1e12, "non-finite logits"), (1e5, "logit scale")])
+def test_fedgo_gives_a_discriminator_it_cannot_use_the_neutral_weight(
+    tmp_path, monkeypatch, flwr_log, factor, why
+):
+    """A discriminator x 1e12 is finite and its logits are not: before, FedGO's weighting
+    raised ``disc_logits contains NaN or infinite values``. Its last layer x 1e5 gives finite
+    logits far beyond the others', which push its odds to 0 or infinity on every sample. Either
+    way the client gets the neutral weight (as one without a discriminator), named."""
+    tamper(
+        monkeypatch,
+        scaled(factor, last=None if factor > 1e6 else 2),
+        pid=BAD,
+        message_type=DISCRIMINATOR_MESSAGE,
+        server_round=0,
+    )
+    run_inprocess(config(tmp_path, *FEDGO, "rounds=1"))
+    assert warnings_naming(flwr_log, f"discriminator of client {BAD}", why)
+    prefl = json.loads((tmp_path / "prefl.json").read_text())
+    key = "nonfinite_discriminators" if factor > 1e6 else "scaled_discriminators"
+    assert prefl[key] == [BAD]
+    assert np.isfinite([r["test_loss"] for r in rows_of(tmp_path)]).all()
+
+
+def test_coboosting_fedgo_drops_a_client_whose_discriminator_gives_nonfinite_logits(
+    tmp_path, monkeypatch, flwr_log
+):
+    """Before, the odds weights of every synthetic sample were NaN and synthesis failed."""
+    tamper(monkeypatch, scaled(1e12, DISCRIMINATOR_KEY), pid=1)
+    gan = ["strategy.discriminator.epochs=1", "strategy.generator.steps=0", *SMALL_GAN]
+    run_inprocess(oneshot_config(tmp_path, "coboosting_fedgo", *gan))
+    assert warnings_naming(flwr_log, "client 1", "discriminator: its logits on the test split")
+    assert json.loads((tmp_path / "summary.json").read_text())["clients_used"] == [0, 2, 3]
+
+
+def test_neutralise_nonfinite_and_discriminator_scale_outliers():
+    a = torch.tensor([[[1.0, -2.0]], [[float("inf"), 0.0]], [[3.0, 1.0]]])  # (K=3, V=1, N=2)
+    b = torch.tensor([[0.5], [1.0], [float("nan")]])
+    assert neutralise_nonfinite(a, b) == [1, 2]  # a row bad in either tensor, in both
+    assert a[1].abs().sum() == 0 and a[2].abs().sum() == 0 and b[2] == 0 and b[0] == 0.5
+    z = torch.tensor([[1.0, -1.0], [2.0, 2.0], [300.0, -300.0], [0.0, 0.0]])
+    # RMS 1, 2, 300 over clients 0-2 (3 has no discriminator): lower median 2
+    assert discriminator_scale_outliers(z, [0, 1, 2], 100.0) == [(2, 300.0, 2.0)]
+    assert discriminator_scale_outliers(z, [0, 1, 2], 200.0) == []
+    assert discriminator_scale_outliers(z, [0, 1, 2], None) == []
 
 
 # -- clean runs are unchanged ------------------------------------------------------------------
