@@ -145,7 +145,7 @@ case "${1:-}" in
     export PATH="$VENV/bin:$PATH"
     # FEDGO_TEST_WORKERS=N (or auto): N pytest-xdist workers, a test file to a worker (a
     # file's tests share fixtures); tests marked `alone` then run with nothing beside them
-    # (tests/side_by_side.py). Off by default: on 2 cores 2 workers took 29 min, serial 23-27.
+    # (tests/side_by_side.py). Off by default: on 2 cores 2 workers were slower than serial.
     if [[ -n "${FEDGO_TEST_WORKERS:-}" ]]; then
       set -- -n "$FEDGO_TEST_WORKERS" --dist loadfile "$@"
     fi

@@ -1,7 +1,8 @@
 """The reply fuzzer's long profile: every mutation kind on every strategy and message type.
 
-``tests/test_fuzz_replies.py`` runs a fixed-seed sample of a few cases per strategy in CI; this
-runs, for every strategy found by name (:func:`strategies.available`), every mutation kind of
+``tests/integration/test_fuzz_replies.py`` runs a fixed-seed sample of a few cases per strategy
+in CI; this runs, for every strategy found by name (:func:`strategies.available`), every
+mutation kind of
 ``tests/fuzz_replies.py`` (:data:`KINDS`) on every message type the strategy's clean run
 exchanged (``--examples`` cases each, the round, client, record and key drawn with a seeded
 ``random.Random``), once with the strategy's defaults and once with the robust options

@@ -1,10 +1,11 @@
-"""The reply fuzzer's machinery (``tests/test_fuzz_replies.py``, ``benchmarks/fuzz_replies.py``).
+"""The reply fuzzer's machinery, shared by ``tests/integration/test_fuzz_replies.py`` and
+``benchmarks/fuzz_replies.py``.
 
 A *case* is one tiny in-process run (:func:`fedgo_flwr.inprocess.run_inprocess`: digits, 4
 clients, 2 rounds, or 1 for a one-shot strategy, 1 local epoch, each strategy's expensive
 knobs cut) in which the replies of ONE client to ONE message type in ONE round are changed on
 their way to the server, by wrapping :meth:`InProcessGrid.stream` (as
-``tests/test_hardening_replies.py``'s ``tamper`` does).
+``tests/integration/test_tampered_replies.py``'s ``tamper`` does).
 
 Strategies are found by name (:func:`strategies.available`); what to mutate is found by
 watching the strategy's own clean run (:func:`clean_run`): every (message type, server round,
@@ -147,7 +148,7 @@ number above it or as ``None`` (for these keys "all of it")."""
 EXTRA: dict[str, list[str]] = {
     # Per strategy, besides the cuts: what makes the run exchange all its message types, what
     # a tiny run needs to be valid, or what makes its 2 rounds learn (final accuracy of each
-    # clean run, measured: tests/test_fuzz_replies.py's module docstring).
+    # clean run, measured: tests/integration/test_fuzz_replies.py's module docstring).
     "fedgo": [  # G3 (FedGAN at the clients): train.fedgan and train.discriminator, then train
         "strategy.generator.federated_rounds=1",
         "strategy.generator.steps=0",
