@@ -170,15 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = Path(tempfile.mkdtemp(dir=scratch))
                 outcome = fr.run_case(name, out / "run", mutation, robust=clean.robust)
                 shutil.rmtree(out, ignore_errors=True)
-                reason = fr.verdict(
-                    name,
-                    mutation,
-                    outcome,
-                    clean,
-                    lambda m=mutation, c=clean, n=name: fr.withheld_accuracy(
-                        n, m.target, c.robust, scratch
-                    ),
-                )
+                reason = fr.judge(name, mutation, outcome, clean, scratch)
                 status = "ok" if reason is None else "FAIL"
                 line = fr.first_line(reason) if reason else ""
                 print(

@@ -755,6 +755,20 @@ def withheld_accuracy(name: str, target: Target, robust: bool, scratch: Path | N
     return _WITHHELD[key]
 
 
+def judge(
+    name: str, mutation: Mutation, outcome: Outcome, clean: Clean, scratch: Path | None = None
+) -> str | None:
+    """:func:`verdict`, with the run without the mutated reply (:func:`withheld_accuracy`)
+    as the robust options' yardstick, run only when the verdict asks for it."""
+    return verdict(
+        name,
+        mutation,
+        outcome,
+        clean,
+        lambda: withheld_accuracy(name, mutation.target, clean.robust, scratch),
+    )
+
+
 def _names_client(line: str, target: Target) -> bool:
     return bool(
         re.search(rf"\bclient {target.pid}\b", line) or re.search(rf"\bnode {target.node}\b", line)

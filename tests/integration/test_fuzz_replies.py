@@ -104,15 +104,7 @@ def check_case(name: str, mutation: fr.Mutation, clean: fr.Clean, tmp_path_facto
         outcome = fr.run_case(name, out / "run", mutation, robust=clean.robust)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    reason = fr.verdict(
-        name,
-        mutation,
-        outcome,
-        clean,
-        lambda: fr.withheld_accuracy(
-            name, mutation.target, clean.robust, tmp_path_factory.getbasetemp()
-        ),
-    )
+    reason = fr.judge(name, mutation, outcome, clean, tmp_path_factory.getbasetemp())
     assert reason is None, f"{mutation.describe()}: {reason}"
 
 
