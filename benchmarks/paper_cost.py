@@ -4,7 +4,7 @@ Issue 15 asks for ``conf/paper/`` presets "for a user with a GPU". This script a
 first question such a user has, how long one takes, without running it whole: it runs the
 preset in one process (:func:`fedgo_flwr.inprocess.run_inprocess`: the same ServerApp and
 ClientApp code as ``./run.sh``, the clients one after another, no Ray) with every count that
-sets its length cut down (:data:`CUT`), counts the seconds of each compute phase with
+sets its length cut down (``profile_phases.CUT``), counts the seconds of each compute phase with
 :mod:`fedgo_flwr.profiling` (CUDA-synchronised), and scales each phase by how much more of
 its work the full preset does:
 
@@ -30,54 +30,18 @@ Writes ``cost.json`` and ``table.md`` to ``benchmarks/results/paper-cost/<tag>/`
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import tempfile
 from pathlib import Path
 
 import torch
 from fedgo_table3 import add_data_arguments, ensure_data
-from profile_phases import profile_run
+from profile_phases import cuts, lengths, machine, profile_run
 
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.fileio import strict_json
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
-
-CUT = {
-    "rounds": 2,
-    "train.local_epochs": 2,
-    "strategy.distill.epochs": 1,
-    "strategy.generator.steps": 200,
-    "strategy.generator.federated_rounds": 1,
-    "strategy.generator.local_epochs": 1,
-    "strategy.discriminator.epochs": 1,
-}
-"""The counts that set a run's length, and the value each is cut to."""
-
-
-def lengths(cfg: ExperimentConfig) -> dict[str, int]:
-    """``cfg``'s values of the :data:`CUT` counts it has (the generator's steps only for
-    G1, its FedGAN rounds and epochs only for G3)."""
-    p = cfg.strategy.params
-    out = {"rounds": cfg.rounds, "train.local_epochs": cfg.train.local_epochs}
-    if hasattr(p, "distill"):
-        out["strategy.distill.epochs"] = p.distill.epochs
-    gen = getattr(p, "generator", None)
-    if gen is not None and gen.steps > 0:
-        out["strategy.generator.steps"] = gen.steps
-    if gen is not None and gen.federated_rounds > 0:
-        out["strategy.generator.federated_rounds"] = gen.federated_rounds
-        out["strategy.generator.local_epochs"] = gen.local_epochs
-    if getattr(p, "discriminator", None) is not None:
-        out["strategy.discriminator.epochs"] = p.discriminator.epochs
-    return out
-
-
-def cuts(full: ExperimentConfig) -> list[str]:
-    """The overrides that shrink ``full`` (each count only where the preset has it)."""
-    return [f"{key}={CUT[key]}" for key in lengths(full)]
 
 
 def work(cfg: ExperimentConfig) -> dict[str, float]:
@@ -103,13 +67,6 @@ def work(cfg: ExperimentConfig) -> dict[str, float]:
     if "strategy.discriminator.epochs" in n:
         out["discriminator_training"] = n["strategy.discriminator.epochs"]
     return out
-
-
-def machine() -> str:
-    cpu = f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()})"
-    if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(0)}, {cpu}, torch {torch.__version__}"
-    return f"no GPU, {cpu}, torch {torch.__version__}"
 
 
 def table(report: dict) -> str:
