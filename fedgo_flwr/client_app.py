@@ -65,7 +65,7 @@ from fedgo_flwr.checkpoint import is_run_token, safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.discovery import parse_index
 from fedgo_flwr.fileio import atomic_torch_save
-from fedgo_flwr.kernels import use_channels_last
+from fedgo_flwr.kernels import use_channels_last, use_gpu_inference_batch
 from fedgo_flwr.recorder import resolve_output_dir
 from fedgo_flwr.rng import make_rng
 from fedgo_flwr.schema import build_section
@@ -375,6 +375,7 @@ def _job(msg: Message, context: Context, message_type: str) -> tuple[ClientAlgor
     pid = message_partition(msg, context)
     torch.set_num_threads(client_threads(context, cfg.resources.client_cpus))
     use_channels_last(cfg.resources.channels_last)
+    use_gpu_inference_batch(cfg.resources.gpu_inference_batch)
     device = get_device(cfg.client_device)
     _log_device_once(device)
     job = ClientJob(

@@ -209,13 +209,17 @@ class ResourcesConfig:
     train, :func:`fedgo_flwr.messages.use_waiting_threads`), and ``channels_last``: run
     convolutions in the channels-last memory format, server and clients
     (:mod:`fedgo_flwr.kernels`: faster on CPU; the numbers differ from the default format's in
-    the last float bits)."""
+    the last float bits); ``gpu_inference_batch``: on a CUDA device, the least batch of the
+    forward-only passes (teacher logits, ensemble and test evaluation, discriminator logits;
+    :func:`fedgo_flwr.kernels.inference_batch`), server and clients; 0 keeps the configured
+    batches. CPU runs always keep them."""
 
     client_cpus: int = 1
     client_gpus: float = 0.0
     server_cpus: int | None = None
     server_cpus_waiting: int | None = None
     channels_last: bool = False
+    gpu_inference_batch: int = 512
 
     def check(self, c: Checker) -> None:
         c.require("client_cpus", self.client_cpus >= 1, "must be >= 1")
@@ -224,6 +228,7 @@ class ResourcesConfig:
             c.require("server_cpus", self.server_cpus >= 1, "must be >= 1")
         if self.server_cpus_waiting is not None:
             c.require("server_cpus_waiting", self.server_cpus_waiting >= 1, "must be >= 1")
+        c.require("gpu_inference_batch", self.gpu_inference_batch >= 0, "must be >= 0 (0: off)")
 
 
 FAULT_KINDS = ("crash", "hang", "nan", "shape", "exit")

@@ -58,7 +58,7 @@ from torch import Tensor, nn
 from fedgo_flwr import profiling
 from fedgo_flwr.aggregation import lower_median
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
-from fedgo_flwr.kernels import place
+from fedgo_flwr.kernels import DeviceSum, inference_batch, place
 from fedgo_flwr.schema import Checker
 
 PROTOCOLS = ("fedgo", "feddf")
@@ -230,7 +230,9 @@ def iter_view_batches(
 ) -> Iterator[tuple[int, Tensor]]:
     """(view, batch) pairs covering every sample once per view, in order, each made when it
     is needed (a pass over the set then stays in the CPU's caches: building all the batches
-    first made a 10k-image pass 20-25% slower here)."""
+    first made a 10k-image pass 20-25% slower here). On a GPU the batch is at least
+    :func:`~fedgo_flwr.kernels.inference_batch`'s (these passes are forward-only)."""
+    batch_size = inference_batch(batch_size, device)
     for start in range(0, len(data), batch_size):
         idx = np.arange(start, min(start + batch_size, len(data)))
         x, _ = data.to_tensors(idx)
@@ -399,7 +401,7 @@ def _distill(
         steps, last = 0, 0.0
         for _ in range(config.epochs):
             order, flips = draw(n)
-            total, count = 0.0, 0
+            total, count = DeviceSum(), 0
             end = n - 1 if ends_in_batch_of_one(n, config.batch_size) else n
             for s in range(0, end, config.batch_size):
                 idx = order[s : s + config.batch_size]
@@ -409,11 +411,11 @@ def _distill(
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                total += loss.item() * len(idx)
+                total.add(loss, len(idx))
                 count += len(idx)
                 steps += 1
                 tally.add(len(idx))
-            last = total / max(count, 1)
+            last = total.item() / max(count, 1)
         return DistillResult(loss=last, steps=steps, seconds=time.perf_counter() - start)
 
     if validate is None:

@@ -38,6 +38,7 @@ from fedgo_flwr.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE
 from fedgo_flwr.config import ConfigError, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.fileio import atomic_torch_save, atomic_write_text, strict_json
+from fedgo_flwr.kernels import inference_batch
 from fedgo_flwr.messages import TRAFFIC
 from fedgo_flwr.runfolders import LATEST, RUNS_ROOT, latest_run, new_run_folder, point_latest
 from fedgo_flwr.training import evaluate
@@ -181,7 +182,8 @@ class RunRecorder:
         due = due or bool(getattr(self.strategy, "evaluate_now", False))
         if due and len(arrays) > 0:
             self.model.load_state_dict(arrays.to_torch_state_dict())
-            with profiling.phase("server_eval", len(self.test), self.cfg.eval.batch_size):
+            batch = inference_batch(self.cfg.eval.batch_size, self.device)
+            with profiling.phase("server_eval", len(self.test), batch):
                 loss, acc = evaluate(self.model, self.test, self.cfg.eval.batch_size, self.device)
         else:
             loss, acc = math.nan, math.nan

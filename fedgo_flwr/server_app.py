@@ -48,7 +48,7 @@ from fedgo_flwr.discovery import (
     discover_nodes,
     load_node_map,
 )
-from fedgo_flwr.kernels import use_channels_last
+from fedgo_flwr.kernels import use_channels_last, use_gpu_inference_batch
 from fedgo_flwr.messages import (
     TRAFFIC,
     to_numpy,
@@ -170,6 +170,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
     out_dir = resolve_output_dir(cfg.output_dir)
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
     use_channels_last(cfg.resources.channels_last)
+    use_gpu_inference_batch(cfg.resources.gpu_inference_batch)
     use_waiting_threads(cfg.resources.server_cpus_waiting)
     shutdown.watch()
     ckpt = None

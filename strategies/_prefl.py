@@ -32,6 +32,7 @@ from fedgo_flwr.checkpoint import safe_torch_load
 from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.fileio import atomic_torch_save
+from fedgo_flwr.gan import cache as generator_cache
 from fedgo_flwr.gan import train_wgan_gp
 from fedgo_flwr.gan.external import generator_output_problem
 from fedgo_flwr.gan.settings import GeneratorConfig
@@ -125,15 +126,47 @@ class DiscriminatorStage(FedGANStage):
             report["generator"] = {"source": "untrained (generator.steps 0)"}
             log(INFO, "FedGO: untrained generator (strategy.generator.steps 0)")
         else:
-            log(INFO, "FedGO: training the WGAN-GP generator, %d steps", gp.steps)
-            stats = train_generator(generator, self.cfg, self.generator_data(), res.device, shape)
-            report["generator"] = {"source": "trained on server data (G1)", **stats}
+            report["generator"] = self.train_or_reuse_generator(generator, res.device, shape)
         generator.cpu()
         report["generator_time"] = time.perf_counter() - t0
         if not saved_gen.is_file() or gen_path != str(saved_gen):
             atomic_torch_save(saved_gen, generator.state_dict())
 
         return generator, disc_path, report
+
+    def train_or_reuse_generator(
+        self, generator: torch.nn.Module, device: torch.device, shape: tuple[int, ...]
+    ) -> dict[str, object]:
+        """Scenario G1: train ``generator`` with WGAN-GP on the server's data, or, with
+        ``strategy.generator.cache`` set, load the one an earlier run trained with the same
+        data, settings and seed (:mod:`fedgo_flwr.gan.cache`) and store it after training."""
+        gp = self.params.generator
+        data = self.generator_data()
+        source = "trained on server data (G1)"
+        if not gp.cache:
+            log(INFO, "FedGO: training the WGAN-GP generator, %d steps", gp.steps)
+            return {"source": source, **train_generator(generator, self.cfg, data, device, shape)}
+        key = generator_cache.generator_key(
+            gp,
+            seed=self.cfg.seed,
+            data=np.asarray(data.x),
+            flip=data.flip,
+            augment=self.cfg.data.augment,
+            device=device,
+        )
+        hit, why = generator_cache.load_cached_generator(gp.cache, key)
+        if hit is not None:
+            try:
+                generator.load_state_dict(hit.state)
+            except RuntimeError as exc:
+                hit, why = None, f"{hit.entry} does not fit the generator ({exc})"
+        if hit is not None:
+            log(INFO, "FedGO: generator from the cache, %s (%d steps)", hit.entry, gp.steps)
+            return {**hit.stats, "source": f"{source}, from the cache", "cache": str(hit.entry)}
+        log(INFO, "FedGO: training the WGAN-GP generator, %d steps (cache: %s)", gp.steps, why)
+        stats = train_generator(generator, self.cfg, data, device, shape)
+        entry = generator_cache.store_generator(gp.cache, key, generator.state_dict(), stats)
+        return {"source": source, **stats, "cache": str(entry)}
 
     def _discriminators(
         self, grid: Grid, generator: torch.nn.Module, path: str | None

@@ -186,8 +186,10 @@ class CoBoostingFedGO(CoBoosting):
     @classmethod
     def extra_fingerprint(cls, cfg: ExperimentConfig) -> dict[str, Any] | None:
         p = cfg.strategy.params
+        generator = dataclasses.asdict(p.generator)
+        generator.pop("cache")  # where trained generators are kept shapes nothing here
         return {
-            "generator": dataclasses.asdict(p.generator),
+            "generator": generator,
             "discriminator": dataclasses.asdict(p.discriminator),
         }
 

@@ -82,6 +82,7 @@ from fedgo_flwr.distill import (
     predict_views,
     teacher_logits_problem,
 )
+from fedgo_flwr.kernels import inference_batch
 from fedgo_flwr.messages import to_record
 from fedgo_flwr.rng import derive_seed, make_rng
 from fedgo_flwr.schema import Checker
@@ -403,15 +404,14 @@ class FedDF(Strategy):
         self.scratch = self.scratches.get(arch, self._main_scratch)
         self.scratch.load_state_dict(self.to_state(reply.arrays))
         bank = self.bank
-        with profiling.phase("teacher_logits", len(bank.data) * bank.views, bank.batch_size):
+        batch = inference_batch(bank.batch_size, res.device)  # the batch it runs at
+        with profiling.phase("teacher_logits", len(bank.data) * bank.views, batch):
             logits = self.teacher_logits(reply, "distill", bank.data, bank.views, bank.batch_size)
         self.teacher_time += time.perf_counter() - t0
         test_logits = None
         if self.ensemble_eval:
             t0 = time.perf_counter()
-            with profiling.phase(
-                "ensemble_eval", len(res.bundle.test), self.params.teacher_batch_size
-            ):
+            with profiling.phase("ensemble_eval", len(res.bundle.test), batch):
                 test_logits = self.teacher_logits(
                     reply, "test", res.bundle.test, 1, self.params.teacher_batch_size
                 )

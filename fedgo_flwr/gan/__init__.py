@@ -19,12 +19,21 @@ per client trained against it. This package holds, by what each part owns:
 * :mod:`fedgo_flwr.gan.external` -- generators from a user's factory
   (``strategy.generator.module``, scenario G2 with any ``nn.Module``) and the one builder of
   FedGO's generator from its configuration, :func:`generator_from_config`;
+* :mod:`fedgo_flwr.gan.cache` -- trained G1 generators stored under a hash of what they depend
+  on, for later runs to load (``strategy.generator.cache``);
 * :mod:`fedgo_flwr.gan.settings` -- the generator / discriminator configuration sections that the
   server and the clients share.
 
 The names below are re-exported here: ``from fedgo_flwr.gan import build_generator`` works.
 """
 
+from fedgo_flwr.gan.cache import (
+    GENERATOR_CACHE_VERSION,
+    CachedGenerator,
+    generator_key,
+    load_cached_generator,
+    store_generator,
+)
 from fedgo_flwr.gan.common import count_bytes, upsampling_plan
 from fedgo_flwr.gan.critics import (
     CRITIC_NAMES,
@@ -72,6 +81,11 @@ from fedgo_flwr.gan.wgan_gp import (
 
 __all__ = [
     "CRITIC_NAMES",
+    "GENERATOR_CACHE_VERSION",
+    "CachedGenerator",
+    "generator_key",
+    "load_cached_generator",
+    "store_generator",
     "DISCRIMINATOR_LOSSES",
     "DISCRIMINATOR_NAMES",
     "GENERATOR_NAMES",

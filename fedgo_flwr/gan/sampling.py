@@ -23,7 +23,7 @@ from fedgo_flwr import profiling
 from fedgo_flwr.aggregation import lower_median
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.distill import view_batches
-from fedgo_flwr.kernels import place
+from fedgo_flwr.kernels import inference_batch, place
 
 __all__ = [
     "discriminator_logits",
@@ -172,6 +172,7 @@ def discriminator_logits(
     if not discs or len(data) == 0:
         return out
     dev = torch.device(device)
+    batch_size = inference_batch(batch_size, dev)
     images = len(discs) * views * len(data)
     with profiling.phase("discriminator_logits", images, batch_size):
         _fill_discriminator_logits(out, discs, view_batches(data, views, batch_size, dev), dev)

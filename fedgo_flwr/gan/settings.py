@@ -47,6 +47,12 @@ class GeneratorConfig:
     :meth:`check` imports it (on the server and on each client); the strategy's pre-flight
     check builds it and checks its output shape against the classifier's input.
 
+    ``cache``: a folder of trained G1 generators (:mod:`fedgo_flwr.gan.cache`; ``~`` expands).
+    A run that trains one (``steps`` > 0, no ``path`` or ``module``) first looks there for the
+    generator an earlier run trained on the same server images with the same settings, seed,
+    device and torch version, and loads it instead of training; otherwise it trains and stores
+    its own. Unset (the default): always train, store nothing.
+
     ``federated_rounds`` (T'; 0: off): scenario G3, the generator and its WGAN-GP critic trained
     federatedly with FedGAN before the discriminator round (``strategies/_fedgan.py``): each
     round every client trains both for ``local_epochs`` passes of the critic over its data and
@@ -66,6 +72,7 @@ class GeneratorConfig:
     module: str | None = None
     federated_rounds: int = 0
     local_epochs: int = 3
+    cache: str | None = None
 
     def build(self, shape: Sequence[int], *, seed: int | None = None) -> nn.Module:
         """This section's generator for samples of ``shape`` (seeded initial weights): the
@@ -103,6 +110,8 @@ class GeneratorConfig:
         c.require("gp_lambda", self.gp_lambda >= 0, "must be >= 0")
         c.require("federated_rounds", self.federated_rounds >= 0, "must be >= 0 (0: no G3)")
         c.require("local_epochs", self.local_epochs >= 1, "must be >= 1")
+        if self.cache is not None:
+            c.require("cache", self.cache.strip() != "", "must be a folder (or unset: no cache)")
         if self.federated_rounds > 0:
             g3 = f"with {c.prefix}federated_rounds > 0 (scenario G3, FedGAN at the clients)"
             c.require("steps", self.steps == 0, f"must be 0 {g3}: the server trains nothing")

@@ -78,3 +78,36 @@ def test_loops_report_the_images_they_process(counting):
     assert counts["distillation"].images == 2 * 21
     assert counts["discriminator_logits"].images == 2 * 21  # two discriminators, one view
     assert all(c.seconds > 0 and c.calls == 1 for c in counts.values())
+
+
+def test_forward_only_passes_run_at_the_gpu_inference_batch_on_cuda_only() -> None:
+    from fedgo_flwr import kernels
+
+    before = kernels.inference_batch(1, "cuda")
+    try:
+        kernels.use_gpu_inference_batch(512)
+        assert kernels.inference_batch(64, "cpu") == 64  # CPU runs keep their batches
+        assert kernels.inference_batch(64, torch.device("cuda")) == 512
+        assert kernels.inference_batch(1024, "cuda:0") == 1024  # never lowered
+        kernels.use_gpu_inference_batch(0)
+        assert kernels.inference_batch(64, "cuda") == 64
+    finally:
+        kernels.use_gpu_inference_batch(before)
+
+
+def test_device_sum_equals_the_python_sum_of_items_bit_for_bit() -> None:
+    from fedgo_flwr.kernels import DeviceSum
+
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randn(500, generator=gen) * 3.7  # float32 losses
+    weights = torch.randint(1, 65, (500,), generator=gen).tolist()
+    expected = 0.0
+    total = DeviceSum()
+    for v, w in zip(values, weights, strict=True):
+        expected += v.item() * w
+        total.add(v.requires_grad_(), w)
+    assert total.item() == expected
+    assert DeviceSum().item() == 0.0
+    counts = DeviceSum()
+    counts.add((values > 0).sum())
+    assert counts.item() == float((values > 0).sum().item())
