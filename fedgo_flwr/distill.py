@@ -58,7 +58,7 @@ from torch import Tensor, nn
 from fedgo_flwr import profiling
 from fedgo_flwr.aggregation import lower_median
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
-from fedgo_flwr.kernels import DeviceSum, inference_batch, place
+from fedgo_flwr.kernels import inference_batch, place
 from fedgo_flwr.schema import Checker
 
 PROTOCOLS = ("fedgo", "feddf")
@@ -401,7 +401,7 @@ def _distill(
         steps, last = 0, 0.0
         for _ in range(config.epochs):
             order, flips = draw(n)
-            total, count = DeviceSum(), 0
+            total, count = 0.0, 0
             end = n - 1 if ends_in_batch_of_one(n, config.batch_size) else n
             for s in range(0, end, config.batch_size):
                 idx = order[s : s + config.batch_size]
@@ -411,11 +411,11 @@ def _distill(
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                total.add(loss, len(idx))
+                total += loss.item() * len(idx)
                 count += len(idx)
                 steps += 1
                 tally.add(len(idx))
-            last = total.item() / max(count, 1)
+            last = total / max(count, 1)
         return DistillResult(loss=last, steps=steps, seconds=time.perf_counter() - start)
 
     if validate is None:

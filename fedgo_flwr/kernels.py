@@ -68,29 +68,3 @@ def inference_batch(batch: int, device: torch.device | str) -> int:
     if _gpu_inference_batch and torch.device(device).type == "cuda":
         return max(int(batch), _gpu_inference_batch)
     return batch
-
-
-class DeviceSum:
-    """A running sum of per-step values (losses, counts) kept where they are computed.
-
-    Reading a GPU tensor's value (``.item()``) makes the CPU wait until the GPU has finished
-    the step, so a loop that logs its loss that way cannot prepare the next batch while the
-    GPU runs this one; at small batches the GPU then idles between steps. :meth:`add` only
-    queues a float64 addition and :meth:`item` reads the total once, at the end. The result
-    equals summing ``value.item() * weight`` in Python floats, bit for bit: both add the same
-    float64 numbers in the same order.
-    """
-
-    __slots__ = ("_total",)
-
-    def __init__(self) -> None:
-        self._total: torch.Tensor | None = None
-
-    def add(self, value: torch.Tensor, weight: float = 1) -> None:
-        """Add ``value * weight`` (``value`` a one-element tensor, not kept in the graph)."""
-        term = value.detach().to(torch.float64) * weight
-        self._total = term if self._total is None else self._total + term
-
-    def item(self) -> float:
-        """The sum so far (0.0 before the first :meth:`add`)."""
-        return 0.0 if self._total is None else float(self._total.item())

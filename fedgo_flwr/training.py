@@ -24,7 +24,7 @@ from fedgo_flwr import profiling
 from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.features import FeatureTap
-from fedgo_flwr.kernels import DeviceSum, inference_batch, place
+from fedgo_flwr.kernels import inference_batch, place
 
 
 def get_device(preference: str = "auto") -> torch.device:
@@ -104,7 +104,7 @@ def train_local(
     place(model, device).train()
     if optimizer is None:
         optimizer = make_optimizer(model.parameters(), cfg)
-    total, count, steps = DeviceSum(), 0, 0
+    total, count, steps = 0.0, 0, 0
     drop_last = ends_in_batch_of_one(len(data), cfg.batch_size)
     with (
         FeatureTap(model) if features else contextlib.nullcontext() as tap,
@@ -136,12 +136,12 @@ def train_local(
                 optimizer.step()
                 if after_step is not None:
                     after_step(batch)
-                total.add(loss, len(y))
+                total += loss.item() * len(y)
                 count += len(y)
                 steps += 1
                 tally.add(len(y))
     return TrainStats(
-        loss=total.item() / max(count, 1),
+        loss=total / max(count, 1),
         steps=steps,
         num_examples=len(data),
         seconds=time.perf_counter() - start,

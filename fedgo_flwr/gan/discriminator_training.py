@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from fedgo_flwr import profiling
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.gan.sampling import _check_positive_int, _frozen, _latent, _latent_dim
-from fedgo_flwr.kernels import DeviceSum, place
+from fedgo_flwr.kernels import place
 
 __all__ = [
     "DISCRIMINATOR_LOSSES",
@@ -152,14 +152,14 @@ def train_discriminator(
     drop_last = ends_in_batch_of_one(len(data), batch_size)  # BatchNorm (norm="batch")
     real_target = 1.0 - label_smoothing
     steps = 0
-    total, real_ok, fake_ok = DeviceSum(), DeviceSum(), DeviceSum()
+    total = real_ok = fake_ok = 0.0
     count = epoch_steps = 0
     best: tuple[float, int, dict[str, Tensor]] | None = None
     run = 0
     with profiling.phase("discriminator_training") as tally:
         for epoch in range(epochs):
             run = epoch + 1
-            total, real_ok, fake_ok = DeviceSum(), DeviceSum(), DeviceSum()
+            total = real_ok = fake_ok = 0.0
             count = epoch_steps = 0
             for x_real, _ in batches(
                 data,
@@ -181,9 +181,9 @@ def train_discriminator(
                 opt.step()
                 steps += 1
                 epoch_steps += 1
-                total.add(step_loss)
-                real_ok.add((z_real.detach() > 0).sum())
-                fake_ok.add((z_fake.detach() < 0).sum())
+                total += step_loss.item()
+                real_ok += (z_real.detach() > 0).sum().item()
+                fake_ok += (z_fake.detach() < 0).sum().item()
                 count += n
             if held is not None:
                 with _frozen(disc):
@@ -194,14 +194,14 @@ def train_discriminator(
                 elif run - best[1] >= patience:
                     break
     nan = float("nan")
-    real_acc = real_ok.item() / count if count else nan
-    fake_acc = fake_ok.item() / count if count else nan
+    real_acc = real_ok / count if count else nan
+    fake_acc = fake_ok / count if count else nan
     stats = {
         "epochs": run,
         "steps": steps,
         "num_examples": len(data),
         "seconds": 0.0,
-        "loss": total.item() / epoch_steps if epoch_steps else nan,
+        "loss": total / epoch_steps if epoch_steps else nan,
         "real_accuracy": real_acc,
         "fake_accuracy": fake_acc,
         "accuracy": (real_acc + fake_acc) / 2 if count else nan,
