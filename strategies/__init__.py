@@ -7,8 +7,8 @@ algorithm is ``strategies/<x>.py`` + ``clients/<x>.py`` + ``conf/<x>.yaml``: not
 them (the FL-bench convention).
 
 :func:`load_experiment` is how the apps read an experiment: the core sections come from
-:func:`fedgo_flwr.config.load_config`, then the strategy's own parameters are built, once, into
-its typed ``Config`` (``cfg.strategy.params``), which travels from there.
+:func:`fedgo_flwr.experiment.config.load_config`, then the strategy's own parameters are built,
+once, into its typed ``Config`` (``cfg.strategy.params``), which travels from there.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fedgo_flwr.config import ExperimentConfig, load_config
-from fedgo_flwr.plugins import load_class, module_names
-from fedgo_flwr.schema import Checker, ConfigError, build_section
+from fedgo_flwr.experiment.config import ExperimentConfig, load_config
+from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
+from fedgo_flwr.runtime.plugins import load_class, module_names
 from strategies.base import Strategy
 
 log = logging.getLogger("fedgo_flwr")
@@ -100,8 +100,8 @@ def load_experiment(
 ) -> ExperimentConfig:
     """Load, check and type a whole experiment (raises :class:`ConfigError`).
 
-    As :func:`fedgo_flwr.config.load_config`, then the strategy's parameters are built into its
-    ``Config`` and stored in ``cfg.strategy.params``.
+    As :func:`fedgo_flwr.experiment.config.load_config`, then the strategy's parameters are built
+    into its ``Config`` and stored in ``cfg.strategy.params``.
     """
     return resolve(load_config(path, overrides, search_dirs))
 

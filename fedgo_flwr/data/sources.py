@@ -156,7 +156,7 @@ FOUR_GAUSSIANS_VARIANCE = 3.0
 #: "Each Gaussian provides 300 data samples."
 FOUR_GAUSSIANS_PER_COMPONENT = 300
 #: Components owned by the paper's clients 1-4 (quadrants 3, 4, 2, 1), for
-#: :func:`fedgo_flwr.partition.component_partition`.
+#: :func:`fedgo_flwr.data.partition.component_partition`.
 FOUR_GAUSSIANS_PAPER_OWNERS: tuple[int, ...] = (2, 3, 1, 0)
 FOUR_GAUSSIANS_CLASS_NAMES = ("red", "blue", "green")
 # Fixed generator seeds (NOT the experiment seed) so the task is identical in every run.

@@ -15,18 +15,23 @@ import yaml
 
 import clients
 import strategies
-from fedgo_flwr.config import OPTIMIZERS, ExperimentConfig
 from fedgo_flwr.data import DATASET_NAMES
-from fedgo_flwr.models import MODEL_NAMES
-from fedgo_flwr.partition import PARTITION_SCHEMES
-from fedgo_flwr.plugins import client_algorithms
+from fedgo_flwr.data.partition import PARTITION_SCHEMES
+from fedgo_flwr.experiment.config import OPTIMIZERS, ExperimentConfig
+from fedgo_flwr.experiment.schema import ConfigError
+from fedgo_flwr.models.classifiers import MODEL_NAMES
 from fedgo_flwr.protocol import EmptyConfig, declaration
-from fedgo_flwr.schema import ConfigError
+from fedgo_flwr.runtime.plugins import client_algorithms
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("fedgo_flwr", "strategies", "clients")
-APPS = {"fedgo_flwr.server_app", "fedgo_flwr.client_app", "fedgo_flwr.inprocess", "fedgo_flwr.cli"}
+APPS = {
+    "fedgo_flwr.app.server_app",
+    "fedgo_flwr.app.client_app",
+    "fedgo_flwr.app.inprocess",
+    "fedgo_flwr.app.cli",
+}
 
 
 def module_name(path: Path) -> str:
@@ -56,7 +61,7 @@ def test_dependencies_point_one_way():
     """Core modules never import strategies or clients; strategies and clients never import
     each other (what both need, the protocol, lives in ``fedgo_flwr``)."""
     graph = project_imports()
-    assert "fedgo_flwr.config" in graph and "strategies.base" in graph
+    assert "fedgo_flwr.experiment.config" in graph and "strategies.base" in graph
     assert "fedgo_flwr.protocol.fedgo" in graph
     forbidden = {"strategies": {"clients"}, "clients": {"strategies"}}
     for module, imported in graph.items():
@@ -65,8 +70,8 @@ def test_dependencies_point_one_way():
         never = forbidden.get(top, never)
         bad = {m for m in imported if m.split(".")[0] in never}
         assert not bad, f"{module} imports {sorted(bad)}"
-    assert graph["fedgo_flwr.schema"] == set(), "the schema builder must stay a leaf"
-    client_side = {m for m in graph["fedgo_flwr.client_app"] if m.startswith("strategies")}
+    assert graph["fedgo_flwr.experiment.schema"] == set(), "the schema builder must stay a leaf"
+    client_side = {m for m in graph["fedgo_flwr.app.client_app"] if m.startswith("strategies")}
     assert not client_side, "a client must not import server strategies"
 
 
@@ -112,7 +117,7 @@ def test_a_package_reexports_the_public_api_of_its_modules(package):
 
 def test_checking_a_config_does_not_import_any_strategy():
     code = (
-        "import sys; from fedgo_flwr.config import load_config; "
+        "import sys; from fedgo_flwr.experiment.config import load_config; "
         "load_config('conf/fedgo.yaml'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('strategies', 'clients')))"
     )
@@ -176,7 +181,7 @@ def test_every_protocol_module_declares_a_client_algorithm():
 def test_the_client_algorithms_are_listed_without_importing_them():
     assert client_algorithms() == clients.available()
     code = (
-        "import sys; from fedgo_flwr.plugins import client_algorithms; "
+        "import sys; from fedgo_flwr.runtime.plugins import client_algorithms; "
         "names = client_algorithms(); "
         "print('clients' in sys.modules, 'fedavg' in names, 'base' in names)"
     )

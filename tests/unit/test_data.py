@@ -25,7 +25,7 @@ from fedgo_flwr.data import (
     stratified_subset,
 )
 from fedgo_flwr.data import imagefolder as imagefolder_module
-from fedgo_flwr.partition import component_partition
+from fedgo_flwr.data.partition import component_partition
 
 # ------------------------------------------------------------------------------------------
 # digits

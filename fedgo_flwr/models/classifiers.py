@@ -24,9 +24,9 @@ Models:
 * ``"lenet5"``: the PyTorch-tutorial LeNet-5 (6-16-120-84), Co-Boosting's MNIST/FMNIST model
   and the "CNN2" of its heterogeneous setting, :class:`LeNet5`.
 * ``"mobilenetv3_small"``: MobileNetV3-Small (Howard et al. 2019), Co-Boosting's "MobileNet"
-  client, :class:`fedgo_flwr.models_mobile.MobileNetV3`.
+  client, :class:`fedgo_flwr.models.mobile.MobileNetV3`.
 * ``"shufflenetv2"``: ShuffleNetV2 x1.0 (Ma et al. 2018), Co-Boosting's "ShuffleNet" client,
-  :class:`fedgo_flwr.models_mobile.ShuffleNetV2`.
+  :class:`fedgo_flwr.models.mobile.ShuffleNetV2`.
 
 Co-Boosting (Dai et al., "Enhancing One-Shot Federated Learning Through Data and Ensemble
 Co-Boosting", ICLR 2024, Sec. 5 and App. B) names its models after papers; the authors' code
@@ -61,7 +61,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from fedgo_flwr.models_mobile import MobileNetV3, ShuffleNetV2
+from fedgo_flwr.models.mobile import MobileNetV3, ShuffleNetV2
 
 __all__ = [
     "MODEL_NAMES",

@@ -55,11 +55,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedgo_flwr import profiling
-from fedgo_flwr.aggregation import lower_median
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
-from fedgo_flwr.kernels import place
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.learning.aggregation import lower_median
+from fedgo_flwr.runtime import profiling
+from fedgo_flwr.runtime.kernels import place
 
 PROTOCOLS = ("fedgo", "feddf")
 BN_STATS = ("auto", "update", "batch", "eval")
@@ -103,7 +103,7 @@ def teacher_scales(logits: Tensor) -> Tensor:
 def teacher_scale_outliers(logits: Tensor, factor: float | None) -> list[tuple[int, float, float]]:
     """``(index, scale, median)`` of every teacher of ``logits`` ``(K, ..., C)`` whose
     :func:`teacher_scales` exceeds ``factor`` times the round's median teacher scale (the
-    :func:`~fedgo_flwr.aggregation.lower_median`); ``factor`` ``None``: none.
+    :func:`~fedgo_flwr.learning.aggregation.lower_median`); ``factor`` ``None``: none.
 
     The relative half of the teacher check (:func:`teacher_logits_problem` is the absolute
     half): a client that multiplies its last layer by ``c`` multiplies its logits by ``c``

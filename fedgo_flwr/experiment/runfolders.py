@@ -8,9 +8,9 @@ is claimed by creating it (``mkdir`` fails if it exists), so runs started side b
 share one. ``latest`` beside it is a relative symbolic link to the newest folder, replaced
 atomically once the new folder exists; ``resume: true`` continues the run it points to.
 
-Only names and folders here: :func:`fedgo_flwr.recorder.decide_output_dir` decides a run's
-folder from its config, and :mod:`fedgo_flwr.report` reads dated folders as runs of the
-experiment that holds them. Standard library only, so the report can import it cheaply.
+Only names and folders here: :func:`fedgo_flwr.experiment.recorder.decide_output_dir` decides a
+run's folder from its config, and :mod:`fedgo_flwr.experiment.report` reads dated folders as runs of
+the experiment that holds them. Standard library only, so the report can import it cheaply.
 """
 
 from __future__ import annotations
