@@ -33,11 +33,15 @@ from typing import Any
 
 import yaml
 
-from fedgo_flwr.data import DATASET_NAMES, HF_PREFIX, is_dataset_name
-from fedgo_flwr.data.partition import PARTITION_SCHEMES
-from fedgo_flwr.experiment.runfolders import NAME_PATTERN
+from fedgo_flwr.experiment.names import (
+    DATASET_NAMES,
+    HF_PREFIX,
+    MODEL_NAMES,
+    NAME_PATTERN,
+    PARTITION_SCHEMES,
+    is_dataset_name,
+)
 from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
-from fedgo_flwr.models.classifiers import MODEL_NAMES
 
 __all__ = [
     "ConfigError",
@@ -129,7 +133,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    """Model architecture by name (see ``fedgo_flwr.models.classifiers.MODEL_NAMES``).
+    """Model architecture by name (see ``fedgo_flwr.experiment.names.MODEL_NAMES``).
 
     ``name`` is the server's (global) model. ``client_models`` lets clients train other
     architectures, as in one-shot FL's "model market" (Co-Boosting, Dai et al., ICLR 2024,

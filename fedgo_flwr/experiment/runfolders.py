@@ -37,8 +37,6 @@ LATEST = "latest"
 STAMP_FORMAT = "%Y-%m-%d_%H-%M-%S"
 """A run folder's name: its start time (local time), then ``-N`` if that name was taken."""
 STAMP_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}(-\d+)?")
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
-"""What an experiment name must look like to name a folder (no separators, no ``..``)."""
 
 
 def is_run_stamp(name: str) -> bool:

@@ -15,11 +15,9 @@ import yaml
 
 import clients
 import strategies
-from fedgo_flwr.data import DATASET_NAMES
-from fedgo_flwr.data.partition import PARTITION_SCHEMES
 from fedgo_flwr.experiment.config import OPTIMIZERS, ExperimentConfig
+from fedgo_flwr.experiment.names import DATASET_NAMES, MODEL_NAMES, PARTITION_SCHEMES
 from fedgo_flwr.experiment.schema import ConfigError
-from fedgo_flwr.models.classifiers import MODEL_NAMES
 from fedgo_flwr.protocol import EmptyConfig, declaration
 from fedgo_flwr.runtime.plugins import client_algorithms
 from strategies import load_experiment

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from fedgo_flwr.models.classifiers import MLP, MODEL_NAMES, build_model, count_parameters
+from fedgo_flwr.experiment.names import MODEL_NAMES
+from fedgo_flwr.models.classifiers import MLP, build_model, count_parameters
 
 BATCH = 2
 NUM_CLASSES = 10

@@ -21,9 +21,10 @@ from clients.fedtgp import class_prototypes, prototype_term
 from clients.feduv import FedUVClient, iid_gamma, uniformity_term, variance_term
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.experiment.config import ConfigError, TrainConfig
+from fedgo_flwr.experiment.names import MODEL_NAMES
 from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.learning.training import train_local
-from fedgo_flwr.models.classifiers import MODEL_NAMES, build_model
+from fedgo_flwr.models.classifiers import build_model
 from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, DaFKDClientConfig
 from fedgo_flwr.protocol.fedgkd import FedGKDConfig
