@@ -32,7 +32,9 @@ __all__ = [
     "Strategy",
     "available",
     "build_params",
+    "is_resolved",
     "load_experiment",
+    "require_resolved",
     "resolve",
     "strategy_class",
 ]
@@ -107,6 +109,26 @@ def load_experiment(
 
 
 def resolve(cfg: ExperimentConfig) -> ExperimentConfig:
-    """``cfg`` with typed strategy parameters (built here if they are still a mapping)."""
+    """``cfg`` with typed strategy parameters (built here if they are still a mapping).
+
+    Once per run, where the config is read (:func:`load_experiment`); what runs it afterwards
+    (the pre-flight check, the ServerApp's run) takes it resolved (:func:`require_resolved`).
+    """
     cfg.strategy.params = build_params(cfg)
+    return cfg
+
+
+def is_resolved(cfg: ExperimentConfig) -> bool:
+    """Whether ``cfg.strategy.params`` is already its strategy's typed ``Config``."""
+    return isinstance(cfg.strategy.params, strategy_class(cfg.strategy.name).Config)
+
+
+def require_resolved(cfg: ExperimentConfig, user: str) -> ExperimentConfig:
+    """``cfg``, if its strategy's parameters are typed (``TypeError`` naming ``user`` if not)."""
+    if not is_resolved(cfg):
+        raise TypeError(
+            f"{user} needs a resolved config (cfg.strategy.params built into "
+            f"{strategy_class(cfg.strategy.name).Config.__name__}): load the experiment with "
+            "strategies.load_experiment, or pass it through strategies.resolve once"
+        )
     return cfg

@@ -34,7 +34,7 @@ from fedgo_flwr.experiment.config import (
 from fedgo_flwr.experiment.recorder import decide_output_dir, resolve_output_dir
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import make_partition
-from strategies import available, load_experiment, resolve, strategy_class
+from strategies import available, load_experiment, require_resolved, strategy_class
 
 CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 """The folder torchvision keeps each CIFAR in, under its root (``data.path``)."""
@@ -97,7 +97,7 @@ def preflight(cfg: ExperimentConfig) -> None:
       drawn here (it needs the dataset's labels; cached, so the ServerApp does not draw it
       again), e.g. ``data.classes_per_client`` no larger than the dataset's number of classes.
     """
-    cfg = resolve(cfg)
+    require_resolved(cfg, "preflight")
     c = Checker(cfg.strategy.sources)
     _check_data(cfg.data, c.at("data.", cfg.data))
     if cfg.data.partition != "dirichlet":

@@ -59,7 +59,7 @@ from fedgo_flwr.runtime.messages import (
     to_record,
     use_waiting_threads,
 )
-from strategies import load_experiment, resolve, strategy_class
+from strategies import load_experiment, require_resolved, strategy_class
 from strategies.base import ServerResources
 
 app = ServerApp()
@@ -160,11 +160,12 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
     (:mod:`fedgo_flwr.experiment.checkpoint`); otherwise it starts from round 1. A folder holding an
     earlier run is refused before anything is written, unless the run resumes it or
     ``overwrite: true`` (:func:`fedgo_flwr.experiment.recorder.check_output_dir`).
-    The strategy's parameters are built here if ``cfg`` came without them typed.
+    ``cfg`` comes resolved, its strategy's parameters typed once where it was read
+    (:func:`strategies.load_experiment`); an unresolved one is a ``TypeError``.
     ``node_map`` (run config ``node-map``) says which node serves which partition
     (:func:`~fedgo_flwr.app.discovery.discover_nodes`; without it the nodes' own claims are used).
     """
-    cfg = resolve(cfg)
+    require_resolved(cfg, "run_experiment")
     preflight(cfg)  # the same checks as `prepare`: a plain `flwr run` stops here too
     cfg = decide_output_dir(cfg)  # a new folder unless output_dir is set (or set by `prepare`)
     out_dir = resolve_output_dir(cfg.output_dir)
