@@ -73,7 +73,7 @@ run_experiment() {
   # `faults` (a SuperNode of a deployment must opt in with node config allow-faults=true).
   export FEDGO_ALLOW_FAULTS="${FEDGO_ALLOW_FAULTS:-1}"
   # Likewise the code it names (strategy.generator.module): a SuperNode imports such code only
-  # with node config allow-code (fedgo_flwr/trust.py).
+  # with node config allow-code (fedgo_flwr/runtime/trust.py).
   export FEDGO_ALLOW_CODE="${FEDGO_ALLOW_CODE:-1}"
   export PATH="$VENV/bin:$PATH"
   local run_toml="$FLWR_HOME/run-config.toml" prepared federation out_dir
@@ -81,7 +81,7 @@ run_experiment() {
   # (without resume=true or overwrite=true), stops here (exit 2) before anything starts.
   # Then the run's folder is decided, once: output_dir, else a new outputs/<name>/<date-time>
   # (resume=true: the one outputs/<name>/latest names); the ServerApp is told which.
-  prepared="$("$PY" -m fedgo_flwr.cli prepare "$config" "$@" --run-toml "$run_toml" \
+  prepared="$("$PY" -m fedgo_flwr.app.cli prepare "$config" "$@" --run-toml "$run_toml" \
     ${FEDGO_SUPERNODES:+--supernodes "$FEDGO_SUPERNODES"})"
   federation="$(sed -n 1p <<< "$prepared")"
   out_dir="$(sed -n 2p <<< "$prepared")"
@@ -154,13 +154,13 @@ case "${1:-}" in
   --report)
     shift
     setup
-    exec "$PY" -m fedgo_flwr.report "$@"
+    exec "$PY" -m fedgo_flwr.experiment.report "$@"
     ;;
   --local)
     shift
     setup
     export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
-    exec "$PY" -m fedgo_flwr.inprocess "${1:-conf/default.yaml}" "${@:2}"
+    exec "$PY" -m fedgo_flwr.app.inprocess "${1:-conf/default.yaml}" "${@:2}"
     ;;
   -h|--help)
     sed -n '2,13p' "$0"

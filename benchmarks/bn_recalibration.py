@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedgo_flwr.checkpoint import safe_torch_load
-from fedgo_flwr.config import load_config
-from fedgo_flwr.task import load_bundle, make_partition, new_model
-from fedgo_flwr.training import evaluate
+from fedgo_flwr.experiment.checkpoint import safe_torch_load
+from fedgo_flwr.experiment.config import load_config
+from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
+from fedgo_flwr.learning.training import evaluate
 
 
 @torch.no_grad()

@@ -31,7 +31,7 @@ that reuses uploads needs its source's scratch folder (``outputs/bench/<tag>/<so
 at its start: if that folder was cleaned, or its uploads were made with other settings, the
 source runs again there first (its kept record stays; the rerun must reproduce its
 accuracies). Runs are resumable and kept as in :mod:`cpfl_cohorts`: each is
-:func:`fedgo_flwr.inprocess.run_inprocess` in a subprocess of its own (``--child``), its
+:func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of its own (``--child``), its
 summary kept in ``benchmarks/results/<tag>/<method>-seed<N>/`` and its raw records in that
 folder's ``runs.tar.gz``; a kept run is skipped, a failed one reported while the others go on.
 
@@ -267,8 +267,9 @@ def child_command(config: str, overrides: Sequence[str]) -> list[str]:
 
 
 def child(argv: Sequence[str]) -> None:
-    """``--child CONFIG k=v ...``: one run through :func:`fedgo_flwr.inprocess.run_inprocess`."""
-    from fedgo_flwr.inprocess import run_inprocess
+    """``--child CONFIG k=v ...``: one run through
+    :func:`fedgo_flwr.app.inprocess.run_inprocess`."""
+    from fedgo_flwr.app.inprocess import run_inprocess
 
     run_inprocess(load_config(argv[0], argv[1:]))
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from kernel_variants import emit
 from torch import nn
 
-from fedgo_flwr.models import build_model
+from fedgo_flwr.models.classifiers import build_model
 
 SHAPE = (3, 32, 32)
 

@@ -8,7 +8,7 @@ Fig. 5 (when the cohorts finish). For every seed, every (alpha, n) of the grid r
 (200: one client per cohort, one-shot FedKD); methods are named ``a<alpha>-n<n>``. All runs of
 a seed share its partition and device profiles (both depend only on the seed and alpha).
 
-Each run is :func:`fedgo_flwr.inprocess.run_inprocess` in a subprocess of its own (this file
+Each run is :func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of its own (this file
 with ``--child``): CPFL's times are simulated, so Flower's engine would change nothing but add
 ~20 s of start-up per run; a subprocess returns the run's memory, and a run that crashes is
 reported without ending the sweep. Runs write to ``outputs/bench/<tag>/<method>-seed<N>/``;
@@ -127,8 +127,9 @@ def child_command(config: str, overrides: Sequence[str]) -> list[str]:
 
 
 def child(argv: Sequence[str]) -> None:
-    """``--child CONFIG k=v ...``: one run through :func:`fedgo_flwr.inprocess.run_inprocess`."""
-    from fedgo_flwr.inprocess import run_inprocess
+    """``--child CONFIG k=v ...``: one run through
+    :func:`fedgo_flwr.app.inprocess.run_inprocess`."""
+    from fedgo_flwr.app.inprocess import run_inprocess
 
     run_inprocess(load_config(argv[0], argv[1:]))
 

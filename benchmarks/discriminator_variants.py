@@ -50,14 +50,14 @@ from discriminator_separation import own_vs_unseen_aucs, weight_on_knowing  # no
 
 from clients.base import ClientJob  # noqa: E402
 from clients.fedgo import FedGOClient  # noqa: E402
-from fedgo_flwr.fileio import strict_json  # noqa: E402
+from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model  # noqa: E402
 from fedgo_flwr.gan import discriminator_logits  # noqa: E402
 from fedgo_flwr.gan.settings import GanConfig  # noqa: E402
-from fedgo_flwr.messages import ARRAYS, to_record  # noqa: E402
+from fedgo_flwr.learning.training import get_device, predict_logits, train_local  # noqa: E402
 from fedgo_flwr.protocol.fedgo import GENERATOR_KEY, REFERENCE_KEY  # noqa: E402
-from fedgo_flwr.rng import make_rng  # noqa: E402
-from fedgo_flwr.task import load_bundle, make_partition, new_model  # noqa: E402
-from fedgo_flwr.training import get_device, predict_logits, train_local  # noqa: E402
+from fedgo_flwr.runtime.fileio import strict_json  # noqa: E402
+from fedgo_flwr.runtime.messages import ARRAYS, to_record  # noqa: E402
+from fedgo_flwr.runtime.rng import make_rng  # noqa: E402
 from fedgo_flwr.weighting import (  # noqa: E402
     WeightingInputs,
     byzantine_clients,

@@ -9,7 +9,7 @@ at every round's client models as their replies pass through the grid. Every rou
 on the test split:
 
 - ``avg``: the n_k-weighted parameter average of the round's client models (the strategy's
-  :class:`fedgo_flwr.aggregation.RunningAverage`, the model FedAvg makes of them);
+  :class:`fedgo_flwr.learning.aggregation.RunningAverage`, the model FedAvg makes of them);
 - ``logits``: the ensemble of the clients' logits with ``uniform`` weights (FedDF's AVGLOGITS);
 - ``probs``: the uniform mean of the clients' softmax outputs (a mean of probabilities, not a
   logit weighting: a plain mean);
@@ -41,12 +41,12 @@ import torch.nn.functional as F
 from flwr.app import Message
 from replay import client_model, replay
 
-from fedgo_flwr.aggregation import RunningAverage
-from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import stratified_subset
-from fedgo_flwr.fileio import strict_json
-from fedgo_flwr.task import load_bundle, make_partition, new_model
-from fedgo_flwr.training import get_device, predict_logits
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
+from fedgo_flwr.learning.aggregation import RunningAverage
+from fedgo_flwr.learning.training import get_device, predict_logits
+from fedgo_flwr.runtime.fileio import strict_json
 from fedgo_flwr.weighting import WeightingInputs, compute_weights, ensemble_logits
 from strategies import load_experiment
 

@@ -3,7 +3,7 @@
 Jang, Park, Lee, ICML 2025, App. E.1: a mixture of four 2-D Gaussians (covariance 3 I, means
 (+-4, +-4), 300 points each; red in quadrants 1 and 3, blue in 2, green in 4). Client k holds 90%
 of one Gaussian and 10 points of each other one (clients 1-4 own quadrants 3, 4, 2, 1:
-:func:`fedgo_flwr.partition.component_partition` with the paper's owners). Each client trains a
+:func:`fedgo_flwr.data.partition.component_partition` with the paper's owners). Each client trains a
 3-layer MLP classifier (2 epochs, Adam 1e-3, batch 64) and a 3-layer MLP discriminator with its
 own data as real and the server's 300 unlabeled points, uniform on [-12, 12]^2, as fake
 (1 epoch, RMSprop 5e-5, batch 64). So the reference of the discriminators is the server's data,
@@ -45,7 +45,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import (
     FOUR_GAUSSIANS_PAPER_OWNERS,
     ArrayDataset,
@@ -53,13 +52,14 @@ from fedgo_flwr.data import (
     four_gaussians_server_data,
     make_four_gaussians,
 )
-from fedgo_flwr.distill import DistillConfig, distill
-from fedgo_flwr.fileio import strict_json
+from fedgo_flwr.data.partition import component_partition
+from fedgo_flwr.experiment.config import TrainConfig
 from fedgo_flwr.gan import build_discriminator
-from fedgo_flwr.models import build_model
-from fedgo_flwr.partition import component_partition
-from fedgo_flwr.rng import derive_seed, make_rng
-from fedgo_flwr.training import predict_logits, train_local
+from fedgo_flwr.learning.distill import DistillConfig, distill
+from fedgo_flwr.learning.training import predict_logits, train_local
+from fedgo_flwr.models.classifiers import build_model
+from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from fedgo_flwr.weighting import (
     WeightingInputs,
     byzantine_clients,

@@ -30,12 +30,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedgo_flwr.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE, read_checkpoint, safe_torch_load
-from fedgo_flwr.config import load_config
+from fedgo_flwr.experiment.checkpoint import (
+    CHECKPOINT_FILE,
+    PREVIOUS_FILE,
+    read_checkpoint,
+    safe_torch_load,
+)
+from fedgo_flwr.experiment.config import load_config
+from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
 from fedgo_flwr.gan import generated_set
 from fedgo_flwr.gan.settings import GeneratorConfig
-from fedgo_flwr.rng import make_rng
-from fedgo_flwr.task import load_bundle, make_partition, new_model
+from fedgo_flwr.runtime.rng import make_rng
 
 CHECKPOINTS = {"last": CHECKPOINT_FILE, "prev": PREVIOUS_FILE}
 

@@ -6,7 +6,7 @@ information about which client an image resembles. This script replays round 1 o
 FedGO run through the library (:func:`replay.replay`: the same seed and config, so the same
 sampled clients and the same client models; FedGO's clients train as FedAvg's) and compares the
 server set's pseudo-label accuracy, with the teachers' logits from
-:class:`fedgo_flwr.distill.TeacherBank` and the weights from the weighting registry
+:class:`fedgo_flwr.learning.distill.TeacherBank` and the weights from the weighting registry
 (:func:`fedgo_flwr.weighting.compute_weights`), under:
 
 - the run's own discriminators (trained against its generator, from ``discriminators.pt``);
@@ -32,11 +32,11 @@ from flwr.app import Message
 from replay import client_model, replay
 from torch import nn
 
-from fedgo_flwr.distill import TeacherBank
+from fedgo_flwr.experiment.task import client_dataset, load_bundle, make_partition, new_model
 from fedgo_flwr.gan import discriminator_logits, train_discriminator
-from fedgo_flwr.rng import derive_seed, make_rng
-from fedgo_flwr.task import client_dataset, load_bundle, make_partition, new_model
-from fedgo_flwr.training import get_device
+from fedgo_flwr.learning.distill import TeacherBank
+from fedgo_flwr.learning.training import get_device
+from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from fedgo_flwr.weighting import WeightingInputs, compute_weights
 from strategies import load_experiment
 

@@ -33,7 +33,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from fedgo_flwr.gan.discriminators import build_discriminator
-from fedgo_flwr.models import build_model
+from fedgo_flwr.models.classifiers import build_model
 
 SHAPE = (3, 32, 32)
 SECONDS = 2.0

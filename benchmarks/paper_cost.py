@@ -2,10 +2,10 @@
 
 Issue 15 asks for ``conf/paper/`` presets "for a user with a GPU". This script answers the
 first question such a user has, how long one takes, without running it whole: it runs the
-preset in one process (:func:`fedgo_flwr.inprocess.run_inprocess`: the same ServerApp and
+preset in one process (:func:`fedgo_flwr.app.inprocess.run_inprocess`: the same ServerApp and
 ClientApp code as ``./run.sh``, the clients one after another, no Ray) with every count that
 sets its length cut down (``profile_phases.CUT``), counts the seconds of each compute phase with
-:mod:`fedgo_flwr.profiling` (CUDA-synchronised), and scales each phase by how much more of
+:mod:`fedgo_flwr.runtime.profiling` (CUDA-synchronised), and scales each phase by how much more of
 its work the full preset does:
 
 - ``local_training``: rounds x local epochs (the clients per round are the preset's);
@@ -37,8 +37,8 @@ import torch
 from fedgo_table3 import add_data_arguments, ensure_data
 from profile_phases import cuts, lengths, machine, profile_run
 
-from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.fileio import strict_json
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.runtime.fileio import strict_json
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,10 +2,10 @@
 
 The script
 
-1. runs an experiment in one process (:func:`fedgo_flwr.inprocess.run_inprocess`: the same
+1. runs an experiment in one process (:func:`fedgo_flwr.app.inprocess.run_inprocess`: the same
    ServerApp and ClientApp code as ``./run.sh``, the clients one after another, no Ray) with
-   :mod:`fedgo_flwr.profiling` on, which counts the seconds and images of every compute phase
-   (local training, teacher logits, ensemble evaluation, distillation, server evaluation,
+   :mod:`fedgo_flwr.runtime.profiling` on, which counts the seconds and images of every compute
+   phase (local training, teacher logits, ensemble evaluation, distillation, server evaluation,
    WGAN-GP, discriminator training, discriminator logits) and the batch size and torch thread
    count each ran with (CUDA-synchronised on a GPU);
 2. times bare PyTorch loops of each phase's work in the same process, on the run's device: the
@@ -51,13 +51,13 @@ import torch.nn.functional as F
 from fedgo_table3 import METHODS, add_data_arguments, ensure_data
 from torch import nn
 
-from fedgo_flwr import kernels, profiling
-from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.fileio import strict_json
-from fedgo_flwr.inprocess import run_inprocess
-from fedgo_flwr.models import build_model
-from fedgo_flwr.task import load_bundle
-from fedgo_flwr.training import get_device
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.task import load_bundle
+from fedgo_flwr.learning.training import get_device
+from fedgo_flwr.models.classifiers import build_model
+from fedgo_flwr.runtime import kernels, profiling
+from fedgo_flwr.runtime.fileio import strict_json
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ For every number of clients K (``--clients``, default 10 100 1000) and method (F
 
 - ``sim``: through ``./run.sh`` (a real ``flwr run`` on Flower's simulation runtime, Ray, one
   simulated node per client unless ``--supernodes`` says otherwise);
-- ``local``: the same code in one process (:func:`fedgo_flwr.inprocess.run_inprocess`), the
+- ``local``: the same code in one process (:func:`fedgo_flwr.app.inprocess.run_inprocess`), the
   clients one after another; its figures have no Flower runtime in them.
 
 Per run it reports the median round time (rounds 2..R; round 1 separately), the start-up
@@ -77,7 +77,7 @@ def run_one(mode: str, method: str, clients: int, args, data: Path) -> Path:
         if 0 < args.supernodes < clients:
             env["FEDGO_SUPERNODES"] = str(args.supernodes)
     else:
-        cmd = [sys.executable, "-m", "fedgo_flwr.inprocess", CONFIG, *keys, f"output_dir={out}"]
+        cmd = [sys.executable, "-m", "fedgo_flwr.app.inprocess", CONFIG, *keys, f"output_dir={out}"]
     print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)

@@ -3,8 +3,9 @@
 Both variants run the FedGO distillation protocol (``epochs`` passes, batch 64, random flips)
 with the same batches and flips:
 
-- ``cached``: :class:`fedgo_flwr.distill.TeacherBank` computes the K teachers' logits on the
-  distillation set once (for both flip views), then :func:`fedgo_flwr.distill.distill` trains;
+- ``cached``: :class:`fedgo_flwr.learning.distill.TeacherBank` computes the K teachers' logits on
+  the distillation set once (for both flip views), then :func:`fedgo_flwr.learning.distill.distill`
+  trains;
 - ``per-batch``: every distillation batch runs all K teachers on the augmented batch and
   recomputes the weights, as a straightforward implementation would, in every epoch.
 
@@ -25,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import DistillConfig, TeacherBank, distill
-from fedgo_flwr.models import build_model
+from fedgo_flwr.learning.distill import DistillConfig, TeacherBank, distill
+from fedgo_flwr.models.classifiers import build_model
 from fedgo_flwr.weighting import WeightingInputs, compute_weights
 from fedgo_flwr.weighting import pseudo_labels as targets_of
 

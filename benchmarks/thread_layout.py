@@ -31,7 +31,7 @@ def worker(model_name: str, batch: int, threads: int, seconds: float, start, out
     import torch
     from profile_phases import bare_train
 
-    from fedgo_flwr.models import build_model
+    from fedgo_flwr.models.classifiers import build_model
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from clients.base import ClientAlgorithm, ClientJob, EmptyConfig
-from fedgo_flwr.plugins import load_class, module_names
+from fedgo_flwr.runtime.plugins import load_class, module_names
 
 __all__ = ["ClientAlgorithm", "ClientJob", "EmptyConfig", "available", "client_class"]
 

@@ -23,10 +23,10 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
-from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.learning.training import Batch, BatchLoss, TrainStats, train_local
 from fedgo_flwr.protocol import EmptyConfig
-from fedgo_flwr.training import Batch, BatchLoss, TrainStats, train_local
 
 __all__ = ["ClientAlgorithm", "ClientJob", "EmptyConfig"]
 
@@ -71,7 +71,7 @@ class ClientAlgorithm:
     def batch_loss(self, job: ClientJob) -> BatchLoss | None:
         """A term of each minibatch added to the local loss (``None``: none); it sees the
         batch's inputs, labels, logits and, if :attr:`uses_features`, the features that enter
-        the output layer (:class:`fedgo_flwr.training.Batch`)."""
+        the output layer (:class:`fedgo_flwr.learning.training.Batch`)."""
         return None
 
     def after_step(self, job: ClientJob) -> Callable[[Batch], None] | None:

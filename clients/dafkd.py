@@ -3,7 +3,7 @@ trained together.
 
 Wang et al., "DaFKD: Domain-aware Federated Knowledge Distillation", CVPR 2023. Each client's
 local data is a "domain"; its discriminator D_k shares the classifier's trunk h (the features
-that enter the output layer, :mod:`fedgo_flwr.features`) and adds a head d_k = Linear(d, 1):
+that enter the output layer, :mod:`fedgo_flwr.models.features`) and adds a head d_k = Linear(d, 1):
 D_k(x) = sigmoid(d_k(h(x))). Each local step (the authors' code, ``haozhaowang/DaFKD2023``,
 ``trainer/my_model_trainer_MTL.py``) minimises, over trunk, classifier and head,
 
@@ -37,11 +37,11 @@ from torch import nn
 
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.data import batches
-from fedgo_flwr.features import FeatureTap
-from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.learning.training import Batch, BatchLoss, TrainStats
+from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, PROTOCOL
-from fedgo_flwr.rng import derive_seed, make_rng
-from fedgo_flwr.training import Batch, BatchLoss, TrainStats
+from fedgo_flwr.runtime.messages import to_numpy, to_record
+from fedgo_flwr.runtime.rng import derive_seed, make_rng
 
 __all__ = ["DaFKDClient", "gradient_penalty"]
 

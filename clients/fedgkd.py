@@ -30,8 +30,8 @@ from flwr.app import ArrayRecord
 from torch import nn
 
 from clients.base import ClientAlgorithm, ClientJob
+from fedgo_flwr.learning.training import Batch, BatchLoss, TrainStats
 from fedgo_flwr.protocol.fedgkd import PROTOCOL, TEACHER_WEIGHTS_KEY, teacher_key
-from fedgo_flwr.training import Batch, BatchLoss, TrainStats
 
 __all__ = ["FedGKDClient", "kd_term"]
 

@@ -19,7 +19,6 @@ from flwr.app import ArrayRecord
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.gan import fedgan_generator_steps, train_discriminator, train_wgan_gp
-from fedgo_flwr.messages import ARRAYS
 from fedgo_flwr.protocol.fedgo import (
     CRITIC_KEY,
     DISCRIMINATOR_MESSAGE,
@@ -28,7 +27,8 @@ from fedgo_flwr.protocol.fedgo import (
     PROTOCOL,
     REFERENCE_KEY,
 )
-from fedgo_flwr.rng import derive_seed, make_rng
+from fedgo_flwr.runtime.messages import ARRAYS
+from fedgo_flwr.runtime.rng import derive_seed, make_rng
 
 
 class FedGOClient(ClientAlgorithm):

@@ -7,7 +7,7 @@ minimises
     CE(head(z), y) + lam * MSE(z, P_y)
 
 on each minibatch, where z is the feature that enters the model's output layer
-(:mod:`fedgo_flwr.features`) and P_y the server's global prototype of the sample's class (no
+(:mod:`fedgo_flwr.models.features`) and P_y the server's global prototype of the sample's class (no
 term in round 1, before any prototype exists). After training it uploads, for every class it
 holds, the mean feature of its samples of that class (``eval()`` mode, no augmentation) and the
 class counts: the server trains its prototypes on them (``strategies/fedtgp.py``).
@@ -29,11 +29,11 @@ from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.data import batches
-from fedgo_flwr.features import FeatureTap
-from fedgo_flwr.kernels import place
-from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.learning.training import Batch, BatchLoss, TrainStats
+from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.protocol.fedtgp import GLOBAL_PROTOS_KEY, PROTOCOL, PROTOS_KEY
-from fedgo_flwr.training import Batch, BatchLoss, TrainStats
+from fedgo_flwr.runtime.kernels import place
+from fedgo_flwr.runtime.messages import to_numpy, to_record
 
 __all__ = ["FedTGPClient", "class_prototypes", "prototype_term"]
 

@@ -13,7 +13,7 @@ alpha = 2.5, FedUV's own defaults; the server is FedAvg's).
   dimension-wise standard deviation of the batch's class probabilities held above gamma, the
   std of one-hot outputs over a batch that holds every class once: ``gamma = 1/sqrt(C)``.
 - **Uniformity** (:func:`uniformity_term`): ``mean_{i<j} exp(-||z_i - z_j||^2 / sigma)`` over
-  the features ``z`` that enter the classifier's output layer (:mod:`fedgo_flwr.features`).
+  the features ``z`` that enter the classifier's output layer (:mod:`fedgo_flwr.models.features`).
 
 Only the paper's abstract could be read here, so the terms follow the authors' code
 (``sonhamin/FedUV``, ``algs/feduv.py``, ``UVReg``): unbiased batch std; gamma =
@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
+from fedgo_flwr.learning.training import Batch, BatchLoss, TrainStats
 from fedgo_flwr.protocol.feduv import PROTOCOL
-from fedgo_flwr.training import Batch, BatchLoss, TrainStats
 
 __all__ = ["FedUVClient", "iid_gamma", "uniformity_term", "variance_term"]
 

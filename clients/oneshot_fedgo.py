@@ -15,9 +15,9 @@ from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
 from clients.fedgo import FedGOClient
-from fedgo_flwr.messages import ARRAYS
+from fedgo_flwr.learning.training import TrainStats
 from fedgo_flwr.protocol.oneshot_fedgo import DISCRIMINATOR_KEY, PROTOCOL
-from fedgo_flwr.training import TrainStats
+from fedgo_flwr.runtime.messages import ARRAYS
 
 
 class OneShotFedGOClient(ClientAlgorithm):

@@ -16,8 +16,8 @@ import torch
 from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
+from fedgo_flwr.learning.training import TrainStats
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
-from fedgo_flwr.training import TrainStats
 
 CLIENT_CONTROL_STATE = "scaffold_ci"  # c_i in context.state
 

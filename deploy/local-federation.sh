@@ -33,7 +33,7 @@ export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
 cd "$ROOT"
 
 # Validate the experiment first (nothing starts on a bad key) and get K and the output dir.
-prepared="$("$PY" -m fedgo_flwr.cli prepare "$@" --run-toml "$DIR/run-config.toml")" || exit 2
+prepared="$("$PY" -m fedgo_flwr.app.cli prepare "$@" --run-toml "$DIR/run-config.toml")" || exit 2
 K="$(sed -n 1p <<< "$prepared" | sed -n 's/.*num-supernodes=\([0-9]*\).*/\1/p')"
 OUT_DIR="$(sed -n 2p <<< "$prepared")"
 [[ -n "$K" && "$K" -gt 0 ]] || { echo "local-federation.sh: cannot read K" >&2; exit 1; }
@@ -95,7 +95,7 @@ for k in $(seq 0 $((K - 1))); do
 done
 
 # Partition k belongs to the SuperNode authenticated with key k, whatever a node claims
-# (run config node-map: fedgo_flwr/discovery.py).
+# (run config node-map: fedgo_flwr/app/discovery.py).
 "$PY" - "$CRED/supernode-keys" "$K" "$DIR/node-map.json" "$DIR/run-config.toml" <<'PYEOF'
 import json, sys
 from pathlib import Path

@@ -5,9 +5,9 @@ Run from the repository root::
     .venv/bin/python -m docs.gen_configuration --write   # or: ... > docs/configuration.md
 
 Every key, its type, default and integer limit come from the dataclasses: the core sections of
-:mod:`fedgo_flwr.config` and, for each strategy of :func:`strategies.available`, its ``Config``
-with every base class and nested section (``strategy.aggregation``, ``strategy.distill`` ...).
-What each section's ``check`` method refuses is read from its source (``c.require``,
+:mod:`fedgo_flwr.experiment.config` and, for each strategy of :func:`strategies.available`, its
+``Config`` with every base class and nested section (``strategy.aggregation``, ``strategy.distill``
+...). What each section's ``check`` method refuses is read from its source (``c.require``,
 ``c.choice``, ``c.fail``), and which strategies read a section from the classes. A section's
 prose is its class docstring; a key's description is its attribute docstring (a string right
 below the field), else the entry of :data:`NOTES` for it, else the class docstring, which then
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import strategies
-from fedgo_flwr.config import ExperimentConfig, StrategyConfig
-from fedgo_flwr.schema import MAX_INT
+from fedgo_flwr.experiment.config import ExperimentConfig, StrategyConfig
+from fedgo_flwr.experiment.schema import MAX_INT
 from fedgo_flwr.weighting import WEIGHTING_METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,7 +226,7 @@ NOTES: dict[str, str] = {
     "back), `eval` (BatchNorm in eval mode: the averaged model's statistics normalise every "
     "batch); `auto`: `batch` on generated data (FedGO D2, DaFKD), `update` on real data. "
     "Generated images' statistics can ruin a server model under `update` "
-    "(`fedgo_flwr/distill.py` explains).",
+    "(`fedgo_flwr/learning/distill.py` explains).",
     "FedGOConfig.weighting": "FedGO's odds weights by default.",
     "FedGOConfig.distill_data": "`server` (D1: the server's unlabeled share) or `generated` "
     "(D2: `generated_size` samples of the generator, drawn once). D2 works with "
@@ -329,9 +329,9 @@ fedgo-flwr: invalid configuration: override 'data.alpha=-1': data.alpha = -1.0: 
 RULES = """\
 ## What every key must satisfy
 
-Besides each key's own checks below, the schema (`fedgo_flwr/schema.py`) and the YAML reader
-(`fedgo_flwr/config.py`) refuse, naming the key; `REFUSED` in `tests/unit/test_config.py` lists
-every case:
+Besides each key's own checks below, the schema (`fedgo_flwr/experiment/schema.py`) and the YAML
+reader (`fedgo_flwr/experiment/config.py`) refuse, naming the key; `REFUSED` in
+`tests/unit/test_config.py` lists every case:
 
 - **Keys and types.** A key no section has (the error suggests the closest one); a value of
   the wrong type (an `int` is accepted for a `float`).
@@ -342,7 +342,7 @@ every case:
 - **Files.** An empty file (or only comments: it would run the defaults); a key given twice
   in one mapping (YAML would keep the last); a file that is not UTF-8 text; nesting deeper
   than 50 levels; more than 100,000 values once YAML aliases are expanded.
-- **Pre-flight** (`preflight` in `fedgo_flwr/cli.py`: the machine and the files). The data
+- **Pre-flight** (`preflight` in `fedgo_flwr/app/cli.py`: the machine and the files). The data
   must be there (`imagefolder`'s `train/` folder; CIFAR's torchvision folder under `data.path`
   unless `data.download`); every `path` of the strategy's parameters must be an existing file;
   `device: cuda:N` needs CUDA device N on this machine (`mps`: Apple's MPS); FedDF and FedGO
@@ -772,7 +772,7 @@ class Renderer:
             INTRO,
             "## Core keys",
             "",
-            "What every experiment has, whatever the strategy (`fedgo_flwr/config.py`).",
+            "What every experiment has, whatever the strategy (`fedgo_flwr/experiment/config.py`).",
             "",
         ]
         for section in self.core.values():

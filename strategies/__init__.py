@@ -7,8 +7,8 @@ algorithm is ``strategies/<x>.py`` + ``clients/<x>.py`` + ``conf/<x>.yaml``: not
 them (the FL-bench convention).
 
 :func:`load_experiment` is how the apps read an experiment: the core sections come from
-:func:`fedgo_flwr.config.load_config`, then the strategy's own parameters are built, once, into
-its typed ``Config`` (``cfg.strategy.params``), which travels from there.
+:func:`fedgo_flwr.experiment.config.load_config`, then the strategy's own parameters are built,
+once, into its typed ``Config`` (``cfg.strategy.params``), which travels from there.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fedgo_flwr.config import ExperimentConfig, load_config
-from fedgo_flwr.plugins import load_class, module_names
-from fedgo_flwr.schema import Checker, ConfigError, build_section
+from fedgo_flwr.experiment.config import ExperimentConfig, load_config
+from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
+from fedgo_flwr.runtime.plugins import load_class, module_names
 from strategies.base import Strategy
 
 log = logging.getLogger("fedgo_flwr")
@@ -32,7 +32,9 @@ __all__ = [
     "Strategy",
     "available",
     "build_params",
+    "is_resolved",
     "load_experiment",
+    "require_resolved",
     "resolve",
     "strategy_class",
 ]
@@ -100,13 +102,33 @@ def load_experiment(
 ) -> ExperimentConfig:
     """Load, check and type a whole experiment (raises :class:`ConfigError`).
 
-    As :func:`fedgo_flwr.config.load_config`, then the strategy's parameters are built into its
-    ``Config`` and stored in ``cfg.strategy.params``.
+    As :func:`fedgo_flwr.experiment.config.load_config`, then the strategy's parameters are built
+    into its ``Config`` and stored in ``cfg.strategy.params``.
     """
     return resolve(load_config(path, overrides, search_dirs))
 
 
 def resolve(cfg: ExperimentConfig) -> ExperimentConfig:
-    """``cfg`` with typed strategy parameters (built here if they are still a mapping)."""
+    """``cfg`` with typed strategy parameters (built here if they are still a mapping).
+
+    Once per run, where the config is read (:func:`load_experiment`); what runs it afterwards
+    (the pre-flight check, the ServerApp's run) takes it resolved (:func:`require_resolved`).
+    """
     cfg.strategy.params = build_params(cfg)
+    return cfg
+
+
+def is_resolved(cfg: ExperimentConfig) -> bool:
+    """Whether ``cfg.strategy.params`` is already its strategy's typed ``Config``."""
+    return isinstance(cfg.strategy.params, strategy_class(cfg.strategy.name).Config)
+
+
+def require_resolved(cfg: ExperimentConfig, user: str) -> ExperimentConfig:
+    """``cfg``, if its strategy's parameters are typed (``TypeError`` naming ``user`` if not)."""
+    if not is_resolved(cfg):
+        raise TypeError(
+            f"{user} needs a resolved config (cfg.strategy.params built into "
+            f"{strategy_class(cfg.strategy.name).Config.__name__}): load the experiment with "
+            "strategies.load_experiment, or pass it through strategies.resolve once"
+        )
     return cfg

@@ -2,8 +2,8 @@
 
 The default is FedAvg's n_k-weighted average (McMahan et al., AISTATS 2017, Alg. 1), folded in
 one reply at a time. Under ``strategy.aggregation``
-(:class:`fedgo_flwr.aggregation.AggregationConfig`) it is the coordinate-wise median or trimmed
-mean instead, and each client's update may be clipped to ``clip_norm`` against the round's
+(:class:`fedgo_flwr.learning.aggregation.AggregationConfig`) it is the coordinate-wise median or
+trimmed mean instead, and each client's update may be clipped to ``clip_norm`` against the round's
 global model. :class:`RobustAveraging` applies it in :meth:`~RobustAveraging.begin_round` /
 :meth:`~RobustAveraging.absorb` / :meth:`~RobustAveraging.averaged`, so FedAvg, FedProx and
 FedDF/FedGO's average initialisation get it as they are (SCAFFOLD applies it to its model
@@ -21,8 +21,8 @@ import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.supercore import log
 
-from fedgo_flwr.aggregation import clip_update, new_average
-from fedgo_flwr.messages import to_record
+from fedgo_flwr.learning.aggregation import clip_update, new_average
+from fedgo_flwr.runtime.messages import to_record
 from strategies._replies import Reply, client_metrics
 
 

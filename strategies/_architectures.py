@@ -19,9 +19,9 @@ import torch
 from flwr.app import ArrayRecord
 from torch import nn
 
-from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.messages import to_record
-from fedgo_flwr.task import client_model_name, new_model
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.task import client_model_name, new_model
+from fedgo_flwr.runtime.messages import to_record
 
 
 class ClientArchitectures:
@@ -62,7 +62,8 @@ class ClientArchitectures:
         return copy.deepcopy(self._arch_templates[arch])
 
     def client_arch(self, pid: int) -> str:
-        """The architecture client ``pid`` trains (:func:`fedgo_flwr.task.client_model_name`)."""
+        """The architecture client ``pid`` trains
+        (:func:`fedgo_flwr.experiment.task.client_model_name`)."""
         return client_model_name(self.cfg, pid)
 
     def arrays_for(self, arch: str, arrays: ArrayRecord) -> ArrayRecord:
@@ -70,8 +71,8 @@ class ClientArchitectures:
 
         ``model.name``'s clients get the global model (``arrays``). Clients of any other
         architecture get that architecture's seeded initial model
-        (:func:`fedgo_flwr.task.new_model`: seed ``derive_seed(cfg.seed, "model-init", arch)``),
-        the same every round, so all clients of one architecture start equal (one-shot FL,
+        (:func:`fedgo_flwr.experiment.task.new_model`: seed ``derive_seed(cfg.seed, "model-init",
+        arch)``), the same every round, so all clients of one architecture start equal (one-shot FL,
         e.g. Co-Boosting, needs no more). A strategy that keeps a model per architecture
         overrides this.
         """

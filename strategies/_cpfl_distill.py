@@ -2,13 +2,13 @@
 
 Dhasade et al., EuroMLSys 2025 (Alg. 1 lines 9-15, Sec. 3 eqs. 2-3; :mod:`strategies.cpfl`).
 :class:`CohortDistillation` is the part of :class:`strategies.cpfl.CPFL` that ends a run: at the
-distillation time (:func:`fedgo_flwr.cohorts.distill_start`) each cohort that got a usable reply
-takes part with its teacher as of then (:func:`fedgo_flwr.cohorts.teacher_at`); the teachers
-and their ensemble are evaluated, and a fresh student learns the ensemble's outputs on the
-unlabeled public set with the L1 loss (:func:`fedgo_flwr.cohorts.distill_l1`). The ensemble
+distillation time (:func:`fedgo_flwr.learning.cohorts.distill_start`) each cohort that got a usable
+reply takes part with its teacher as of then (:func:`fedgo_flwr.learning.cohorts.teacher_at`); the
+teachers and their ensemble are evaluated, and a fresh student learns the ensemble's outputs on the
+unlabeled public set with the L1 loss (:func:`fedgo_flwr.learning.cohorts.distill_l1`). The ensemble
 weights a teacher per class by its cohort's label counts, or, with ``distill.weights: fedgo``
 (beyond the paper), per sample by FedGO's odds (Jeong et al., ICML 2025): a cohort's weight
-is the sum of its members' (:func:`fedgo_flwr.cohorts.cohort_odds_weights`), from
+is the sum of its members' (:func:`fedgo_flwr.learning.cohorts.cohort_odds_weights`), from
 discriminators trained once before round 1 (:meth:`~CohortDistillation.setup`).
 """
 
@@ -23,7 +23,13 @@ import torch
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.cohorts import (
+from fedgo_flwr.data import ArrayDataset, stratified_subset
+from fedgo_flwr.gan import (
+    discriminator_logits,
+    discriminator_scale_outliers,
+    neutralise_nonfinite,
+)
+from fedgo_flwr.learning.cohorts import (
     Cohort,
     cohort_odds_weights,
     combine_per_sample,
@@ -35,16 +41,10 @@ from fedgo_flwr.cohorts import (
     teacher_outputs,
     teacher_weights,
 )
-from fedgo_flwr.data import ArrayDataset, stratified_subset
-from fedgo_flwr.fileio import strict_json
-from fedgo_flwr.gan import (
-    discriminator_logits,
-    discriminator_scale_outliers,
-    neutralise_nonfinite,
-)
-from fedgo_flwr.messages import to_record
-from fedgo_flwr.rng import make_rng
-from fedgo_flwr.training import predict_logits
+from fedgo_flwr.learning.training import predict_logits
+from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.messages import to_record
+from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import WeightingInputs, compute_weights
 from strategies._prefl import discriminator_stats
 
@@ -73,7 +73,7 @@ class CohortDistillation:
 
     def odds_weights(self, included: list[Cohort], data: ArrayDataset) -> torch.Tensor:
         """``(n, N)`` FedGO weights of the included cohorts on ``data``
-        (:func:`fedgo_flwr.cohorts.cohort_odds_weights`); a client without a discriminator
+        (:func:`fedgo_flwr.learning.cohorts.cohort_odds_weights`); a client without a discriminator
         has the neutral logit 0."""
         members = [k for c in included for k in c.members]
         logits = discriminator_logits(

@@ -6,9 +6,9 @@ cohort's sampled members are sent its model (``fraction`` of its members, a seed
 cohort and round), unless the round would end after the distillation time; each member's reply
 is checked (its validation report: :meth:`~CohortRounds.val_problem`), folded into its cohort's
 average and its validation loss kept; then each cohort's clock advances by its slowest
-participant (:mod:`fedgo_flwr.systems`), its stopping rule sees the round's robust loss
-(:func:`fedgo_flwr.cohorts.cohort_loss`) and the round's metrics list every cohort. The pure
-bookkeeping (deadline, totals, teacher snapshots) is :mod:`fedgo_flwr.cohorts`'.
+participant (:mod:`fedgo_flwr.learning.systems`), its stopping rule sees the round's robust loss
+(:func:`fedgo_flwr.learning.cohorts.cohort_loss`) and the round's metrics list every cohort. The
+pure bookkeeping (deadline, totals, teacher snapshots) is :mod:`fedgo_flwr.learning.cohorts`'.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import torch
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.supercore import log
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import clip_update, new_average
-from fedgo_flwr.cohorts import (
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.experiment.task import sample_clients
+from fedgo_flwr.learning.aggregation import clip_update, new_average
+from fedgo_flwr.learning.cohorts import (
     CONVERGED,
     PAUSED,
     Cohort,
@@ -35,14 +36,13 @@ from fedgo_flwr.cohorts import (
     holdout_size,
     prune_history,
 )
-from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.messages import to_record
+from fedgo_flwr.learning.systems import DeviceProfile, SimClock, round_seconds
+from fedgo_flwr.learning.training import predict_logits
 from fedgo_flwr.protocol import ReplySpec
 from fedgo_flwr.protocol.cpfl import member_reply
-from fedgo_flwr.rng import derive_seed
-from fedgo_flwr.systems import DeviceProfile, SimClock, round_seconds
-from fedgo_flwr.task import sample_clients
-from fedgo_flwr.training import predict_logits
+from fedgo_flwr.runtime import messages as msgs
+from fedgo_flwr.runtime.messages import to_record
+from fedgo_flwr.runtime.rng import derive_seed
 from strategies.base import Reply, ReplyRejected, client_metrics
 
 
@@ -74,7 +74,7 @@ class CohortRounds:
 
     def deadline(self) -> float | None:
         """The simulated time stage 2 starts at, as far as known (``None``: not yet;
-        :func:`fedgo_flwr.cohorts.distill_deadline`)."""
+        :func:`fedgo_flwr.learning.cohorts.distill_deadline`)."""
         p = self.params
         return distill_deadline(self.cohorts, p.distill_when, p.distill_at_hours)
 

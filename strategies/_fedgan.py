@@ -25,10 +25,11 @@ Choices where the papers are silent (kept simple, and said here):
   with a warning naming it; a round without any usable reply keeps the previous pair;
 - the average is weighted by the server's own count of each client's data, never the client's
   claim (one claim of 1e300 examples would make the pair the claimant's).
-- each of the two averages follows ``strategy.aggregation`` (:class:`fedgo_flwr.aggregation.
-  BoundedAverage`): a client whose update of the generator or the critic (against the pair
-  the server sent) is longer than ``upload_bound`` times the round's median is scaled down
-  to it with a warning naming it, and ``rule: median`` / ``trimmed_mean`` replace the mean.
+- each of the two averages follows ``strategy.aggregation``
+  (:class:`fedgo_flwr.learning.aggregation.BoundedAverage`): a client whose update of the generator
+  or the critic (against the pair the server sent) is longer than ``upload_bound`` times the round's
+  median is scaled down to it with a warning naming it, and ``rule: median`` / ``trimmed_mean``
+  replace the mean.
 
 Each round's pair is saved (``fedgan.pt`` in the run folder), so a resumed run goes on from the
 last finished round; the messages are ``train.fedgan``, answered by ``clients/fedgo.py``.
@@ -45,15 +46,15 @@ from flwr.app import ArrayRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import AggregationConfig, BoundedAverage
-from fedgo_flwr.checkpoint import config_differences, safe_torch_load
-from fedgo_flwr.fileio import atomic_torch_save
-from fedgo_flwr.messages import CONFIG, stream_replies
+from fedgo_flwr.experiment.checkpoint import config_differences, safe_torch_load
+from fedgo_flwr.learning.aggregation import AggregationConfig, BoundedAverage
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
 from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
-from fedgo_flwr.rng import derive_seed
-from fedgo_flwr.shutdown import raise_if_stopping
+from fedgo_flwr.runtime import messages as msgs
+from fedgo_flwr.runtime.fileio import atomic_torch_save
+from fedgo_flwr.runtime.messages import CONFIG, stream_replies
+from fedgo_flwr.runtime.rng import derive_seed
+from fedgo_flwr.runtime.shutdown import raise_if_stopping
 
 CHECKPOINT = "fedgan.pt"
 

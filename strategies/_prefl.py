@@ -26,24 +26,24 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import check_arrays
-from fedgo_flwr.checkpoint import safe_torch_load
-from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.fileio import atomic_torch_save
+from fedgo_flwr.experiment.checkpoint import safe_torch_load
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.experiment.task import load_bundle
 from fedgo_flwr.gan import cache as generator_cache
 from fedgo_flwr.gan import train_wgan_gp
 from fedgo_flwr.gan.external import generator_output_problem
 from fedgo_flwr.gan.settings import GeneratorConfig
-from fedgo_flwr.messages import ARRAYS, CONFIG, stream_replies, to_record
+from fedgo_flwr.learning.aggregation import check_arrays
 from fedgo_flwr.protocol import RoundIntake
 from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, REFERENCE_KEY
 from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
-from fedgo_flwr.rng import derive_seed, make_rng
-from fedgo_flwr.schema import Checker
-from fedgo_flwr.shutdown import raise_if_stopping
-from fedgo_flwr.task import load_bundle
+from fedgo_flwr.runtime import messages as msgs
+from fedgo_flwr.runtime.fileio import atomic_torch_save
+from fedgo_flwr.runtime.messages import ARRAYS, CONFIG, stream_replies, to_record
+from fedgo_flwr.runtime.rng import derive_seed, make_rng
+from fedgo_flwr.runtime.shutdown import raise_if_stopping
 from strategies._fedgan import FedGANStage
 
 

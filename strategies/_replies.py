@@ -24,9 +24,9 @@ import numpy as np
 from flwr.app import Message, RecordDict
 from flwr.supercore import log
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import update_problem
+from fedgo_flwr.learning.aggregation import update_problem
 from fedgo_flwr.protocol import TRAIN, ReplySpec, RoundIntake, declaration
+from fedgo_flwr.runtime import messages as msgs
 
 
 class ReplyRejected(Exception):

@@ -20,8 +20,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 
-from fedgo_flwr.messages import stream_replies
-from fedgo_flwr.shutdown import raise_if_stopping
+from fedgo_flwr.runtime.messages import stream_replies
+from fedgo_flwr.runtime.shutdown import raise_if_stopping
 
 
 @dataclass
@@ -93,7 +93,8 @@ class RoundLoop:
                 log(INFO, "")
                 log(INFO, "%s", title)
             out = self.run_row(row, grid, arrays, ConfigRecord(train_config), timeout)
-            # Clients that died with a Ctrl-C/TERM must not make a row (fedgo_flwr.shutdown).
+            # Clients that died with a Ctrl-C/TERM must not make a row
+            # (fedgo_flwr.runtime.shutdown).
             raise_if_stopping(f"round {row}")
             if out.arrays is not None:
                 arrays = out.arrays
@@ -134,7 +135,7 @@ class RoundLoop:
         self, row: int, grid: Grid, arrays: ArrayRecord, config: ConfigRecord, timeout: float
     ) -> Row:
         """One communication round: send the global model, take the replies as they come
-        (:func:`fedgo_flwr.messages.stream_replies`), aggregate."""
+        (:func:`fedgo_flwr.runtime.messages.stream_replies`), aggregate."""
         messages = self.configure_train(row, arrays, config, grid)
         new, metrics = self.aggregate_train(row, stream_replies(grid, messages, timeout))
         return Row(arrays=new, metrics=metrics)

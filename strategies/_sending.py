@@ -2,10 +2,10 @@
 
 :class:`Sending` is the part of :class:`strategies.base.Strategy` that builds messages: the
 ConfigRecord every message carries (the core experiment, the client algorithm's name and its
-own parameters, the run token: :mod:`fedgo_flwr.messages`), one message per sampled partition
-to the node that serves it (the partition id in its ``group_id``), seeded client sampling
-(:func:`fedgo_flwr.task.sample_clients`: every strategy trains the same clients in the same
-round, and a run is repeatable) and, with ``model.client_models``, one record per architecture.
+own parameters, the run token: :mod:`fedgo_flwr.runtime.messages`), one message per sampled
+partition to the node that serves it (the partition id in its ``group_id``), seeded client sampling
+(:func:`fedgo_flwr.experiment.task.sample_clients`: every strategy trains the same clients in the
+same round, and a run is repeatable) and, with ``model.client_models``, one record per architecture.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.messages import to_numpy
+from fedgo_flwr.experiment.task import sample_clients
 from fedgo_flwr.protocol import declaration, partition_of_reply
-from fedgo_flwr.task import sample_clients
+from fedgo_flwr.runtime import messages as msgs
+from fedgo_flwr.runtime.messages import to_numpy
 
 
 class Sending:
@@ -36,7 +36,7 @@ class Sending:
         return {key: own[key] for key in fields}
 
     def message_config(self, server_round: int, config: ConfigRecord | None = None) -> ConfigRecord:
-        """The ConfigRecord of every message to clients (:mod:`fedgo_flwr.messages`)."""
+        """The ConfigRecord of every message to clients (:mod:`fedgo_flwr.runtime.messages`)."""
         config = ConfigRecord() if config is None else config
         config[msgs.SERVER_ROUND] = server_round
         config[msgs.ALGORITHM] = self.client_algorithm

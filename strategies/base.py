@@ -3,13 +3,14 @@
 :class:`Strategy` subclasses Flower's abstract ``flwr.serverapp.strategy.Strategy`` (not its
 ``FedAvg``: nothing of FedAvg's sampling, message building or aggregation is used) and adds:
 
-- Seeded client sampling over partition ids (:func:`fedgo_flwr.task.sample_clients`), so every
-  strategy trains the same clients in the same round and a run is repeatable.
+- Seeded client sampling over partition ids (:func:`fedgo_flwr.experiment.task.sample_clients`), so
+  every strategy trains the same clients in the same round and a run is repeatable.
 - Training messages that carry the core experiment, the client algorithm's name and its own
-  parameters (:mod:`fedgo_flwr.messages`).
-- Replies folded in one at a time as they arrive (:func:`fedgo_flwr.messages.stream_replies`):
-  each accepted reply goes to :meth:`Strategy.absorb` and its arrays are let go, so the server's
-  memory does not grow with the number of clients.
+  parameters (:mod:`fedgo_flwr.runtime.messages`).
+- Replies folded in one at a time as they arrive
+  (:func:`fedgo_flwr.runtime.messages.stream_replies`): each accepted reply goes to
+  :meth:`Strategy.absorb` and its arrays are let go, so the server's memory does not grow with the
+  number of clients.
 - Every reply checked by the round's intake (:class:`fedgo_flwr.protocol.RoundIntake`) before
   any strategy code sees it, against the client algorithm's declared reply
   (:func:`fedgo_flwr.protocol.declaration`, :meth:`Strategy.reply_spec`) and the server's
@@ -39,7 +40,7 @@ is checked against that architecture (:meth:`Strategy.reference_arrays`). With
 
 **n_k is the server's count.** Every n_k-weighted step (FedAvg's average, SCAFFOLD's buffers,
 FedDF's and FedGO's data-size weights) uses the size of the client's partition as the server
-computed it (:attr:`Partition.client_sizes <fedgo_flwr.partition.Partition.client_sizes>`),
+computed it (:attr:`Partition.client_sizes <fedgo_flwr.data.partition.Partition.client_sizes>`),
 never the client's claim: a reply claiming another size is dropped, so one client cannot take
 over the average by claiming 1e300 examples. A strategy built without :class:`ServerResources`
 (unit tests) has no partition and uses the claim, which must be a whole number in
@@ -47,9 +48,9 @@ over the average by claiming 1e300 examples. A strategy built without :class:`Se
 
 The default aggregation is FedAvg's n_k-weighted average (McMahan et al., AISTATS 2017, Alg. 1).
 Every strategy whose ``Config`` extends :class:`BaseConfig` also takes the shared section
-``strategy.aggregation`` (:class:`fedgo_flwr.aggregation.AggregationConfig`): the coordinate-wise
-median or trimmed mean instead of the mean, and clipping of each client's update; the base
-applies it in :meth:`~Strategy.begin_round` / :meth:`~Strategy.absorb` /
+``strategy.aggregation`` (:class:`fedgo_flwr.learning.aggregation.AggregationConfig`): the
+coordinate-wise median or trimmed mean instead of the mean, and clipping of each client's update;
+the base applies it in :meth:`~Strategy.begin_round` / :meth:`~Strategy.absorb` /
 :meth:`~Strategy.averaged`, so FedAvg, FedProx and FedDF/FedGO's average initialisation get it
 as they are (SCAFFOLD applies it to its model update).
 
@@ -91,14 +92,14 @@ from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from flwr.supercore import log
 from torch import nn
 
-from fedgo_flwr.aggregation import AggregationConfig
-from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, DataBundle
 from fedgo_flwr.data.imagefolder import load_unlabeled
-from fedgo_flwr.partition import Partition
+from fedgo_flwr.data.partition import Partition
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.experiment.task import heterogeneous_models
+from fedgo_flwr.learning.aggregation import AggregationConfig
 from fedgo_flwr.protocol import RoundIntake
-from fedgo_flwr.schema import Checker
-from fedgo_flwr.task import heterogeneous_models
 from strategies._aggregation import RobustAveraging
 from strategies._architectures import ClientArchitectures
 from strategies._replies import Reply, ReplyIntake, ReplyRejected, client_metrics
@@ -227,7 +228,7 @@ class Strategy(
     @classmethod
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
         """Checks of the whole experiment that this strategy needs, run before anything starts
-        (by ``prepare`` and the ServerApp: :func:`fedgo_flwr.cli.preflight`); ``c`` has the
+        (by ``prepare`` and the ServerApp: :func:`fedgo_flwr.app.cli.preflight`); ``c`` has the
         experiment's sources, e.g. ``c.at("data.", cfg.data).require("server_fraction", ...)``.
         """
 

@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.datafree import BoostSettings, DataFreeDistillation, SynthesisSettings
-from fedgo_flwr.rng import make_rng
-from fedgo_flwr.schema import Checker
-from fedgo_flwr.task import heterogeneous_models, load_bundle
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.experiment.task import heterogeneous_models, load_bundle
+from fedgo_flwr.runtime.rng import make_rng
 from strategies.oneshot import OneShot, OneShotConfig
 
 __all__ = ["CoBoosting", "CoBoostingConfig"]

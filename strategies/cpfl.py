@@ -6,14 +6,14 @@ github.com/sacs-epfl/cpfl). The K clients are split into ``cohorts`` (n) disjoin
 (Sec. 3, step 1). **Stage 1:** every cohort runs its own federated training (FedAvg by default,
 ``local_algorithm`` names another averaging client algorithm) on its own model, until its own
 stopping rule fires (moving average of its clients' validation losses, patience on the minimum;
-:class:`fedgo_flwr.cohorts.PlateauStopper`). All running cohorts advance together: one round of
-this strategy sends every running cohort's model to that cohort's sampled clients (``fraction``
-of its members; the paper: all of them), so the simulation engine trains them concurrently; a
-stopped cohort sends nothing. **Stage 2:** the global server distils the cohorts' models
-(each cohort's best checkpoint, lowest smoothed validation loss; ``teacher: last`` for the
+:class:`fedgo_flwr.learning.cohorts.PlateauStopper`). All running cohorts advance together: one
+round of this strategy sends every running cohort's model to that cohort's sampled clients
+(``fraction`` of its members; the paper: all of them), so the simulation engine trains them
+concurrently; a stopped cohort sends nothing. **Stage 2:** the global server distils the cohorts'
+models (each cohort's best checkpoint, lowest smoothed validation loss; ``teacher: last`` for the
 last) into a fresh student on unlabeled public data, towards ``z~_c = sum_i p_ic z_ic`` with
 per-class label weights, L1 loss on logits, Adam (Sec. 3 eqs. 2-3, Sec. 4.1;
-:func:`fedgo_flwr.cohorts.distill_l1`). ``cohorts: 1`` is FedAvg with early stopping and no
+:func:`fedgo_flwr.learning.cohorts.distill_l1`). ``cohorts: 1`` is FedAvg with early stopping and no
 distillation (the student is the cohort's teacher); ``cohorts: K`` is one-shot FedKD.
 
 The public set is the server's unlabeled share of the training data (``data.server_fraction``)
@@ -21,8 +21,8 @@ or, with ``data.public_path``, a folder of images (the paper: STL-10's unlabeled
 CIFAR-10). Label counts per cohort (step 3) are the server's count of its clients' training
 splits (the partition is derived from the config on both sides, as for n_k everywhere).
 
-**Simulated time, CPU-hours, bytes** (Sec. 4.1/4.2, App. B.4; :mod:`fedgo_flwr.systems`): each
-client has a device profile (``profiles``: a CSV, or a seeded synthetic population over the
+**Simulated time, CPU-hours, bytes** (Sec. 4.1/4.2, App. B.4; :mod:`fedgo_flwr.learning.systems`):
+each client has a device profile (``profiles``: a CSV, or a seeded synthetic population over the
 FedScale ranges). A cohort round lasts its slowest participant's download + local training
 (``local_epochs`` x its mini-batches x its seconds per batch) + upload; a cohort's time is the
 sum of its rounds; time to convergence is the last cohort's finish (distillation excluded and
@@ -44,8 +44,8 @@ distillation time.
 ``>= 0`` (and be absent for a client without a validation split), else its reply is dropped
 with a warning; the round's signal is the paper's mean of the members' losses after leaving
 out any above ``loss_bound`` x the round's median (``loss_reduce``: also ``median`` or
-``trimmed_mean``; :func:`fedgo_flwr.cohorts.cohort_loss`), so that one member of a cohort of
-three or more can neither stop nor stall it with an extreme loss.
+``trimmed_mean``; :func:`fedgo_flwr.learning.cohorts.cohort_loss`), so that one member of a cohort
+of three or more can neither stop nor stall it with an extreme loss.
 
 **Failures.** A cohort whose clients all fail in a round keeps its model (the round counts as
 one without improvement); a cohort that never got a usable reply is reported and left out of
@@ -61,8 +61,8 @@ student's in the last round (stage 1 of n > 1 has no single model). ``summary.js
 **Where the parts are.** This module holds :class:`CPFL` (the cohorts' set-up, state and the
 rows of the run) and its ``Config``; stage 1 is :class:`strategies._cpfl_rounds.CohortRounds`,
 stage 2 with FedGO's odds :class:`strategies._cpfl_distill.CohortDistillation`, and the pure
-math and bookkeeping (cohort split, stopping rule, :class:`~fedgo_flwr.cohorts.Cohort`,
-deadlines, teacher weights, L1 distillation) :mod:`fedgo_flwr.cohorts`.
+math and bookkeeping (cohort split, stopping rule, :class:`~fedgo_flwr.learning.cohorts.Cohort`,
+deadlines, teacher weights, L1 distillation) :mod:`fedgo_flwr.learning.cohorts`.
 """
 
 from __future__ import annotations
@@ -78,7 +78,11 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.cohorts import (
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker, build_section
+from fedgo_flwr.experiment.task import load_bundle
+from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
+from fedgo_flwr.learning.cohorts import (
     EMPTY,
     GROUPINGS,
     LOSS_BOUND,
@@ -94,21 +98,17 @@ from fedgo_flwr.cohorts import (
     mean_sd,
     random_cohorts,
 )
-from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
-from fedgo_flwr.messages import stream_replies, to_numpy, to_record
-from fedgo_flwr.protocol.cpfl import CohortClientConfig, local_declaration
-from fedgo_flwr.rng import derive_seed
-from fedgo_flwr.schema import Checker, build_section
-from fedgo_flwr.shutdown import raise_if_stopping
-from fedgo_flwr.systems import (
+from fedgo_flwr.learning.systems import (
     DeviceProfile,
     ProfileError,
     SimClock,
     load_profiles,
     synthetic_profiles,
 )
-from fedgo_flwr.task import load_bundle
+from fedgo_flwr.protocol.cpfl import CohortClientConfig, local_declaration
+from fedgo_flwr.runtime.messages import stream_replies, to_numpy, to_record
+from fedgo_flwr.runtime.rng import derive_seed
+from fedgo_flwr.runtime.shutdown import raise_if_stopping
 from strategies._cpfl_distill import CohortDistillation
 from strategies._cpfl_rounds import CohortRounds
 from strategies._prefl import DiscriminatorStage
@@ -123,7 +123,7 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
     ``rounds`` (core) the most rounds a cohort may run. ``loss_reduce`` and ``loss_bound``
     make a round's validation signal out of the members' losses (beyond the paper: the paper's
     mean, each loss above ``loss_bound`` x the round's median left out; null: no bound;
-    :func:`fedgo_flwr.cohorts.cohort_loss`).
+    :func:`fedgo_flwr.learning.cohorts.cohort_loss`).
     """
 
     cohorts: int = 4

@@ -49,18 +49,23 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.supercore import log
 from torch import Tensor
 
-from fedgo_flwr.aggregation import BoundedAverage, bound_uploads, check_arrays, warn_bounded
-from fedgo_flwr.checkpoint import safe_torch_load
-from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import num_views, view_batches
-from fedgo_flwr.features import FeatureTap
+from fedgo_flwr.experiment.checkpoint import safe_torch_load
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.gan import generated_set
-from fedgo_flwr.kernels import place
-from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.learning.aggregation import (
+    BoundedAverage,
+    bound_uploads,
+    check_arrays,
+    warn_bounded,
+)
+from fedgo_flwr.learning.distill import num_views, view_batches
+from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, DaFKDClientConfig
-from fedgo_flwr.rng import derive_seed, make_rng
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.runtime.kernels import place
+from fedgo_flwr.runtime.messages import to_numpy, to_record
+from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from strategies.base import Reply, ReplyRejected
 from strategies.feddf import FedDF, FedDFConfig
 

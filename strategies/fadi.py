@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.datafree import BoostSettings, SynthesisSettings
-from fedgo_flwr.models import build_model
-from fedgo_flwr.schema import Checker
-from fedgo_flwr.task import client_model_name, load_bundle
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.experiment.task import client_model_name, load_bundle
+from fedgo_flwr.models.classifiers import build_model
 from strategies.coboosting import CoBoosting, CoBoostingConfig
 
 __all__ = ["FADI", "FADIConfig"]

@@ -67,11 +67,12 @@ from flwr.app import ArrayRecord
 from flwr.supercore import log
 from torch import Tensor, nn
 
-from fedgo_flwr import profiling
-from fedgo_flwr.aggregation import new_average
-from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import (
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.experiment.task import heterogeneous_models
+from fedgo_flwr.learning.aggregation import new_average
+from fedgo_flwr.learning.distill import (
     TEACHER_NORMS,
     DistillConfig,
     TeacherBank,
@@ -82,12 +83,11 @@ from fedgo_flwr.distill import (
     predict_views,
     teacher_logits_problem,
 )
-from fedgo_flwr.kernels import inference_batch
-from fedgo_flwr.messages import to_record
-from fedgo_flwr.rng import derive_seed, make_rng
-from fedgo_flwr.schema import Checker
-from fedgo_flwr.task import heterogeneous_models
-from fedgo_flwr.training import evaluate
+from fedgo_flwr.learning.training import evaluate
+from fedgo_flwr.runtime import profiling
+from fedgo_flwr.runtime.kernels import inference_batch
+from fedgo_flwr.runtime.messages import to_record
+from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from fedgo_flwr.weighting import (
     WEIGHTING_METHODS,
     WEIGHTING_NAMES,
@@ -119,7 +119,7 @@ class FedDFConfig(BaseConfig):
     in ``benchmarks/README.md``, "Performance"); on a GPU use 512 or more.
     ``teacher_norm``: ``none`` (the papers' ensemble) or ``std``: every teacher's logits
     rescaled to the median teacher's scale before the weights and the ensemble
-    (:func:`fedgo_flwr.distill.normalise_teachers`), so that a client cannot steer the
+    (:func:`fedgo_flwr.learning.distill.normalise_teachers`), so that a client cannot steer the
     pseudo-labels by scaling its last layer up.
     """
 
@@ -393,9 +393,9 @@ class FedDF(Strategy):
         memory at a time).
 
         The order matters: a model whose logits are not finite numbers of at most
-        :data:`~fedgo_flwr.distill.MAX_TEACHER_LOGIT` (checked on the distillation set and, in
-        rounds with the ensemble evaluation, on the test split:
-        :func:`~fedgo_flwr.distill.teacher_logits_problem`) is dropped with
+        :data:`~fedgo_flwr.learning.distill.MAX_TEACHER_LOGIT` (checked on the distillation set
+        and, in rounds with the ensemble evaluation, on the test split:
+        :func:`~fedgo_flwr.learning.distill.teacher_logits_problem`) is dropped with
         :class:`ReplyRejected` before it enters either the ensemble or the parameter average."""
         res = self.resources
         assert res is not None
@@ -434,7 +434,7 @@ class FedDF(Strategy):
         """The round's teacher logits ``(K, ..., C)`` (in ``replies``' order) with every
         teacher whose logit scale exceeds ``strategy.aggregation.upload_bound`` times the
         round's median teacher scale scaled down to it, a WARNING naming the client
-        (:func:`~fedgo_flwr.distill.bound_teachers`). Its model is in the parameter average
+        (:func:`~fedgo_flwr.learning.distill.bound_teachers`). Its model is in the parameter average
         already (the classifier's bounds are ``clip_norm`` and the rules); here it stops the
         client from steering the ensemble by scaling its last layer up."""
         out, outliers = bound_teachers(logits, self.aggregation.upload_bound)

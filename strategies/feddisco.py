@@ -47,9 +47,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.aggregation import new_average
-from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.learning.aggregation import new_average
 from strategies.base import BaseConfig, Reply
 from strategies.fedavg import FedAvg
 

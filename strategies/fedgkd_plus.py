@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedgo_flwr.schema import Checker
-from fedgo_flwr.training import evaluate
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.learning.training import evaluate
 from strategies._gkd import GKDBufferConfig, GlobalModelBuffer
 from strategies.feddf import FedDF, FedDFConfig
 

@@ -30,7 +30,7 @@ it covers the clients' data. With ``server`` and D1 no generator is trained at a
 ``distill_data``: ``server`` distils on the server's unlabeled data (D1); ``generated`` on
 ``generated_size`` samples of G drawn once (D2; no labels, so no pseudo-label diagnostics; the
 student gets the averaged model's BatchNorm running statistics back after it distils on them,
-see ``distill.bn_stats`` in :mod:`fedgo_flwr.distill`).
+see ``distill.bn_stats`` in :mod:`fedgo_flwr.learning.distill`).
 
 A client whose discriminator never arrives gets the neutral logit 0 everywhere (logged). So does
 one whose reply is unusable: each discriminator reply is checked like a model reply (an error
@@ -53,10 +53,9 @@ import torch
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import num_views
-from fedgo_flwr.fileio import strict_json
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.gan import (
     count_bytes,
     discriminator_logits,
@@ -65,8 +64,9 @@ from fedgo_flwr.gan import (
     neutralise_nonfinite,
 )
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
-from fedgo_flwr.rng import make_rng
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.learning.distill import num_views
+from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import byzantine_clients, get_weighting, make_byzantine
 from strategies._prefl import DiscriminatorStage, discriminator_stats
 from strategies.feddf import FedDF, FedDFConfig

@@ -53,13 +53,13 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import nn
 
-from fedgo_flwr.aggregation import bound_uploads, scale_upload, warn_bounded
 from fedgo_flwr.data import batches
-from fedgo_flwr.features import FeatureTap
-from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.learning.aggregation import bound_uploads, scale_upload, warn_bounded
+from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.protocol.fedtgp import GLOBAL_PROTOS_KEY, PROTOS_KEY, FedTGPConfig
-from fedgo_flwr.rng import derive_seed, make_rng
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.runtime.messages import to_numpy, to_record
+from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from strategies.base import BaseConfig, Reply, ReplyRejected
 from strategies.fedavg import FedAvg
 
@@ -267,7 +267,7 @@ class FedTGP(FedAvg):
         Each is one training pair of the TGP and one term of a class mean in the margin, so
         each is bounded on its own (a client's whole upload has as many rows as it holds
         classes). The round's median is over the clients, of each client's median prototype
-        norm (:func:`~fedgo_flwr.aggregation.round_median`): a client holding more classes
+        norm (:func:`~fedgo_flwr.learning.aggregation.round_median`): a client holding more classes
         than the others must not set it."""
         rows = [(i, c) for i, (_, n) in enumerate(self.uploads) for c in np.flatnonzero(n > 0)]
         _, bounded = bound_uploads(

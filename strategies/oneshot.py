@@ -24,15 +24,15 @@ WARNING and in ``summary.json`` (``clients_left_out``); the run goes on with the
 least ``min_clients`` replied, and stops with an error naming them otherwise. So is a client
 whose model is no usable teacher, by the checks FedDF makes too: its logits on the server's
 data (the test split, the only data a one-shot server holds) must be finite numbers of at
-most :data:`~fedgo_flwr.distill.MAX_TEACHER_LOGIT` in magnitude
-(:func:`~fedgo_flwr.distill.teacher_logits_problem`; a finite model of huge weights would
+most :data:`~fedgo_flwr.learning.distill.MAX_TEACHER_LOGIT` in magnitude
+(:func:`~fedgo_flwr.learning.distill.teacher_logits_problem`; a finite model of huge weights would
 otherwise make every synthetic batch's ensemble NaN, and synthesis fail), and their scale at
 most ``strategy.aggregation.upload_bound`` times the median client's
-(:func:`~fedgo_flwr.distill.teacher_scale_outliers`; a last layer scaled by 1e5 stays below
+(:func:`~fedgo_flwr.learning.distill.teacher_scale_outliers`; a last layer scaled by 1e5 stays below
 that magnitude but would decide every arg-max of the ensemble). ``teacher_norm: std`` also
 rescales every teacher to the median teacher's scale wherever the ensemble is formed (test
 accuracies, synthesis, weight steps, distillation), so that no scaling within the bound
-steers it (:func:`~fedgo_flwr.distill.normalise_teachers`).
+steers it (:func:`~fedgo_flwr.learning.distill.normalise_teachers`).
 """
 
 from __future__ import annotations
@@ -52,21 +52,21 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 from torch import Tensor, nn
 
-from fedgo_flwr.aggregation import check_arrays
-from fedgo_flwr.checkpoint import safe_torch_load
-from fedgo_flwr.config import ExperimentConfig
 from fedgo_flwr.datafree import weighted_logits
-from fedgo_flwr.distill import (
+from fedgo_flwr.experiment.checkpoint import safe_torch_load
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.learning.aggregation import check_arrays
+from fedgo_flwr.learning.distill import (
     TEACHER_NORMS,
     normalise_teachers,
     teacher_logits_problem,
     teacher_scale_outliers,
 )
-from fedgo_flwr.fileio import atomic_torch_save
-from fedgo_flwr.messages import stream_replies, to_numpy, to_record
-from fedgo_flwr.schema import Checker
-from fedgo_flwr.shutdown import raise_if_stopping
-from fedgo_flwr.training import predict_logits
+from fedgo_flwr.learning.training import predict_logits
+from fedgo_flwr.runtime.fileio import atomic_torch_save
+from fedgo_flwr.runtime.messages import stream_replies, to_numpy, to_record
+from fedgo_flwr.runtime.shutdown import raise_if_stopping
 from strategies.base import BaseConfig, Reply, ReplyRejected, Row, Strategy
 
 __all__ = ["OneShot", "OneShotConfig"]
@@ -80,7 +80,7 @@ class OneShotConfig(BaseConfig):
     seed and sampling settings must equal this run's (the models would differ otherwise).
     ``teacher_norm``: ``none`` (the papers' ensembles) or ``std``: each teacher's logits
     rescaled to the median teacher's scale wherever the ensemble is formed
-    (:func:`fedgo_flwr.distill.normalise_teachers`)."""
+    (:func:`fedgo_flwr.learning.distill.normalise_teachers`)."""
 
     teacher_batch_size: int = 256
     teachers_from: str | None = None
@@ -204,7 +204,8 @@ class OneShot(Strategy):
 
     def check_teacher(self, pid: int, arrays: dict[str, np.ndarray]) -> Tensor:
         """Client ``pid``'s model's test logits, if it is a usable teacher
-        (:func:`~fedgo_flwr.distill.teacher_logits_problem`); :class:`ReplyRejected` if not."""
+        (:func:`~fedgo_flwr.learning.distill.teacher_logits_problem`); :class:`ReplyRejected` if
+        not."""
         model = self.client_model(pid)
         model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()})
         logits = self.member_test_logits(model.to(self.resources.device))
@@ -248,8 +249,8 @@ class OneShot(Strategy):
     def finish_uploads(self) -> None:
         """Once every upload is in: leave out each client whose logits on the test split are
         larger in scale than ``strategy.aggregation.upload_bound`` times the median client's
-        (:func:`~fedgo_flwr.distill.teacher_scale_outliers`: a scaled-up output layer), named
-        in a WARNING; then the parameter average of the others, added in the order they
+        (:func:`~fedgo_flwr.learning.distill.teacher_scale_outliers`: a scaled-up output layer),
+        named in a WARNING; then the parameter average of the others, added in the order they
         arrived (as a streaming average would have)."""
         pids = self.pids
         logits = torch.stack([self._member_test[p] for p in pids]) if pids else None

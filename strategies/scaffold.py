@@ -18,8 +18,8 @@ values, and an L2 norm (over all tensors) of at most ``max_control_delta_norm``
 (:class:`ScaffoldConfig`); otherwise the reply is dropped, so one client cannot make ``c``
 infinite, which would be checkpointed and sent to every client.
 
-``strategy.aggregation`` (:mod:`fedgo_flwr.aggregation`) applies to the model update only: each
-reply's update ``y_i - x`` is clipped (parameters and buffers together) and the rule (mean,
+``strategy.aggregation`` (:mod:`fedgo_flwr.learning.aggregation`) applies to the model update only:
+each reply's update ``y_i - x`` is clipped (parameters and buffers together) and the rule (mean,
 median, trimmed mean; the latter two unweighted whatever ``weighted`` says) takes the place of
 ``mean_{i in S}`` above and of the buffers' average. The control deltas get the bound of every
 upload other than the model (``upload_bound``: a ``delta c_i`` longer than that many times the
@@ -41,10 +41,10 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgo_flwr.aggregation import bound_uploads, check_arrays, new_average, warn_bounded
-from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.learning.aggregation import bound_uploads, check_arrays, new_average, warn_bounded
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.runtime.messages import to_numpy, to_record
 from strategies.base import BaseConfig, Reply, Strategy
 
 

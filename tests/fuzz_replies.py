@@ -1,7 +1,7 @@
 """The reply fuzzer's machinery, shared by ``tests/integration/test_fuzz_replies.py`` and
 ``benchmarks/fuzz_replies.py``.
 
-A *case* is one tiny in-process run (:func:`fedgo_flwr.inprocess.run_inprocess`: digits, 4
+A *case* is one tiny in-process run (:func:`fedgo_flwr.app.inprocess.run_inprocess`: digits, 4
 clients, 2 rounds, or 1 for a one-shot strategy, 1 local epoch, each strategy's expensive
 knobs cut) in which the replies of ONE client to ONE message type in ONE round are changed on
 their way to the server, by wrapping :meth:`InProcessGrid.stream` (as
@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.runtime import messages as msgs
 from strategies import available, load_experiment, strategy_class
 from strategies.oneshot import OneShot
 

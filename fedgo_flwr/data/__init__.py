@@ -9,8 +9,8 @@ The package is split by what each part owns:
 
 * :mod:`fedgo_flwr.data.arrays` -- :class:`ArrayDataset`, :class:`DataBundle`, normalisation,
   :func:`batches` and :func:`stratified_subset`;
-* :mod:`fedgo_flwr.data.sources` -- :func:`load_dataset` (names: :data:`DATASET_NAMES` or
-  ``"hf:<hub dataset id>"``, see :func:`is_dataset_name`) and the built-in sources (``digits``,
+* :mod:`fedgo_flwr.data.sources` -- :func:`load_dataset` (names: those of
+  :func:`fedgo_flwr.experiment.names.is_dataset_name`) and the built-in sources (``digits``,
   ``four_gaussians``, torchvision CIFAR-10/100, Hugging Face ``datasets``);
 * :mod:`fedgo_flwr.data.imagefolder` -- :func:`load_imagefolder` and its decode cache, and
   :func:`load_unlabeled` (any folder of images, e.g. a public distillation set).
@@ -25,29 +25,24 @@ from fedgo_flwr.data.arrays import (
 )
 from fedgo_flwr.data.imagefolder import IMAGE_EXTENSIONS, load_imagefolder, load_unlabeled
 from fedgo_flwr.data.sources import (
-    DATASET_NAMES,
     FOUR_GAUSSIANS_LABELS,
     FOUR_GAUSSIANS_MEANS,
     FOUR_GAUSSIANS_PAPER_OWNERS,
     FOUR_GAUSSIANS_PER_COMPONENT,
     FOUR_GAUSSIANS_VARIANCE,
-    HF_PREFIX,
     four_gaussians_oracle_labels,
     four_gaussians_server_data,
-    is_dataset_name,
     load_dataset,
     load_hf_dataset,
     make_four_gaussians,
 )
 
 __all__ = [
-    "DATASET_NAMES",
     "FOUR_GAUSSIANS_LABELS",
     "FOUR_GAUSSIANS_MEANS",
     "FOUR_GAUSSIANS_PAPER_OWNERS",
     "FOUR_GAUSSIANS_PER_COMPONENT",
     "FOUR_GAUSSIANS_VARIANCE",
-    "HF_PREFIX",
     "IMAGE_EXTENSIONS",
     "ArrayDataset",
     "DataBundle",
@@ -55,7 +50,6 @@ __all__ = [
     "ends_in_batch_of_one",
     "four_gaussians_oracle_labels",
     "four_gaussians_server_data",
-    "is_dataset_name",
     "load_dataset",
     "load_hf_dataset",
     "load_imagefolder",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedgo_flwr.rng import derive_seed
+from fedgo_flwr.runtime.rng import derive_seed
 
 __all__ = ["ArrayDataset", "DataBundle", "batches", "ends_in_batch_of_one", "stratified_subset"]
 

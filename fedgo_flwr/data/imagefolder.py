@@ -3,8 +3,8 @@
 :func:`load_imagefolder` lists the tree (sorted classes and files), decodes every image to RGB with
 PIL (in a process pool for large trees) and keeps the arrays as ``.npy`` files in a cache entry
 keyed by the tree's paths, sizes and mtimes; later loads memory-map the cache. Cache files are
-written atomically (:mod:`fedgo_flwr.fileio`) and ``meta.json`` last, so an entry is complete
-once ``meta.json`` exists and concurrent loaders are safe.
+written atomically (:mod:`fedgo_flwr.runtime.fileio`) and ``meta.json`` last, so an entry is
+complete once ``meta.json`` exists and concurrent loaders are safe.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedgo_flwr.data.arrays import ArrayDataset, DataBundle
-from fedgo_flwr.fileio import atomic_numpy_save, atomic_write_text, strict_json
+from fedgo_flwr.runtime.fileio import atomic_numpy_save, atomic_write_text, strict_json
 
 __all__ = ["DEFAULT_CACHE_ROOT", "IMAGE_EXTENSIONS", "load_imagefolder", "load_unlabeled"]
 

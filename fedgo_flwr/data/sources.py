@@ -22,27 +22,20 @@ import numpy as np
 
 from fedgo_flwr.data.arrays import ArrayDataset, DataBundle
 from fedgo_flwr.data.imagefolder import load_imagefolder
+from fedgo_flwr.experiment.names import DATASET_NAMES, HF_PREFIX, hf_id
 
 __all__ = [
-    "DATASET_NAMES",
     "FOUR_GAUSSIANS_LABELS",
     "FOUR_GAUSSIANS_MEANS",
     "FOUR_GAUSSIANS_PAPER_OWNERS",
     "FOUR_GAUSSIANS_PER_COMPONENT",
     "FOUR_GAUSSIANS_VARIANCE",
-    "HF_PREFIX",
     "four_gaussians_oracle_labels",
     "four_gaussians_server_data",
-    "is_dataset_name",
     "load_dataset",
     "load_hf_dataset",
     "make_four_gaussians",
 ]
-
-#: The built-in dataset names.
-DATASET_NAMES = ("digits", "four_gaussians", "cifar10", "cifar100", "imagefolder")
-#: ``"hf:<hub dataset id>"`` names a Hugging Face dataset, e.g. ``"hf:uoft-cs/cifar10"``.
-HF_PREFIX = "hf:"
 
 DEFAULT_TORCHVISION_ROOT = "~/.cache/fedgo_flwr/torchvision"
 
@@ -52,18 +45,6 @@ DEFAULT_TORCHVISION_ROOT = "~/.cache/fedgo_flwr/torchvision"
 # ------------------------------------------------------------------------------------------
 
 
-def is_dataset_name(name: str) -> bool:
-    """True for a built-in name (:data:`DATASET_NAMES`) or ``"hf:"`` followed by a hub id."""
-    return name in DATASET_NAMES or _hf_id(name) is not None
-
-
-def _hf_id(name: str) -> str | None:
-    """The hub id of an ``"hf:<id>"`` name (``None`` for other names or an empty id)."""
-    if not name.startswith(HF_PREFIX):
-        return None
-    return name[len(HF_PREFIX) :].strip() or None
-
-
 def load_dataset(
     name: str,
     *,
@@ -71,7 +52,8 @@ def load_dataset(
     download: bool = False,
     cache_dir: str | None = None,
 ) -> DataBundle:
-    """Load a dataset by name: one of :data:`DATASET_NAMES`, or ``"hf:<hub dataset id>"``.
+    """Load a dataset by name: one of :data:`~fedgo_flwr.experiment.names.DATASET_NAMES`, or
+    ``"hf:<hub dataset id>"``.
 
     Args:
         name: ``"digits"``, ``"four_gaussians"``, ``"cifar10"``, ``"cifar100"``,
@@ -90,7 +72,7 @@ def load_dataset(
     """
     key = name.strip()
     if key.startswith(HF_PREFIX):
-        hub_id = _hf_id(key)
+        hub_id = hf_id(key)
         if hub_id is None:
             raise ValueError(f"dataset {name!r} needs a hub dataset id, e.g. hf:uoft-cs/cifar10")
         return dataclasses.replace(load_hf_dataset(hub_id), name=HF_PREFIX + hub_id)
@@ -156,7 +138,7 @@ FOUR_GAUSSIANS_VARIANCE = 3.0
 #: "Each Gaussian provides 300 data samples."
 FOUR_GAUSSIANS_PER_COMPONENT = 300
 #: Components owned by the paper's clients 1-4 (quadrants 3, 4, 2, 1), for
-#: :func:`fedgo_flwr.partition.component_partition`.
+#: :func:`fedgo_flwr.data.partition.component_partition`.
 FOUR_GAUSSIANS_PAPER_OWNERS: tuple[int, ...] = (2, 3, 1, 0)
 FOUR_GAUSSIANS_CLASS_NAMES = ("red", "blue", "green")
 # Fixed generator seeds (NOT the experiment seed) so the task is identical in every run.

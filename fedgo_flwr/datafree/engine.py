@@ -27,7 +27,7 @@ from fedgo_flwr.datafree.generator import Generator, reset_generator
 from fedgo_flwr.datafree.losses import kd_loss
 from fedgo_flwr.datafree.pool import SyntheticPool
 from fedgo_flwr.datafree.synthesis import SynthesisSettings, synthesize
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.experiment.schema import Checker
 
 __all__ = [
     "ORDERS",

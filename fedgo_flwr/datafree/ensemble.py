@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedgo_flwr.distill import normalise_teachers
+from fedgo_flwr.learning.distill import normalise_teachers
 from fedgo_flwr.weighting import log_discriminator_odds
 
 __all__ = [
@@ -41,7 +41,8 @@ ensemble outputs zero logits (uniform predictions) instead of dividing by zero."
 
 def member_logits(models: Sequence[nn.Module], x: Tensor, teacher_norm: str = "none") -> Tensor:
     """Every client model's logits on ``x``: ``(n, N, C)``, float32, under ``teacher_norm``
-    (:func:`fedgo_flwr.distill.normalise_teachers` over the batch ``x``; ``none``: as they are).
+    (:func:`fedgo_flwr.learning.distill.normalise_teachers` over the batch ``x``; ``none``: as they
+    are).
 
     Gradients flow to ``x`` when it requires them; the models' parameters are not trained here
     (callers keep them frozen with ``requires_grad_(False)``).

@@ -23,7 +23,7 @@ from fedgo_flwr.datafree.losses import (
     hard_cross_entropy,
     image_prior_losses,
 )
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.experiment.schema import Checker
 
 __all__ = [
     "SOURCES",
@@ -242,7 +242,7 @@ def _synthesis_steps(
             f"synthesis: the loss was not finite in any of its {settings.steps} steps (last: "
             f"{last_loss}); the ensemble's logits on the synthetic batch are not finite "
             "numbers (a client model that produces them should have been left out: "
-            "fedgo_flwr.distill.teacher_logits_problem)"
+            "fedgo_flwr.learning.distill.teacher_logits_problem)"
         )
     return SynthesisResult(
         images=best_images,

@@ -5,7 +5,7 @@ FedGO's scenario G1 trains a WGAN-GP generator on the server's unlabeled data be
 cost of a CIFAR-10 run). What it learns depends only on what :func:`generator_key` lists: the
 server's images (their bytes), the generator's settings (network, width, latent size, steps,
 batch, learning rate, critic steps, penalty weight), the seed (the generator's and critic's
-initial weights and the training's one random stream, :func:`fedgo_flwr.rng.make_rng`), the
+initial weights and the training's one random stream, :func:`fedgo_flwr.runtime.rng.make_rng`), the
 flips, and where and how the numbers are computed (device, torch version, memory format, CPU
 thread count). Runs that share all of them, e.g. several weightings or distillation settings
 on one seed's split, train the same generator; with ``strategy.generator.cache`` set, the
@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedgo_flwr import kernels
-from fedgo_flwr.checkpoint import safe_torch_load
-from fedgo_flwr.fileio import atomic_torch_save, atomic_write_text
+from fedgo_flwr.experiment.checkpoint import safe_torch_load
+from fedgo_flwr.runtime import kernels
+from fedgo_flwr.runtime.fileio import atomic_torch_save, atomic_write_text
 
 __all__ = [
     "GENERATOR_CACHE_VERSION",

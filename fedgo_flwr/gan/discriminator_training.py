@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedgo_flwr import profiling
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.gan.sampling import _check_positive_int, _frozen, _latent, _latent_dim
-from fedgo_flwr.kernels import place
+from fedgo_flwr.runtime import profiling
+from fedgo_flwr.runtime.kernels import place
 
 __all__ = [
     "DISCRIMINATOR_LOSSES",

@@ -21,7 +21,7 @@ same module and load the server's weights into it), so **the module must be impo
 client as well as on the server** (installed in each node's environment, or the same file at the
 same path; a relative ``.py`` path is relative to each process's working directory), and a client
 imports it only if its node operator allows it: node config ``allow-code`` (``true``, or the
-module's package), ``FEDGO_ALLOW_CODE=1`` for simulated nodes (:mod:`fedgo_flwr.trust`). The
+module's package), ``FEDGO_ALLOW_CODE=1`` for simulated nodes (:mod:`fedgo_flwr.runtime.trust`). The
 server's config chooses the module; what a client node runs is its own operator's choice.
 """
 
@@ -41,7 +41,7 @@ from torch import nn
 
 from fedgo_flwr.gan.common import _seeded
 from fedgo_flwr.gan.generators import build_generator
-from fedgo_flwr.trust import check_import
+from fedgo_flwr.runtime.trust import check_import
 
 __all__ = [
     "build_module_generator",
@@ -96,12 +96,12 @@ def load_generator_factory(
     configuration key ``key``.
 
     In a client's handler the module is imported only if the node's own config allows it
-    (:func:`fedgo_flwr.trust.check_import`, node config ``allow-code``).
+    (:func:`fedgo_flwr.runtime.trust.check_import`, node config ``allow-code``).
 
     Raises:
         ValueError: a malformed ``spec``, a module that does not import (the message carries
             the import error), a missing attribute, or an attribute that is not callable.
-        fedgo_flwr.trust.CodeNotAllowed: on a client node that does not allow the module.
+        fedgo_flwr.runtime.trust.CodeNotAllowed: on a client node that does not allow the module.
     """
     target, attr = _split(spec)
     check_import(target, key)

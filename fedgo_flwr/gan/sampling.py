@@ -19,11 +19,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedgo_flwr import profiling
-from fedgo_flwr.aggregation import lower_median
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import view_batches
-from fedgo_flwr.kernels import inference_batch, place
+from fedgo_flwr.learning.aggregation import lower_median
+from fedgo_flwr.learning.distill import view_batches
+from fedgo_flwr.runtime import profiling
+from fedgo_flwr.runtime.kernels import inference_batch, place
 
 __all__ = [
     "discriminator_logits",
@@ -140,7 +140,7 @@ def discriminator_logits(
     The server computes this once per run for the distillation set and the test split (the
     discriminators are fixed after pre-FL, Alg. 2) and feeds it to
     :class:`fedgo_flwr.weighting.WeightingInputs` (``disc_logits``). The samples are taken from
-    ``data`` in order by :func:`fedgo_flwr.distill.view_batches` (normalised as by
+    ``data`` in order by :func:`fedgo_flwr.learning.distill.view_batches` (normalised as by
     :func:`fedgo_flwr.data.batches`; view 1 is the horizontal flip), so the views line up with the
     teachers' logits on the same set. Each discriminator runs in eval mode without gradients, one
     at a time on ``device``; afterwards it is back on the CPU in its previous train/eval mode.
@@ -206,7 +206,7 @@ def discriminator_scale_outliers(
     ``factor`` ``None``: none.
 
     The discriminators' counterpart of the teachers' relative check
-    (:func:`fedgo_flwr.distill.teacher_scale_outliers`): a client that scales its
+    (:func:`fedgo_flwr.learning.distill.teacher_scale_outliers`): a client that scales its
     discriminator's last layer by ``c`` scales its logits by ``c``, which pushes its odds
     ``D_k / (1 - D_k)`` to 0 or infinity and so takes or gives away every sample's weight,
     while the logits stay finite. ``factor`` is ``strategy.aggregation.upload_bound``.

@@ -5,7 +5,8 @@ the same generator from it to load its weights; :class:`DiscriminatorConfig` say
 trains its discriminator (Jang, Park, Lee, ICML 2025, App. E.2). Both sections live under
 ``strategy.`` in an experiment configuration (``strategy.generator.*``,
 ``strategy.discriminator.*``); :class:`GanConfig` groups them for the clients. Every value is
-checked by the section's ``check`` method (see :mod:`fedgo_flwr.schema`), one key per check.
+checked by the section's ``check`` method (see :mod:`fedgo_flwr.experiment.schema`), one key per
+check.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.gan.critics import build_critic
 from fedgo_flwr.gan.discriminator_training import DISCRIMINATOR_LOSSES
 from fedgo_flwr.gan.discriminators import DISCRIMINATOR_NAMES, build_discriminator
 from fedgo_flwr.gan.external import generator_from_config, load_generator_factory
 from fedgo_flwr.gan.generators import GENERATOR_NAMES
-from fedgo_flwr.schema import Checker
 
 __all__ = ["REFERENCES", "DiscriminatorConfig", "GanConfig", "GeneratorConfig"]
 
@@ -43,7 +44,7 @@ class GeneratorConfig:
     critic it has. **The module must be importable on every client too**, not only on the
     server: each client builds the same generator (:meth:`build`) to load the server's weights,
     and a client imports it only if its own node config allows it (``allow-code``,
-    :mod:`fedgo_flwr.trust`; a refusal is the client's error reply naming the module).
+    :mod:`fedgo_flwr.runtime.trust`; a refusal is the client's error reply naming the module).
     :meth:`check` imports it (on the server and on each client); the strategy's pre-flight
     check builds it and checks its output shape against the classifier's input.
 

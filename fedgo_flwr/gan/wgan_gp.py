@@ -24,10 +24,10 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from fedgo_flwr import profiling
 from fedgo_flwr.data import ArrayDataset, batches
 from fedgo_flwr.gan.sampling import _check_positive_int, _latent, _latent_dim
-from fedgo_flwr.kernels import place
+from fedgo_flwr.runtime import profiling
+from fedgo_flwr.runtime.kernels import place
 
 __all__ = [
     "fedgan_generator_steps",

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedgo_flwr.plugins import client_algorithms
+from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.protocol import TRAIN, Declaration, declaration
 from fedgo_flwr.protocol.spec import ReplySpec, Scalar
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.runtime.plugins import client_algorithms
 
 NAME = "cpfl"
 VAL_METRICS = {"val_loss": Scalar(lo=0.0), "val_examples": Scalar(lo=1.0, whole=True)}

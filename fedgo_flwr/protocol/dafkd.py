@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.protocol import TRAIN, Declaration
 from fedgo_flwr.protocol.spec import ReplySpec, Scalar
-from fedgo_flwr.schema import Checker
 
 GENERATOR_KEY = "generator"
 """The generator's weights: the server's global one down, the client's trained one up."""

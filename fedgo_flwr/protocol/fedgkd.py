@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.protocol import TRAIN, Declaration
 from fedgo_flwr.protocol.spec import ReplySpec, Scalar
-from fedgo_flwr.schema import Checker
 
 TEACHER_KEY = "teacher"
 """The record prefix of the teachers: ``teacher.0`` ... ``teacher.{M-1}``."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.protocol import Declaration
-from fedgo_flwr.schema import Checker
 
 
 @dataclass

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.protocol import TRAIN, Declaration
 from fedgo_flwr.protocol.spec import ReplySpec, Scalar
-from fedgo_flwr.schema import Checker
 
 GLOBAL_PROTOS_KEY = "global_protos"
 """The server's prototypes, ``{"protos": (C, d) float32}``, from round 2 on."""

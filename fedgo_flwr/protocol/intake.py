@@ -22,7 +22,7 @@ Checked, in order:
   server has one: n_k weighs every average, and the server never takes a client's word for it
   (FedAvg, McMahan et al. 2017, Alg. 1; FedGAN, Rasouli et al. 2020, Alg. 1);
 - each ArrayRecord has exactly its template's keys, shapes and dtypes, and only finite values
-  (:func:`fedgo_flwr.aggregation.check_arrays`).
+  (:func:`fedgo_flwr.learning.aggregation.check_arrays`).
 
 :attr:`RoundIntake.failed` is the number of partitions the round sent work to that have no
 accepted reply: each counted once, whatever it (or another node in its name) sent.
@@ -39,9 +39,9 @@ import numpy as np
 from flwr.app import Message, RecordDict
 from flwr.supercore import log
 
-from fedgo_flwr.aggregation import check_arrays
-from fedgo_flwr.messages import METRICS, NUM_EXAMPLES, to_numpy
+from fedgo_flwr.learning.aggregation import check_arrays
 from fedgo_flwr.protocol.spec import ReplySpec
+from fedgo_flwr.runtime.messages import METRICS, NUM_EXAMPLES, to_numpy
 
 __all__ = ["Checked", "RoundIntake", "parse_group_id", "partition_of_reply"]
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedgo_flwr.messages import ARRAYS, METRICS, NUM_EXAMPLES, NUM_PARTITIONS, PARTITION_ID
+from fedgo_flwr.runtime.messages import ARRAYS, METRICS, NUM_EXAMPLES, NUM_PARTITIONS, PARTITION_ID
 
 __all__ = ["COMMON_METRICS", "TRAIN_METRICS", "ReplySpec", "Scalar", "is_number"]
 
@@ -68,7 +68,7 @@ TRAIN_METRICS: Mapping[str, Scalar] = {
     "train_time": NONNEGATIVE,
     "handler_time": NONNEGATIVE,
 }
-"""What every ``train`` reply's ``metrics`` may hold (``fedgo_flwr.client_app.train``)."""
+"""What every ``train`` reply's ``metrics`` may hold (``fedgo_flwr.app.client_app.train``)."""
 
 
 @dataclass(frozen=True)

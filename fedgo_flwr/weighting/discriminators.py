@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedgo_flwr.rng import make_rng
+from fedgo_flwr.runtime.rng import make_rng
 
 __all__ = [
     "BYZANTINE_LOGIT",

@@ -100,8 +100,8 @@ def ensemble_logits(logits: Tensor, weights: Tensor) -> Tensor:
 
     This is the argument of the softmax in FedGO Alg. 1/2 (AVGLOGITS of FedDF when ``w = 1/K``).
     ``logits`` is ``(K, N, C)``, or ``(K, V, N, C)`` with a leading view axis after ``K`` (the
-    augmentation views of :mod:`fedgo_flwr.distill`); ``weights`` has the same shape without
-    ``C``. The result has the promoted floating dtype of both (at least float32). The one
+    augmentation views of :mod:`fedgo_flwr.learning.distill`); ``weights`` has the same shape
+    without ``C``. The result has the promoted floating dtype of both (at least float32). The one
     implementation of the ensemble: distillation targets, pseudo-label diagnostics and
     ensemble evaluation all use it.
     """

@@ -17,13 +17,13 @@ import pytest
 from flwr.supercore import log
 from helpers import ROOT, rows_of, run_context
 
-from fedgo_flwr import cli, inprocess, server_app
-from fedgo_flwr.client_app import app as client_app
-from fedgo_flwr.config import ConfigError, split_overrides
-from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.recorder import decide_output_dir
-from fedgo_flwr.report import find_runs, load_run
-from fedgo_flwr.runfolders import LATEST, is_run_stamp, new_run_folder
+from fedgo_flwr.app import cli, inprocess, server_app
+from fedgo_flwr.app.client_app import app as client_app
+from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.experiment.config import ConfigError, split_overrides
+from fedgo_flwr.experiment.recorder import decide_output_dir
+from fedgo_flwr.experiment.report import find_runs, load_run
+from fedgo_flwr.experiment.runfolders import LATEST, is_run_stamp, new_run_folder
 from strategies import load_experiment
 
 TINY = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]

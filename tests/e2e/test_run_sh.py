@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY_RUN, run_sh, tiny_config
 
-from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.app.inprocess import run_inprocess
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,8 +136,8 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     import signal
     import time
 
-    from fedgo_flwr.checkpoint import load_checkpoint
-    from fedgo_flwr.inprocess import run_inprocess
+    from fedgo_flwr.app.inprocess import run_inprocess
+    from fedgo_flwr.experiment.checkpoint import load_checkpoint
 
     tiny = ["rounds=5", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
     tiny.append("strategy.name=scaffold")  # client state (c_i) must survive the restart too

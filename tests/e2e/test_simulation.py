@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from flwr.simulation import run_simulation
 
-from fedgo_flwr.client_app import app as client_app
-from fedgo_flwr.inprocess import run_inprocess
-from fedgo_flwr.server_app import server_app_for
+from fedgo_flwr.app.client_app import app as client_app
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.app.server_app import server_app_for
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ def test_faulty_clients_are_survived_under_ray(tmp_path, monkeypatch):
     a client hangs past ``round_timeout``. Each round completes with the rest; FedDF's weights
     cover only the clients that replied. The simulated nodes opt in to the faults through their
     environment (they have no node config of their own), which Ray's workers inherit."""
-    from fedgo_flwr.task import sample_clients
+    from fedgo_flwr.experiment.task import sample_clients
 
     monkeypatch.setenv("FEDGO_ALLOW_FAULTS", "1")
 

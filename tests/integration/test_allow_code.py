@@ -1,5 +1,5 @@
 """Code named by the server's config runs on a client only if the node's operator allowed it
-(``fedgo_flwr/trust.py``): node config ``allow-code``, else ``$FEDGO_ALLOW_CODE``.
+(``fedgo_flwr/runtime/trust.py``): node config ``allow-code``, else ``$FEDGO_ALLOW_CODE``.
 
 ``strategy.generator.module`` (FedGO's G2 with a user's generator factory) is imported by every
 client from what the server's message names. A node that has not allowed it refuses the
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.gan.external import load_generator_factory
 from fedgo_flwr.gan.settings import GeneratorConfig
-from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.trust import (
+from fedgo_flwr.runtime.trust import (
     ALLOW_CODE_ENV,
     CodeNotAllowed,
     CodePolicy,

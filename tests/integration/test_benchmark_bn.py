@@ -10,8 +10,8 @@ import pytest
 import torch
 from benchmark_scripts import load_benchmark
 
-from fedgo_flwr.inprocess import run_inprocess
-from fedgo_flwr.models import build_model
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.models.classifiers import build_model
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

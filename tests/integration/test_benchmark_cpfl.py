@@ -89,7 +89,7 @@ def test_preset_partition_can_be_drawn_for_every_alpha_and_default_seed(driver) 
     """200 clients under Dirichlet(0.1) need enough images for every client to get
     ``data.min_client_size`` of them; a training subset that is too small fails every run of
     the grid at its start. CIFAR-10's classes are balanced, so the subset's labels are too."""
-    from fedgo_flwr.partition import dirichlet_partition
+    from fedgo_flwr.data.partition import dirichlet_partition
 
     args = driver.parse_args([])
     for alpha in args.alphas:

@@ -11,7 +11,7 @@ import torch
 from benchmark_scripts import load_benchmark
 from torch import nn
 
-from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.app.inprocess import run_inprocess
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,12 @@ import torch
 from helpers import rows_of, without_timing
 from torch import nn
 
-from fedgo_flwr.checkpoint import load_checkpoint
-from fedgo_flwr.cli import preflight
-from fedgo_flwr.cohorts import (
+from fedgo_flwr.app.cli import preflight
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.experiment.checkpoint import load_checkpoint
+from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.learning.cohorts import (
     CohortDistillConfig,
     PlateauStopper,
     batches_per_epoch,
@@ -26,9 +29,6 @@ from fedgo_flwr.cohorts import (
     random_cohorts,
     teacher_weights,
 )
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.inprocess import run_inprocess
 from strategies import load_experiment
 from strategies.cpfl import CPFL
 
@@ -415,7 +415,7 @@ def test_a_public_folder_is_refused_by_other_strategies(tmp_path):
 
 
 def test_cohort_odds_weights_sum_their_clients_fedgo_weights():
-    from fedgo_flwr.cohorts import cohort_odds_weights, combine_per_sample
+    from fedgo_flwr.learning.cohorts import cohort_odds_weights, combine_per_sample
 
     client = torch.tensor([[0.1, 0.5], [0.2, 0.25], [0.7, 0.25]])  # (K=3, N=2), columns sum to 1
     cohorts = cohort_odds_weights(client, [[0, 2], [1]])

@@ -1,9 +1,9 @@
 """CPFL's stopping signal against untrusted cohort members (paper 003, Sec. 4.1).
 
 Each member reports the received model's validation loss; the cohort's signal is the mean of
-them (:func:`fedgo_flwr.cohorts.cohort_loss`). A member that lies about its loss -- extreme,
-NaN, a list, a loss without a validation split -- must neither crash the run nor stop or stall
-its cohort. The whole-run tests edit the liars' replies on their way to the server, every
+them (:func:`fedgo_flwr.learning.cohorts.cohort_loss`). A member that lies about its loss --
+extreme, NaN, a list, a loss without a validation split -- must neither crash the run nor stop or
+stall its cohort. The whole-run tests edit the liars' replies on their way to the server, every
 round, through the in-process grid (as ``tests/integration/test_tampered_replies.py`` does for
 one round).
 """
@@ -20,10 +20,10 @@ import pytest
 from flwr.app import MetricRecord
 from helpers import rows_of, without_timing
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.cohorts import LOSS_BOUND, PlateauStopper, cohort_loss, random_cohorts
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.learning.cohorts import LOSS_BOUND, PlateauStopper, cohort_loss, random_cohorts
+from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Node discovery with untrusted nodes (``fedgo_flwr/discovery.py``): which node serves which
+"""Node discovery with untrusted nodes (``fedgo_flwr/app/discovery.py``): which node serves which
 partition. A node's reply to the partition-id query may be anything; a wrong or hostile one
 ends the run with one :class:`NodeDiscoveryError` naming the node(s) and the value, never
 another exception. With a node map (run config ``node-map``) the operator, not the nodes,
@@ -22,18 +22,18 @@ from flwr.clientapp import ClientApp
 from flwr.proto.node_pb2 import NodeInfo
 from helpers import run_context
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr import server_app
-from fedgo_flwr.client_app import app as client_app
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.discovery import (
+from fedgo_flwr.app import server_app
+from fedgo_flwr.app.client_app import app as client_app
+from fedgo_flwr.app.discovery import (
     NodeDiscoveryError,
     discover_nodes,
     load_node_map,
     parse_index,
     public_key_der,
 )
-from fedgo_flwr.inprocess import InProcessGrid
+from fedgo_flwr.app.inprocess import InProcessGrid
+from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.runtime import messages as msgs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,10 +11,10 @@ import test_golden_runs as golden
 import torch
 from helpers import rows_of, without_timing
 
-from fedgo_flwr.checkpoint import load_checkpoint
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.inprocess import run_inprocess
-from fedgo_flwr.task import sample_clients
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.checkpoint import load_checkpoint
+from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.experiment.task import sample_clients
 from strategies import available, load_experiment, strategy_class
 from strategies.base import Strategy
 from strategies.oneshot import OneShot
@@ -192,7 +192,7 @@ def test_scaffold_resume_needs_the_clients_saved_controls(tmp_path, monkeypatch)
 
 @pytest.fixture
 def clean_stop():
-    from fedgo_flwr import shutdown
+    from fedgo_flwr.runtime import shutdown
 
     shutdown.reset()
     yield shutdown
@@ -203,8 +203,8 @@ def test_a_client_killed_by_the_stop_makes_no_round(tmp_path, monkeypatch, clean
     """Ctrl-C kills the clients and the server together: the round whose client died with the
     stop is not recorded (no metrics row, no checkpoint), so the resumed run matches an
     uninterrupted one. Without the stop, the same failure is an ordinary dropped client."""
-    import fedgo_flwr.client_app as client_app
-    from fedgo_flwr.shutdown import RunStopped
+    import fedgo_flwr.app.client_app as client_app
+    from fedgo_flwr.runtime.shutdown import RunStopped
 
     scaffold = ["rounds=4", "strategy.name=scaffold"]
     run_inprocess(config(tmp_path / "straight", *scaffold))

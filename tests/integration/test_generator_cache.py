@@ -11,8 +11,8 @@ import pytest
 import torch
 from helpers import SMALL_GAN, log_messages, rows_of, tiny_config, without_timing
 
+from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.gan import cache as gen_cache
-from fedgo_flwr.inprocess import run_inprocess
 
 FEDGO = [
     "rounds=2",

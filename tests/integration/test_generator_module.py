@@ -16,11 +16,11 @@ import pytest
 import torch
 from helpers import TINY_RUN
 
-from fedgo_flwr.cli import preflight
-from fedgo_flwr.config import ConfigError
+from fedgo_flwr.app.cli import preflight
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.config import ConfigError
 from fedgo_flwr.gan import build_generator, generator_from_config
 from fedgo_flwr.gan.settings import GeneratorConfig
-from fedgo_flwr.inprocess import run_inprocess
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

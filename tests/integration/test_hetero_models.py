@@ -18,12 +18,12 @@ from flwr.app import ConfigRecord
 
 import clients.base
 import strategies
-from fedgo_flwr.config import ConfigError, load_config
-from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.messages import ARRAYS, to_record
-from fedgo_flwr.models import build_model
-from fedgo_flwr.rng import derive_seed
-from fedgo_flwr.task import client_model_name, load_bundle, make_partition, new_model
+from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.experiment.config import ConfigError, load_config
+from fedgo_flwr.experiment.task import client_model_name, load_bundle, make_partition, new_model
+from fedgo_flwr.models.classifiers import build_model
+from fedgo_flwr.runtime.messages import ARRAYS, to_record
+from fedgo_flwr.runtime.rng import derive_seed
 from strategies import available, load_experiment, strategy_class
 from strategies.base import ServerResources
 

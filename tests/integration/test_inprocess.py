@@ -13,11 +13,11 @@ from helpers import SMALL_GAN, TINY_RUN
 
 from clients.fedavg import FedAvgClient
 from clients.fedgo import FedGOClient
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.experiment.task import make_partition, sample_clients
 from fedgo_flwr.protocol import RoundIntake
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, GENERATOR_KEY
-from fedgo_flwr.task import make_partition, sample_clients
 from strategies import load_experiment
 from strategies._prefl import seeded_generator
 
@@ -86,7 +86,7 @@ def test_batch_norm_model_runs_and_its_buffers_are_averaged(tmp_path, strategy):
     state = torch.load(tmp_path / "model.pt")
     tracked = [v for k, v in state.items() if k.endswith("num_batches_tracked")]
     assert tracked and all(t.ndim == 0 and int(t) > 0 for t in tracked)
-    from fedgo_flwr.models import build_model
+    from fedgo_flwr.models.classifiers import build_model
 
     build_model("cnn_bn", (1, 8, 8), 10).load_state_dict(state)
 

@@ -25,8 +25,8 @@ from test_tampered_replies import (
     warnings_with,
 )
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.task import make_partition, sample_clients
 from fedgo_flwr.protocol import (
     TRAIN_METRICS,
     ReplySpec,
@@ -36,7 +36,7 @@ from fedgo_flwr.protocol import (
     parse_group_id,
 )
 from fedgo_flwr.protocol.fedgo import FEDGAN_MESSAGE
-from fedgo_flwr.task import make_partition, sample_clients
+from fedgo_flwr.runtime import messages as msgs
 
 TEMPLATE = {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
 
@@ -272,7 +272,7 @@ def test_fedgan_weights_by_the_servers_count(tmp_path, monkeypatch):
     """With every claim honest, the weights are the partition sizes (the same average)."""
     cfg = g3_config(tmp_path)
     sizes = make_partition(cfg).client_sizes
-    from fedgo_flwr.aggregation import RunningAverage
+    from fedgo_flwr.learning.aggregation import RunningAverage
 
     weights: list[float] = []
     original = RunningAverage.add

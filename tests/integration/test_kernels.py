@@ -1,4 +1,4 @@
-"""The channels-last switch (fedgo_flwr.kernels, resources.channels_last)."""
+"""The channels-last switch (fedgo_flwr.runtime.kernels, resources.channels_last)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import torch
 from flwr.app import ArrayRecord
 from torch import nn
 
-from fedgo_flwr import kernels
-from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import predict_views
-from fedgo_flwr.models import build_model
-from fedgo_flwr.rng import make_rng
-from fedgo_flwr.training import train_local
+from fedgo_flwr.experiment.config import TrainConfig
+from fedgo_flwr.learning.distill import predict_views
+from fedgo_flwr.learning.training import train_local
+from fedgo_flwr.models.classifiers import build_model
+from fedgo_flwr.runtime import kernels
+from fedgo_flwr.runtime.rng import make_rng
 
 CPU = torch.device("cpu")
 
@@ -80,7 +80,7 @@ def test_a_channels_last_model_travels_like_any_other(channels_last):
 
 
 def test_a_run_with_channels_last_is_deterministic(tmp_path, channels_last):
-    from fedgo_flwr.inprocess import run_inprocess
+    from fedgo_flwr.app.inprocess import run_inprocess
     from strategies import load_experiment
 
     runs = []

@@ -14,8 +14,8 @@ import pytest
 import clients
 import strategies
 from fedgo_flwr import protocol
-from fedgo_flwr.inprocess import run_inprocess
-from fedgo_flwr.schema import ConfigError
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.schema import ConfigError
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,8 +29,8 @@ import json
 from dataclasses import dataclass
 import numpy as np
 from flwr.app import RecordDict
-from fedgo_flwr.messages import CONFIG, METRICS
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.runtime.messages import CONFIG, METRICS
+from fedgo_flwr.experiment.schema import Checker
 from strategies.fedavg import FedAvg
 from strategies.base import Reply
 
@@ -114,7 +114,7 @@ def test_an_algorithm_is_four_new_files(tmp_path, monkeypatch):
     monkeypatch.setattr(strategies, "__path__", [*strategies.__path__, str(tmp_path / "s")])
     monkeypatch.setattr(clients, "__path__", [*clients.__path__, str(tmp_path / "c")])
     monkeypatch.setattr(protocol, "__path__", [*protocol.__path__, str(tmp_path / "p")])
-    from fedgo_flwr import client_app
+    from fedgo_flwr.app import client_app
 
     client_app.register_client_messages()
 

@@ -12,12 +12,12 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 from helpers import TINY_RUN
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.client_app import app as client_app
-from fedgo_flwr.client_app import message_partition
-from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.server_app import discover_nodes
-from fedgo_flwr.task import load_bundle, new_model, sample_clients
+from fedgo_flwr.app.client_app import app as client_app
+from fedgo_flwr.app.client_app import message_partition
+from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.app.server_app import discover_nodes
+from fedgo_flwr.experiment.task import load_bundle, new_model, sample_clients
+from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment, strategy_class
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,14 +16,14 @@ import torch
 from flwr.app import ArrayRecord
 from helpers import rows_of, tiny_config
 
-from fedgo_flwr import cli
-from fedgo_flwr.checkpoint import (
+from fedgo_flwr.app import cli
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.checkpoint import (
     CHECKPOINT_FILE,
     PREVIOUS_FILE,
 )
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.inprocess import run_inprocess
-from fedgo_flwr.recorder import RunRecorder
+from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.experiment.recorder import RunRecorder
 
 # -- the run folder ------------------------------------------------------------------------
 

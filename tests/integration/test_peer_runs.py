@@ -13,10 +13,10 @@ import pytest
 
 from clients.dafkd import DaFKDClient
 from clients.fedtgp import FedTGPClient
-from fedgo_flwr.inprocess import run_inprocess
-from fedgo_flwr.messages import to_numpy, to_record
+from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY
 from fedgo_flwr.protocol.fedtgp import PROTOS_KEY
+from fedgo_flwr.runtime.messages import to_numpy, to_record
 from strategies import load_experiment
 from strategies.dafkd import DaFKD
 from strategies.feddf import FedDF

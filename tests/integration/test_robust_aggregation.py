@@ -19,7 +19,9 @@ import torch
 import strategies
 from clients.fedavg import FedAvgClient
 from clients.scaffold import ScaffoldClient
-from fedgo_flwr.aggregation import (
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.learning.aggregation import (
     AggregationConfig,
     ReplyStack,
     RunningAverage,
@@ -30,8 +32,6 @@ from fedgo_flwr.aggregation import (
     update_norm,
     weighted_average,
 )
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.weighting import WeightingInputs, cap_weights, compute_weights
 from strategies import load_experiment, strategy_class
 

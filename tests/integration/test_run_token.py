@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from helpers import log_messages, rows_of, tiny_config
 
-from fedgo_flwr import server_app as server_app_module
-from fedgo_flwr.checkpoint import (
+from fedgo_flwr.app import server_app as server_app_module
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.checkpoint import (
     new_run_token,
 )
-from fedgo_flwr.inprocess import run_inprocess
 
 # -- the run token and the node's folder ---------------------------------------------------
 

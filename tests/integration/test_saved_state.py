@@ -13,7 +13,9 @@ import torch
 from flwr.app import Context, RecordDict
 from helpers import log_messages, rows_of, tiny_config
 
-from fedgo_flwr.checkpoint import (
+from fedgo_flwr.app.client_app import restore_state
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.checkpoint import (
     CHECKPOINT_FILE,
     PREVIOUS_FILE,
     Checkpoint,
@@ -21,8 +23,6 @@ from fedgo_flwr.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from fedgo_flwr.client_app import restore_state
-from fedgo_flwr.inprocess import run_inprocess
 
 
 class Planted:
@@ -129,7 +129,7 @@ def test_a_checkpoint_round_trips_exactly(tmp_path):
 )
 def test_checkpoint_fields_are_checked_on_load(tmp_path, field, value):
     raw = good_checkpoint()
-    from fedgo_flwr.checkpoint import FORMAT, encode
+    from fedgo_flwr.experiment.checkpoint import FORMAT, encode
 
     data = {"format": FORMAT, **encode(raw)}
     data[field] = value
@@ -191,8 +191,8 @@ def test_planted_fedgo_files_run_no_code(tmp_path, monkeypatch, planted):
     if planted == "generator":
         paths = [f"strategy.generator.path={evil}"]
     else:
+        from fedgo_flwr.experiment.task import load_bundle
         from fedgo_flwr.gan import build_generator
-        from fedgo_flwr.task import load_bundle
 
         cfg = tiny_config(tmp_path / "x", *FEDGO)
         gp = cfg.strategy.params.generator

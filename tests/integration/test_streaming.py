@@ -13,9 +13,9 @@ import torch
 from flwr.app import Message, MessageType, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedgo_flwr.aggregation import RunningAverage, weighted_average
-from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.messages import stream_replies
+from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.learning.aggregation import RunningAverage, weighted_average
+from fedgo_flwr.runtime.messages import stream_replies
 from strategies import load_experiment
 from strategies.feddf import FedDF
 
@@ -199,7 +199,7 @@ def test_the_server_uses_its_waiting_threads_until_the_last_reply_is_pulled(monk
     """resources.server_cpus_waiting: the work on replies that come while other clients train
     runs on that many threads; the last pull's replies, and everything after, on all of them
     (also when the caller stops early)."""
-    import fedgo_flwr.messages as messages
+    import fedgo_flwr.runtime.messages as messages
 
     state = SimpleNamespace(n=4)  # the process's thread count, without touching the real one
     monkeypatch.setattr(torch, "set_num_threads", lambda n: setattr(state, "n", n))

@@ -1,5 +1,5 @@
 """Strict JSON everywhere: no ``NaN``/``Infinity`` in what the project writes
-(:func:`fedgo_flwr.fileio.strict_json`), a WARNING naming what was written ``null``."""
+(:func:`fedgo_flwr.runtime.fileio.strict_json`), a WARNING naming what was written ``null``."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import torch
 from helpers import rows_of
 from test_tampered_replies import FEDGO, config, set_metric, tamper
 
-from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.fileio import NAMED_PATHS, strict_json
-from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.recorder import json_line
 from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE
-from fedgo_flwr.recorder import json_line
+from fedgo_flwr.runtime.fileio import NAMED_PATHS, strict_json
 
 NOTE = "non-finite values written as null"
 

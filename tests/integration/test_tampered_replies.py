@@ -18,13 +18,13 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from helpers import SMALL_GAN, rows_of
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import check_arrays
-from fedgo_flwr.checkpoint import load_checkpoint
-from fedgo_flwr.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_flwr.experiment.checkpoint import load_checkpoint
+from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model, sample_clients
+from fedgo_flwr.learning.aggregation import check_arrays
 from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY
-from fedgo_flwr.task import load_bundle, make_partition, new_model, sample_clients
+from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment, strategy_class
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fedgo_flwr import cli
-from fedgo_flwr.inprocess import run_inprocess
+from fedgo_flwr.app import cli
+from fedgo_flwr.app.inprocess import run_inprocess
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def test_tensorboard_gets_the_rounds_metrics(tmp_path):
 def test_tensorboard_without_its_package_is_refused_before_the_run(tmp_path, monkeypatch):
     import importlib.util
 
-    from fedgo_flwr.config import ConfigError
+    from fedgo_flwr.experiment.config import ConfigError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

@@ -1,7 +1,7 @@
 """Every upload a server combines is bounded, and the ensembles of client models are checked.
 
-The bound (``strategy.aggregation.upload_bound``, :mod:`fedgo_flwr.aggregation`) is tested on
-plain arrays: it binds, it does not, and where it does not the result is the plain rule's bit
+The bound (``strategy.aggregation.upload_bound``, :mod:`fedgo_flwr.learning.aggregation`) is tested
+on plain arrays: it binds, it does not, and where it does not the result is the plain rule's bit
 for bit. The runs then replay, each with one tampered reply in a tiny in-process run, what
 one client could do before: FedGAN's pair, DaFKD's generator, FedTGP's prototypes and
 SCAFFOLD's control deltas averaged without a bound, and one-shot ensembles (Co-Boosting and
@@ -23,8 +23,13 @@ from flwr.app import Array, ArrayRecord, RecordDict
 from helpers import SMALL_GAN, rows_of, without_timing
 from test_tampered_replies import tamper
 
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.aggregation import (
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.datafree import SynthesisSettings, synthesize, weighted_logits
+from fedgo_flwr.experiment.checkpoint import load_checkpoint
+from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.experiment.task import sample_clients
+from fedgo_flwr.gan import discriminator_scale_outliers, neutralise_nonfinite
+from fedgo_flwr.learning.aggregation import (
     DEFAULT_UPDATE_BOUND,
     DEFAULT_UPLOAD_BOUND,
     AggregationConfig,
@@ -38,25 +43,20 @@ from fedgo_flwr.aggregation import (
     update_problem,
     upload_norm,
 )
-from fedgo_flwr.checkpoint import load_checkpoint
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.datafree import SynthesisSettings, synthesize, weighted_logits
-from fedgo_flwr.distill import (
+from fedgo_flwr.learning.distill import (
     MAX_TEACHER_LOGIT,
     TeacherBank,
     normalise_teachers,
     teacher_logits_problem,
     teacher_scales,
 )
-from fedgo_flwr.gan import discriminator_scale_outliers, neutralise_nonfinite
-from fedgo_flwr.inprocess import run_inprocess
 from fedgo_flwr.protocol.dafkd import GENERATOR_KEY as DAFKD_GENERATOR_KEY
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, DISCRIMINATOR_MESSAGE, FEDGAN_MESSAGE
 from fedgo_flwr.protocol.fedgo import GENERATOR_KEY as FEDGAN_GENERATOR_KEY
 from fedgo_flwr.protocol.fedtgp import PROTOS_KEY
 from fedgo_flwr.protocol.oneshot_fedgo import DISCRIMINATOR_KEY
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY
-from fedgo_flwr.task import sample_clients
+from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

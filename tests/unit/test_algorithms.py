@@ -9,12 +9,12 @@ from torch import nn
 
 from clients.fedprox import proximal_term
 from clients.scaffold import scaffold_client_update
-from fedgo_flwr.aggregation import check_arrays, weighted_average
-from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.rng import make_rng
-from fedgo_flwr.task import sample_clients
-from fedgo_flwr.training import train_local
+from fedgo_flwr.experiment.config import TrainConfig
+from fedgo_flwr.experiment.task import sample_clients
+from fedgo_flwr.learning.aggregation import check_arrays, weighted_average
+from fedgo_flwr.learning.training import train_local
+from fedgo_flwr.runtime.rng import make_rng
 
 
 def test_weighted_average_matches_hand_computation_and_keeps_dtypes():

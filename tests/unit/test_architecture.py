@@ -15,18 +15,33 @@ import yaml
 
 import clients
 import strategies
-from fedgo_flwr.config import OPTIMIZERS, ExperimentConfig
-from fedgo_flwr.data import DATASET_NAMES
-from fedgo_flwr.models import MODEL_NAMES
-from fedgo_flwr.partition import PARTITION_SCHEMES
-from fedgo_flwr.plugins import client_algorithms
+from fedgo_flwr.experiment.config import OPTIMIZERS, ExperimentConfig
+from fedgo_flwr.experiment.names import DATASET_NAMES, MODEL_NAMES, PARTITION_SCHEMES
+from fedgo_flwr.experiment.schema import ConfigError
 from fedgo_flwr.protocol import EmptyConfig, declaration
-from fedgo_flwr.schema import ConfigError
+from fedgo_flwr.runtime.plugins import client_algorithms
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("fedgo_flwr", "strategies", "clients")
-APPS = {"fedgo_flwr.server_app", "fedgo_flwr.client_app", "fedgo_flwr.inprocess", "fedgo_flwr.cli"}
+LAYERS = ("config", "library", "algorithms", "app")
+"""Bottom to top: a module imports modules of its own layer or of a layer below it."""
+CONFIG_LAYER = {
+    "fedgo_flwr.experiment.schema",
+    "fedgo_flwr.experiment.names",
+    "fedgo_flwr.experiment.config",
+}
+"""The configuration layer: standard library and YAML only, nothing else of the project."""
+
+
+def layer_of(module: str) -> str:
+    """``app`` (``fedgo_flwr/app/``), ``algorithms`` (``strategies/``, ``clients/``), ``config``
+    (:data:`CONFIG_LAYER`) or ``library`` (the rest of ``fedgo_flwr``)."""
+    if module == "fedgo_flwr.app" or module.startswith("fedgo_flwr.app."):
+        return "app"
+    if module.split(".")[0] in ("strategies", "clients"):
+        return "algorithms"
+    return "config" if module in CONFIG_LAYER else "library"
 
 
 def module_name(path: Path) -> str:
@@ -53,21 +68,43 @@ def project_imports() -> dict[str, set[str]]:
 
 
 def test_dependencies_point_one_way():
-    """Core modules never import strategies or clients; strategies and clients never import
-    each other (what both need, the protocol, lives in ``fedgo_flwr``)."""
+    """app -> (strategies, clients) -> library -> config: a module imports only its own layer
+    and the layers below it (:func:`layer_of`). Only ``fedgo_flwr/app/`` imports strategies or
+    clients; strategies and clients never import each other (what both need, the protocol,
+    lives in ``fedgo_flwr``); the configuration layer imports no library."""
     graph = project_imports()
-    assert "fedgo_flwr.config" in graph and "strategies.base" in graph
-    assert "fedgo_flwr.protocol.fedgo" in graph
-    forbidden = {"strategies": {"clients"}, "clients": {"strategies"}}
+    assert "fedgo_flwr.experiment.config" in graph and "strategies.base" in graph
+    assert "fedgo_flwr.protocol.fedgo" in graph and "fedgo_flwr.app.server_app" in graph
+    assert {layer_of(m) for m in graph} == set(LAYERS)
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
     for module, imported in graph.items():
+        above = {m for m in imported if rank[layer_of(m)] > rank[layer_of(module)]}
+        assert not above, f"{module} ({layer_of(module)}) imports {sorted(above)}"
         top = module.split(".")[0]
-        never = {"strategies", "clients"} if module not in APPS else set()
-        never = forbidden.get(top, never)
-        bad = {m for m in imported if m.split(".")[0] in never}
-        assert not bad, f"{module} imports {sorted(bad)}"
-    assert graph["fedgo_flwr.schema"] == set(), "the schema builder must stay a leaf"
-    client_side = {m for m in graph["fedgo_flwr.client_app"] if m.startswith("strategies")}
+        if top in ("strategies", "clients"):
+            other = "clients" if top == "strategies" else "strategies"
+            bad = {m for m in imported if m.split(".")[0] == other}
+            assert not bad, f"{module} imports {sorted(bad)}"
+    assert graph["fedgo_flwr.experiment.schema"] == set(), "the schema builder must stay a leaf"
+    # Importing a config module runs these packages' __init__: they import nothing.
+    assert graph["fedgo_flwr"] == graph["fedgo_flwr.experiment"] == set()
+    client_side = {m for m in graph["fedgo_flwr.app.client_app"] if m.startswith("strategies")}
     assert not client_side, "a client must not import server strategies"
+
+
+def test_the_config_layer_imports_the_standard_library_and_yaml_only():
+    allowed = set(sys.stdlib_module_names) | {"yaml", "fedgo_flwr"}
+    for module in sorted(CONFIG_LAYER):
+        path = ROOT / (module.replace(".", "/") + ".py")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            outside = {n for n in names if n.split(".")[0] not in allowed}
+            assert not outside, f"{module} imports {sorted(outside)}"
 
 
 def test_no_import_cycles():
@@ -111,10 +148,12 @@ def test_a_package_reexports_the_public_api_of_its_modules(package):
 
 
 def test_checking_a_config_does_not_import_any_strategy():
+    """Nor the library: reading and checking a config imports neither torch nor NumPy."""
     code = (
-        "import sys; from fedgo_flwr.config import load_config; "
+        "import sys; from fedgo_flwr.experiment.config import load_config; "
         "load_config('conf/fedgo.yaml'); "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('strategies', 'clients')))"
+        "tops = ('strategies', 'clients', 'torch', 'numpy'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in tops))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
@@ -176,7 +215,7 @@ def test_every_protocol_module_declares_a_client_algorithm():
 def test_the_client_algorithms_are_listed_without_importing_them():
     assert client_algorithms() == clients.available()
     code = (
-        "import sys; from fedgo_flwr.plugins import client_algorithms; "
+        "import sys; from fedgo_flwr.runtime.plugins import client_algorithms; "
         "names = client_algorithms(); "
         "print('clients' in sys.modules, 'fedavg' in names, 'base' in names)"
     )

@@ -8,7 +8,7 @@ import pytest
 import torch
 from benchmark_scripts import load_benchmark
 
-from fedgo_flwr import profiling
+from fedgo_flwr.runtime import profiling
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

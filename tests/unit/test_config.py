@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedgo_flwr.cli import CIFAR_FOLDERS, preflight
-from fedgo_flwr.cli import main as cli_main
-from fedgo_flwr.config import ConfigError, ExperimentConfig
-from fedgo_flwr.inprocess import run_inprocess
-from fedgo_flwr.schema import Checker, build_section
+from fedgo_flwr.app.cli import CIFAR_FOLDERS, preflight
+from fedgo_flwr.app.cli import main as cli_main
+from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker, build_section
 from strategies import load_experiment, resolve
 
 ROOT = Path(__file__).resolve().parents[2]

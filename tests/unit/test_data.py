@@ -11,21 +11,19 @@ import pytest
 import torch
 
 from fedgo_flwr.data import (
-    DATASET_NAMES,
     FOUR_GAUSSIANS_MEANS,
     FOUR_GAUSSIANS_PAPER_OWNERS,
-    HF_PREFIX,
     ArrayDataset,
     batches,
     four_gaussians_server_data,
-    is_dataset_name,
     load_dataset,
     load_hf_dataset,
     make_four_gaussians,
     stratified_subset,
 )
 from fedgo_flwr.data import imagefolder as imagefolder_module
-from fedgo_flwr.partition import component_partition
+from fedgo_flwr.data.partition import component_partition
+from fedgo_flwr.experiment.names import DATASET_NAMES, HF_PREFIX, is_dataset_name
 
 # ------------------------------------------------------------------------------------------
 # digits

@@ -29,7 +29,7 @@ from fedgo_flwr.datafree import (
     weight_step,
     weighted_logits,
 )
-from fedgo_flwr.models import build_model
+from fedgo_flwr.models.classifiers import build_model
 
 SHAPE = (1, 8, 8)
 CLASSES = 3

@@ -12,14 +12,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import (
+from fedgo_flwr.experiment.schema import ConfigError, build_section
+from fedgo_flwr.learning.distill import (
     DistillConfig,
     TeacherBank,
     _batch,
     distill,
 )
-from fedgo_flwr.models import build_model
-from fedgo_flwr.schema import ConfigError, build_section
+from fedgo_flwr.models.classifiers import build_model
 from fedgo_flwr.weighting import WeightingInputs, compute_weights, pseudo_labels
 
 CPU = torch.device("cpu")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedgo_flwr import fileio
-from fedgo_flwr.fileio import (
+from fedgo_flwr.runtime import fileio
+from fedgo_flwr.runtime.fileio import (
     atomic_numpy_save,
     atomic_torch_save,
     atomic_write,

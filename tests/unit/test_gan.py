@@ -18,10 +18,10 @@ from torch import Tensor, nn
 
 from fedgo_flwr import gan
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import view_batches
+from fedgo_flwr.experiment.schema import ConfigError, build_section
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GanConfig, GeneratorConfig
-from fedgo_flwr.models import count_parameters
-from fedgo_flwr.schema import ConfigError, build_section
+from fedgo_flwr.learning.distill import view_batches
+from fedgo_flwr.models.classifiers import count_parameters
 from fedgo_flwr.weighting import WeightingInputs, compute_weights, discriminator_odds
 
 IMAGE_SHAPES = ((3, 32, 32), (1, 8, 8))

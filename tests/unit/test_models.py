@@ -1,4 +1,5 @@
-"""Tests for ``fedgo_flwr.models``: shapes, gradients, seeding, validation, parameter counts."""
+"""Tests for ``fedgo_flwr.models.classifiers``: shapes, gradients, seeding, validation, parameter
+counts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from fedgo_flwr.models import MLP, MODEL_NAMES, build_model, count_parameters
+from fedgo_flwr.experiment.names import MODEL_NAMES
+from fedgo_flwr.models.classifiers import MLP, build_model, count_parameters
 
 BATCH = 2
 NUM_CLASSES = 10
@@ -321,7 +323,7 @@ def test_shufflenetv2_matches_the_paper_layout() -> None:
 
 
 def test_channel_shuffle_interleaves_the_halves() -> None:
-    from fedgo_flwr.models_mobile import channel_shuffle
+    from fedgo_flwr.models.mobile import channel_shuffle
 
     x = torch.arange(6.0).reshape(1, 6, 1, 1)
     assert channel_shuffle(x, 2).flatten().tolist() == [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]

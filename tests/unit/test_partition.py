@@ -1,4 +1,4 @@
-"""Tests for fedgo_flwr.partition (server share + per-class Dirichlet, per-client prior and
+"""Tests for fedgo_flwr.data.partition (server share + per-class Dirichlet, per-client prior and
 C-classes client splits)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from fedgo_flwr.partition import (
+from fedgo_flwr.data.partition import (
     Partition,
     PartitionError,
     _deal,

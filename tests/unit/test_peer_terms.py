@@ -19,17 +19,18 @@ from clients.dafkd import DaFKDClient, gradient_penalty
 from clients.fedgkd import kd_term
 from clients.fedtgp import class_prototypes, prototype_term
 from clients.feduv import FedUVClient, iid_gamma, uniformity_term, variance_term
-from fedgo_flwr.config import ConfigError, TrainConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.features import FeatureTap
+from fedgo_flwr.experiment.config import ConfigError, TrainConfig
+from fedgo_flwr.experiment.names import MODEL_NAMES
 from fedgo_flwr.gan.settings import GeneratorConfig
-from fedgo_flwr.messages import to_numpy
-from fedgo_flwr.models import MODEL_NAMES, build_model
+from fedgo_flwr.learning.training import train_local
+from fedgo_flwr.models.classifiers import build_model
+from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, DaFKDClientConfig
 from fedgo_flwr.protocol.fedgkd import FedGKDConfig
 from fedgo_flwr.protocol.feduv import FedUVConfig
-from fedgo_flwr.rng import derive_seed, make_rng
-from fedgo_flwr.training import train_local
+from fedgo_flwr.runtime.messages import to_numpy
+from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from strategies import load_experiment
 from strategies._gkd import buffer_average
 from strategies.dafkd import logits_and_discriminator
@@ -366,7 +367,7 @@ def test_distill_size_copies_only_the_drawn_server_images(tmp_path):
     """``distill_size`` draws its images by index from the server's share: the same images as a
     draw from the whole copied share, without copying the share (a memory map of the data
     cache: 25,000 CIFAR images at 1,000 clients, where 2,000 are distilled on)."""
-    from fedgo_flwr.task import load_bundle, make_partition, new_model
+    from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
     from strategies.base import ServerResources
 
     cfg = load_experiment(

@@ -1,4 +1,4 @@
-"""The compute-phase counters (fedgo_flwr.profiling) and what the loops report to them."""
+"""The compute-phase counters (fedgo_flwr.runtime.profiling) and what the loops report to them."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from fedgo_flwr import profiling
-from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.distill import DistillConfig, distill
+from fedgo_flwr.experiment.config import TrainConfig
 from fedgo_flwr.gan.sampling import discriminator_logits
-from fedgo_flwr.rng import make_rng
-from fedgo_flwr.training import train_local
+from fedgo_flwr.learning.distill import DistillConfig, distill
+from fedgo_flwr.learning.training import train_local
+from fedgo_flwr.runtime import profiling
+from fedgo_flwr.runtime.rng import make_rng
 
 CPU = torch.device("cpu")
 
@@ -81,7 +81,7 @@ def test_loops_report_the_images_they_process(counting):
 
 
 def test_forward_only_passes_run_at_the_gpu_inference_batch_on_cuda_only() -> None:
-    from fedgo_flwr import kernels
+    from fedgo_flwr.runtime import kernels
 
     before = kernels.inference_batch(1, "cuda")
     try:

@@ -10,8 +10,12 @@ import pytest
 from flwr.app import Context, RecordDict
 from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
 
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.server_app import RUN_CONFIG_FILE_KEYS, config_from_context, run_config_overrides
+from fedgo_flwr.app.server_app import (
+    RUN_CONFIG_FILE_KEYS,
+    config_from_context,
+    run_config_overrides,
+)
+from fedgo_flwr.experiment.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

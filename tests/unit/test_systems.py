@@ -1,4 +1,5 @@
-"""Tests for ``fedgo_flwr.systems``: device profiles, the round clock, CPU-hours and bytes."""
+"""Tests for ``fedgo_flwr.learning.systems``: device profiles, the round clock, CPU-hours and
+bytes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedgo_flwr.systems import (
+from fedgo_flwr.learning.systems import (
     FEDSCALE_BYTES_PER_SECOND,
     FEDSCALE_SECONDS_PER_BATCH,
     DeviceProfile,

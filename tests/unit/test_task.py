@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedgo_flwr.config import ConfigError
-from fedgo_flwr.task import client_dataset, load_bundle, make_partition
+from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.experiment.task import client_dataset, load_bundle, make_partition
 from strategies import load_experiment
 
 

@@ -1,15 +1,15 @@
-"""Command-line helpers used by ``run.sh`` (``python -m fedgo_flwr.cli ...``).
+"""Command-line helpers used by ``run.sh`` (``python -m fedgo_flwr.app.cli ...``).
 
 ``prepare CONFIG [k=v ...] --run-toml PATH [--supernodes N]``: validate the experiment (fail
 fast, exit 2 with one message naming key, value and file), decide its output folder (a new
-one unless ``output_dir`` is set: :func:`fedgo_flwr.recorder.decide_output_dir`), write the
-Flower run config (``config`` + ``overrides``, the last of them that ``output_dir``) to PATH,
+one unless ``output_dir`` is set: :func:`fedgo_flwr.experiment.recorder.decide_output_dir`), write
+the Flower run config (``config`` + ``overrides``, the last of them that ``output_dir``) to PATH,
 and print the Flower federation config (``num-supernodes``: N, default ``data.num_clients``;
 client resources) on stdout for ``flwr run --federation-config``, then the output directory.
 With fewer SuperNodes than clients, each simulated node serves several clients in turn.
 
-``python -m fedgo_flwr.inprocess CONFIG [k=v ...]`` (``./run.sh --local``) runs an experiment
-in one process instead (:mod:`fedgo_flwr.inprocess`).
+``python -m fedgo_flwr.app.inprocess CONFIG [k=v ...]`` (``./run.sh --local``) runs an experiment
+in one process instead (:mod:`fedgo_flwr.app.inprocess`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,17 @@ from typing import Any
 
 import torch
 
-from fedgo_flwr.config import ConfigError, DataConfig, ExperimentConfig, resolve_config_path
 from fedgo_flwr.data.sources import DEFAULT_TORCHVISION_ROOT
-from fedgo_flwr.recorder import decide_output_dir, resolve_output_dir
-from fedgo_flwr.schema import Checker
-from fedgo_flwr.task import make_partition
-from strategies import available, load_experiment, resolve, strategy_class
+from fedgo_flwr.experiment.config import (
+    ConfigError,
+    DataConfig,
+    ExperimentConfig,
+    resolve_config_path,
+)
+from fedgo_flwr.experiment.recorder import decide_output_dir, resolve_output_dir
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.experiment.task import make_partition
+from strategies import available, load_experiment, require_resolved, strategy_class
 
 CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 """The folder torchvision keeps each CIFAR in, under its root (``data.path``)."""
@@ -92,7 +97,7 @@ def preflight(cfg: ExperimentConfig) -> None:
       drawn here (it needs the dataset's labels; cached, so the ServerApp does not draw it
       again), e.g. ``data.classes_per_client`` no larger than the dataset's number of classes.
     """
-    cfg = resolve(cfg)
+    require_resolved(cfg, "preflight")
     c = Checker(cfg.strategy.sources)
     _check_data(cfg.data, c.at("data.", cfg.data))
     if cfg.data.partition != "dirichlet":
@@ -194,7 +199,7 @@ def _quote(item: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.cli")
+    parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.app.cli")
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="validate a config and write the Flower run config")
     prep.add_argument("config")

@@ -3,8 +3,8 @@
 One YAML file describes one experiment. A file may start from another with ``base: other.yaml``
 (resolved relative to the file); keys are merged recursively, the later file winning. Overrides
 ``dotted.key=value`` (value parsed as YAML) are applied last. :func:`load_config` validates the
-core sections below (built by :func:`fedgo_flwr.schema.build_section`); the first problem stops
-with one :class:`ConfigError` naming the key, the bad value and where it came from.
+core sections below (built by :func:`fedgo_flwr.experiment.schema.build_section`); the first problem
+stops with one :class:`ConfigError` naming the key, the bad value and where it came from.
 
 The YAML reader refuses what a configuration never means but YAML would silently accept: an
 empty file (it would run the defaults), a key given twice in one mapping (the last would win), a
@@ -33,11 +33,15 @@ from typing import Any
 
 import yaml
 
-from fedgo_flwr.data import DATASET_NAMES, HF_PREFIX, is_dataset_name
-from fedgo_flwr.models import MODEL_NAMES
-from fedgo_flwr.partition import PARTITION_SCHEMES
-from fedgo_flwr.runfolders import NAME_PATTERN
-from fedgo_flwr.schema import Checker, ConfigError, build_section
+from fedgo_flwr.experiment.names import (
+    DATASET_NAMES,
+    HF_PREFIX,
+    MODEL_NAMES,
+    NAME_PATTERN,
+    PARTITION_SCHEMES,
+    is_dataset_name,
+)
+from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
 
 __all__ = [
     "ConfigError",
@@ -66,9 +70,9 @@ MAX_SECONDS = 30 * 24 * 3600
 class DataConfig:
     """Dataset and partition (FedGO paper Sec. 4: server share + Dirichlet client split).
 
-    ``partition`` picks the client split (:mod:`fedgo_flwr.partition`): ``dirichlet`` (per-class
-    Dirichlet over clients, FedGO/FedDF/CPFL), ``dirichlet_prior`` (per-client Dirichlet class
-    priors and ``LogNormal(quantity_sigma)`` amounts, the Co-Boosting code's "dir") or
+    ``partition`` picks the client split (:mod:`fedgo_flwr.data.partition`): ``dirichlet``
+    (per-class Dirichlet over clients, FedGO/FedDF/CPFL), ``dirichlet_prior`` (per-client Dirichlet
+    class priors and ``LogNormal(quantity_sigma)`` amounts, the Co-Boosting code's "dir") or
     ``classes`` (``classes_per_client`` classes per client, Co-Boosting's ``C_cls``).
     """
 
@@ -129,13 +133,14 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    """Model architecture by name (see ``fedgo_flwr.models.MODEL_NAMES``).
+    """Model architecture by name (see ``fedgo_flwr.experiment.names.MODEL_NAMES``).
 
     ``name`` is the server's (global) model. ``client_models`` lets clients train other
     architectures, as in one-shot FL's "model market" (Co-Boosting, Dai et al., ICLR 2024,
     Sec. 3): client ``k`` trains ``client_models[k % len(client_models)]``
-    (:func:`fedgo_flwr.task.client_model_name`); empty, every client trains ``name``. Only a
-    strategy that declares ``supports_heterogeneous_models`` accepts names other than ``name``.
+    (:func:`fedgo_flwr.experiment.task.client_model_name`); empty, every client trains ``name``.
+    Only a strategy that declares ``supports_heterogeneous_models`` accepts names other than
+    ``name``.
     """
 
     name: str = "cnn"
@@ -206,13 +211,13 @@ class LoggingConfig:
 class ResourcesConfig:
     """Ray resources of one simulated ClientApp (fractional GPUs spread clients over GPUs),
     the ServerApp's torch threads (``server_cpus_waiting``: while a round's clients still
-    train, :func:`fedgo_flwr.messages.use_waiting_threads`), and ``channels_last``: run
+    train, :func:`fedgo_flwr.runtime.messages.use_waiting_threads`), and ``channels_last``: run
     convolutions in the channels-last memory format, server and clients
-    (:mod:`fedgo_flwr.kernels`: faster on CPU; the numbers differ from the default format's in
-    the last float bits); ``gpu_inference_batch``: on a CUDA device, the least batch of the
+    (:mod:`fedgo_flwr.runtime.kernels`: faster on CPU; the numbers differ from the default format's
+    in the last float bits); ``gpu_inference_batch``: on a CUDA device, the least batch of the
     forward-only passes (teacher logits, ensemble and test evaluation, discriminator logits;
-    :func:`fedgo_flwr.kernels.inference_batch`), server and clients; 0 keeps the configured
-    batches. CPU runs always keep them."""
+    :func:`fedgo_flwr.runtime.kernels.inference_batch`), server and clients; 0 keeps the
+    configured batches. CPU runs always keep them."""
 
     client_cpus: int = 1
     client_gpus: float = 0.0
@@ -289,7 +294,7 @@ class ExperimentConfig:
 
     ``output_dir`` unset (``None``) means a new folder ``outputs/<name>/<date-time>`` for every
     run; the run's entry point sets it to that folder before anything is written
-    (:func:`fedgo_flwr.recorder.decide_output_dir`).
+    (:func:`fedgo_flwr.experiment.recorder.decide_output_dir`).
     """
 
     name: str = "default"

@@ -10,7 +10,7 @@ in that order and are checked as one experiment (:func:`config_from_context`)::
 
 A deployment may add ``node-map``, the operator's map from partition ids to the nodes (by node
 id or public key) that serve them; without it the nodes' own ``partition-id`` claims are used,
-strictly checked (:mod:`fedgo_flwr.discovery`).
+strictly checked (:mod:`fedgo_flwr.app.discovery`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,15 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 from flwr.supercore.logger import LOGGER_NAME
 
-from fedgo_flwr import shutdown
-from fedgo_flwr.checkpoint import (
+from fedgo_flwr.app.cli import preflight
+from fedgo_flwr.app.discovery import (
+    NODE_MAP,
+    NodeDiscoveryError,
+    NodeMap,
+    discover_nodes,
+    load_node_map,
+)
+from fedgo_flwr.experiment.checkpoint import (
     Checkpoint,
     capture_rng,
     config_differences,
@@ -39,37 +46,30 @@ from fedgo_flwr.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from fedgo_flwr.cli import preflight
-from fedgo_flwr.config import ConfigError, ExperimentConfig, split_overrides
-from fedgo_flwr.discovery import (
-    NODE_MAP,
-    NodeDiscoveryError,
-    NodeMap,
-    discover_nodes,
-    load_node_map,
-)
-from fedgo_flwr.kernels import use_channels_last, use_gpu_inference_batch
-from fedgo_flwr.messages import (
+from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig, split_overrides
+from fedgo_flwr.experiment.recorder import RunRecorder, decide_output_dir, resolve_output_dir
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.experiment.task import check_model_inputs, load_bundle, make_partition, new_model
+from fedgo_flwr.learning.training import get_device
+from fedgo_flwr.runtime import shutdown
+from fedgo_flwr.runtime.kernels import use_channels_last, use_gpu_inference_batch
+from fedgo_flwr.runtime.messages import (
     TRAFFIC,
     to_numpy,
     to_record,
     use_waiting_threads,
 )
-from fedgo_flwr.recorder import RunRecorder, decide_output_dir, resolve_output_dir
-from fedgo_flwr.schema import Checker
-from fedgo_flwr.task import check_model_inputs, load_bundle, make_partition, new_model
-from fedgo_flwr.training import get_device
-from strategies import load_experiment, resolve, strategy_class
+from strategies import load_experiment, require_resolved, strategy_class
 from strategies.base import ServerResources
 
 app = ServerApp()
 
-APP_DIR = Path(__file__).resolve().parent.parent
+APP_DIR = Path(__file__).resolve().parents[2]
 
 
 RUN_CONFIG_FILE_KEYS = ("config", "overrides", NODE_MAP)
 """Run-config keys that are not experiment keys: the YAML file, the free-form overrides and
-the deployment's node map (:mod:`fedgo_flwr.discovery`)."""
+the deployment's node map (:mod:`fedgo_flwr.app.discovery`)."""
 
 
 def run_config_overrides(run_config: Mapping[str, Any]) -> list[str]:
@@ -122,7 +122,7 @@ logging.getLogger(LOGGER_NAME).addFilter(_skip_reported)  # the same object: add
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run the experiment named by the run config (and its ``node-map``, if any:
-    :mod:`fedgo_flwr.discovery`).
+    :mod:`fedgo_flwr.app.discovery`).
 
     A configuration or node-discovery problem is logged as one ERROR line naming the key, the
     node(s) and the value; it still ends the run with its exception (so Flower marks the run
@@ -155,16 +155,17 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
 
     The run folder is ``output_dir``, or a new ``outputs/<name>/<date-time>`` if it is unset
     (with ``resume: true``, the one ``outputs/<name>/latest`` points to):
-    :func:`fedgo_flwr.recorder.decide_output_dir`. With ``resume: true`` and a
+    :func:`fedgo_flwr.experiment.recorder.decide_output_dir`. With ``resume: true`` and a
     ``checkpoint.pt`` in the run folder, the run continues after the checkpoint's round
-    (:mod:`fedgo_flwr.checkpoint`); otherwise it starts from round 1. A folder holding an
+    (:mod:`fedgo_flwr.experiment.checkpoint`); otherwise it starts from round 1. A folder holding an
     earlier run is refused before anything is written, unless the run resumes it or
-    ``overwrite: true`` (:func:`fedgo_flwr.recorder.check_output_dir`).
-    The strategy's parameters are built here if ``cfg`` came without them typed.
+    ``overwrite: true`` (:func:`fedgo_flwr.experiment.recorder.check_output_dir`).
+    ``cfg`` comes resolved, its strategy's parameters typed once where it was read
+    (:func:`strategies.load_experiment`); an unresolved one is a ``TypeError``.
     ``node_map`` (run config ``node-map``) says which node serves which partition
-    (:func:`~fedgo_flwr.discovery.discover_nodes`; without it the nodes' own claims are used).
+    (:func:`~fedgo_flwr.app.discovery.discover_nodes`; without it the nodes' own claims are used).
     """
-    cfg = resolve(cfg)
+    require_resolved(cfg, "run_experiment")
     preflight(cfg)  # the same checks as `prepare`: a plain `flwr run` stops here too
     cfg = decide_output_dir(cfg)  # a new folder unless output_dir is set (or set by `prepare`)
     out_dir = resolve_output_dir(cfg.output_dir)

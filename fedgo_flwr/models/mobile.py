@@ -12,8 +12,8 @@ Every convolution is padded, and the heads use global average pooling, so both m
 on any input of at least 1x1 (on 32x32 the last maps are 1x1 already).
 
 These are not the CIFAR-adapted kuangliu/pytorch-cifar variants (stride-1 stems) that the
-ResNet and VGG of :mod:`fedgo_flwr.models` follow: Co-Boosting's numbers were obtained with the
-ImageNet layouts.
+ResNet and VGG of :mod:`fedgo_flwr.models.classifiers` follow: Co-Boosting's numbers were obtained
+with the ImageNet layouts.
 """
 
 from __future__ import annotations

@@ -52,10 +52,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
-from fedgo_flwr.kernels import place
-from fedgo_flwr.rng import derive_seed
-from fedgo_flwr.schema import Checker
-from fedgo_flwr.systems import SimClock
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.learning.systems import SimClock
+from fedgo_flwr.runtime.kernels import place
+from fedgo_flwr.runtime.rng import derive_seed
 
 __all__ = [
     "CONVERGED",
@@ -162,8 +162,9 @@ def holdout_split(
 
 
 def batches_per_epoch(size: int, batch_size: int) -> int:
-    """Mini-batches of one local epoch over ``size`` samples, as :func:`fedgo_flwr.training.
-    train_local` runs them (a last batch of one sample is dropped)."""
+    """Mini-batches of one local epoch over ``size`` samples, as
+    :func:`fedgo_flwr.learning.training.train_local` runs them (a last batch of one sample is
+    dropped)."""
     if size <= 0:
         return 0
     full = math.ceil(size / batch_size)

@@ -1,8 +1,9 @@
 """Model zoo for fedgo-flwr (plain PyTorch).
 
-All models are built through :func:`build_model` from a name in :data:`MODEL_NAMES`, an input
-shape without the batch dimension and a number of classes. Every model's ``forward(x)`` takes a
-batch ``x`` of shape ``(N, *input_shape)`` and returns logits of shape ``(N, num_classes)``.
+All models are built through :func:`build_model` from a name in
+:data:`~fedgo_flwr.experiment.names.MODEL_NAMES`, an input shape without the batch dimension and a
+number of classes. Every model's ``forward(x)`` takes a batch ``x`` of shape ``(N, *input_shape)``
+and returns logits of shape ``(N, num_classes)``.
 
 Input shapes are ``(C, H, W)`` for images (e.g. ``(1, 8, 8)`` for scikit-learn digits,
 ``(3, 32, 32)`` for CIFAR-10/100) or ``(D,)`` for feature vectors (e.g. ``(2,)`` for a 2-D
@@ -24,9 +25,9 @@ Models:
 * ``"lenet5"``: the PyTorch-tutorial LeNet-5 (6-16-120-84), Co-Boosting's MNIST/FMNIST model
   and the "CNN2" of its heterogeneous setting, :class:`LeNet5`.
 * ``"mobilenetv3_small"``: MobileNetV3-Small (Howard et al. 2019), Co-Boosting's "MobileNet"
-  client, :class:`fedgo_flwr.models_mobile.MobileNetV3`.
+  client, :class:`fedgo_flwr.models.mobile.MobileNetV3`.
 * ``"shufflenetv2"``: ShuffleNetV2 x1.0 (Ma et al. 2018), Co-Boosting's "ShuffleNet" client,
-  :class:`fedgo_flwr.models_mobile.ShuffleNetV2`.
+  :class:`fedgo_flwr.models.mobile.ShuffleNetV2`.
 
 Co-Boosting (Dai et al., "Enhancing One-Shot Federated Learning Through Data and Ensemble
 Co-Boosting", ICLR 2024, Sec. 5 and App. B) names its models after papers; the authors' code
@@ -61,10 +62,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from fedgo_flwr.models_mobile import MobileNetV3, ShuffleNetV2
+from fedgo_flwr.experiment.names import MODEL_NAMES
+from fedgo_flwr.models.mobile import MobileNetV3, ShuffleNetV2
 
 __all__ = [
-    "MODEL_NAMES",
     "MLP",
     "VGG",
     "VGG11_CFG",
@@ -81,22 +82,6 @@ __all__ = [
     "resnet18",
     "resnet50",
 ]
-
-MODEL_NAMES: tuple[str, ...] = (
-    "cnn",
-    "cnn_bn",
-    "mlp",
-    "resnet8",
-    "resnet18",
-    "vgg11_bn",
-    "resnet50",
-    "gn_lenet",
-    "cnn5",
-    "lenet5",
-    "mobilenetv3_small",
-    "shufflenetv2",
-)
-"""Names accepted by :func:`build_model`."""
 
 VGG11_CFG: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 """VGG-11 configuration ("A" in Simonyan & Zisserman 2015): conv widths, ``"M"`` = max-pool."""
@@ -619,7 +604,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
     """Build a freshly initialised model by name.
 
     Args:
-        name: one of :data:`MODEL_NAMES` (exact, lower case).
+        name: one of :data:`~fedgo_flwr.experiment.names.MODEL_NAMES` (exact, lower case).
         input_shape: per-sample input shape without the batch dimension: ``(C, H, W)`` for
             images or ``(D,)`` for feature vectors.
         num_classes: number of output logits (>= 1).
@@ -635,7 +620,8 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
         needs a ``(C, H, W)`` input; any ``C`` and any ``H, W >= 1`` work.
 
     Raises:
-        ValueError: unknown ``name`` (the message lists :data:`MODEL_NAMES`), a malformed
+        ValueError: unknown ``name`` (the message lists
+        :data:`~fedgo_flwr.experiment.names.MODEL_NAMES`), a malformed
             ``input_shape`` or ``num_classes``, or an input shape the model cannot take
             (e.g. ``"resnet18"`` on ``(2,)``; the message names the model and the shape).
     """

@@ -2,8 +2,8 @@
 
 FedUV's uniformity term, FedTGP's prototypes and DaFKD's discriminator head work on the
 penultimate representation of the classifier (the input of its last linear layer: FedUV's
-``pro1``, FedTGP's ``model.base`` output). Every model of :mod:`fedgo_flwr.models` ends in one
-``nn.Linear`` whose output is the model's output; :class:`FeatureTap` hooks that layer, so no
+``pro1``, FedTGP's ``model.base`` output). Every model of :mod:`fedgo_flwr.models.classifiers` ends
+in one ``nn.Linear`` whose output is the model's output; :class:`FeatureTap` hooks that layer, so no
 model needs a second forward method. A model whose output is not its last ``nn.Linear``'s
 output is refused when the features are read (never silently wrong).
 """

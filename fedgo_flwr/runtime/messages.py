@@ -14,7 +14,7 @@ Every message of a round carries, in ``content``:
 
 Every message to a client names its partition in ``metadata.group_id`` (``str(k)``), and the
 reply carries it back: a simulated node may serve several partitions
-(:func:`fedgo_flwr.client_app.message_partition`).
+(:func:`fedgo_flwr.app.client_app.message_partition`).
 
 Algorithms add records of their own (SCAFFOLD's control variates); their keys live with the
 algorithm (``clients/<x>.py``).
@@ -118,7 +118,7 @@ def stream_replies(
     every 3 s. This yields each reply as soon as it is pulled, so a strategy can fold it in (add
     it to a running average, turn it into teacher logits) and drop it while slower clients are
     still training. A grid with a ``stream`` method of its own
-    (:class:`fedgo_flwr.inprocess.InProcessGrid`) serves the messages itself (its clients run in
+    (:class:`fedgo_flwr.app.inprocess.InProcessGrid`) serves the messages itself (its clients run in
     this process, one after another, so the waiting threads below do not apply).
 
     Polling backs off: after a pull that found a reply the next comes :data:`MIN_POLL` seconds

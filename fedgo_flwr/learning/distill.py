@@ -55,11 +55,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedgo_flwr import profiling
-from fedgo_flwr.aggregation import lower_median
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
-from fedgo_flwr.kernels import inference_batch, place
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.learning.aggregation import lower_median
+from fedgo_flwr.runtime import profiling
+from fedgo_flwr.runtime.kernels import inference_batch, place
 
 PROTOCOLS = ("fedgo", "feddf")
 BN_STATS = ("auto", "update", "batch", "eval")
@@ -103,7 +103,7 @@ def teacher_scales(logits: Tensor) -> Tensor:
 def teacher_scale_outliers(logits: Tensor, factor: float | None) -> list[tuple[int, float, float]]:
     """``(index, scale, median)`` of every teacher of ``logits`` ``(K, ..., C)`` whose
     :func:`teacher_scales` exceeds ``factor`` times the round's median teacher scale (the
-    :func:`~fedgo_flwr.aggregation.lower_median`); ``factor`` ``None``: none.
+    :func:`~fedgo_flwr.learning.aggregation.lower_median`); ``factor`` ``None``: none.
 
     The relative half of the teacher check (:func:`teacher_logits_problem` is the absolute
     half): a client that multiplies its last layer by ``c`` multiplies its logits by ``c``
@@ -231,7 +231,7 @@ def iter_view_batches(
     """(view, batch) pairs covering every sample once per view, in order, each made when it
     is needed (a pass over the set then stays in the CPU's caches: building all the batches
     first made a 10k-image pass 20-25% slower here). On a GPU the batch is at least
-    :func:`~fedgo_flwr.kernels.inference_batch`'s (these passes are forward-only)."""
+    :func:`~fedgo_flwr.runtime.kernels.inference_batch`'s (these passes are forward-only)."""
     batch_size = inference_batch(batch_size, device)
     for start in range(0, len(data), batch_size):
         idx = np.arange(start, min(start + batch_size, len(data)))

@@ -15,18 +15,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedgo_flwr.config import DataConfig, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, DataBundle, load_dataset, stratified_subset
-from fedgo_flwr.models import build_model
-from fedgo_flwr.partition import (
+from fedgo_flwr.data.partition import (
     Partition,
     PartitionError,
     classes_partition,
     dirichlet_partition,
     dirichlet_prior_partition,
 )
-from fedgo_flwr.rng import derive_seed
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.experiment.config import DataConfig, ExperimentConfig
+from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.models.classifiers import build_model
+from fedgo_flwr.runtime.rng import derive_seed
 
 
 @functools.lru_cache(maxsize=4)

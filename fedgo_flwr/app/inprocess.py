@@ -8,10 +8,10 @@ error reply as Flower's runtime does. A client handler sets torch's thread count
 work runs with ``resources.server_cpus`` threads as it does in its own process. A reply whose
 handler took longer than ``timeout`` seconds is dropped, as if the nodes had run in parallel
 and that reply came too late. :meth:`InProcessGrid.stream` yields replies one at a time, like
-:func:`fedgo_flwr.messages.stream_replies` on a real grid. Used for fast tests of strategy logic
-and to measure the simulation runtime's overhead (``benchmarks/overhead.py``); experiments
+:func:`fedgo_flwr.runtime.messages.stream_replies` on a real grid. Used for fast tests of strategy
+logic and to measure the simulation runtime's overhead (``benchmarks/overhead.py``); experiments
 should use ``./run.sh``, or, for debugging in one process without Ray or a SuperLink,
-``./run.sh --local CONFIG [k=v ...]`` (``python -m fedgo_flwr.inprocess``: :func:`main`): the
+``./run.sh --local CONFIG [k=v ...]`` (``python -m fedgo_flwr.app.inprocess``: :func:`main`): the
 same checks as ``run.sh``, the same ServerApp and ClientApp code, clients one after another.
 
 Each node's config is ``partition-id`` and ``num-partitions`` plus ``node_config`` (the same
@@ -38,8 +38,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.fileio import strict_json
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.runtime.fileio import strict_json
 
 SERVER_NODE_ID = 1
 
@@ -130,10 +130,10 @@ def run_inprocess(
     ``{"allow-faults": True, "allow-code": True}`` (plus ``share-partitions``) updated with
     ``node_config``.
     """
-    from fedgo_flwr.client_app import SHARE_PARTITIONS
-    from fedgo_flwr.client_app import app as client_app
-    from fedgo_flwr.server_app import run_experiment
-    from fedgo_flwr.trust import ALLOW_CODE
+    from fedgo_flwr.app.client_app import SHARE_PARTITIONS
+    from fedgo_flwr.app.client_app import app as client_app
+    from fedgo_flwr.app.server_app import run_experiment
+    from fedgo_flwr.runtime.trust import ALLOW_CODE
 
     count = num_nodes or cfg.data.num_clients
     nodes = {
@@ -146,14 +146,14 @@ def run_inprocess(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fedgo_flwr.inprocess CONFIG [k=v ...]``: check, run, print the summary's
+    """``python -m fedgo_flwr.app.inprocess CONFIG [k=v ...]``: check, run, print the summary's
     scalars as JSON; exit 2 with one message for a bad configuration."""
-    from fedgo_flwr.cli import preflight
-    from fedgo_flwr.config import ConfigError
-    from fedgo_flwr.recorder import decide_output_dir
+    from fedgo_flwr.app.cli import preflight
+    from fedgo_flwr.experiment.config import ConfigError
+    from fedgo_flwr.experiment.recorder import decide_output_dir
     from strategies import load_experiment
 
-    parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.inprocess")
+    parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.app.inprocess")
     parser.add_argument("config")
     parser.add_argument("overrides", nargs="*", help="dotted.key=value")
     args = parser.parse_args(argv)

@@ -26,8 +26,9 @@ several partitions) and maps the partitions 0..K-1, K = ``data.num_clients``, to
   ``num-partitions`` must be the map's size, and a node that is not in the map is not used.
 
 Every problem ends the run with one :class:`NodeDiscoveryError` (one line naming the node or
-nodes and the value); a map that cannot be read is a :class:`~fedgo_flwr.schema.ConfigError`
-of the run config key ``node-map``, raised before the run starts anything.
+nodes and the value); a map that cannot be read is a
+:class:`~fedgo_flwr.experiment.schema.ConfigError` of the run config key ``node-map``, raised before
+the run starts anything.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.messages import (
+from fedgo_flwr.experiment.schema import ConfigError
+from fedgo_flwr.runtime.messages import (
     CONFIG,
     METRICS,
     NUM_PARTITIONS,
@@ -54,7 +56,6 @@ from fedgo_flwr.messages import (
     SHARES_PARTITIONS,
     stream_replies,
 )
-from fedgo_flwr.schema import ConfigError
 
 __all__ = [
     "NODE_MAP",

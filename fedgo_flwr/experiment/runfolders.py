@@ -8,9 +8,9 @@ is claimed by creating it (``mkdir`` fails if it exists), so runs started side b
 share one. ``latest`` beside it is a relative symbolic link to the newest folder, replaced
 atomically once the new folder exists; ``resume: true`` continues the run it points to.
 
-Only names and folders here: :func:`fedgo_flwr.recorder.decide_output_dir` decides a run's
-folder from its config, and :mod:`fedgo_flwr.report` reads dated folders as runs of the
-experiment that holds them. Standard library only, so the report can import it cheaply.
+Only names and folders here: :func:`fedgo_flwr.experiment.recorder.decide_output_dir` decides a
+run's folder from its config, and :mod:`fedgo_flwr.experiment.report` reads dated folders as runs of
+the experiment that holds them. Standard library only, so the report can import it cheaply.
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ LATEST = "latest"
 STAMP_FORMAT = "%Y-%m-%d_%H-%M-%S"
 """A run folder's name: its start time (local time), then ``-N`` if that name was taken."""
 STAMP_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}(-\d+)?")
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
-"""What an experiment name must look like to name a folder (no separators, no ``..``)."""
 
 
 def is_run_stamp(name: str) -> bool:

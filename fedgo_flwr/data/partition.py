@@ -8,7 +8,8 @@ The training set is split in two stages:
    class, as in the paper).  The server uses them *without* labels for ensemble distillation; the
    labels stay available to the caller for diagnostics only.
 2. **Client split.**  The remaining samples (the "client pool") are divided over ``K`` clients by
-   one of three schemes (config key ``data.partition``, :data:`PARTITION_SCHEMES`):
+   one of three schemes (config key ``data.partition``,
+   :data:`~fedgo_flwr.experiment.names.PARTITION_SCHEMES`):
 
    * ``dirichlet`` (default, :func:`dirichlet_partition`): the per-class Dirichlet label-skew
      scheme of Hsu, Qi and Brown (2019), "Measuring the Effects of Non-Identical Data
@@ -51,7 +52,6 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "PARTITION_SCHEMES",
     "Partition",
     "PartitionError",
     "classes_partition",
@@ -60,9 +60,6 @@ __all__ = [
     "dirichlet_prior_partition",
     "iid_partition",
 ]
-
-PARTITION_SCHEMES: tuple[str, ...] = ("dirichlet", "dirichlet_prior", "classes")
-"""Client-split schemes of ``data.partition`` (see the module docstring)."""
 
 
 class PartitionError(ValueError):

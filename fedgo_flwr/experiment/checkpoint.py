@@ -1,7 +1,7 @@
 """Per-round checkpoints of the server, and resuming a run from one.
 
 After every round the ServerApp writes ``checkpoint.pt`` in the run folder (atomically, with
-:mod:`fedgo_flwr.fileio`: written to a temporary file, ``fsync``-ed, renamed, folder
+:mod:`fedgo_flwr.runtime.fileio`: written to a temporary file, ``fsync``-ed, renamed, folder
 ``fsync``-ed, so a crash never leaves half a checkpoint); the one before it is kept as
 ``checkpoint.prev.pt``. It holds the round number, the global model, the strategy's own state
 (SCAFFOLD's control variate, FedDF's previous model, ...; FedGO's generator and discriminators
@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from flwr.supercore import log
 
-from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.fileio import atomic_torch_save
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.runtime.fileio import atomic_torch_save
 
 CHECKPOINT_FILE = "checkpoint.pt"
 PREVIOUS_FILE = "checkpoint.prev.pt"

@@ -6,14 +6,14 @@
 reports for the round (clients sampled/replied/failed, train loss, client and aggregation times).
 A relative ``output_dir`` is taken relative to ``$FEDGO_WORKDIR`` if set, else the current
 directory of the ServerApp process. Unset, every run gets a new folder
-``outputs/<name>/<date-time>`` (:func:`decide_output_dir`, :mod:`fedgo_flwr.runfolders`).
+``outputs/<name>/<date-time>`` (:func:`decide_output_dir`, :mod:`fedgo_flwr.experiment.runfolders`).
 
 Nothing of an earlier run is replaced silently: :func:`check_output_dir` refuses a folder that
 holds a run's results unless the config says ``resume: true`` (and there is a checkpoint to
 resume from) or ``overwrite: true``. The final model is written before ``summary.json``, and
-both atomically (:mod:`fedgo_flwr.fileio`), so a ``summary.json`` (what ``run.sh`` takes as
+both atomically (:mod:`fedgo_flwr.runtime.fileio`), so a ``summary.json`` (what ``run.sh`` takes as
 success) always comes with a complete ``model.pt``. JSON files are strict JSON
-(:func:`fedgo_flwr.fileio.strict_json`): they hold ``null`` for NaN and infinite values
+(:func:`fedgo_flwr.runtime.fileio.strict_json`): they hold ``null`` for NaN and infinite values
 (``Infinity`` is not JSON); NaN is the rows' "no value" (e.g. a round not evaluated), an
 infinity is also logged as a WARNING. The summary also gives the server process's peak resident
 memory (``server_peak_rss_mb``).
@@ -33,15 +33,21 @@ from flwr.app import ArrayRecord, MetricRecord
 from flwr.supercore import log
 from torch import nn
 
-from fedgo_flwr import profiling
-from fedgo_flwr.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE
-from fedgo_flwr.config import ConfigError, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.fileio import atomic_torch_save, atomic_write_text, strict_json
-from fedgo_flwr.kernels import inference_batch
-from fedgo_flwr.messages import TRAFFIC
-from fedgo_flwr.runfolders import LATEST, RUNS_ROOT, latest_run, new_run_folder, point_latest
-from fedgo_flwr.training import evaluate
+from fedgo_flwr.experiment.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE
+from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig
+from fedgo_flwr.experiment.runfolders import (
+    LATEST,
+    RUNS_ROOT,
+    latest_run,
+    new_run_folder,
+    point_latest,
+)
+from fedgo_flwr.learning.training import evaluate
+from fedgo_flwr.runtime import profiling
+from fedgo_flwr.runtime.fileio import atomic_torch_save, atomic_write_text, strict_json
+from fedgo_flwr.runtime.kernels import inference_batch
+from fedgo_flwr.runtime.messages import TRAFFIC
 
 
 def resolve_output_dir(output_dir: str) -> Path:
@@ -97,13 +103,13 @@ def decide_output_dir(cfg: ExperimentConfig) -> ExperimentConfig:
 
     The one place a run's folder is decided, before anything is written; every entry point
     calls it (``cli prepare`` for ``run.sh``, the ServerApp for a plain ``flwr run``,
-    :mod:`fedgo_flwr.inprocess`), and a later one finds ``output_dir`` set by an earlier one:
+    :mod:`fedgo_flwr.app.inprocess`), and a later one finds ``output_dir`` set by an earlier one:
 
     - ``output_dir`` set: that folder, kept as given;
     - unset, with ``resume: true``: the run ``outputs/<name>/latest`` points to (the folder it
       names, so that a newer run cannot move it), or a new folder if there is none;
     - unset: a new folder ``outputs/<name>/<date-time>``, and ``latest`` then points to it
-      (:mod:`fedgo_flwr.runfolders`).
+      (:mod:`fedgo_flwr.experiment.runfolders`).
 
     A folder chosen here is absolute, so the clients, which get ``cfg`` from the server, use
     the same one whatever their working directory.

@@ -27,7 +27,7 @@ met an unusual honest client would cost it only part of its say; an attacker's u
 the combination by at most ``upload_bound`` typical uploads. The rules and weights then act
 as for the classifier; when the bound does not bind the result is the plain rule's, bit for
 bit. The same factor bounds each teacher's logit scale in the ensembles of client models
-(:func:`fedgo_flwr.distill.teacher_scale_outliers`).
+(:func:`fedgo_flwr.learning.distill.teacher_scale_outliers`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from fedgo_flwr.schema import Checker
+from fedgo_flwr.experiment.schema import Checker
 
 Arrays = Mapping[str, np.ndarray]
 

@@ -1,7 +1,7 @@
 """The Flower ClientApp: message handlers that run a client algorithm from ``clients/``.
 
 The server sends the core experiment (JSON), the client algorithm's name and that algorithm's
-own parameters in every message (:mod:`fedgo_flwr.messages`), so a SuperNode needs only its
+own parameters in every message (:mod:`fedgo_flwr.runtime.messages`), so a SuperNode needs only its
 ``partition-id`` (and optionally ``data-path``) in its node config. Handlers:
 
 - ``query``: reply with the node's partition id (the server maps partition ids to node ids with
@@ -23,13 +23,14 @@ own, ``--node-config``) bound it:
 - ``allow-faults``: ``true`` lets the config's ``faults`` (crashes, hangs, forced process exits)
   act on this node; without it they are ignored with a WARNING. A simulated node has no node
   config of its own: it opts in through ``FEDGO_ALLOW_FAULTS=1`` in its environment (``run.sh``
-  sets it; :func:`fedgo_flwr.inprocess.run_inprocess` sets ``allow-faults``).
+  sets it; :func:`fedgo_flwr.app.inprocess.run_inprocess` sets ``allow-faults``).
 - ``allow-code``: which Python code named by the server's config this node may import
   (``strategy.generator.module``, a generator factory): ``true``, or a comma-separated list of
   modules (and those below them) or folders; without it none, and such a message is refused
   with an error reply naming the module and this key. A simulated node reads
-  ``FEDGO_ALLOW_CODE`` instead (``run.sh`` sets it; :func:`fedgo_flwr.inprocess.run_inprocess`
-  sets ``allow-code``). Every handler runs under this node's policy (:mod:`fedgo_flwr.trust`).
+  ``FEDGO_ALLOW_CODE`` instead (``run.sh`` sets it; :func:`fedgo_flwr.app.inprocess.run_inprocess`
+  sets ``allow-code``). Every handler runs under this node's policy
+  (:mod:`fedgo_flwr.runtime.trust`).
 - ``max-threads``: the most torch threads the server's ``resources.client_cpus`` may ask for
   (default: the CPUs this process may use).
 - ``share-partitions``: ``true`` lets this node serve several clients (partitions ``k`` with
@@ -60,23 +61,29 @@ from flwr.supercore import log
 
 from clients import ClientAlgorithm, ClientJob, client_class
 from clients import available as available_clients
-from fedgo_flwr import messages as msgs
-from fedgo_flwr.checkpoint import is_run_token, safe_torch_load
-from fedgo_flwr.config import ExperimentConfig
-from fedgo_flwr.discovery import parse_index
-from fedgo_flwr.fileio import atomic_torch_save
-from fedgo_flwr.kernels import use_channels_last, use_gpu_inference_batch
-from fedgo_flwr.recorder import resolve_output_dir
-from fedgo_flwr.rng import make_rng
-from fedgo_flwr.schema import build_section
-from fedgo_flwr.task import client_dataset, client_model_name, load_bundle, new_client_model
-from fedgo_flwr.training import get_device
-from fedgo_flwr.trust import node_code_policy
+from fedgo_flwr.app.discovery import parse_index
+from fedgo_flwr.experiment.checkpoint import is_run_token, safe_torch_load
+from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.recorder import resolve_output_dir
+from fedgo_flwr.experiment.schema import build_section
+from fedgo_flwr.experiment.task import (
+    client_dataset,
+    client_model_name,
+    load_bundle,
+    new_client_model,
+)
+from fedgo_flwr.learning.training import get_device
+from fedgo_flwr.runtime import messages as msgs
+from fedgo_flwr.runtime.fileio import atomic_torch_save
+from fedgo_flwr.runtime.kernels import use_channels_last, use_gpu_inference_batch
+from fedgo_flwr.runtime.rng import make_rng
+from fedgo_flwr.runtime.trust import node_code_policy
 
 
 def node_policy_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """Run every handler under this node's own ``allow-code`` policy: code that the server's
-    config names is imported only if the node's operator allowed it (:mod:`fedgo_flwr.trust`)."""
+    config names is imported only if the node's operator allowed it
+    (:mod:`fedgo_flwr.runtime.trust`)."""
     with node_code_policy(context.node_config):
         return call_next(msg, context)
 
@@ -262,9 +269,9 @@ def _state_dir(
 
     Node config ``state-dir`` if given, else ``<output_dir>/client-state``; one folder per run
     token (a resumed run keeps its token, a fresh run gets a new one) and partition id. The
-    token comes from the server: only the form :func:`fedgo_flwr.checkpoint.new_run_token`
-    makes is accepted, and the folder must resolve inside the base (no ``..``, absolute
-    paths or symbolic links out of it).
+    token comes from the server: only the form
+    :func:`fedgo_flwr.experiment.checkpoint.new_run_token` makes is accepted, and the folder must
+    resolve inside the base (no ``..``, absolute paths or symbolic links out of it).
     """
     if not (cfg.checkpoint or shared) or not token:
         return None

@@ -1,10 +1,10 @@
 """Plots and tables of finished runs.
 
-    python -m fedgo_flwr.report RUN_DIR [RUN_DIR ...] [--out DIR] [--target 0.5]
+    python -m fedgo_flwr.experiment.report RUN_DIR [RUN_DIR ...] [--out DIR] [--target 0.5]
     ./run.sh --report RUN_DIR ...
 
 A run folder is what a run writes (``metrics.jsonl``, ``summary.json``, ``config.yaml``,
-``partition.json``; :mod:`fedgo_flwr.recorder`); a folder that holds run folders (e.g.
+``partition.json``; :mod:`fedgo_flwr.experiment.recorder`); a folder that holds run folders (e.g.
 ``outputs/bench/cifar10-cpu-bn``, or ``outputs/<name>`` with its dated runs) stands for all of
 them. Runs are grouped by label: the run folder's name without a trailing ``-seed<N>``, or for
 a dated run folder ``outputs/<name>/<date-time>`` (or ``outputs/<name>/latest``) ``<name>``
@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from fedgo_flwr.runfolders import LATEST, is_run_stamp
+from fedgo_flwr.experiment.runfolders import LATEST, is_run_stamp
 
 __all__ = ["Run", "find_runs", "group_runs", "load_run", "main", "summary_rows"]
 
@@ -340,7 +340,7 @@ def report(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m fedgo_flwr.report", description=__doc__.split("\n")[0]
+        prog="python -m fedgo_flwr.experiment.report", description=__doc__.split("\n")[0]
     )
     parser.add_argument("runs", nargs="+", type=Path, help="run folders, or folders of runs")
     parser.add_argument("--out", type=Path, default=Path("report"), help="output folder (report/)")

@@ -6,7 +6,7 @@ Client algorithms customise local training through three hooks of :func:`train_l
 enter the classifier (:class:`Batch`; FedGKD's distillation, FedUV's regularisers), and
 ``grad_correction(model)`` edits gradients after ``backward`` (SCAFFOLD). Everything random is
 drawn from one ``torch.Generator`` (an ``rng``) derived from ``(seed, round, client)`` by
-:func:`fedgo_flwr.rng.derive_seed`, so a run is reproducible on CPU.
+:func:`fedgo_flwr.runtime.rng.derive_seed`, so a run is reproducible on CPU.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedgo_flwr import profiling
-from fedgo_flwr.config import TrainConfig
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
-from fedgo_flwr.features import FeatureTap
-from fedgo_flwr.kernels import inference_batch, place
+from fedgo_flwr.experiment.config import TrainConfig
+from fedgo_flwr.models.features import FeatureTap
+from fedgo_flwr.runtime import profiling
+from fedgo_flwr.runtime.kernels import inference_batch, place
 
 
 def get_device(preference: str = "auto") -> torch.device:
@@ -95,9 +95,9 @@ def train_local(
 
     The objective of a minibatch is ``CE + regularizer(model) + batch_loss(batch)`` (the terms
     that are given); with ``features=True`` the batch carries the input of the model's output
-    layer (:class:`fedgo_flwr.features.FeatureTap`). ``TrainStats.loss`` is the mean CE alone.
-    A new optimizer (``cfg``'s) is made for the call unless one over ``model``'s parameters is
-    given (central training keeps its Adam moments across rounds). ``after_step(batch)`` runs
+    layer (:class:`fedgo_flwr.models.features.FeatureTap`). ``TrainStats.loss`` is the mean CE
+    alone. A new optimizer (``cfg``'s) is made for the call unless one over ``model``'s parameters
+    is given (central training keeps its Adam moments across rounds). ``after_step(batch)`` runs
     after each optimizer step (DaFKD's discriminator-head and generator steps).
     """
     start = time.perf_counter()
@@ -153,7 +153,7 @@ def predict_logits(
     model: nn.Module, data: ArrayDataset, batch_size: int, device: torch.device
 ) -> torch.Tensor:
     """Logits of ``model`` on every sample of ``data`` in order, on the CPU (at least
-    :func:`~fedgo_flwr.kernels.inference_batch`'s batch on a GPU)."""
+    :func:`~fedgo_flwr.runtime.kernels.inference_batch`'s batch on a GPU)."""
     place(model, device).eval()
     batch_size = inference_batch(batch_size, device)
     outs = [

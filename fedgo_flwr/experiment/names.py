@@ -1,0 +1,61 @@
+"""The names a configuration accepts: datasets, models, partition schemes, experiment names.
+
+Part of the configuration layer (standard library only): :mod:`fedgo_flwr.experiment.config`
+checks a config against these lists without importing the library that implements them. The
+library imports them from here (:func:`fedgo_flwr.data.sources.load_dataset`,
+:func:`fedgo_flwr.models.classifiers.build_model`, :mod:`fedgo_flwr.data.partition`), so a name
+is listed once.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "DATASET_NAMES",
+    "HF_PREFIX",
+    "MODEL_NAMES",
+    "NAME_PATTERN",
+    "PARTITION_SCHEMES",
+    "hf_id",
+    "is_dataset_name",
+]
+
+DATASET_NAMES: tuple[str, ...] = ("digits", "four_gaussians", "cifar10", "cifar100", "imagefolder")
+"""The built-in dataset names."""
+HF_PREFIX = "hf:"
+"""``"hf:<hub dataset id>"`` names a Hugging Face dataset, e.g. ``"hf:uoft-cs/cifar10"``."""
+
+MODEL_NAMES: tuple[str, ...] = (
+    "cnn",
+    "cnn_bn",
+    "mlp",
+    "resnet8",
+    "resnet18",
+    "vgg11_bn",
+    "resnet50",
+    "gn_lenet",
+    "cnn5",
+    "lenet5",
+    "mobilenetv3_small",
+    "shufflenetv2",
+)
+"""Names accepted by :func:`fedgo_flwr.models.classifiers.build_model`."""
+
+PARTITION_SCHEMES: tuple[str, ...] = ("dirichlet", "dirichlet_prior", "classes")
+"""Client-split schemes of ``data.partition`` (:mod:`fedgo_flwr.data.partition`)."""
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
+"""What an experiment name must look like to name a folder (no separators, no ``..``)."""
+
+
+def is_dataset_name(name: str) -> bool:
+    """True for a built-in name (:data:`DATASET_NAMES`) or ``"hf:"`` followed by a hub id."""
+    return name in DATASET_NAMES or hf_id(name) is not None
+
+
+def hf_id(name: str) -> str | None:
+    """The hub id of an ``"hf:<id>"`` name (``None`` for other names or an empty id)."""
+    if not name.startswith(HF_PREFIX):
+        return None
+    return name[len(HF_PREFIX) :].strip() or None
