@@ -26,7 +26,13 @@ from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("fedgo_flwr", "strategies", "clients")
-APPS = {"fedgo_flwr.server_app", "fedgo_flwr.client_app", "fedgo_flwr.inprocess", "fedgo_flwr.cli"}
+APPS = {
+    "fedgo_flwr.server_app",
+    "fedgo_flwr.client_app",
+    "fedgo_flwr.inprocess",
+    "fedgo_flwr.cli",
+    "fedgo_flwr.sweep.runner",
+}
 
 
 def module_name(path: Path) -> str:
