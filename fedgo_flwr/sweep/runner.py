@@ -53,6 +53,10 @@ class Job:
     args: list[str]  # config and overrides, as python -m fedgo_flwr.inprocess takes them
     threads: int
 
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "fedgo_flwr.inprocess", *self.args]
+
 
 @dataclass
 class Outcome:
@@ -128,7 +132,7 @@ def _start(job: Job) -> tuple[subprocess.Popen, object]:
     job.folder.mkdir(parents=True, exist_ok=True)
     log = open(job.folder / LOG, "a")  # noqa: SIM115 - closed when the run ends
     pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "fedgo_flwr.inprocess", *job.args]
+    cmd = job.command
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     proc = subprocess.Popen(
@@ -174,7 +178,9 @@ def execute(jobs: Sequence[Job], parallel: int, say=print) -> list[Outcome]:
                     outcomes.append(Outcome(job.variant.name, job.seed, "done", f"{seconds:.0f} s"))
                     say(f"sweep: [{done}/{total}] {job.variant.name} seed {job.seed} done")
                 else:
-                    why = f"exit {proc.returncode}" + ("" if fresh else ", no new summary.json")
+                    why = f"exit {proc.returncode}"
+                    if proc.returncode == 0:
+                        why += " without a new summary.json"
                     detail = f"{why}; log {job.folder / LOG}"
                     outcomes.append(Outcome(job.variant.name, job.seed, "failed", detail))
                     say(
