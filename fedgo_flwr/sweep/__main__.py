@@ -43,8 +43,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit 0 when every requested run is in the table, 1 when one failed or is stale, 2 for a
-    bad command line or configuration (before anything runs)."""
+    """Exit 0 when every requested run is in the table, 1 when one is not (failed, stale, or
+    not run with ``--table-only``), 2 for a bad command line or configuration (before anything
+    runs)."""
     args, rest = parser().parse_known_args(argv)
     words = [*args.words, *rest]
     unknown = [w for w in words if w.startswith("--")]
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.jobs is not None and args.jobs < 1:
             raise SweepArgumentError("--jobs must be >= 1")
         out = Path(args.out)
-        jobs, settled = plan(variants, common, seed_set.seeds, out)
+        jobs, settled = plan(variants, common, seed_set.seeds, out, not args.table_only)
     except (SweepArgumentError, InvalidVariant, ValueError) as exc:
         print(f"fedgo-flwr sweep: {exc}", file=sys.stderr)
         return 2
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_table(table, out)
     print(markdown(table))
     say(f"sweep: wrote {paths['md']}, {paths['json']}, {paths['png']}")
-    return 1 if excluded else 0
+    return 1 if table["left_out"] else 0
 
 
 if __name__ == "__main__":

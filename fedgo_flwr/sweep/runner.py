@@ -85,11 +85,16 @@ def run_args(variant: Variant, common: Sequence[str], seed: int, folder: Path) -
 
 
 def plan(
-    variants: Sequence[Variant], common: Sequence[str], seeds: Sequence[int], out: Path
+    variants: Sequence[Variant],
+    common: Sequence[str],
+    seeds: Sequence[int],
+    out: Path,
+    check_machine: bool = True,
 ) -> tuple[list[Job], list[Outcome]]:
     """Check every variant's configuration (raises :class:`InvalidVariant`) and sort the
     runs into those to run and those already finished (``skipped``) or finished under another
-    configuration (``stale``)."""
+    configuration (``stale``). Without ``check_machine`` the pre-flight checks of the machine
+    (data paths, devices) are left out: for a table of runs made elsewhere."""
     from fedgo_flwr.checkpoint import config_differences
     from fedgo_flwr.cli import preflight
     from fedgo_flwr.config import ConfigError
@@ -102,7 +107,8 @@ def plan(
             args = run_args(v, common, seed, folder)
             try:
                 cfg = load_experiment(args[0], args[1:])
-                preflight(cfg)
+                if check_machine:
+                    preflight(cfg)
             except ConfigError as exc:
                 raise InvalidVariant(f"variant {v.name}: {exc}") from exc
             threads = max(cfg.resources.server_cpus or cpu_count(), cfg.resources.client_cpus)
