@@ -113,12 +113,14 @@ def plan(
                 raise InvalidVariant(f"variant {v.name}: {exc}") from exc
             threads = max(cfg.resources.server_cpus or cpu_count(), cfg.resources.client_cpus)
             if (folder / SUMMARY).is_file():
-                saved = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+                saved_yaml = folder / "config.yaml"
+                saved = yaml.safe_load(saved_yaml.read_text()) if saved_yaml.is_file() else {}
+                saved = saved if isinstance(saved, dict) else {}
                 changed = config_differences(saved, cfg)
                 if saved.get("rounds", cfg.rounds) > cfg.rounds:
                     changed.append(f"rounds ({saved['rounds']!r} -> {cfg.rounds!r})")
                 if changed:
-                    why = "finished under another configuration: " + "; ".join(changed)
+                    why = f"{folder} finished under another configuration: " + "; ".join(changed)
                     settled.append(Outcome(v.name, seed, "stale", why))
                     continue
                 if saved.get("rounds", cfg.rounds) == cfg.rounds:
