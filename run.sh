@@ -6,6 +6,8 @@
 #   ./run.sh --tests [pytest args]                  run the test suite
 #   ./run.sh --setup                                only create/update .venv
 #   ./run.sh --report RUN_DIR... [--out DIR]        plots and tables of finished runs
+#   ./run.sh --sweep VARIANT... --seeds tuning|report [--baseline NAME] [--out DIR] [k=v ...]
+#                                                   variants x seeds: mean, 95% CI, paired tests
 # FEDGO_SUPERNODES=N simulates N nodes (default: one per client); each serves its share of the
 # clients in turn.
 # The simulation runs on a SuperLink this script starts on a free local port and stops again
@@ -156,6 +158,12 @@ case "${1:-}" in
     setup
     exec "$PY" -m fedgo_flwr.experiment.report "$@"
     ;;
+  --sweep)
+    shift
+    setup
+    export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
+    exec "$PY" -m fedgo_flwr.app.sweep "$@"
+    ;;
   --local)
     shift
     setup
@@ -163,7 +171,7 @@ case "${1:-}" in
     exec "$PY" -m fedgo_flwr.app.inprocess "${1:-conf/default.yaml}" "${@:2}"
     ;;
   -h|--help)
-    sed -n '2,13p' "$0"
+    sed -n '2,15p' "$0"
     ;;
   *)
     setup

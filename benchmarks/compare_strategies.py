@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sweep import column, load_runs, run_name, sweep
+from sweep import column, load_runs, run_name, seed_note, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +53,7 @@ def main() -> None:
     runs = load_runs(out, args.strategies, args.seeds)
 
     lines = [
-        f"config `{args.config}` {' '.join(args.overrides)}; seeds {args.seeds}",
+        f"config `{args.config}` {' '.join(args.overrides)}; {seed_note(args.seeds)}",
         "",
         "| strategy | final acc (%) | best acc (%) | mean round time (s) | per-seed final |",
         "|---|---|---|---|---|",

@@ -11,10 +11,15 @@ so an interrupted sweep resumes where it stopped. A results folder holds, per fi
   results folder, ``runs.tar.gz``. Kept records name paths inside the repository relative to it.
 
 :func:`load_runs` reads every finished run back and :func:`mean_sd` / :func:`column` turn
-per-seed values into the ``mean ± sd`` cells of the drivers' tables.
+per-seed values into the ``mean ± sd`` cells of the drivers' tables, :func:`mean_ci` into
+``mean ± 95% CI half-width`` cells, :func:`paired_cell` into a paired difference against a
+baseline with its interval and paired t-test, and :func:`seed_note` names the seed set a table
+was built on (tuning seeds: not for claims). The statistics are the library's
+(:mod:`fedgo_flwr.app.sweep.stats`, the seed sets :mod:`fedgo_flwr.app.sweep.seeds`), so the drivers
+and ``python -m fedgo_flwr.app.sweep`` compute them one way.
 
 Imported by the drivers next to it (``python benchmarks/<driver>.py`` puts this folder first on
-``sys.path``); it uses nothing of the library.
+``sys.path``; the repository is put right after it here, for the library).
 """
 
 from __future__ import annotations
@@ -24,13 +29,21 @@ import io
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(1, _ROOT)  # after this folder (the drivers' siblings), before site-packages
+
+from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify  # noqa: E402
+from fedgo_flwr.app.sweep.stats import paired, summarize  # noqa: E402
+
+__all__ = ["REPORT_SEEDS", "TUNING_SEEDS"]  # the named seed sets, for the drivers' defaults
 
 ARCHIVE = "runs.tar.gz"
 RAW_FILES = ("metrics.jsonl", "config.yaml", "prefl.json")
@@ -212,14 +225,56 @@ def load_runs(
 # -- aggregation ---------------------------------------------------------------------------
 
 
+def _nan_note(n_nan: int) -> str:
+    return f" ({n_nan} NaN)" if n_nan else ""
+
+
 def mean_sd(values: Sequence[float], scale: float = 100.0) -> str:
     """``"m ± sd"`` of ``values`` times ``scale``, one decimal (sample sd; 0 for one value;
-    ``"-"`` for none)."""
-    if not values:
+    ``"-"`` for none; NaN values left out and counted: ``" (1 NaN)"``)."""
+    s = summarize(values)
+    if s.n == 0:
+        return "-" + _nan_note(s.n_nan)
+    return f"{s.mean * scale:.1f} ± {(s.sd or 0.0) * scale:.1f}" + _nan_note(s.n_nan)
+
+
+def mean_ci(values: Sequence[float], scale: float = 100.0) -> str:
+    """``"m ± h"``: the mean and the half-width of its 95% t interval, times ``scale``, one
+    decimal (``"m (n=1, no CI)"`` for one value, ``"-"`` for none)."""
+    s = summarize(values)
+    if s.n == 0:
+        return "-" + _nan_note(s.n_nan)
+    if s.n == 1:
+        return f"{s.mean * scale:.1f} (n=1, no CI)" + _nan_note(s.n_nan)
+    return f"{s.mean * scale:.1f} ± {s.half_width * scale:.1f}" + _nan_note(s.n_nan)
+
+
+def paired_cell(
+    baseline: Iterable[Run],
+    runs: Iterable[Run],
+    value: Callable[[Run], float | None],
+    scale: float = 100.0,
+) -> str:
+    """``runs`` minus ``baseline`` seed by seed (runs paired by ``seed``): ``"+d [lo, hi]
+    p=P (n=k)"``, the mean difference times ``scale`` with its 95% t interval and the paired
+    t-test's p-value; ``"-"`` without a common seed, no interval or test below 2 pairs."""
+    result = paired({r.seed: value(r) for r in baseline}, {r.seed: value(r) for r in runs})
+    d = result.diff
+    if d.n == 0:
         return "-"
-    m = statistics.mean(values) * scale
-    sd = statistics.stdev(values) * scale if len(values) > 1 else 0.0
-    return f"{m:.1f} ± {sd:.1f}"
+    cell = f"{d.mean * scale:+.1f}"
+    if d.ci_low is not None:
+        cell += f" [{d.ci_low * scale:+.1f}, {d.ci_high * scale:+.1f}]"
+    if result.p_value is not None:
+        cell += f" p={result.p_value:.2g}"
+    return f"{cell} (n={d.n})"
+
+
+def seed_note(seeds: Iterable[int]) -> str:
+    """The sentence a table's header carries about its seeds: ``"tuning seeds: not for
+    claims (...)"`` for any of :data:`TUNING_SEEDS`, ``"report seeds (...)"`` for
+    :data:`REPORT_SEEDS` only (:mod:`fedgo_flwr.app.sweep.seeds`)."""
+    return classify(tuple(seeds)).note
 
 
 def column(runs: Iterable[Run], value: Callable[[Run], float | None], scale: float = 100.0) -> str:

@@ -217,3 +217,16 @@ def test_run_sh_keeps_the_summary_of_a_run_whose_resume_fails(tmp_path):
     assert "the run failed" in proc.stderr
     assert "configuration differs" in proc.stdout + proc.stderr
     assert (tmp_path / "summary.json").read_bytes() == summary
+
+
+def test_run_sh_sweep_passes_through_to_the_sweep(tmp_path):
+    """``./run.sh --sweep``: ``python -m fedgo_flwr.app.sweep`` with run.sh's set-up (here only a
+    table of runs not yet made: ``--table-only`` runs nothing)."""
+    out = tmp_path / "sweep"
+    result = run_sh(
+        "--sweep", "a=conf/default.yaml", "--seeds", "tuning", "--out", str(out),
+        "--table-only", *TINY_RUN, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr  # no run in the table
+    assert "--table-only: 3 runs not run" in result.stderr
+    assert "tuning seeds: not for claims" in (out / "table.md").read_text()

@@ -1,0 +1,209 @@
+"""Running a sweep: every variant x seed as a child process, side by side, resumable.
+
+Each run is ``python -m fedgo_flwr.app.inprocess CONFIG [common k=v] [variant's k=v] seed=N
+output_dir=<out>/<variant>/seed<N> resume=true`` (the ServerApp and ClientApp code of
+``./run.sh --local``), its output in ``run.log`` in its folder. A run whose folder holds a
+``summary.json`` is not run again; one that stopped half-way continues from its checkpoint
+(``resume=true``). A finished run whose ``config.yaml`` differs from what the sweep would run
+now (:func:`fedgo_flwr.experiment.checkpoint.config_differences`, and more rounds than asked) is
+**stale**: it is left out of the table and named, never silently reused nor replaced (delete
+its folder to run it again); one with fewer rounds than asked is extended (``resume=true``).
+A run that fails is recorded (exit code, the log's tail) and the others go on.
+
+Every variant is loaded and checked (:func:`strategies.load_experiment`,
+:func:`fedgo_flwr.app.cli.preflight`) before any run starts, so a bad key stops the sweep at once.
+
+Side by side: ``jobs`` runs at a time; by default as many as the CPUs hold runs of the
+variants' widest thread count (a run's server uses ``resources.server_cpus`` torch threads,
+all cores when unset, its clients ``resources.client_cpus``), so with the defaults one run at
+a time. Threads change the last float bits of a run, so the sweep never changes them itself:
+set ``resources.server_cpus`` to run several at once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from fedgo_flwr.app.sweep.table import SUMMARY, run_dir
+from fedgo_flwr.app.sweep.variants import Variant
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository: first on the children's ``PYTHONPATH``."""
+
+LOG = "run.log"
+
+
+class InvalidVariant(ValueError):
+    """A variant's configuration does not load or does not pass the checks of ``run.sh``."""
+
+
+@dataclass
+class Job:
+    variant: Variant
+    seed: int
+    folder: Path
+    args: list[str]  # config and overrides, as python -m fedgo_flwr.app.inprocess takes them
+    threads: int
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "fedgo_flwr.app.inprocess", *self.args]
+
+
+@dataclass
+class Outcome:
+    variant: str
+    seed: int
+    status: str  # "done" | "skipped" | "failed" | "stale"
+    detail: str = ""
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def run_args(variant: Variant, common: Sequence[str], seed: int, folder: Path) -> list[str]:
+    return [
+        variant.config,
+        *common,
+        *variant.overrides,
+        f"seed={seed}",
+        f"output_dir={folder.resolve()}",
+        "resume=true",
+    ]
+
+
+def plan(
+    variants: Sequence[Variant],
+    common: Sequence[str],
+    seeds: Sequence[int],
+    out: Path,
+    check_machine: bool = True,
+) -> tuple[list[Job], list[Outcome]]:
+    """Check every variant's configuration (raises :class:`InvalidVariant`) and sort the
+    runs into those to run and those already finished (``skipped``) or finished under another
+    configuration (``stale``). Without ``check_machine`` the pre-flight checks of the machine
+    (data paths, devices) are left out: for a table of runs made elsewhere."""
+    from fedgo_flwr.app.cli import preflight
+    from fedgo_flwr.experiment.checkpoint import config_differences
+    from fedgo_flwr.experiment.config import ConfigError
+    from strategies import load_experiment
+
+    jobs, settled = [], []
+    for v in variants:
+        for seed in seeds:
+            folder = run_dir(out, v.name, seed)
+            args = run_args(v, common, seed, folder)
+            try:
+                cfg = load_experiment(args[0], args[1:])
+                if check_machine:
+                    preflight(cfg)
+            except ConfigError as exc:
+                raise InvalidVariant(f"variant {v.name}: {exc}") from exc
+            threads = max(cfg.resources.server_cpus or cpu_count(), cfg.resources.client_cpus)
+            if (folder / SUMMARY).is_file():
+                saved_yaml = folder / "config.yaml"
+                saved = yaml.safe_load(saved_yaml.read_text()) if saved_yaml.is_file() else {}
+                saved = saved if isinstance(saved, dict) else {}
+                changed = config_differences(saved, cfg)
+                if saved.get("rounds", cfg.rounds) > cfg.rounds:
+                    changed.append(f"rounds ({saved['rounds']!r} -> {cfg.rounds!r})")
+                if changed:
+                    why = f"{folder} finished under another configuration: " + "; ".join(changed)
+                    settled.append(Outcome(v.name, seed, "stale", why))
+                    continue
+                if saved.get("rounds", cfg.rounds) == cfg.rounds:
+                    settled.append(Outcome(v.name, seed, "skipped"))
+                    continue
+            jobs.append(Job(v, seed, folder, args, threads))
+    return jobs, settled
+
+
+def default_jobs(jobs: Sequence[Job]) -> int:
+    """As many runs at once as the CPUs hold runs of the widest thread count (at least 1)."""
+    widest = max((j.threads for j in jobs), default=1)
+    return max(1, cpu_count() // widest)
+
+
+def _start(job: Job) -> tuple[subprocess.Popen, object]:
+    job.folder.mkdir(parents=True, exist_ok=True)
+    log = open(job.folder / LOG, "a")  # noqa: SIM115 - closed when the run ends
+    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    cmd = job.command
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": pythonpath}
+    )
+    return proc, log
+
+
+def _tail(path: Path, chars: int = 1500) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def execute(jobs: Sequence[Job], parallel: int, say=print) -> list[Outcome]:
+    """Run ``jobs``, ``parallel`` at a time; return each run's outcome. A run succeeded when
+    it exited 0 and left a ``summary.json`` written after it started. Ctrl-C stops the runs
+    this started (each by its own process) and re-raises."""
+    pending = list(jobs)
+    running: list[tuple[Job, subprocess.Popen, object, float]] = []
+    outcomes: list[Outcome] = []
+    total = len(pending)
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                job = pending.pop(0)
+                proc, log = _start(job)
+                running.append((job, proc, log, time.time()))
+                say(f"sweep: start {job.variant.name} seed {job.seed} -> {job.folder}")
+            time.sleep(0.2)
+            for item in list(running):
+                job, proc, log, started = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                log.close()
+                summary = job.folder / SUMMARY
+                fresh = summary.is_file() and summary.stat().st_mtime >= started - 1
+                seconds = time.time() - started
+                done = len(outcomes) + 1
+                if proc.returncode == 0 and fresh:
+                    outcomes.append(Outcome(job.variant.name, job.seed, "done", f"{seconds:.0f} s"))
+                    say(f"sweep: [{done}/{total}] {job.variant.name} seed {job.seed} done")
+                else:
+                    why = f"exit {proc.returncode}"
+                    if proc.returncode == 0:
+                        why += " without a new summary.json"
+                    detail = f"{why}; log {job.folder / LOG}"
+                    outcomes.append(Outcome(job.variant.name, job.seed, "failed", detail))
+                    say(
+                        f"sweep: [{done}/{total}] {job.variant.name} seed {job.seed} FAILED "
+                        f"({detail}):\n{_tail(job.folder / LOG)}"
+                    )
+    except BaseException:
+        for _, proc, _log, _ in running:
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc, log, _ in running:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
+        raise
+    return outcomes

@@ -1,0 +1,275 @@
+"""A sweep's table and curves, built from the run folders ``<out>/<variant>/seed<N>/``.
+
+``table.json`` and ``table.md`` (:func:`build_table`, :func:`markdown`): the header names the
+metric and the seed set (a tuning set says "tuning seeds: not for claims"); per variant the
+seeds it finished, the final metric per seed (its value in the last round that has it), n,
+mean, the 95% t interval and the sample sd (:func:`fedgo_flwr.app.sweep.stats.summarize`); per
+variant other than the baseline the paired differences against it on the seeds both finished
+(:func:`fedgo_flwr.app.sweep.stats.paired`); and the runs left out: missing (not finished),
+failed, or finished under another configuration (``excluded``). ``curves.png``
+(:func:`plot_curves`): the metric's mean per round with its 95% band, one line per variant.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from fedgo_flwr.app.sweep.seeds import SeedSet
+from fedgo_flwr.app.sweep.stats import LEVEL, finite, paired, summarize
+from fedgo_flwr.app.sweep.variants import Variant
+
+SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+
+
+def run_dir(out: Path, variant: str, seed: int) -> Path:
+    return out / variant / f"seed{seed}"
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a ``metrics.jsonl`` (``[]`` if there is none)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def final_value(rows: Sequence[Mapping], metric: str) -> float | None:
+    """``metric`` in the last row that has it (NaN where that row holds ``null``, JSON's NaN);
+    ``None`` if no row has it."""
+    for row in reversed(rows):
+        if metric in row:
+            value = row[metric]
+            return float(value) if finite(value) else math.nan
+    return None
+
+
+def curve(rows: Sequence[Mapping], metric: str) -> dict[int, float]:
+    """``{round: value}`` of the rows with a finite ``metric``."""
+    return {
+        int(r["round"]): float(r[metric]) for r in rows if "round" in r and finite(r.get(metric))
+    }
+
+
+def _clean(value):
+    """JSON-safe: NaN and infinities as ``None``, recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def build_table(
+    out: Path,
+    variants: Sequence[Variant],
+    seed_set: SeedSet,
+    baseline: str,
+    metric: str = "test_accuracy",
+    excluded: Mapping[tuple[str, int], str] | None = None,
+    common: Sequence[str] = (),
+) -> dict:
+    """The table of the finished runs in ``out`` (see the module); ``excluded`` maps
+    ``(variant, seed)`` to why that run is left out although its folder may hold a summary."""
+    excluded = dict(excluded or {})
+    rows_of: dict[str, dict[int, list[dict]]] = {}
+    entries, left_out = [], []
+    for v in variants:
+        per_seed: dict[int, float | None] = {}
+        rows_of[v.name] = {}
+        for seed in seed_set.seeds:
+            folder = run_dir(out, v.name, seed)
+            if (v.name, seed) in excluded:
+                left_out.append({"variant": v.name, "seed": seed, "why": excluded[v.name, seed]})
+                continue
+            if not (folder / SUMMARY).is_file():
+                left_out.append({"variant": v.name, "seed": seed, "why": "not finished"})
+                continue
+            rows = read_rows(folder / METRICS)
+            rows_of[v.name][seed] = rows
+            per_seed[seed] = final_value(rows, metric)
+        s = summarize(per_seed.values())
+        entries.append(
+            {
+                **v.to_dict(),
+                "seeds_finished": list(per_seed),
+                "seeds_missing": [x for x in seed_set.seeds if x not in per_seed],
+                "seeds_not_finite": [x for x, y in per_seed.items() if not finite(y)],
+                "per_seed": {str(k): y for k, y in per_seed.items()},
+                **s.to_dict(),
+            }
+        )
+    base = next(e for e in entries if e["name"] == baseline)
+    base_values = {int(k): y for k, y in base["per_seed"].items()}
+    comparisons = []
+    for e in entries:
+        if e["name"] == baseline:
+            continue
+        result = paired(base_values, {int(k): y for k, y in e["per_seed"].items()})
+        comparisons.append({"variant": e["name"], "baseline": baseline, **result.to_dict()})
+    table = {
+        "metric": metric,
+        "value": f"{metric} in each run's last round that has it",
+        "level": LEVEL,
+        "interval": "mean ± t(0.975, n-1) · sd / sqrt(n), sample sd",
+        "seed_set": {
+            "name": seed_set.name,
+            "seeds": list(seed_set.seeds),
+            "for_claims": seed_set.for_claims,
+            "note": seed_set.note,
+        },
+        "common_overrides": list(common),
+        "baseline": baseline,
+        "variants": entries,
+        "paired": comparisons,
+        "left_out": left_out,
+        "curves": {v.name: _curve_band(rows_of[v.name], metric) for v in variants},
+    }
+    return _clean(table)
+
+
+def _curve_band(runs: Mapping[int, list[dict]], metric: str) -> dict[str, list]:
+    curves = [curve(rows, metric) for rows in runs.values()]
+    rounds = sorted(set().union(*curves)) if curves else []
+    band: dict[str, list] = {"round": rounds, "n": [], "mean": [], "ci_low": [], "ci_high": []}
+    for r in rounds:
+        s = summarize(c[r] for c in curves if r in c)
+        band["n"].append(s.n)
+        band["mean"].append(s.mean)
+        band["ci_low"].append(s.ci_low)
+        band["ci_high"].append(s.ci_high)
+    return band
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _signed(x: float | None, digits: int = 4) -> str:
+    return "–" if x is None else f"{x:+.{digits}f}"
+
+
+def _interval(lo: float | None, hi: float | None, n: int, signed: bool = False) -> str:
+    if lo is None:
+        return "no CI (n=1)" if n == 1 else "–"
+    f = _signed if signed else _num
+    return f"[{f(lo)}, {f(hi)}]"
+
+
+def _p(p: float | None, n: int, sd: float | None) -> str:
+    if p is not None:
+        return f"{p:.3g}"
+    if n < 2:
+        return f"no test (n={n})"
+    return "no test (equal diffs)" if sd == 0 else "–"
+
+
+def markdown(table: Mapping) -> str:
+    """``table.md``: the header, the per-variant table, the paired differences, left-out runs."""
+    seeds = table["seed_set"]
+    metric = table["metric"]
+    pct = int(round(100 * table["level"]))
+    lines = [
+        f"# Sweep: final `{metric}`, {len(seeds['seeds'])} {seeds['name']} seeds",
+        "",
+    ]
+    if seeds["name"] == "tuning":
+        lines += [f"**{seeds['note']}.**", ""]
+    else:
+        lines += [f"Seeds: {seeds['note']}.", ""]
+    if table["common_overrides"]:
+        lines += [f"Overrides for every variant: `{' '.join(table['common_overrides'])}`", ""]
+    lines += [
+        f"Final value: {table['value']}. {pct}% CI: {table['interval']}.",
+        "",
+        f"| variant | config | n | mean | {pct}% CI | sd | per seed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in table["variants"]:
+        config = " ".join([e["config"], *e["overrides"]])
+        per = ", ".join(
+            f"{k}: {_num(v)}" if v is not None else f"{k}: NaN" for k, v in e["per_seed"].items()
+        )
+        n = f"{e['n']}/{len(seeds['seeds'])}"
+        if e["n_nan"]:
+            n += f" ({e['n_nan']} NaN)"
+        lines.append(
+            f"| {e['name']} | `{config}` | {n} | {_num(e['mean'])} "
+            f"| {_interval(e['ci_low'], e['ci_high'], e['n'])} | {_num(e['sd'])} | {per or '–'} |"
+        )
+    if table["paired"]:
+        lines += [
+            "",
+            f"## Paired differences: variant − `{table['baseline']}`, same seed",
+            "",
+            "On the seeds both finished with a finite value; two-sided paired t-test.",
+            "",
+            f"| variant | pairs | mean diff | {pct}% CI | p | per-seed diffs |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c in table["paired"]:
+            per = ", ".join(
+                f"{s}: {_signed(d)}" for s, d in zip(c["seeds"], c["diffs"], strict=True)
+            )
+            lines.append(
+                f"| {c['variant']} | {c['diff_n']} | {_signed(c['diff_mean'])} "
+                f"| {_interval(c['diff_ci_low'], c['diff_ci_high'], c['diff_n'], signed=True)} "
+                f"| {_p(c['p_value'], c['diff_n'], c['diff_sd'])} | {per or '–'} |"
+            )
+    if table["left_out"]:
+        lines += ["", "## Runs left out", ""]
+        lines += [f"- {x['variant']} seed {x['seed']}: {x['why']}" for x in table["left_out"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(table: Mapping, path: Path) -> Path:
+    """``curves.png``: per variant the metric's mean per round and its 95% band (rounds with
+    2 or more runs)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, band in table["curves"].items():
+        if not band["round"]:
+            continue
+        n_max = max(band["n"])
+        (line,) = ax.plot(band["round"], band["mean"], label=f"{name} (n={n_max})")
+        pts = [
+            (r, lo, hi)
+            for r, lo, hi in zip(band["round"], band["ci_low"], band["ci_high"], strict=True)
+            if lo is not None
+        ]
+        if pts:
+            r, lo, hi = zip(*pts, strict=True)
+            ax.fill_between(r, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    seeds = table["seed_set"]
+    title = f"{table['metric']}: mean and {int(round(100 * table['level']))}% CI over seeds"
+    ax.set_title(f"{title}\n{seeds['note']}", fontsize=9)
+    ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(table["metric"])
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_table(table: Mapping, out: Path) -> dict[str, Path]:
+    """Write ``table.json``, ``table.md`` and ``curves.png`` into ``out``; return their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "table.json", "md": out / "table.md", "png": out / "curves.png"}
+    paths["json"].write_text(json.dumps(table, indent=1, allow_nan=False) + "\n")
+    paths["md"].write_text(markdown(table))
+    plot_curves(table, paths["png"])
+    return paths

@@ -1,0 +1,73 @@
+"""``python -m fedgo_flwr.app.sweep``: a real 2-variant x 2-seed sweep of tiny in-process runs.
+
+The folders ``<out>/<variant>/seed<N>/``, a second sweep that runs nothing (the runs' files
+untouched), a table whose numbers are those of the runs' own summaries, and runs of a changed
+variant left out. A failed run is ``tests/unit/test_sweep_runner.py``'s (no real run needed).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+
+import pytest
+from helpers import ROOT, TINY_RUN
+
+from fedgo_flwr.app.sweep.__main__ import main
+
+CONFIG = shlex.quote(str(ROOT / "conf" / "default.yaml"))
+
+
+def test_a_sweep_runs_resumes_and_tabulates_its_runs(tmp_path, capsys) -> None:
+    out = tmp_path / "sweep"
+    argv = [
+        f"fedavg={CONFIG}",
+        f"lr={CONFIG} train.lr=0.1",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(out),
+        *TINY_RUN,
+    ]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "4 runs to go" in err
+    runs = {p.parent.relative_to(out).as_posix() for p in out.glob("*/*/summary.json")}
+    assert runs == {"fedavg/seed0", "fedavg/seed1", "lr/seed0", "lr/seed1"}
+    assert all((out / r / "run.log").is_file() for r in runs)
+
+    # a second sweep runs nothing and touches no run's file
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*") if p.is_file()}
+    assert main(argv) == 0
+    assert "all 4 runs finished already" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*") if p.is_file()} == stamps
+
+    table = json.loads((out / "table.json").read_text())
+    assert table["seed_set"]["name"] == "tuning" and not table["seed_set"]["for_claims"]
+    assert table["seed_set"]["seeds"] == [0, 1] and table["left_out"] == []
+    assert "tuning seeds: not for claims" in (out / "table.md").read_text()
+    final = {
+        (v, s): json.loads((out / v / f"seed{s}" / "summary.json").read_text())["final_accuracy"]
+        for v in ("fedavg", "lr")
+        for s in (0, 1)
+    }
+    by = {v["name"]: v for v in table["variants"]}
+    for name in ("fedavg", "lr"):
+        values = [final[name, 0], final[name, 1]]
+        assert by[name]["per_seed"] == {"0": values[0], "1": values[1]}
+        assert by[name]["n"] == 2 and by[name]["mean"] == pytest.approx(statistics.mean(values))
+        assert by[name]["sd"] == pytest.approx(statistics.stdev(values))
+    (pair,) = table["paired"]
+    assert (pair["variant"], pair["baseline"], pair["seeds"]) == ("lr", "fedavg", [0, 1])
+    assert pair["diffs"] == pytest.approx([final["lr", s] - final["fedavg", s] for s in (0, 1)])
+    assert table["curves"]["fedavg"]["round"] == [0, 1]
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+    # a variant changed since its runs finished: they are named and left out, not reused
+    changed = [*argv[:1], f"lr={CONFIG} train.lr=0.2", *argv[2:], "--table-only"]
+    assert main(changed) == 1
+    assert "train.lr (0.1 -> 0.2)" in capsys.readouterr().err
+    table = json.loads((out / "table.json").read_text())
+    assert [(x["variant"], x["seed"]) for x in table["left_out"]] == [("lr", 0), ("lr", 1)]
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*") if p.is_file()} == stamps

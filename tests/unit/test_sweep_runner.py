@@ -1,0 +1,47 @@
+"""The sweep's runner with stand-in runs: a failed run is recorded and the others go on."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from fedgo_flwr.app.sweep.runner import Job, default_jobs, execute
+from fedgo_flwr.app.sweep.variants import Variant
+
+
+class FakeJob(Job):
+    """A run that is a short Python snippet instead of ``fedgo_flwr.app.inprocess``."""
+
+    def __init__(self, name: str, seed: int, folder: Path, code: str, threads: int = 1) -> None:
+        super().__init__(Variant(name, "x.yaml"), seed, folder, [], threads)
+        self.code = code
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", self.code]
+
+
+def test_a_failed_run_is_recorded_and_the_others_finish(tmp_path) -> None:
+    ok = "open('{}', 'w').write('{{}}')"
+    jobs = [
+        FakeJob("a", 0, tmp_path / "a/seed0", ok.format(tmp_path / "a/seed0/summary.json")),
+        FakeJob("a", 1, tmp_path / "a/seed1", "import sys; print('boom'); sys.exit(3)"),
+        FakeJob("b", 0, tmp_path / "b/seed0", "print('exits 0, writes no summary')"),
+        FakeJob("b", 1, tmp_path / "b/seed1", ok.format(tmp_path / "b/seed1/summary.json")),
+    ]
+    said: list[str] = []
+    outcomes = execute(jobs, parallel=2, say=said.append)
+    status = {(o.variant, o.seed): o.status for o in outcomes}
+    assert status == {("a", 0): "done", ("a", 1): "failed", ("b", 0): "failed", ("b", 1): "done"}
+    detail = {(o.variant, o.seed): o.detail for o in outcomes}
+    assert detail["a", 1].startswith("exit 3;") and "exit 0 without a new summary" in detail["b", 0]
+    assert any("a seed 1 FAILED" in line and "boom" in line for line in said)
+    assert "boom" in (tmp_path / "a/seed1/run.log").read_text()
+
+
+def test_runs_side_by_side_as_the_cpus_hold_their_threads(monkeypatch) -> None:
+    monkeypatch.setattr("fedgo_flwr.app.sweep.runner.cpu_count", lambda: 8)
+    job = FakeJob("a", 0, Path("x"), "", threads=3)
+    assert default_jobs([job]) == 2
+    assert default_jobs([FakeJob("a", 0, Path("x"), "", threads=8), job]) == 1
+    assert default_jobs([FakeJob("a", 0, Path("x"), "", threads=16)]) == 1
