@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -496,3 +497,81 @@ def test_the_ensemble_accuracy_is_that_of_the_distillation_target(tmp_path, monk
     test_part, public_part = seen  # the ensemble on the test images, then the target
     for part in (test_part, public_part):
         assert torch.allclose(part.exp().sum(-1), torch.ones(part.shape[:2]), atol=1e-4)
+
+
+# -- what the stopping rule sees and keeps ---------------------------------------------------
+
+
+def test_the_client_reports_the_received_models_validation_loss(tmp_path):
+    """CPFL Sec. 4.1 (the code's ``val_loss_global_model``): the loss is of the cohort model as
+    received, on the client's held-out split, before local training changes it."""
+    import copy
+
+    from flwr.app import RecordDict
+
+    from clients.base import ClientJob
+    from clients.cpfl import CPFLClient
+    from fedgo_flwr.learning.training import evaluate
+    from fedgo_flwr.models.classifiers import build_model
+    from fedgo_flwr.protocol.cpfl import PROTOCOL
+    from fedgo_flwr.runtime.rng import make_rng
+
+    cfg = config(tmp_path, "train.local_epochs=3")
+    rng = np.random.default_rng(0)
+    data = ArrayDataset(
+        x=rng.normal(size=(40, 1, 8, 8)).astype(np.float32),
+        y=rng.integers(0, 10, size=40),
+        num_classes=10,
+    )
+    params = PROTOCOL.Config(val_fraction=0.25, min_val_samples=2)
+    torch.manual_seed(0)
+    model = build_model("cnn", (1, 8, 8), 10)
+    received = copy.deepcopy(model)
+    _, val_idx = holdout_split(len(data), 0.25, 2, cfg.seed, 3)
+    held_out = data.subset(val_idx)
+    expected, _ = evaluate(received, held_out, cfg.eval.batch_size, torch.device("cpu"))
+    job = ClientJob(
+        cfg=cfg,
+        params=params,
+        partition_id=3,
+        server_round=1,
+        data=data,
+        device=torch.device("cpu"),
+        rng=make_rng(0),
+        content=RecordDict(),
+        state=RecordDict(),
+        model=model,
+    )
+    stats, _ = CPFLClient().train(job)
+    assert stats.metrics["val_examples"] == len(val_idx) == 10
+    assert stats.metrics["val_loss"] == expected
+    after, _ = evaluate(model, held_out, cfg.eval.batch_size, torch.device("cpu"))
+    assert after != expected  # training moved the model: the test can tell the two apart
+
+
+def test_the_best_model_is_the_one_whose_loss_was_reported(tmp_path, monkeypatch):
+    """The loss reported in round r is of the model sent in round r, so a new minimum makes
+    that model the cohort's best, not the one aggregated from round r's updates."""
+    calls = {"n": 0}
+    observe = PlateauStopper.observe
+
+    def second_round_is_best(self, loss):
+        calls["n"] += 1
+        observe(self, loss)
+        return calls["n"] == 2
+
+    monkeypatch.setattr(PlateauStopper, "observe", second_round_is_best)
+    out = tmp_path / "run"
+    run_inprocess(
+        config(out, "rounds=2", "strategy.cohorts=1", "strategy.patience=10", "checkpoint=true")
+    )
+    final = load_checkpoint(out)
+    (tmp_path / "prev").mkdir()
+    shutil.copy(out / "checkpoint.prev.pt", tmp_path / "prev" / "checkpoint.pt")
+    previous = load_checkpoint(tmp_path / "prev")
+    assert (final.round, previous.round) == (2, 1)
+    cohort = final.strategy_state["cohorts"][0]
+    assert cohort["best_round"] == 2
+    sent = previous.strategy_state["cohorts"][0]["arrays"]  # after round 1: sent in round 2
+    assert all(np.array_equal(cohort["best"][k], sent[k]) for k in sent)
+    assert not all(np.array_equal(cohort["best"][k], cohort["arrays"][k]) for k in sent)

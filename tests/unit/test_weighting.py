@@ -605,3 +605,35 @@ def test_toy_four_gaussians_fedgo_beats_uniform() -> None:
     assert mean["fedgo_double_sigmoid"] > mean["uniform"], mean
     for r in runs:
         assert r["fedgo_sigmoid"] >= r["uniform"] - 0.02, r
+
+
+def test_the_reference_cancels_in_fedgo_exact_odds() -> None:
+    """Optimal discriminators against a reference density r give z_k = log p_k - log r
+    (Goodfellow et al. 2014, Prop. 1: D* = p_k / (p_k + r)). With the exact odds
+    (``disc_mode: sigmoid``) r cancels from FedGO's weights (Thm 3.6), so two different
+    references give the same weights, Thm 3.4's n_k p_k / sum_i n_i p_i; the paper's double
+    sigmoid does not cancel it. The server-referenced variant rests on this."""
+    gen = torch.Generator().manual_seed(0)
+    k, n_samples = 3, 40
+    log_p = torch.randn(k, n_samples, generator=gen, dtype=torch.float64) * 2
+    n = torch.tensor([50.0, 10.0, 140.0], dtype=torch.float64)
+    logits = torch.randn(k, n_samples, 4, generator=gen)
+    weights = {}
+    for name, log_r in {
+        "generator": torch.randn(n_samples, generator=gen, dtype=torch.float64),
+        "server": torch.randn(n_samples, generator=gen, dtype=torch.float64) * 3 + 1,
+    }.items():
+        z = (log_p - log_r).float()
+        inputs = WeightingInputs(logits=logits, num_examples=n, disc_logits=z)
+        weights[name] = {
+            mode: compute_weights("fedgo", inputs, disc_mode=mode)
+            for mode in ("sigmoid", "double_sigmoid")
+        }
+    exact = weights["generator"]["sigmoid"]
+    torch.testing.assert_close(exact, weights["server"]["sigmoid"], rtol=1e-6, atol=1e-7)
+    optimal = n[:, None] * log_p.exp()
+    torch.testing.assert_close(
+        exact, (optimal / optimal.sum(0)).to(exact.dtype), rtol=1e-5, atol=1e-6
+    )
+    gap = (weights["generator"]["double_sigmoid"] - weights["server"]["double_sigmoid"]).abs()
+    assert gap.max() > 0.05
