@@ -637,3 +637,34 @@ def test_the_reference_cancels_in_fedgo_exact_odds() -> None:
     )
     gap = (weights["generator"]["double_sigmoid"] - weights["server"]["double_sigmoid"]).abs()
     assert gap.max() > 0.05
+
+
+@pytest.mark.parametrize("mode", ["sigmoid", "double_sigmoid"])
+def test_fedgo_temperature_takes_the_odds_to_the_power_one_over_t(mode) -> None:
+    """``temperature`` T: Phi_k^(1/T), i.e. w_k = n_k Phi_k^(1/T) / sum_i n_i Phi_i^(1/T)."""
+    gen = torch.Generator().manual_seed(1)
+    z = torch.randn(3, 10, generator=gen) * 3
+    n = torch.tensor([20.0, 5.0, 75.0])
+    inputs = WeightingInputs(
+        logits=torch.randn(3, 10, 4, generator=gen), num_examples=n, disc_logits=z
+    )
+    log_phi = z.double() if mode == "sigmoid" else torch.sigmoid(z.double())
+    for t in (0.5, 3.0):
+        numer = n.double()[:, None] * torch.exp(log_phi / t)
+        expected = (numer / numer.sum(0)).float()
+        got = compute_weights("fedgo", inputs, disc_mode=mode, temperature=t)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_oracle_weights_a_class_held_once_and_one_held_by_none() -> None:
+    """Thm 3.4's n_{k,y} / sum_i n_{i,y}, also when the class has one sample in all (total 1),
+    and uniform where no teacher has the class (total 0)."""
+    counts = torch.tensor([[1, 0, 3], [0, 0, 1]])  # (K=2, C=3): class 0 held once, class 1 by none
+    inputs = WeightingInputs(
+        logits=torch.zeros(2, 3, 3),
+        num_examples=torch.tensor([4.0, 1.0]),
+        labels=torch.tensor([0, 1, 2]),
+        class_counts=counts,
+    )
+    expected = torch.tensor([[1.0, 0.5, 0.75], [0.0, 0.5, 0.25]])
+    torch.testing.assert_close(compute_weights("oracle", inputs), expected)
