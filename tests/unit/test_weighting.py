@@ -649,7 +649,7 @@ def test_fedgo_temperature_takes_the_odds_to_the_power_one_over_t(mode) -> None:
         logits=torch.randn(3, 10, 4, generator=gen), num_examples=n, disc_logits=z
     )
     log_phi = z.double() if mode == "sigmoid" else torch.sigmoid(z.double())
-    for t in (0.5, 3.0):
+    for t in (0.5, 2.0, 3.0):
         numer = n.double()[:, None] * torch.exp(log_phi / t)
         expected = (numer / numer.sum(0)).float()
         got = compute_weights("fedgo", inputs, disc_mode=mode, temperature=t)
@@ -668,3 +668,23 @@ def test_oracle_weights_a_class_held_once_and_one_held_by_none() -> None:
     )
     expected = torch.tensor([[1.0, 0.5, 0.75], [0.0, 0.5, 0.25]])
     torch.testing.assert_close(compute_weights("oracle", inputs), expected)
+
+
+def test_parameter_errors_name_the_method_and_what_it_accepts() -> None:
+    inputs = WeightingInputs(
+        logits=torch.zeros(2, 3, 4),
+        num_examples=torch.tensor([1.0, 2.0]),
+        disc_logits=torch.zeros(2, 3),
+    )
+    with pytest.raises(
+        ValueError, match=r"'uniform' got unknown parameter\(s\) \['clip'\]; accepted: none"
+    ):
+        compute_weights("uniform", inputs, clip=1.0)
+    with pytest.raises(
+        ValueError, match=r"^fedgo: temperature must be a finite number > 0, got 0.0$"
+    ):
+        compute_weights("fedgo", inputs, temperature=0)
+    with pytest.raises(ValueError, match=r"^domain: unknown disc_mode 'x'"):
+        compute_weights("domain", inputs, disc_mode="x")
+    with pytest.raises(ValueError, match=r"^inputs must be a WeightingInputs, got dict$"):
+        compute_weights("uniform", {})  # type: ignore[arg-type]
