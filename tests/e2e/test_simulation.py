@@ -41,8 +41,7 @@ def simulate(
 
 TINY_GAN = ["strategy.generator.steps=5", "strategy.discriminator.epochs=1"]
 STRATEGY_ARGS = {
-    "fedavg": [],
-    "fedprox": [],
+    "fedavg": [],  # FedProx under Ray: tests/e2e/test_run_sh.py's run through run.sh
     "scaffold": [],
     "feddf": ["strategy.distill.epochs=2"],
     "fedgo": ["strategy.distill.epochs=2", *TINY_GAN],
@@ -74,7 +73,8 @@ def test_strategy_runs_end_to_end(tmp_path, strategy):
     assert len(partition["class_histogram"]) == 4
     if strategy in ("feddf", "fedgo"):
         assert rows[-1]["distill_steps"] > 0 and "ensemble_test_accuracy" in rows[-1]
-    # Stateful, on shared nodes: the same run without Ray, one node per client, must agree.
+    # Stateful, on shared nodes: the same run without Ray, one node per client, must agree
+    # (so the Ray run is a function of its seed: the same seed, the same metrics).
     if strategy in ("scaffold", "fedgo"):
         cfg = load_experiment(
             ROOT / "conf/default.yaml",
@@ -87,17 +87,12 @@ def test_strategy_runs_end_to_end(tmp_path, strategy):
         )
         run_inprocess(cfg)
         lines = (tmp_path / "inprocess" / "metrics.jsonl").read_text().splitlines()
-        assert [json.loads(x)["test_accuracy"] for x in lines] == [r["test_accuracy"] for r in rows]
+        keys = ("test_accuracy", "test_loss", "train_loss")
+        local = [[json.loads(x).get(k) for k in keys] for x in lines]
+        assert local == [[r.get(k) for k in keys] for r in rows]
     if strategy == "fedgo":
         prefl = json.loads((tmp_path / "prefl.json").read_text())
         assert prefl["missing_discriminators"] == [] and len(prefl["discriminators"]) == 4
-
-
-def test_same_seed_same_metrics(tmp_path):
-    first, _ = simulate(tmp_path / "a", "strategy.name=scaffold")
-    second, _ = simulate(tmp_path / "b", "strategy.name=scaffold")
-    keys = ("test_accuracy", "test_loss", "train_loss")
-    assert [[r.get(k) for k in keys] for r in first] == [[r.get(k) for k in keys] for r in second]
 
 
 @pytest.mark.alone  # healthy rounds must end within round_timeout

@@ -478,6 +478,9 @@ TINY = [
     "strategy.synthesis.steps=2",
     "strategy.boost.batch_size=16",
     "strategy.distill.epochs=1",
+    "data.train_subset=400",  # digits cut as the golden runs cut them
+    "data.test_subset=120",
+    "resources.server_cpus=1",  # tiny models: a second torch thread only waits
 ]
 
 

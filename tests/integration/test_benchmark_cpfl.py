@@ -244,6 +244,10 @@ def test_quantile_interpolates_between_order_statistics(driver) -> None:
 # -- one real run --------------------------------------------------------------------------
 
 
+CUT = ["data.train_subset=400", "data.test_subset=120", "resources.server_cpus=1"]
+"""Digits cut as the golden runs cut them, the server on one torch thread."""
+
+
 def test_a_real_run_goes_through_the_subprocess_and_a_failed_one_is_reported(
     driver, tmp_path: Path, monkeypatch
 ) -> None:
@@ -257,7 +261,7 @@ def test_a_real_run_goes_through_the_subprocess_and_a_failed_one_is_reported(
         tag="t",
         config="conf/cpfl.yaml",
         data=None,
-        overrides=["rounds=2", "strategy.distill.epochs=1", "checkpoint=false"],
+        overrides=["rounds=2", "strategy.distill.epochs=1", "checkpoint=false", *CUT],
     )
     results = tmp_path / "results"
     failed = driver.run_grid(
