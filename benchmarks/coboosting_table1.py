@@ -35,10 +35,10 @@ accuracies). Runs are resumable and kept as in :mod:`cpfl_cohorts`: each is
 summary kept in ``benchmarks/results/<tag>/<method>-seed<N>/`` and its raw records in that
 folder's ``runs.tar.gz``; a kept run is skipped, a failed one reported while the others go on.
 
-    .venv/bin/python benchmarks/coboosting_table1.py [--seeds 0 1 2] [--alphas 0.05 0.1 0.3] \
+    .venv/bin/python -m benchmarks.coboosting_table1 [--seeds 0 1 2] [--alphas 0.05 0.1 0.3] \
         [--ablation-alphas 0.05] [--config conf/bench/coboosting-cifar10-cpu.yaml] \
         [--tag coboosting-cifar10-cpu] [k=v ...]
-    .venv/bin/python benchmarks/coboosting_table1.py --table-only [--tag ...]
+    .venv/bin/python -m benchmarks.coboosting_table1 --table-only [--tag ...]
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from cpfl_cohorts import MISSING, fmt, run_grid
-from fedgo_table3 import add_data_arguments, ensure_data
-from sweep import SUMMARY, Run, RunFailed, load_runs, run_child, run_name
+from benchmarks.cpfl_cohorts import MISSING, fmt, run_grid
+from benchmarks.fedgo_table3 import add_data_arguments, ensure_data
+from benchmarks.sweep import SUMMARY, Run, RunFailed, load_runs, run_child, run_name
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/coboosting-cifar10-cpu.yaml"
@@ -263,7 +263,7 @@ def check_grid(config: str, methods: Sequence[str], extra: Sequence[str]) -> str
 
 def child_command(config: str, overrides: Sequence[str]) -> list[str]:
     """The subprocess that runs one experiment in-process (this file's ``--child`` entry)."""
-    return [sys.executable, str(Path(__file__).resolve()), "--child", config, *overrides]
+    return [sys.executable, "-m", __spec__.name, "--child", config, *overrides]
 
 
 def child(argv: Sequence[str]) -> None:

@@ -6,7 +6,7 @@ Each (strategy, seed) goes through ``./run.sh`` (a real ``flwr run`` simulation)
 of final/best test accuracy and mean round time from the runs' ``summary.json`` files, and
 writes it to ``OUT/results.md``.
 
-    .venv/bin/python benchmarks/compare_strategies.py --config conf/default.yaml \
+    .venv/bin/python -m benchmarks.compare_strategies --config conf/default.yaml \
         --strategies fedavg fedprox scaffold --seeds 0 1 2 [--out outputs/bench] [k=v ...]
 """
 
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sweep import column, load_runs, run_name, seed_note, sweep
+from benchmarks.sweep import column, load_runs, run_name, seed_note, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 

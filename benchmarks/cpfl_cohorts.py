@@ -21,9 +21,9 @@ The CIFAR-10 JPEG tree is ``--data`` (default ``$FEDGO_CIFAR10``, else ``.cache/
 unpacked from ``--archive`` first if missing, as in ``fedgo_table3.py``; a config whose
 dataset is not ``imagefolder`` (the digits smoke run) needs neither.
 
-    .venv/bin/python benchmarks/cpfl_cohorts.py [--seeds 0 1 2] [--alphas 0.1 1] \
+    .venv/bin/python -m benchmarks.cpfl_cohorts [--seeds 0 1 2] [--alphas 0.1 1] \
         [--cohorts 1 2 4 8 16 200] [--tag cpfl-cifar10-cpu] [k=v ...]
-    .venv/bin/python benchmarks/cpfl_cohorts.py --table-only [--tag cpfl-cifar10-cpu]
+    .venv/bin/python -m benchmarks.cpfl_cohorts --table-only [--tag cpfl-cifar10-cpu]
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from fedgo_table3 import add_data_arguments, ensure_data
-from sweep import Run, RunFailed, column, load_runs, run_child, run_name, sweep
+from benchmarks.fedgo_table3 import add_data_arguments, ensure_data
+from benchmarks.sweep import Run, RunFailed, column, load_runs, run_child, run_name, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/cpfl-cifar10-cpu.yaml"
@@ -123,7 +123,7 @@ def check_grid(config: str, methods: Sequence[str], extra: Sequence[str]) -> str
 
 def child_command(config: str, overrides: Sequence[str]) -> list[str]:
     """The subprocess that runs one experiment in-process (this file's ``--child`` entry)."""
-    return [sys.executable, str(Path(__file__).resolve()), "--child", config, *overrides]
+    return [sys.executable, "-m", __spec__.name, "--child", config, *overrides]
 
 
 def child(argv: Sequence[str]) -> None:

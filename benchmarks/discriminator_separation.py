@@ -16,7 +16,7 @@ finished run, with no client model involved:
   of it there);
 - ``mean_sigmoid`` and the share above 0.99: how saturated the discriminators are.
 
-    .venv/bin/python benchmarks/discriminator_separation.py outputs/bench/<tag>/fedgo-seed0 \
+    .venv/bin/python -m benchmarks.discriminator_separation outputs/bench/<tag>/fedgo-seed0 \
         [--save benchmarks/results/<tag>/fedgo-seed0/separation.json]
 
 With ``--save`` the report is also written as JSON; ``fedgo_table3.py`` puts the reports it

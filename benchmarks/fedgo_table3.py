@@ -16,8 +16,8 @@ The CIFAR-10 JPEG tree (``train/``, ``test/``) is ``--data`` (default: ``$FEDGO_
 ``.cache/cifar10-jpg`` in the repository); if it is missing, ``--archive`` (default:
 ``$FEDGO_CIFAR10_ARCHIVE``), a ``.tar.gz`` of that tree, is unpacked there first.
 
-    .venv/bin/python benchmarks/fedgo_table3.py --seeds 0 1 2 [--tag cifar10-cpu] [k=v ...]
-    .venv/bin/python benchmarks/fedgo_table3.py --table-only [--tag cifar10-cpu]
+    .venv/bin/python -m benchmarks.fedgo_table3 --seeds 0 1 2 [--tag cifar10-cpu] [k=v ...]
+    .venv/bin/python -m benchmarks.fedgo_table3 --table-only [--tag cifar10-cpu]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from sweep import Run, column, load_runs, mean_sd, run_name, seed_of, sweep
+from benchmarks.sweep import Run, column, load_runs, mean_sd, run_name, seed_of, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ".cache/cifar10-jpg"

@@ -17,7 +17,7 @@ evaluation) and the rest of the round (Flower's runtime, messages, the clients' 
 and the server process's peak resident memory (``summary.json``: ``server_peak_rss_mb``; for
 ``local`` it includes the clients). Both modes must give the same accuracies (checked).
 
-    .venv/bin/python benchmarks/scale.py [--clients 10 100 1000] [--methods fedavg feddf]
+    .venv/bin/python -m benchmarks.scale [--clients 10 100 1000] [--methods fedavg feddf]
         [--modes sim local] [--tag scale-cifar10] [k=v ...]
 
 Each finished run is kept in ``benchmarks/results/<tag>/`` (resumable); ``--table-only``
@@ -36,9 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-from fedgo_table3 import add_data_arguments, ensure_data
-from overhead import round_compute
-from sweep import ARCHIVE, keep_run, read_archive
+from benchmarks.fedgo_table3 import add_data_arguments, ensure_data
+from benchmarks.overhead import round_compute
+from benchmarks.sweep import ARCHIVE, keep_run, read_archive
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "conf/bench/scale-cifar10.yaml"

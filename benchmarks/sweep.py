@@ -18,8 +18,8 @@ was built on (tuning seeds: not for claims). The statistics are the library's
 (:mod:`fedgo_flwr.app.sweep.stats`, the seed sets :mod:`fedgo_flwr.app.sweep.seeds`), so the drivers
 and ``python -m fedgo_flwr.app.sweep`` compute them one way.
 
-Imported by the drivers next to it (``python benchmarks/<driver>.py`` puts this folder first on
-``sys.path``; the repository is put right after it here, for the library).
+Imported by the drivers next to it (``from benchmarks.sweep import ...``; they run as
+``python -m benchmarks.<driver>`` from the repository's root).
 """
 
 from __future__ import annotations
@@ -36,12 +36,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(1, _ROOT)  # after this folder (the drivers' siblings), before site-packages
-
-from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify  # noqa: E402
-from fedgo_flwr.app.sweep.stats import paired, summarize  # noqa: E402
+from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify
+from fedgo_flwr.app.sweep.stats import paired, summarize
 
 __all__ = ["REPORT_SEEDS", "TUNING_SEEDS"]  # the named seed sets, for the drivers' defaults
 

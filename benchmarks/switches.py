@@ -20,7 +20,7 @@ Per variant: the whole run's time (``total_time``), round 1 and the median of th
 the medians of the clients' training (summed), the server's aggregation and its evaluation, the
 final accuracy, and whether every round's test accuracy equals the baseline's.
 
-    .venv/bin/python benchmarks/switches.py [k=v ...] [--variants ...] [--method feddf]
+    .venv/bin/python -m benchmarks.switches [k=v ...] [--variants ...] [--method feddf]
         [--seed 0] [--config conf/bench/cifar10-cpu-bn.yaml] [--tag switches-cifar10]
 
 (the ``k=v`` overrides of every run first: ``--variants`` takes the words after it).
@@ -37,8 +37,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedgo_table3 import METHODS, add_data_arguments, ensure_data
-from sweep import load_runs, sweep
+from benchmarks.fedgo_table3 import METHODS, add_data_arguments, ensure_data
+from benchmarks.sweep import load_runs, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS: dict[str, list[str]] = {

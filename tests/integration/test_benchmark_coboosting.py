@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from benchmark_scripts import BENCHMARKS, load_benchmark
+from benchmark_scripts import load_benchmark
 
 DIGITS = "conf/bench/coboosting-digits.yaml"
 
@@ -119,7 +119,7 @@ def test_a_runs_overrides_reuse_the_sources_scratch_folder(driver, tmp_path: Pat
         "strategy.weighting=uniform",
     ]
     cmd = driver.child_command("conf/x.yaml", ["seed=0"])
-    assert cmd[1:] == [str(BENCHMARKS / "coboosting_table1.py"), "--child", "conf/x.yaml", "seed=0"]
+    assert cmd[1:] == ["-m", "benchmarks.coboosting_table1", "--child", "conf/x.yaml", "seed=0"]
 
 
 def test_command_line_overrides_and_an_empty_ablation_list(driver) -> None:

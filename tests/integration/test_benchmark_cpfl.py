@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from benchmark_scripts import BENCHMARKS, load_benchmark
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_a_runs_overrides_put_the_method_after_the_users_and_the_folder_last(
     # A dataset that is not the JPEG tree (digits) gets no data.path.
     assert driver.run_overrides("a1-n2", 0, [], run_dir, None)[0] == "seed=0"
     cmd = driver.child_command("conf/x.yaml", ["seed=0"])
-    assert cmd[1:] == [str(BENCHMARKS / "cpfl_cohorts.py"), "--child", "conf/x.yaml", "seed=0"]
+    assert cmd[1:] == ["-m", "benchmarks.cpfl_cohorts", "--child", "conf/x.yaml", "seed=0"]
 
 
 def test_overrides_after_list_options_are_not_taken_as_their_values(driver) -> None:

@@ -6,21 +6,16 @@ although finished, or a record kept with an absolute path must fail here.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    # The drivers import it as their sibling module ``sweep`` (``python benchmarks/<driver>.py``).
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(ROOT / "benchmarks"))
-        return importlib.import_module("sweep")
+    return load_benchmark("sweep")
 
 
 def test_mean_sd_is_the_sample_mean_and_sd_in_percent(sweep) -> None:
@@ -116,9 +111,7 @@ def test_the_share_outside_compute_spreads_the_clients_over_the_workers() -> Non
     """``benchmarks/overhead.py`` (also used by ``scale.py``): a round's compute is its clients'
     training over the workers that ran at once (never more workers than clients), plus the
     server's phases; round 1 (data loading) is left out of the share."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(ROOT / "benchmarks"))
-        overhead = importlib.import_module("overhead")
+    overhead = load_benchmark("overhead")
     row = {"client_time_sum": 6.0, "clients_replied": 3, "aggregate_time": 1.0, "eval_time": 0.5}
     assert overhead.round_compute(row, 2) == pytest.approx(4.5)  # 6 / 2 + 1 + 0.5
     assert overhead.round_compute(row, 8) == pytest.approx(3.5)  # 3 clients: 3 workers at most
