@@ -52,9 +52,23 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from benchmarks.cpfl_cohorts import MISSING, fmt, run_grid
 from benchmarks.fedgo_table3 import add_data_arguments, ensure_data
-from benchmarks.sweep import SUMMARY, Run, RunFailed, load_runs, run_child, run_name
+from benchmarks.sweep import (
+    MISSING,
+    SUMMARY,
+    Run,
+    RunFailed,
+    child,
+    child_command,
+    fmt,
+    load_config,
+    load_runs,
+    parse_with_overrides,
+    run_child,
+    run_grid,
+    run_name,
+    write_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/coboosting-cifar10-cpu.yaml"
@@ -207,16 +221,6 @@ def scratch_of(run_dir: Path, method: str) -> Path:
 # -- configs ---------------------------------------------------------------------------------
 
 
-def load_config(config: str, overrides: Sequence[str]):
-    """The checked experiment (``ConfigError`` names a bad key); imports this repository's
-    library, as the runs do."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from strategies import load_experiment
-
-    return load_experiment(ROOT / config, list(overrides))
-
-
 @contextlib.contextmanager
 def quiet_library() -> Iterator[None]:
     """Hide the library's warnings while the driver loads configs (each preset holds keys of
@@ -261,24 +265,12 @@ def check_grid(config: str, methods: Sequence[str], extra: Sequence[str]) -> str
 # -- running ---------------------------------------------------------------------------------
 
 
-def child_command(config: str, overrides: Sequence[str]) -> list[str]:
-    """The subprocess that runs one experiment in-process (this file's ``--child`` entry)."""
-    return [sys.executable, "-m", __spec__.name, "--child", config, *overrides]
-
-
-def child(argv: Sequence[str]) -> None:
-    """``--child CONFIG k=v ...``: one run through
-    :func:`fedgo_flwr.app.inprocess.run_inprocess`."""
-    from fedgo_flwr.app.inprocess import run_inprocess
-
-    run_inprocess(load_config(argv[0], argv[1:]))
-
-
 def execute(method: str, seed: int, args: argparse.Namespace) -> Path:
     """One run in its own subprocess; its output folder (``RunFailed`` if it failed)."""
     run_dir = SCRATCH / args.tag / run_name(method, seed)
     overrides = run_overrides(method, seed, args.overrides, run_dir, args.data)
-    return run_child(child_command(args.config, overrides), run_dir, run_name(method, seed), ROOT)
+    cmd = child_command(__spec__.name, args.config, overrides)
+    return run_child(cmd, run_dir, run_name(method, seed))
 
 
 def uploads_problem(method: str, seed: int, args: argparse.Namespace) -> str | None:
@@ -604,13 +596,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tag", default=DEFAULT_TAG)
     add_data_arguments(parser)
     parser.add_argument("--table-only", action="store_true")
-    # ``k=v`` words are overrides wherever they stand (after --seeds 0 1 too), so they are
-    # taken out before argparse, whose list options would swallow them.
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
-    args = parser.parse_args([a for a in argv if a not in overrides])
-    args.overrides = overrides
-    return args
+    return parse_with_overrides(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -636,9 +622,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         title=args.tag,
         reference=reference_of(dataset),
     )
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "table.md").write_text(text + "\n")
-    print(text)
+    write_table(results, text)
     if failed:
         sys.exit("failed runs (run the sweep again to retry them):\n" + "\n".join(failed))
 

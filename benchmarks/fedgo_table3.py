@@ -6,8 +6,8 @@ variance (Fed-ET), entropy (FedHKT/FedDS), domain-aware (DaFKD weighting) and Fe
 first and trains the generator and the discriminators; the domain-aware run reuses them
 (``strategy.generator.path`` / ``strategy.discriminator.path``), so both see the same ones.
 
-Runs are resumable (:mod:`sweep`): a run whose ``summary.json`` is kept is skipped, and an
-interrupted run continues from its last per-round checkpoint (``resume=true``). Each finished
+Runs are resumable (:mod:`benchmarks.sweep`): a run whose ``summary.json`` is kept is skipped, and
+an interrupted run continues from its last per-round checkpoint (``resume=true``). Each finished
 run's summary is kept in ``benchmarks/results/<tag>/<method>-seed<N>/`` and its per-round
 metrics, config and pre-FL record in ``benchmarks/results/<tag>/runs.tar.gz`` (committed); the
 table is rebuilt from there, so a long benchmark can be spread over several sessions.
@@ -26,12 +26,21 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
-from benchmarks.sweep import Run, column, load_runs, mean_sd, run_name, seed_of, sweep
+from benchmarks.sweep import (
+    Run,
+    column,
+    load_runs,
+    mean_sd,
+    run_command,
+    run_name,
+    seed_of,
+    sweep,
+    write_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ".cache/cifar10-jpg"
@@ -223,12 +232,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
         *extra,
         f"output_dir={run_dir}",
     ]
-    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    (run_dir / "run.log").parent.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        sys.exit(f"run failed ({run_dir / 'run.log'}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    run_command(cmd, run_dir / "run.log")
     return run_dir
 
 
@@ -463,10 +467,7 @@ def main() -> None:
         order = [*sources, *(m for m in METHODS if m not in sources)]
         methods = [m for m in order if m in wanted]
         sweep(methods, args.seeds, lambda m, s: run_one(m, s, args), results, root=ROOT)
-    text = table(results)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "table.md").write_text(text + "\n")
-    print(text)
+    write_table(results, table(results))
 
 
 if __name__ == "__main__":

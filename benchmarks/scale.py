@@ -31,14 +31,12 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from benchmarks.fedgo_table3 import add_data_arguments, ensure_data
 from benchmarks.overhead import round_compute
-from benchmarks.sweep import ARCHIVE, keep_run, read_archive
+from benchmarks.sweep import ARCHIVE, keep_run, read_archive, run_command, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "conf/bench/scale-cifar10.yaml"
@@ -78,14 +76,7 @@ def run_one(mode: str, method: str, clients: int, args, data: Path) -> Path:
             env["FEDGO_SUPERNODES"] = str(args.supernodes)
     else:
         cmd = [sys.executable, "-m", "fedgo_flwr.app.inprocess", CONFIG, *keys, f"output_dir={out}"]
-    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "run.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        sys.exit(f"run failed ({out / 'run.log'}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    wall = run_command(cmd, out / "run.log", env=env)
     (out / "wall.json").write_text(json.dumps({"wall_seconds": wall}) + "\n")
     return out
 
@@ -182,10 +173,7 @@ def main() -> None:
                     (results / name).mkdir(parents=True, exist_ok=True)
                     (results / name / "wall.json").write_text((out / "wall.json").read_text())
                     keep_run(out, results, name, root=ROOT)  # the summary last: finished
-    text = table(results, workers)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "table.md").write_text(text + "\n")
-    print(text)
+    write_table(results, table(results, workers))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,12 @@
-"""The benchmark drivers' shared sweep: run methods x seeds, keep the records, mean ± sd.
+"""The benchmark drivers' one shared module: child-process runs, the sweep, the kept records
+and the table cells. A driver keeps only what is its own (methods, configs, table layout).
+
+Running: :func:`run_command` starts every run's process (``./run.sh``, the in-process runner or
+a driver's own ``--child`` entry, :func:`child_command` / :func:`child`), its output in the
+run's ``run.log``, and raises :class:`RunFailed` with the log's tail; :func:`run_child` adds the
+check that the run finished. :func:`sweep` and :func:`run_grid` (which reports a failed run and
+goes on) run methods x seeds; :func:`parse_with_overrides` reads a driver's command line with
+``k=v`` config overrides anywhere; :func:`write_table` writes and prints its table.
 
 A sweep runs every (seed, method) pair through a driver's ``run_one(method, seed)``, which returns
 the run's output folder, and skips a pair whose ``summary.json`` is already in the results folder,
@@ -24,14 +32,17 @@ Imported by the drivers next to it (``from benchmarks.sweep import ...``; they r
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +52,7 @@ from fedgo_flwr.app.sweep.stats import paired, summarize
 
 __all__ = ["REPORT_SEEDS", "TUNING_SEEDS"]  # the named seed sets, for the drivers' defaults
 
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 ARCHIVE = "runs.tar.gz"
 RAW_FILES = ("metrics.jsonl", "config.yaml", "prefl.json")
 SUMMARY = "summary.json"
@@ -100,32 +112,106 @@ class RunFailed(RuntimeError):
     """A run's subprocess exited with an error (its log names the cause)."""
 
 
-def run_child(cmd: Sequence[str], run_dir: Path, name: str, root: Path) -> Path:
-    """Run ``cmd`` (a driver's ``--child`` entry) with its output in ``run_dir/run.log``;
-    return ``run_dir``, or raise :class:`RunFailed` with the log's tail.
+def run_command(
+    cmd: Sequence[str],
+    log: Path,
+    *,
+    root: Path = ROOT,
+    env: dict[str, str] | None = None,
+    label: str | None = None,
+) -> float:
+    """Run ``cmd`` in ``root`` with its output appended to ``log``; its wall time in seconds,
+    or :class:`RunFailed` with the log's tail if it exits with an error.
+
+    The one way the drivers start a run's process (``./run.sh``, ``-m fedgo_flwr.app.inprocess``
+    or a driver's own ``--child`` entry). ``root`` goes first on its ``PYTHONPATH``; ``env``
+    (default: this process's) is its environment otherwise. ``label`` (default: the log's
+    folder) names the run in the error.
+    """
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(log, "a") as out:
+        proc = subprocess.run(list(cmd), cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = log.read_text()[-3000:]
+        label = label or log.parent.name
+        raise RunFailed(f"{label} failed (exit {proc.returncode}; {log}):\n{tail}")
+    return wall
+
+
+def run_child(cmd: Sequence[str], run_dir: Path, name: str, root: Path = ROOT) -> Path:
+    """Run ``cmd`` (a driver's ``--child`` entry, :func:`child_command`) with its output in
+    ``run_dir/run.log``; return ``run_dir``, or raise :class:`RunFailed` with the log's tail.
 
     A ``run_dir`` that holds a finished run whose records were not kept (the driver stopped in
     between) is cleared first: the config may have changed since, so it runs again rather than
-    being trusted. ``root`` goes first on the child's ``PYTHONPATH``.
+    being trusted.
     """
     if (run_dir / SUMMARY).exists():
         shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    print("$", " ".join(cmd[2:]), file=sys.stderr, flush=True)
-    pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH", "")]))
     log = run_dir / "run.log"
-    with open(log, "a") as out:
-        proc = subprocess.run(
-            list(cmd),
-            cwd=root,
-            env={**os.environ, "PYTHONPATH": pythonpath},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    if proc.returncode != 0 or not (run_dir / SUMMARY).exists():
-        tail = log.read_text()[-2000:]
-        raise RunFailed(f"{name} failed (exit {proc.returncode}; {log}):\n{tail}")
+    run_command(cmd, log, root=root, label=name)
+    if not (run_dir / SUMMARY).exists():
+        raise RunFailed(f"{name} failed (exit 0; {log}):\n{log.read_text()[-3000:]}")
     return run_dir
+
+
+def child_command(module: str, config: str, overrides: Sequence[str]) -> list[str]:
+    """The subprocess that runs one experiment in-process: ``python -m <module> --child CONFIG
+    k=v ...``, the driver's ``main`` handing it to :func:`child`."""
+    return [sys.executable, "-m", module, "--child", config, *overrides]
+
+
+def load_config(config: str, overrides: Sequence[str]):
+    """The checked experiment (``ConfigError`` names a bad key); ``config`` is relative to the
+    repository."""
+    from strategies import load_experiment
+
+    return load_experiment(ROOT / config, list(overrides))
+
+
+def child(argv: Sequence[str]) -> None:
+    """``--child CONFIG k=v ...``: one run through
+    :func:`fedgo_flwr.app.inprocess.run_inprocess`."""
+    from fedgo_flwr.app.inprocess import run_inprocess
+
+    run_inprocess(load_config(argv[0], argv[1:]))
+
+
+def run_grid(
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    run: Callable[[str, int], Path],
+    results: Path,
+    *,
+    root: Path = ROOT,
+) -> list[str]:
+    """:func:`sweep` one (seed, method) at a time, so that a failed run (:class:`RunFailed`)
+    is reported and the others still run; returns the failures' messages."""
+    failed = []
+    for seed in seeds:
+        for method in methods:
+            try:
+                sweep([method], [seed], run, results, root=root)
+            except RunFailed as exc:
+                print(exc, file=sys.stderr, flush=True)
+                failed.append(str(exc).splitlines()[0])
+    return failed
+
+
+def parse_with_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None):
+    """``parser``'s namespace, with the ``k=v`` words as ``overrides``: those are taken out
+    before argparse wherever they stand (after ``--seeds 0 1`` too), as list options would
+    swallow them."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    args = parser.parse_args([a for a in argv if a not in overrides])
+    args.overrides = overrides
+    return args
 
 
 def relative_paths(text: str, root: Path | None) -> str:
@@ -219,6 +305,25 @@ def load_runs(
 
 
 # -- aggregation ---------------------------------------------------------------------------
+
+
+MISSING = "–"  # a table cell without a value (an en dash)
+
+
+def fmt(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
+    """``"m ± sd"`` (sample sd; 0 for one value) of ``values`` times ``scale``; ``–`` if none."""
+    if not values:
+        return MISSING
+    m = statistics.mean(values) * scale
+    sd = statistics.stdev(values) * scale if len(values) > 1 else 0.0
+    return f"{m:.{digits}f} ± {sd:.{digits}f}"
+
+
+def write_table(results: Path, text: str, name: str = "table.md") -> None:
+    """Write a driver's table to ``results/<name>`` (with a final newline) and print it."""
+    results.mkdir(parents=True, exist_ok=True)
+    (results / name).write_text(text + "\n")
+    print(text)
 
 
 def _nan_note(n_nan: int) -> str:

@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 from benchmarks.fedgo_table3 import METHODS, add_data_arguments, ensure_data
-from benchmarks.sweep import load_runs, sweep
+from benchmarks.sweep import load_runs, run_command, sweep, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS: dict[str, list[str]] = {
@@ -63,12 +61,7 @@ def run_one(variant: str, seed: int, args: argparse.Namespace) -> Path:
         *VARIANTS[variant],
         f"output_dir={run_dir}",
     ]
-    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        sys.exit(f"{variant} failed (exit {proc.returncode}); see {run_dir / 'run.log'}")
+    run_command(cmd, run_dir / "run.log", label=variant)
     return run_dir
 
 
@@ -129,10 +122,7 @@ def main() -> None:
     if not args.table_only:
         args.data = ensure_data(ROOT / args.data, args.archive)
         sweep(args.variants, [args.seed], lambda v, s: run_one(v, s, args), results, root=ROOT)
-    text = table(results, args.seed)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "table.md").write_text(text + "\n")
-    print(text)
+    write_table(results, table(results, args.seed))
 
 
 if __name__ == "__main__":

@@ -86,7 +86,9 @@ def test_ablation_rows_switch_exactly_their_components(driver) -> None:
     assert (dense.boost.reweight, dense.boost.diversify) == (False, False)
 
 
-def test_a_runs_overrides_reuse_the_sources_scratch_folder(driver, tmp_path: Path) -> None:
+def test_a_runs_overrides_reuse_the_sources_scratch_folder(
+    driver, tmp_path: Path, monkeypatch
+) -> None:
     scratch = tmp_path / "t"
     data = tmp_path / "cifar"
     extra = ["strategy.epochs=5", "strategy.name=dense"]  # the method's name wins
@@ -118,8 +120,12 @@ def test_a_runs_overrides_reuse_the_sources_scratch_folder(driver, tmp_path: Pat
         "rounds=1",
         "strategy.weighting=uniform",
     ]
-    cmd = driver.child_command("conf/x.yaml", ["seed=0"])
-    assert cmd[1:] == ["-m", "benchmarks.coboosting_table1", "--child", "conf/x.yaml", "seed=0"]
+    # Each run is this module's --child entry, in a process of its own.
+    commands = []
+    monkeypatch.setattr(driver, "run_child", lambda cmd, run_dir, name: commands.append(cmd))
+    monkeypatch.setattr(driver, "SCRATCH", tmp_path)
+    driver.execute("a0.1-oneshot", 0, driver.parse_args(["--config", "conf/x.yaml", "--tag", "t"]))
+    assert commands[0][1:5] == ["-m", "benchmarks.coboosting_table1", "--child", "conf/x.yaml"]
 
 
 def test_command_line_overrides_and_an_empty_ablation_list(driver) -> None:
