@@ -30,10 +30,10 @@ share, the data-free methods ignore it), so every method's clients hold the same
 that reuses uploads needs its source's scratch folder (``outputs/bench/<tag>/<source>-seed<N>/``)
 at its start: if that folder was cleaned, or its uploads were made with other settings, the
 source runs again there first (its kept record stays; the rerun must reproduce its
-accuracies). Runs are resumable and kept as in :mod:`cpfl_cohorts`: each is
+accuracies). Runs are resumable and kept as in :mod:`benchmarks.cpfl_cohorts`: each is
 :func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of its own (``--child``), its
-summary kept in ``benchmarks/results/<tag>/<method>-seed<N>/`` and its raw records in that
-folder's ``runs.tar.gz``; a kept run is skipped, a failed one reported while the others go on.
+summary and raw records kept in ``benchmarks/results/<tag>/runs.tar.xz``; a kept run is
+skipped, a failed one reported while the others go on.
 
     .venv/bin/python -m benchmarks.coboosting_table1 [--seeds 0 1 2] [--alphas 0.05 0.1 0.3] \
         [--ablation-alphas 0.05] [--config conf/bench/coboosting-cifar10-cpu.yaml] \
@@ -56,6 +56,7 @@ from benchmarks.fedgo_table3 import add_data_arguments, ensure_data
 from benchmarks.sweep import (
     MISSING,
     SUMMARY,
+    Kept,
     Run,
     RunFailed,
     child,
@@ -303,8 +304,8 @@ def prepare_source(method: str, seed: int, args: argparse.Namespace, results: Pa
     source = source_method(method)
     if source is None:
         return
-    kept = results / run_name(source, seed) / SUMMARY
-    if not kept.is_file():
+    record = Kept(results).json(run_name(source, seed))
+    if record is None:
         raise RunFailed(
             f"{run_name(method, seed)} not run: it reuses the uploads of "
             f"{run_name(source, seed)}, which has not finished"
@@ -316,14 +317,13 @@ def prepare_source(method: str, seed: int, args: argparse.Namespace, results: Pa
     print(note, file=sys.stderr, flush=True)
     shutil.rmtree(SCRATCH / args.tag / run_name(source, seed), ignore_errors=True)
     rerun = json.loads((execute(source, seed, args) / SUMMARY).read_text())
-    record = json.loads(kept.read_text())
     differ = [k for k in ACCURACIES if k in record and rerun.get(k) != record[k]]
     if differ:
         raise RunFailed(
             f"{run_name(method, seed)} not run: {run_name(source, seed)} ran again for its "
-            f"uploads, but differs from its kept record ({kept}) in {', '.join(differ)}: that "
-            "record was made with other settings; remove it (and the records of the runs that "
-            "reused it) and run the sweep again"
+            f"uploads, but differs from its kept record ({results / run_name(source, seed)}) in "
+            f"{', '.join(differ)}: that record was made with other settings; remove it (and the "
+            "records of the runs that reused it) and run the sweep again"
         )
 
 

@@ -12,10 +12,10 @@ Each run is :func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of it
 with ``--child``): CPFL's times are simulated, so Flower's engine would change nothing but add
 ~20 s of start-up per run; a subprocess returns the run's memory, and a run that crashes is
 reported without ending the sweep. Runs write to ``outputs/bench/<tag>/<method>-seed<N>/``;
-:mod:`benchmarks.sweep` keeps each finished run's summary in
-``benchmarks/results/<tag>/<method>-seed<N>/`` and its ``metrics.jsonl`` and ``config.yaml`` in
-that folder's ``runs.tar.gz``, and skips runs already kept, so the sweep resumes where it stopped
-(a seed's methods all run before the next seed's, so a partial sweep has whole seeds).
+:mod:`benchmarks.sweep` keeps each finished run's summary, ``metrics.jsonl`` and ``config.yaml``
+as ``<method>-seed<N>/...`` in ``benchmarks/results/<tag>/runs.tar.xz``, and skips runs already
+kept, so the sweep resumes where it stopped (a seed's methods all run before the next seed's, so
+a partial sweep has whole seeds).
 
 The CIFAR-10 JPEG tree is ``--data`` (default ``$FEDGO_CIFAR10``, else ``.cache/cifar10-jpg``),
 unpacked from ``--archive`` first if missing, as in ``fedgo_table3.py``; a config whose

@@ -8,9 +8,9 @@ first and trains the generator and the discriminators; the domain-aware run reus
 
 Runs are resumable (:mod:`benchmarks.sweep`): a run whose ``summary.json`` is kept is skipped, and
 an interrupted run continues from its last per-round checkpoint (``resume=true``). Each finished
-run's summary is kept in ``benchmarks/results/<tag>/<method>-seed<N>/`` and its per-round
-metrics, config and pre-FL record in ``benchmarks/results/<tag>/runs.tar.gz`` (committed); the
-table is rebuilt from there, so a long benchmark can be spread over several sessions.
+run's summary, per-round metrics, config and pre-FL record are kept as ``<method>-seed<N>/...``
+in ``benchmarks/results/<tag>/runs.tar.xz`` (committed); the table is rebuilt from there, so a
+long benchmark can be spread over several sessions.
 
 The CIFAR-10 JPEG tree (``train/``, ``test/``) is ``--data`` (default: ``$FEDGO_CIFAR10``, else
 ``.cache/cifar10-jpg`` in the repository); if it is missing, ``--archive`` (default:
@@ -23,7 +23,6 @@ The CIFAR-10 JPEG tree (``train/``, ``test/``) is ``--data`` (default: ``$FEDGO_
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,6 +30,7 @@ import tarfile
 from pathlib import Path
 
 from benchmarks.sweep import (
+    Kept,
     Run,
     column,
     load_runs,
@@ -373,7 +373,8 @@ def diagnostics_rows(diag: dict[str, dict[str, list[float]]]) -> list[str]:
 
 def separation_rows(results: Path) -> list[str]:
     """The FedGO runs' discriminator-separation reports (``discriminator_separation.py --save``)."""
-    reports = sorted(results.glob("fedgo-seed*/separation.json"))
+    kept = Kept(results)
+    reports = kept.names("separation.json", pattern="fedgo-seed*")
     if not reports:
         return []
     rows = [
@@ -385,11 +386,11 @@ def separation_rows(results: Path) -> list[str]:
         "| oracle | mean sigmoid | sigmoid > 0.99 |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for path in reports:
-        r = json.loads(path.read_text())
+    for name in reports:
+        r = kept.json(name, "separation.json")
         auc, w = r["auc_own_vs_unseen"], r["weight_on_knowing_clients_pct"]
         rows.append(
-            f"| {seed_of(path.parent.name)} | {auc['mean']:.3f} ({auc['min']:.3f}-"
+            f"| {seed_of(name)} | {auc['mean']:.3f} ({auc['min']:.3f}-"
             f"{auc['max']:.3f}) | {w['data_size']} | {w['fedgo_double_sigmoid']} "
             f"| {w['fedgo_single_sigmoid']} | {w['oracle']} | {r['mean_sigmoid']:.3f} "
             f"| {100 * r['share_sigmoid_above_0.99']:.1f}% |"

@@ -9,14 +9,16 @@ goes on) run methods x seeds; :func:`parse_with_overrides` reads a driver's comm
 ``k=v`` config overrides anywhere; :func:`write_table` writes and prints its table.
 
 A sweep runs every (seed, method) pair through a driver's ``run_one(method, seed)``, which returns
-the run's output folder, and skips a pair whose ``summary.json`` is already in the results folder,
-so an interrupted sweep resumes where it stopped. A results folder holds, per finished run:
-
-- ``<method>-seed<N>/summary.json`` (and whatever small per-run reports a driver adds there);
-- the run's raw records, ``metrics.jsonl``, ``config.yaml`` and ``prefl.json``: either loose in
-  that folder (when the run itself wrote there), or, when the run wrote elsewhere and its
-  records were kept (:func:`keep_run`), as ``<method>-seed<N>/<file>`` in one archive per
-  results folder, ``runs.tar.gz``. Kept records name paths inside the repository relative to it.
+the run's output folder, and skips a pair whose ``summary.json`` is already kept in the results
+folder, so an interrupted sweep resumes where it stopped. A results folder holds its table(s)
+and one archive, ``runs.tar.xz``, with every finished run's files as ``<method>-seed<N>/<file>``:
+``summary.json``, the raw records ``metrics.jsonl``, ``config.yaml`` and ``prefl.json``, and
+whatever small per-run reports a driver adds (:func:`keep_run`; kept records name paths inside
+the repository relative to it). A run that wrote into ``results/<method>-seed<N>/`` itself is
+read from there (:class:`Kept`); :func:`pack` moves such folders into the archive, and
+:func:`forget` drops runs so that the next sweep runs them again. An older ``runs.tar.gz`` is
+read as well, and replaced by ``runs.tar.xz`` at the next write (``python -m benchmarks.sweep
+pack RESULTS...`` converts it).
 
 :func:`load_runs` reads every finished run back and :func:`mean_sd` / :func:`column` turn
 per-seed values into the ``mean ± sd`` cells of the drivers' tables, :func:`mean_ci` into
@@ -33,9 +35,11 @@ Imported by the drivers next to it (``from benchmarks.sweep import ...``; they r
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import gzip
 import io
 import json
+import lzma
 import os
 import shutil
 import statistics
@@ -53,7 +57,8 @@ from fedgo_flwr.app.sweep.stats import paired, summarize
 __all__ = ["REPORT_SEEDS", "TUNING_SEEDS"]  # the named seed sets, for the drivers' defaults
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
-ARCHIVE = "runs.tar.gz"
+ARCHIVE = "runs.tar.xz"
+OLD_ARCHIVE = "runs.tar.gz"  # read; the next write replaces it with ARCHIVE
 RAW_FILES = ("metrics.jsonl", "config.yaml", "prefl.json")
 SUMMARY = "summary.json"
 
@@ -92,14 +97,15 @@ def sweep(
     """Run each seed's methods in the given order, skipping finished runs; return those run.
 
     ``run_one(method, seed)`` must leave a finished run (with ``summary.json``) in the folder it
-    returns. If that folder is not ``results/<name>``, the run's records are kept there with
-    :func:`keep_run` (paths under ``root`` made relative).
+    returns. If that folder is not ``results/<name>``, the run's files are kept in ``results``'
+    archive with :func:`keep_run` (paths under ``root`` made relative).
     """
     ran = []
+    done = set(Kept(results).names())
     for seed in seeds:
         for method in methods:
             name = run_name(method, seed)
-            if (results / name / SUMMARY).exists():
+            if name in done:
                 continue
             run_dir = run_one(method, seed)
             if run_dir.resolve() != (results / name).resolve():
@@ -219,36 +225,129 @@ def relative_paths(text: str, root: Path | None) -> str:
     return text if root is None else text.replace(f"{Path(root).resolve()}/", "")
 
 
-def keep_run(run_dir: Path, results: Path, name: str, *, root: Path | None = None) -> None:
-    """Add ``run_dir``'s raw records to ``results``' archive, then its summary to ``results``.
+def keep_run(
+    run_dir: Path,
+    results: Path,
+    name: str,
+    *,
+    root: Path | None = None,
+    extra: Sequence[str] = (),
+) -> None:
+    """Keep ``run_dir``'s summary, raw records and ``extra`` files as ``<name>/<file>`` in
+    ``results``' archive (paths under ``root`` made relative).
 
-    The summary comes last: it marks the run as finished, so an interruption in between only
-    makes the next sweep run it again.
+    One write of the archive (a new file moved over the old), so an interruption keeps either
+    all of the run or none of it; its ``summary.json`` marks it as finished.
     """
-    raw = {
+    names = (SUMMARY, *RAW_FILES, *extra)
+    files = {
         f"{name}/{file}": relative_paths((run_dir / file).read_text(), root).encode()
-        for file in RAW_FILES
+        for file in names
         if (run_dir / file).is_file()
     }
-    add_to_archive(results / ARCHIVE, raw)
-    (results / name).mkdir(parents=True, exist_ok=True)
-    (results / name / SUMMARY).write_text((run_dir / SUMMARY).read_text())
+    add_to_archive(results, files)
+
+
+# -- the kept files ------------------------------------------------------------------------
+
+
+class Kept:
+    """The files kept in a results folder: ``<name>/<file>`` in its archive, or loose in
+    ``results/<name>/`` (a run that wrote there itself; a loose file wins over the archive's)."""
+
+    def __init__(self, results: Path) -> None:
+        self.results = results
+        self.archive = read_archive(archive_path(results))
+
+    def names(self, file: str = SUMMARY, pattern: str = "*") -> list[str]:
+        """The sorted names (``pattern``: a glob) that have ``file``; by default, the runs that
+        finished."""
+        loose = {p.parent.name for p in self.results.glob(f"{pattern}/{file}") if p.is_file()}
+        packed = {
+            member.split("/")[0]
+            for member in self.archive
+            if member.count("/") == 1
+            and member.endswith(f"/{file}")
+            and fnmatch.fnmatchcase(member.split("/")[0], pattern)
+        }
+        return sorted(loose | packed)
+
+    def get(self, name: str, file: str) -> bytes | None:
+        """``<name>/<file>``'s bytes (``None``: not kept)."""
+        loose = self.results / name / file
+        if loose.is_file():
+            return loose.read_bytes()
+        return self.archive.get(f"{name}/{file}")
+
+    def json(self, name: str, file: str = SUMMARY):
+        """``<name>/<file>`` read as JSON (``None``: not kept)."""
+        data = self.get(name, file)
+        return None if data is None else json.loads(data)
+
+
+def finished(results: Path, name: str) -> bool:
+    """Whether the run ``name``'s summary is kept in ``results``."""
+    return Kept(results).get(name, SUMMARY) is not None
+
+
+def forget(results: Path, names: Iterable[str]) -> None:
+    """Drop the runs ``names`` from ``results`` (their folders and archived files), so that the
+    next sweep runs them again."""
+    names = set(names)
+    for name in names:
+        shutil.rmtree(results / name, ignore_errors=True)
+    path = archive_path(results)
+    files = read_archive(path)
+    left = {m: data for m, data in files.items() if m.split("/")[0] not in names}
+    if left != files:
+        _replace_archive(results, left)
+
+
+def pack(results: Path) -> list[str]:
+    """Move every run folder of ``results`` (one with a ``summary.json``, or of a run already
+    in the archive: all its files) into the archive, and a ``runs.tar.gz`` into
+    ``runs.tar.xz``; return the runs moved."""
+    archived = {member.split("/")[0] for member in read_archive(archive_path(results))}
+    runs = [
+        p
+        for p in sorted(results.iterdir() if results.is_dir() else [])
+        if p.is_dir() and ((p / SUMMARY).is_file() or p.name in archived)
+    ]
+    files = {
+        f"{run.name}/{path.name}": path.read_bytes()
+        for run in runs
+        for path in sorted(run.iterdir())
+        if path.is_file()
+    }
+    if files or (results / OLD_ARCHIVE).is_file():
+        add_to_archive(results, files)
+    for run in runs:
+        shutil.rmtree(run)
+    return [run.name for run in runs]
 
 
 # -- the archive ---------------------------------------------------------------------------
 
 
+def archive_path(results: Path) -> Path:
+    """``results``' archive: ``runs.tar.xz``, or an older ``runs.tar.gz`` if only that is
+    there (the next write replaces it with ``runs.tar.xz``)."""
+    new, old = results / ARCHIVE, results / OLD_ARCHIVE
+    return old if old.is_file() and not new.is_file() else new
+
+
 def read_archive(path: Path) -> dict[str, bytes]:
-    """Every file of a ``runs.tar.gz`` (``{}`` if there is none)."""
+    """Every file of a ``.tar.xz`` or ``.tar.gz`` (``{}`` if there is none)."""
     if not path.is_file():
         return {}
-    with tarfile.open(path, "r:gz") as tar:
+    with tarfile.open(path, "r:*") as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
 def write_archive(path: Path, files: dict[str, bytes]) -> None:
-    """Write ``files`` as a gzipped tar, byte for byte the same for the same files (sorted
-    names, no dates or owners), so that re-packing unchanged records changes nothing in git."""
+    """Write ``files`` as a tar, xz-compressed (``.xz``; else gzipped), byte for byte the same
+    for the same files (sorted names, no dates or owners), so that re-packing unchanged records
+    changes nothing in git. The new file is moved over the old one: never half written."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(files):
@@ -256,13 +355,29 @@ def write_archive(path: Path, files: dict[str, bytes]) -> None:
             info.size, info.mode, info.mtime = len(files[name]), 0o644, 0
             tar.addfile(info, io.BytesIO(files[name]))
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        gz.write(buffer.getvalue())
+    tmp = path.with_name(f".{path.name}.tmp")
+    if path.name.endswith(".xz"):
+        preset = 9 | lzma.PRESET_EXTREME
+        tmp.write_bytes(lzma.compress(buffer.getvalue(), format=lzma.FORMAT_XZ, preset=preset))
+    else:
+        with (
+            open(tmp, "wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+        ):
+            gz.write(buffer.getvalue())
+    os.replace(tmp, path)
 
 
-def add_to_archive(path: Path, files: dict[str, bytes]) -> None:
-    """Add (or replace) ``files`` in the archive at ``path``."""
-    write_archive(path, {**read_archive(path), **files})
+def _replace_archive(results: Path, files: dict[str, bytes]) -> None:
+    """``results``' archive is now ``runs.tar.xz`` with ``files`` (an older ``.tar.gz`` goes)."""
+    write_archive(results / ARCHIVE, files)
+    (results / OLD_ARCHIVE).unlink(missing_ok=True)
+
+
+def add_to_archive(results: Path, files: dict[str, bytes]) -> None:
+    """Add (or replace) ``files`` in ``results``' archive (an older ``.tar.gz`` is read, and
+    replaced by ``runs.tar.xz``)."""
+    _replace_archive(results, {**read_archive(archive_path(results)), **files})
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -272,32 +387,29 @@ def load_runs(
     results: Path, methods: Iterable[str], seeds: Sequence[int] | None = None
 ) -> dict[str, list[Run]]:
     """Finished runs by method, in ``methods`` order; each method's runs in ``seeds`` order, or,
-    without ``seeds``, every finished run of the method in the order of its folder names.
+    without ``seeds``, every finished run of the method in the order of their names.
 
-    A run's ``metrics.jsonl`` is read from its folder if it is there, else from the archive
-    (a run without either has no metric rows). A requested seed without a summary is an error.
+    A run's files are read from its folder if they are there, else from the archive
+    (:class:`Kept`; a run without ``metrics.jsonl`` has no metric rows). A requested seed
+    without a summary is an error.
     """
-    archive = read_archive(results / ARCHIVE)
+    kept = Kept(results)
     runs: dict[str, list[Run]] = {}
     for method in methods:
         if seeds is None:
-            names = [p.parent.name for p in sorted(results.glob(f"{method}-seed*/{SUMMARY}"))]
+            names = kept.names(pattern=f"{method}-seed*")
         else:
             names = [run_name(method, s) for s in seeds]
         for name in names:
-            summary_path = results / name / SUMMARY
-            if not summary_path.is_file():
-                raise FileNotFoundError(f"{summary_path}: the run has not finished")
-            loose = results / name / "metrics.jsonl"
-            if loose.is_file():
-                text = loose.read_text()
-            else:
-                text = archive.get(f"{name}/metrics.jsonl", b"").decode()
+            summary = kept.json(name)
+            if summary is None:
+                raise FileNotFoundError(f"{results / name / SUMMARY}: the run has not finished")
+            text = (kept.get(name, "metrics.jsonl") or b"").decode()
             run = Run(
                 name=name,
                 method=method,
                 seed=seed_of(name),
-                summary=json.loads(summary_path.read_text()),
+                summary=summary,
                 metrics=[json.loads(line) for line in text.splitlines()],
             )
             runs.setdefault(method, []).append(run)
@@ -382,3 +494,19 @@ def column(runs: Iterable[Run], value: Callable[[Run], float | None], scale: flo
     """:func:`mean_sd` of ``value(run)`` over the runs that have one (``None``: left out)."""
     values = [v for v in (value(run) for run in runs) if v is not None]
     return mean_sd(values, scale)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m benchmarks.sweep pack RESULTS...``: move each folder's run folders (and an
+    older ``runs.tar.gz``) into its ``runs.tar.xz``."""
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["pack"])
+    parser.add_argument("results", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    for results in args.results:
+        moved = pack(results)
+        print(f"{results}: {len(moved)} run folders packed into {archive_path(results).name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -36,7 +36,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.fedgo_table3 import METHODS, add_data_arguments, ensure_data
-from benchmarks.sweep import load_runs, run_command, sweep, write_table
+from benchmarks.sweep import Kept, load_runs, run_command, sweep, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS: dict[str, list[str]] = {
@@ -73,7 +73,7 @@ def _median(rows: list[dict], key: str) -> float:
 def table(results: Path, seed: int) -> str:
     """The rows for ``seed`` of every variant that finished: :data:`VARIANTS` first, then any
     other the folder holds (variants of switches since removed)."""
-    names = {p.parent.name.rsplit("-seed", 1)[0] for p in results.glob("*-seed*/summary.json")}
+    names = {name.rsplit("-seed", 1)[0] for name in Kept(results).names(pattern="*-seed*")}
     order = [*VARIANTS, *sorted(names - set(VARIANTS))]
     found = load_runs(results, [v for v in order if v in names])
     runs = {

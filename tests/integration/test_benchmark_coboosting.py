@@ -21,6 +21,8 @@ import torch
 from benchmark_scripts import load_benchmark
 
 DIGITS = "conf/bench/coboosting-digits.yaml"
+# The sweep keeps a finished run in the results' archive: read and dropped through these.
+Kept, forget = load_benchmark("sweep").Kept, load_benchmark("sweep").forget
 
 
 @pytest.fixture(scope="module")
@@ -260,18 +262,18 @@ def test_a_cleaned_source_folder_is_run_again_before_the_run_that_reuses_it(
     ]
     assert sweep(methods) == []
     assert fake.calls == [(m, 0) for m in methods]
-    kept = (results / "a0.1-oneshot-seed0" / "summary.json").read_text()
+    kept = Kept(results).get("a0.1-oneshot-seed0", "summary.json")
     # The scratch folders were cleaned and one dependent run is still to do.
     shutil.rmtree(tmp_path / "scratch")
-    shutil.rmtree(results / "a0.1-coboosting-seed0")
+    forget(results, ["a0.1-coboosting-seed0"])
     fake.calls.clear()
     assert sweep(methods) == []
     assert fake.calls == [("a0.1-oneshot", 0), ("a0.1-coboosting", 0)]
     assert (tmp_path / "scratch" / "t" / "a0.1-oneshot-seed0" / "client_models.pt").is_file()
-    assert (results / "a0.1-oneshot-seed0" / "summary.json").read_text() == kept  # not re-kept
+    assert Kept(results).get("a0.1-oneshot-seed0", "summary.json") == kept  # not re-kept
     # The FedGO pair (its source's scratch folder went with the others): that source, not
     # oneshot, runs again.
-    shutil.rmtree(results / "a0.1-coboosting_fedgo_odds-seed0")
+    forget(results, ["a0.1-coboosting_fedgo_odds-seed0"])
     fake.calls.clear()
     assert sweep(methods) == []
     assert fake.calls == [("a0.1-coboosting_fedgo", 0), ("a0.1-coboosting_fedgo_odds", 0)]
@@ -288,14 +290,14 @@ def test_uploads_made_with_other_settings_are_made_again_and_must_match_the_reco
     assert sweep(["a0.1-oneshot", "a0.1-dense"]) == []
     assert fake.calls == [("a0.1-dense", 0)]  # the header matched: nothing made again
     args.overrides = ["train.lr=0.02"]
-    shutil.rmtree(results / "a0.1-dense-seed0")
+    forget(results, ["a0.1-dense-seed0"])
     fake.calls.clear()
     assert sweep(["a0.1-oneshot", "a0.1-dense"]) == []
     assert fake.calls == [("a0.1-oneshot", 0), ("a0.1-dense", 0)]
     # A rerun that does not reproduce the kept record: the record is stale; nothing reuses it.
     args.overrides = ["train.lr=0.03"]
     fake.accuracy = 0.25
-    shutil.rmtree(results / "a0.1-dense-seed0")
+    forget(results, ["a0.1-dense-seed0"])
     fake.calls.clear()
     failed = sweep(["a0.1-oneshot", "a0.1-dense"])
     assert fake.calls == [("a0.1-oneshot", 0)]
@@ -319,7 +321,7 @@ def test_a_run_whose_source_failed_is_not_started(driver, sweep_env) -> None:
         "a0.1-dense-seed0 not run: it reuses the uploads of a0.1-oneshot-seed0, which has not "
         "finished",
     ]
-    assert sorted(p.parent.name for p in results.glob("*/summary.json")) == ["a0.1-feddf-seed0"]
+    assert Kept(results).names() == ["a0.1-feddf-seed0"]
 
 
 # -- the tables ----------------------------------------------------------------------------
@@ -516,7 +518,7 @@ def test_real_sweep_reuses_uploads_and_feddf_trains_the_oneshot_clients(
     assert "- FedDF ensemble = FedENS: 1 of 1 (alpha, seed) pairs" in text
 
     shutil.rmtree(tmp_path / "scratch" / "t" / "a0.1-oneshot-seed0")
-    shutil.rmtree(results / "a0.1-coboosting-seed0")
+    forget(results, ["a0.1-coboosting-seed0"])
     assert sweep() == []
     log = (tmp_path / "scratch" / "t" / "a0.1-coboosting-seed0" / "run.log").read_text()
     assert "reused" in log

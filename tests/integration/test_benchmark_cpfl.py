@@ -126,7 +126,7 @@ def test_grid_runs_seed_by_seed_and_a_failed_run_does_not_stop_it(driver, tmp_pa
     failed = driver.run_grid(["a1-n1", "a1-n2"], [0, 1], run, results)
     assert calls == [("a1-n1", 0), ("a1-n2", 0), ("a1-n1", 1), ("a1-n2", 1)]
     assert failed == ["a1-n2-seed0 failed (exit 1; log)"]
-    kept = sorted(p.parent.name for p in results.glob("*/summary.json"))
+    kept = load_benchmark("sweep").Kept(results).names()
     assert kept == ["a1-n1-seed0", "a1-n1-seed1", "a1-n2-seed1"]
     # Again: only the failed run is retried.
     calls.clear()

@@ -3,7 +3,7 @@
 ``benchmarks/fedgo_table3.py --table-only`` turns ``summary.json`` / ``metrics.jsonl`` of finished
 runs (and the FedGO runs' ``separation.json``) into ``table.md``; these tests build such records
 by hand and check the figures the table reports. The committed results keep ``metrics.jsonl`` in
-one ``runs.tar.gz`` per results folder (``benchmarks/sweep.py``); the table must not depend on
+one ``runs.tar.xz`` per results folder (``benchmarks/sweep.py``); the table must not depend on
 where they are.
 """
 
