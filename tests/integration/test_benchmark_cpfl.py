@@ -270,7 +270,7 @@ def test_a_real_run_goes_through_the_subprocess_and_a_failed_one_is_reported(
     assert len(failed) == 1 and failed[0].startswith("a1-n50-seed0 failed (exit 1;")
     log = (tmp_path / "scratch" / "t" / "a1-n50-seed0" / "run.log").read_text()
     assert "more cohorts than clients" in log
-    summary = json.loads((results / "a1-n2-seed0" / "summary.json").read_text())
+    summary = load_benchmark("sweep").Kept(results).json("a1-n2-seed0")  # in runs.tar.xz
     assert summary["cohorts"] == 2 and summary["cohort_rounds"] == [2, 2]
     assert summary["distill_time_s"] > 0
     run = driver.load_runs(results, ["a1-n2"])["a1-n2"][0]
