@@ -52,15 +52,16 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from benchmarks.fedgo_table3 import add_data_arguments, ensure_data
 from benchmarks.sweep import (
     MISSING,
     SUMMARY,
     Kept,
     Run,
     RunFailed,
+    add_data_arguments,
     child,
     child_command,
+    ensure_data,
     fmt,
     load_config,
     load_runs,

@@ -35,13 +35,14 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from benchmarks.fedgo_table3 import add_data_arguments, ensure_data
 from benchmarks.sweep import (
     MISSING,
     Run,
+    add_data_arguments,
     child,
     child_command,
     column,
+    ensure_data,
     fmt,
     load_config,
     load_runs,

@@ -23,16 +23,16 @@ The CIFAR-10 JPEG tree (``train/``, ``test/``) is ``--data`` (default: ``$FEDGO_
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tarfile
 from pathlib import Path
 
 from benchmarks.sweep import (
     Kept,
     Run,
+    add_data_arguments,
     column,
+    ensure_data,
     load_runs,
     mean_sd,
     run_command,
@@ -43,7 +43,6 @@ from benchmarks.sweep import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = ".cache/cifar10-jpg"
 
 SERVER_REFERENCED = [
     "strategy.name=fedgo",
@@ -147,43 +146,6 @@ BYZANTINE: dict[str, tuple[str, str, str]] = {
     ),
 }
 """App. F.8's rows: the clean run, then 5 and 10 of the 20 clients Byzantine."""
-
-
-def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--data`` and ``--archive``: where the CIFAR-10 JPEG tree is (or its .tar.gz)."""
-    parser.add_argument(
-        "--data",
-        default=os.environ.get("FEDGO_CIFAR10", DEFAULT_DATA),
-        help="unpacked CIFAR-10 JPEG tree; relative paths are taken from the repository root "
-        f"(default: $FEDGO_CIFAR10, else {DEFAULT_DATA})",
-    )
-    parser.add_argument(
-        "--archive",
-        default=os.environ.get("FEDGO_CIFAR10_ARCHIVE"),
-        help=".tar.gz of that tree, unpacked into --data if it is missing "
-        "(default: $FEDGO_CIFAR10_ARCHIVE)",
-    )
-
-
-def ensure_data(data: Path, archive: str | None) -> Path:
-    """The unpacked JPEG tree at ``data``, unpacked from ``archive`` first if it is missing."""
-    if (data / "train").is_dir():
-        return data
-    if not archive or not Path(archive).is_file():
-        sys.exit(
-            f"CIFAR-10 JPEGs not found in {data} (no train/ folder). Give the unpacked tree "
-            "with --data or $FEDGO_CIFAR10, or its .tar.gz with --archive or "
-            "$FEDGO_CIFAR10_ARCHIVE."
-        )
-    data.mkdir(parents=True, exist_ok=True)
-    print(f"unpacking {archive} -> {data}", file=sys.stderr)
-    with tarfile.open(archive) as tar:
-        tar.extractall(data, filter="data")
-    inner = [p for p in data.iterdir() if p.is_dir() and (p / "train").is_dir()]
-    if not (data / "train").is_dir() and inner:
-        for child in inner[0].iterdir():
-            child.rename(data / child.name)
-    return data
 
 
 def reuse_source(method: str, seed: int, tag: str) -> Path:

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.fedgo_table3 import add_data_arguments, ensure_data
 from benchmarks.profile_phases import cuts, lengths, machine, profile_run
+from benchmarks.sweep import add_data_arguments, ensure_data
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.runtime.fileio import strict_json
 from strategies import load_experiment

@@ -50,7 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.fedgo_table3 import METHODS, add_data_arguments, ensure_data
+from benchmarks.fedgo_table3 import METHODS
+from benchmarks.sweep import add_data_arguments, ensure_data
 from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.task import load_bundle

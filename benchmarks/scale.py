@@ -34,9 +34,16 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.fedgo_table3 import add_data_arguments, ensure_data
 from benchmarks.overhead import round_compute
-from benchmarks.sweep import Kept, finished, keep_run, run_command, write_table
+from benchmarks.sweep import (
+    Kept,
+    add_data_arguments,
+    ensure_data,
+    finished,
+    keep_run,
+    run_command,
+    write_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "conf/bench/scale-cifar10.yaml"

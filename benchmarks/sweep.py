@@ -6,7 +6,9 @@ a driver's own ``--child`` entry, :func:`child_command` / :func:`child`), its ou
 run's ``run.log``, and raises :class:`RunFailed` with the log's tail; :func:`run_child` adds the
 check that the run finished. :func:`sweep` and :func:`run_grid` (which reports a failed run and
 goes on) run methods x seeds; :func:`parse_with_overrides` reads a driver's command line with
-``k=v`` config overrides anywhere; :func:`write_table` writes and prints its table.
+``k=v`` config overrides anywhere, :func:`add_data_arguments` / :func:`ensure_data` its
+``--data`` / ``--archive`` (the CIFAR-10 JPEG tree); :func:`write_table` writes and prints its
+table.
 
 A sweep runs every (seed, method) pair through a driver's ``run_one(method, seed)``, which returns
 the run's output folder, and skips a pair whose ``summary.json`` is already kept in the results
@@ -57,6 +59,7 @@ from fedgo_flwr.app.sweep.stats import paired, summarize
 __all__ = ["REPORT_SEEDS", "TUNING_SEEDS"]  # the named seed sets, for the drivers' defaults
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
+DEFAULT_DATA = ".cache/cifar10-jpg"  # the CIFAR-10 JPEG tree, relative to the repository
 ARCHIVE = "runs.tar.xz"
 OLD_ARCHIVE = "runs.tar.gz"  # read; the next write replaces it with ARCHIVE
 RAW_FILES = ("metrics.jsonl", "config.yaml", "prefl.json")
@@ -218,6 +221,43 @@ def parse_with_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | 
     args = parser.parse_args([a for a in argv if a not in overrides])
     args.overrides = overrides
     return args
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--data`` and ``--archive``: where the CIFAR-10 JPEG tree is (or its .tar.gz)."""
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("FEDGO_CIFAR10", DEFAULT_DATA),
+        help="unpacked CIFAR-10 JPEG tree; relative paths are taken from the repository root "
+        f"(default: $FEDGO_CIFAR10, else {DEFAULT_DATA})",
+    )
+    parser.add_argument(
+        "--archive",
+        default=os.environ.get("FEDGO_CIFAR10_ARCHIVE"),
+        help=".tar.gz of that tree, unpacked into --data if it is missing "
+        "(default: $FEDGO_CIFAR10_ARCHIVE)",
+    )
+
+
+def ensure_data(data: Path, archive: str | None) -> Path:
+    """The unpacked JPEG tree at ``data``, unpacked from ``archive`` first if it is missing."""
+    if (data / "train").is_dir():
+        return data
+    if not archive or not Path(archive).is_file():
+        sys.exit(
+            f"CIFAR-10 JPEGs not found in {data} (no train/ folder). Give the unpacked tree "
+            "with --data or $FEDGO_CIFAR10, or its .tar.gz with --archive or "
+            "$FEDGO_CIFAR10_ARCHIVE."
+        )
+    data.mkdir(parents=True, exist_ok=True)
+    print(f"unpacking {archive} -> {data}", file=sys.stderr)
+    with tarfile.open(archive) as tar:
+        tar.extractall(data, filter="data")
+    inner = [p for p in data.iterdir() if p.is_dir() and (p / "train").is_dir()]
+    if not (data / "train").is_dir() and inner:
+        for child in inner[0].iterdir():
+            child.rename(data / child.name)
+    return data
 
 
 def relative_paths(text: str, root: Path | None) -> str:

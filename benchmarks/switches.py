@@ -35,8 +35,16 @@ import argparse
 import statistics
 from pathlib import Path
 
-from benchmarks.fedgo_table3 import METHODS, add_data_arguments, ensure_data
-from benchmarks.sweep import Kept, load_runs, run_command, sweep, write_table
+from benchmarks.fedgo_table3 import METHODS
+from benchmarks.sweep import (
+    Kept,
+    add_data_arguments,
+    ensure_data,
+    load_runs,
+    run_command,
+    sweep,
+    write_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS: dict[str, list[str]] = {
