@@ -8,7 +8,7 @@ gap means the statistics, not the weights, are what fails: what the first DaFKD 
 16 showed (10.1% as saved, 31.8% re-estimated), which led to ``strategy.distill.bn_stats``.
 The re-estimate uses real images, so it is a diagnosis, not a method for data-free runs.
 
-    .venv/bin/python benchmarks/bn_recalibration.py outputs/bench/cifar10-cpu-bn/dafkd-seed0
+    .venv/bin/python -m benchmarks.bn_recalibration outputs/bench/cifar10-cpu-bn/dafkd-seed0
 """
 
 from __future__ import annotations

@@ -30,15 +30,15 @@ share, the data-free methods ignore it), so every method's clients hold the same
 that reuses uploads needs its source's scratch folder (``outputs/bench/<tag>/<source>-seed<N>/``)
 at its start: if that folder was cleaned, or its uploads were made with other settings, the
 source runs again there first (its kept record stays; the rerun must reproduce its
-accuracies). Runs are resumable and kept as in :mod:`cpfl_cohorts`: each is
+accuracies). Runs are resumable and kept as in :mod:`benchmarks.cpfl_cohorts`: each is
 :func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of its own (``--child``), its
-summary kept in ``benchmarks/results/<tag>/<method>-seed<N>/`` and its raw records in that
-folder's ``runs.tar.gz``; a kept run is skipped, a failed one reported while the others go on.
+summary and raw records kept in ``benchmarks/results/<tag>/runs.tar.xz``; a kept run is
+skipped, a failed one reported while the others go on.
 
-    .venv/bin/python benchmarks/coboosting_table1.py [--seeds 0 1 2] [--alphas 0.05 0.1 0.3] \
+    .venv/bin/python -m benchmarks.coboosting_table1 [--seeds 0 1 2] [--alphas 0.05 0.1 0.3] \
         [--ablation-alphas 0.05] [--config conf/bench/coboosting-cifar10-cpu.yaml] \
         [--tag coboosting-cifar10-cpu] [k=v ...]
-    .venv/bin/python benchmarks/coboosting_table1.py --table-only [--tag ...]
+    .venv/bin/python -m benchmarks.coboosting_table1 --table-only [--tag ...]
 """
 
 from __future__ import annotations
@@ -52,9 +52,25 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from cpfl_cohorts import MISSING, fmt, run_grid
-from fedgo_table3 import add_data_arguments, ensure_data
-from sweep import SUMMARY, Run, RunFailed, load_runs, run_child, run_name
+from benchmarks.sweep import (
+    MISSING,
+    SUMMARY,
+    Kept,
+    Run,
+    RunFailed,
+    add_data_arguments,
+    child,
+    child_command,
+    ensure_data,
+    fmt,
+    load_config,
+    load_runs,
+    parse_with_overrides,
+    run_child,
+    run_grid,
+    run_name,
+    write_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/coboosting-cifar10-cpu.yaml"
@@ -207,16 +223,6 @@ def scratch_of(run_dir: Path, method: str) -> Path:
 # -- configs ---------------------------------------------------------------------------------
 
 
-def load_config(config: str, overrides: Sequence[str]):
-    """The checked experiment (``ConfigError`` names a bad key); imports this repository's
-    library, as the runs do."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from strategies import load_experiment
-
-    return load_experiment(ROOT / config, list(overrides))
-
-
 @contextlib.contextmanager
 def quiet_library() -> Iterator[None]:
     """Hide the library's warnings while the driver loads configs (each preset holds keys of
@@ -261,24 +267,12 @@ def check_grid(config: str, methods: Sequence[str], extra: Sequence[str]) -> str
 # -- running ---------------------------------------------------------------------------------
 
 
-def child_command(config: str, overrides: Sequence[str]) -> list[str]:
-    """The subprocess that runs one experiment in-process (this file's ``--child`` entry)."""
-    return [sys.executable, str(Path(__file__).resolve()), "--child", config, *overrides]
-
-
-def child(argv: Sequence[str]) -> None:
-    """``--child CONFIG k=v ...``: one run through
-    :func:`fedgo_flwr.app.inprocess.run_inprocess`."""
-    from fedgo_flwr.app.inprocess import run_inprocess
-
-    run_inprocess(load_config(argv[0], argv[1:]))
-
-
 def execute(method: str, seed: int, args: argparse.Namespace) -> Path:
     """One run in its own subprocess; its output folder (``RunFailed`` if it failed)."""
     run_dir = SCRATCH / args.tag / run_name(method, seed)
     overrides = run_overrides(method, seed, args.overrides, run_dir, args.data)
-    return run_child(child_command(args.config, overrides), run_dir, run_name(method, seed), ROOT)
+    cmd = child_command(__spec__.name, args.config, overrides)
+    return run_child(cmd, run_dir, run_name(method, seed))
 
 
 def uploads_problem(method: str, seed: int, args: argparse.Namespace) -> str | None:
@@ -311,8 +305,8 @@ def prepare_source(method: str, seed: int, args: argparse.Namespace, results: Pa
     source = source_method(method)
     if source is None:
         return
-    kept = results / run_name(source, seed) / SUMMARY
-    if not kept.is_file():
+    record = Kept(results).json(run_name(source, seed))
+    if record is None:
         raise RunFailed(
             f"{run_name(method, seed)} not run: it reuses the uploads of "
             f"{run_name(source, seed)}, which has not finished"
@@ -324,14 +318,13 @@ def prepare_source(method: str, seed: int, args: argparse.Namespace, results: Pa
     print(note, file=sys.stderr, flush=True)
     shutil.rmtree(SCRATCH / args.tag / run_name(source, seed), ignore_errors=True)
     rerun = json.loads((execute(source, seed, args) / SUMMARY).read_text())
-    record = json.loads(kept.read_text())
     differ = [k for k in ACCURACIES if k in record and rerun.get(k) != record[k]]
     if differ:
         raise RunFailed(
             f"{run_name(method, seed)} not run: {run_name(source, seed)} ran again for its "
-            f"uploads, but differs from its kept record ({kept}) in {', '.join(differ)}: that "
-            "record was made with other settings; remove it (and the records of the runs that "
-            "reused it) and run the sweep again"
+            f"uploads, but differs from its kept record ({results / run_name(source, seed)}) in "
+            f"{', '.join(differ)}: that record was made with other settings; remove it (and the "
+            "records of the runs that reused it) and run the sweep again"
         )
 
 
@@ -604,13 +597,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tag", default=DEFAULT_TAG)
     add_data_arguments(parser)
     parser.add_argument("--table-only", action="store_true")
-    # ``k=v`` words are overrides wherever they stand (after --seeds 0 1 too), so they are
-    # taken out before argparse, whose list options would swallow them.
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
-    args = parser.parse_args([a for a in argv if a not in overrides])
-    args.overrides = overrides
-    return args
+    return parse_with_overrides(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -636,9 +623,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         title=args.tag,
         reference=reference_of(dataset),
     )
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "table.md").write_text(text + "\n")
-    print(text)
+    write_table(results, text)
     if failed:
         sys.exit("failed runs (run the sweep again to retry them):\n" + "\n".join(failed))
 

@@ -2,22 +2,28 @@
 
 Each (strategy, seed) goes through ``./run.sh`` (a real ``flwr run`` simulation) into
 ``OUT/<strategy>-seed<N>/``; a run whose ``summary.json`` is already there is not run again
-(:mod:`sweep`), so an interrupted comparison resumes. The script then prints a Markdown table
-of final/best test accuracy and mean round time from the runs' ``summary.json`` files, and
-writes it to ``OUT/results.md``.
+(:mod:`benchmarks.sweep`), so an interrupted comparison resumes. The script then prints a
+Markdown table of final/best test accuracy and mean round time from the runs' ``summary.json``
+files, and writes it to ``OUT/results.md``.
 
-    .venv/bin/python benchmarks/compare_strategies.py --config conf/default.yaml \
+    .venv/bin/python -m benchmarks.compare_strategies --config conf/default.yaml \
         --strategies fedavg fedprox scaffold --seeds 0 1 2 [--out outputs/bench] [k=v ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from pathlib import Path
 
-from sweep import column, load_runs, run_name, seed_note, sweep
+from benchmarks.sweep import (
+    column,
+    load_runs,
+    run_command,
+    run_name,
+    seed_note,
+    sweep,
+    write_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,10 +39,7 @@ def run_one(strategy: str, seed: int, args: argparse.Namespace, out: Path) -> Pa
         f"seed={seed}",
         f"output_dir={run_dir}",
     ]
-    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"run failed: {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-3000:]}")
+    run_command(cmd, run_dir / "run.log")
     return run_dir
 
 
@@ -66,10 +69,7 @@ def main() -> None:
             f"| {column(strategy_runs, lambda r: r.summary['mean_round_time'], 1.0)} "
             f"| {finals} |"
         )
-    text = "\n".join(lines)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.md").write_text(text + "\n")
-    print(text)
+    write_table(out, "\n".join(lines), "results.md")
 
 
 if __name__ == "__main__":

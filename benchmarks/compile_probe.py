@@ -6,7 +6,7 @@ kernels), in the default (NCHW) and the channels-last memory format, and reports
 second and the first two calls' time (compilation). The project does not compile its loops
 yet: this measures what a switch would buy before one is built.
 
-    .venv/bin/python benchmarks/compile_probe.py [--model resnet8] [--threads 1]
+    .venv/bin/python -m benchmarks.compile_probe [--model resnet8] [--threads 1]
         [--seconds 8] [--out FILE]
 
 Run it alone on the machine; it needs a C++ compiler (``torch.compile`` on a CPU).
@@ -20,9 +20,9 @@ import time
 
 import torch
 import torch.nn.functional as F
-from kernel_variants import emit
 from torch import nn
 
+from benchmarks.kernel_variants import emit
 from fedgo_flwr.models.classifiers import build_model
 
 SHAPE = (3, 32, 32)

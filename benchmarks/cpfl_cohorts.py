@@ -12,18 +12,18 @@ Each run is :func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of it
 with ``--child``): CPFL's times are simulated, so Flower's engine would change nothing but add
 ~20 s of start-up per run; a subprocess returns the run's memory, and a run that crashes is
 reported without ending the sweep. Runs write to ``outputs/bench/<tag>/<method>-seed<N>/``;
-:mod:`sweep` keeps each finished run's summary in ``benchmarks/results/<tag>/<method>-seed<N>/``
-and its ``metrics.jsonl`` and ``config.yaml`` in that folder's ``runs.tar.gz``, and skips
-runs already kept, so the sweep resumes where it stopped (a seed's methods all run before the
-next seed's, so a partial sweep has whole seeds).
+:mod:`benchmarks.sweep` keeps each finished run's summary, ``metrics.jsonl`` and ``config.yaml``
+as ``<method>-seed<N>/...`` in ``benchmarks/results/<tag>/runs.tar.xz``, and skips runs already
+kept, so the sweep resumes where it stopped (a seed's methods all run before the next seed's, so
+a partial sweep has whole seeds).
 
 The CIFAR-10 JPEG tree is ``--data`` (default ``$FEDGO_CIFAR10``, else ``.cache/cifar10-jpg``),
 unpacked from ``--archive`` first if missing, as in ``fedgo_table3.py``; a config whose
 dataset is not ``imagefolder`` (the digits smoke run) needs neither.
 
-    .venv/bin/python benchmarks/cpfl_cohorts.py [--seeds 0 1 2] [--alphas 0.1 1] \
+    .venv/bin/python -m benchmarks.cpfl_cohorts [--seeds 0 1 2] [--alphas 0.1 1] \
         [--cohorts 1 2 4 8 16 200] [--tag cpfl-cifar10-cpu] [k=v ...]
-    .venv/bin/python benchmarks/cpfl_cohorts.py --table-only [--tag cpfl-cifar10-cpu]
+    .venv/bin/python -m benchmarks.cpfl_cohorts --table-only [--tag cpfl-cifar10-cpu]
 """
 
 from __future__ import annotations
@@ -32,11 +32,26 @@ import argparse
 import math
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from fedgo_table3 import add_data_arguments, ensure_data
-from sweep import Run, RunFailed, column, load_runs, run_child, run_name, sweep
+from benchmarks.sweep import (
+    MISSING,
+    Run,
+    add_data_arguments,
+    child,
+    child_command,
+    column,
+    ensure_data,
+    fmt,
+    load_config,
+    load_runs,
+    parse_with_overrides,
+    run_child,
+    run_grid,
+    run_name,
+    write_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/cpfl-cifar10-cpu.yaml"
@@ -44,7 +59,6 @@ DEFAULT_TAG = "cpfl-cifar10-cpu"
 SCRATCH = ROOT / "outputs" / "bench"  # runs write to SCRATCH/<tag>/<method>-seed<N>/
 ALPHAS = (0.1, 1.0)
 COHORTS = (1, 2, 4, 8, 16, 200)
-MISSING = "–"
 ANCHOR = (
     "Paper anchor (CPFL, CIFAR-10, alpha 0.1, 5 seeds, full scale): student accuracy "
     "70.4% (n = 1) -> 69.8% (n = 4), 1.9x less time to convergence, 1.3x fewer CPU-hours."
@@ -95,16 +109,6 @@ def run_overrides(
     ]
 
 
-def load_config(config: str, overrides: Sequence[str]):
-    """The checked experiment (``ConfigError`` names a bad key); imports this repository's
-    library, as the runs do."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from strategies import load_experiment
-
-    return load_experiment(ROOT / config, list(overrides))
-
-
 def check_grid(config: str, methods: Sequence[str], extra: Sequence[str]) -> str:
     """Load every method's config once before any run (a bad override or an n above the
     number of clients stops the sweep here, not hours in); return the dataset's name."""
@@ -121,59 +125,19 @@ def check_grid(config: str, methods: Sequence[str], extra: Sequence[str]) -> str
 # -- running ---------------------------------------------------------------------------------
 
 
-def child_command(config: str, overrides: Sequence[str]) -> list[str]:
-    """The subprocess that runs one experiment in-process (this file's ``--child`` entry)."""
-    return [sys.executable, str(Path(__file__).resolve()), "--child", config, *overrides]
-
-
-def child(argv: Sequence[str]) -> None:
-    """``--child CONFIG k=v ...``: one run through
-    :func:`fedgo_flwr.app.inprocess.run_inprocess`."""
-    from fedgo_flwr.app.inprocess import run_inprocess
-
-    run_inprocess(load_config(argv[0], argv[1:]))
-
-
 def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
     """One run in its own subprocess; its output folder (``RunFailed`` if it failed)."""
     run_dir = SCRATCH / args.tag / run_name(method, seed)
     overrides = run_overrides(method, seed, args.overrides, run_dir, args.data)
-    return run_child(child_command(args.config, overrides), run_dir, run_name(method, seed), ROOT)
-
-
-def run_grid(
-    methods: Sequence[str],
-    seeds: Sequence[int],
-    run: Callable[[str, int], Path],
-    results: Path,
-) -> list[str]:
-    """:func:`sweep.sweep` one (seed, method) at a time, so that a failed run is reported and
-    the others still run; returns the failures' messages."""
-    failed = []
-    for seed in seeds:
-        for method in methods:
-            try:
-                sweep([method], [seed], run, results, root=ROOT)
-            except RunFailed as exc:
-                print(exc, file=sys.stderr, flush=True)
-                failed.append(str(exc).splitlines()[0])
-    return failed
+    cmd = child_command(__spec__.name, args.config, overrides)
+    return run_child(cmd, run_dir, run_name(method, seed))
 
 
 # -- the tables ------------------------------------------------------------------------------
 
 
-def fmt(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
-    """``"m ± sd"`` (sample sd; 0 for one value) of ``values`` times ``scale``; ``–`` if none."""
-    if not values:
-        return MISSING
-    m = statistics.mean(values) * scale
-    sd = statistics.stdev(values) * scale if len(values) > 1 else 0.0
-    return f"{m:.{digits}f} ± {sd:.{digits}f}"
-
-
 def accuracy_cell(runs: Sequence[Run], key: str) -> str:
-    """:func:`sweep.column` of a summary accuracy in percent (``–`` when none has one)."""
+    """:func:`benchmarks.sweep.column` of a summary accuracy in percent (``–`` if none has one)."""
     cell = column(runs, lambda r: r.summary.get(key))
     return MISSING if cell == "-" else cell
 
@@ -354,13 +318,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tag", default=DEFAULT_TAG)
     add_data_arguments(parser)
     parser.add_argument("--table-only", action="store_true")
-    # ``k=v`` words are overrides wherever they stand (after --seeds 0 1 too), so they are
-    # taken out before argparse, whose list options would swallow them.
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
-    args = parser.parse_args([a for a in argv if a not in overrides])
-    args.overrides = overrides
-    return args
+    return parse_with_overrides(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -379,9 +337,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.data = ensure_data(ROOT / args.data, args.archive) if imagefolder else None
         failed = run_grid(methods, args.seeds, lambda m, s: run_one(m, s, args), results)
     text = table(results, args.alphas, args.cohorts)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "table.md").write_text(text + "\n")
-    print(text)
+    write_table(results, text)
     if failed:
         sys.exit("failed runs (run the sweep again to retry them):\n" + "\n".join(failed))
 

@@ -16,11 +16,12 @@ finished run, with no client model involved:
   of it there);
 - ``mean_sigmoid`` and the share above 0.99: how saturated the discriminators are.
 
-    .venv/bin/python benchmarks/discriminator_separation.py outputs/bench/<tag>/fedgo-seed0 \
+    .venv/bin/python -m benchmarks.discriminator_separation outputs/bench/<tag>/fedgo-seed0 \
         [--save benchmarks/results/<tag>/fedgo-seed0/separation.json]
 
 With ``--save`` the report is also written as JSON; ``fedgo_table3.py`` puts the reports it
-finds next to the FedGO runs' summaries into ``table.md``.
+finds beside the FedGO runs' summaries (loose, or packed into the results' ``runs.tar.xz`` by
+``python -m benchmarks.sweep pack benchmarks/results/<tag>``) into ``table.md``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ With ``reference_size`` below the server share (variant ``server-half``), the ps
 accuracy is also split into the reference images (every discriminator saw them as negatives)
 and the rest, which measures how much the discriminators memorise their negatives.
 
-    .venv/bin/python benchmarks/discriminator_variants.py --seeds 0 \
+    .venv/bin/python -m benchmarks.discriminator_variants --seeds 0 \
         [--variants paper server ...] [--out benchmarks/results/discriminator-variants]
 
 Client logits, the generator and each variant's discriminator logits are cached under
@@ -37,7 +37,6 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -45,20 +44,18 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, RecordDict
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from discriminator_separation import own_vs_unseen_aucs, weight_on_knowing  # noqa: E402
-
-from clients.base import ClientJob  # noqa: E402
-from clients.fedgo import FedGOClient  # noqa: E402
-from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model  # noqa: E402
-from fedgo_flwr.gan import discriminator_logits  # noqa: E402
-from fedgo_flwr.gan.settings import GanConfig  # noqa: E402
-from fedgo_flwr.learning.training import get_device, predict_logits, train_local  # noqa: E402
-from fedgo_flwr.protocol.fedgo import GENERATOR_KEY, REFERENCE_KEY  # noqa: E402
-from fedgo_flwr.runtime.fileio import strict_json  # noqa: E402
-from fedgo_flwr.runtime.messages import ARRAYS, to_record  # noqa: E402
-from fedgo_flwr.runtime.rng import make_rng  # noqa: E402
-from fedgo_flwr.weighting import (  # noqa: E402
+from benchmarks.discriminator_separation import own_vs_unseen_aucs, weight_on_knowing
+from clients.base import ClientJob
+from clients.fedgo import FedGOClient
+from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
+from fedgo_flwr.gan import discriminator_logits
+from fedgo_flwr.gan.settings import GanConfig
+from fedgo_flwr.learning.training import get_device, predict_logits, train_local
+from fedgo_flwr.protocol.fedgo import GENERATOR_KEY, REFERENCE_KEY
+from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.messages import ARRAYS, to_record
+from fedgo_flwr.runtime.rng import make_rng
+from fedgo_flwr.weighting import (
     WeightingInputs,
     byzantine_clients,
     cap_weights,
@@ -66,8 +63,8 @@ from fedgo_flwr.weighting import (  # noqa: E402
     ensemble_logits,
     make_byzantine,
 )
-from strategies import load_experiment  # noqa: E402
-from strategies._prefl import reference_indices, seeded_generator, train_generator  # noqa: E402
+from strategies import load_experiment
+from strategies._prefl import reference_indices, seeded_generator, train_generator
 
 ROOT = Path(__file__).resolve().parent.parent
 

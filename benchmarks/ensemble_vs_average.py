@@ -25,7 +25,7 @@ The weights come from the weighting registry (:func:`fedgo_flwr.weighting.comput
 the same code the distillation strategies use. The run's own files (``metrics.jsonl`` etc.) go
 to a temporary folder; ``--out`` keeps the probes, one JSON line per round.
 
-    .venv/bin/python benchmarks/ensemble_vs_average.py CONFIG [k=v ...] [--rounds R] \
+    .venv/bin/python -m benchmarks.ensemble_vs_average CONFIG [k=v ...] [--rounds R] \
         [--test-size N] [--out probes.jsonl]
 """
 
@@ -39,8 +39,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from flwr.app import Message
-from replay import client_model, replay
 
+from benchmarks.replay import client_model, replay
 from fedgo_flwr.data import stratified_subset
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model

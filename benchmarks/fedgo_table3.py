@@ -6,35 +6,43 @@ variance (Fed-ET), entropy (FedHKT/FedDS), domain-aware (DaFKD weighting) and Fe
 first and trains the generator and the discriminators; the domain-aware run reuses them
 (``strategy.generator.path`` / ``strategy.discriminator.path``), so both see the same ones.
 
-Runs are resumable (:mod:`sweep`): a run whose ``summary.json`` is kept is skipped, and an
-interrupted run continues from its last per-round checkpoint (``resume=true``). Each finished
-run's summary is kept in ``benchmarks/results/<tag>/<method>-seed<N>/`` and its per-round
-metrics, config and pre-FL record in ``benchmarks/results/<tag>/runs.tar.gz`` (committed); the
-table is rebuilt from there, so a long benchmark can be spread over several sessions.
+Runs are resumable (:mod:`benchmarks.sweep`): a run whose ``summary.json`` is kept is skipped, and
+an interrupted run continues from its last per-round checkpoint (``resume=true``). Each finished
+run's summary, per-round metrics, config and pre-FL record are kept as ``<method>-seed<N>/...``
+in ``benchmarks/results/<tag>/runs.tar.xz`` (committed); the table is rebuilt from there, so a
+long benchmark can be spread over several sessions.
 
 The CIFAR-10 JPEG tree (``train/``, ``test/``) is ``--data`` (default: ``$FEDGO_CIFAR10``, else
 ``.cache/cifar10-jpg`` in the repository); if it is missing, ``--archive`` (default:
 ``$FEDGO_CIFAR10_ARCHIVE``), a ``.tar.gz`` of that tree, is unpacked there first.
 
-    .venv/bin/python benchmarks/fedgo_table3.py --seeds 0 1 2 [--tag cifar10-cpu] [k=v ...]
-    .venv/bin/python benchmarks/fedgo_table3.py --table-only [--tag cifar10-cpu]
+    .venv/bin/python -m benchmarks.fedgo_table3 --seeds 0 1 2 [--tag cifar10-cpu] [k=v ...]
+    .venv/bin/python -m benchmarks.fedgo_table3 --table-only [--tag cifar10-cpu]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
-from sweep import Run, column, load_runs, mean_sd, run_name, seed_of, sweep
+from benchmarks.sweep import (
+    Kept,
+    Run,
+    add_data_arguments,
+    column,
+    ensure_data,
+    load_runs,
+    mean_sd,
+    run_command,
+    run_name,
+    seed_of,
+    sweep,
+    write_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = ".cache/cifar10-jpg"
 
 SERVER_REFERENCED = [
     "strategy.name=fedgo",
@@ -140,43 +148,6 @@ BYZANTINE: dict[str, tuple[str, str, str]] = {
 """App. F.8's rows: the clean run, then 5 and 10 of the 20 clients Byzantine."""
 
 
-def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--data`` and ``--archive``: where the CIFAR-10 JPEG tree is (or its .tar.gz)."""
-    parser.add_argument(
-        "--data",
-        default=os.environ.get("FEDGO_CIFAR10", DEFAULT_DATA),
-        help="unpacked CIFAR-10 JPEG tree; relative paths are taken from the repository root "
-        f"(default: $FEDGO_CIFAR10, else {DEFAULT_DATA})",
-    )
-    parser.add_argument(
-        "--archive",
-        default=os.environ.get("FEDGO_CIFAR10_ARCHIVE"),
-        help=".tar.gz of that tree, unpacked into --data if it is missing "
-        "(default: $FEDGO_CIFAR10_ARCHIVE)",
-    )
-
-
-def ensure_data(data: Path, archive: str | None) -> Path:
-    """The unpacked JPEG tree at ``data``, unpacked from ``archive`` first if it is missing."""
-    if (data / "train").is_dir():
-        return data
-    if not archive or not Path(archive).is_file():
-        sys.exit(
-            f"CIFAR-10 JPEGs not found in {data} (no train/ folder). Give the unpacked tree "
-            "with --data or $FEDGO_CIFAR10, or its .tar.gz with --archive or "
-            "$FEDGO_CIFAR10_ARCHIVE."
-        )
-    data.mkdir(parents=True, exist_ok=True)
-    print(f"unpacking {archive} -> {data}", file=sys.stderr)
-    with tarfile.open(archive) as tar:
-        tar.extractall(data, filter="data")
-    inner = [p for p in data.iterdir() if p.is_dir() and (p / "train").is_dir()]
-    if not (data / "train").is_dir() and inner:
-        for child in inner[0].iterdir():
-            child.rename(data / child.name)
-    return data
-
-
 def reuse_source(method: str, seed: int, tag: str) -> Path:
     """The run folder whose generator and discriminators ``method`` loads for ``seed``.
 
@@ -223,12 +194,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
         *extra,
         f"output_dir={run_dir}",
     ]
-    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    (run_dir / "run.log").parent.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        sys.exit(f"run failed ({run_dir / 'run.log'}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    run_command(cmd, run_dir / "run.log")
     return run_dir
 
 
@@ -369,7 +335,8 @@ def diagnostics_rows(diag: dict[str, dict[str, list[float]]]) -> list[str]:
 
 def separation_rows(results: Path) -> list[str]:
     """The FedGO runs' discriminator-separation reports (``discriminator_separation.py --save``)."""
-    reports = sorted(results.glob("fedgo-seed*/separation.json"))
+    kept = Kept(results)
+    reports = kept.names("separation.json", pattern="fedgo-seed*")
     if not reports:
         return []
     rows = [
@@ -381,11 +348,11 @@ def separation_rows(results: Path) -> list[str]:
         "| oracle | mean sigmoid | sigmoid > 0.99 |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for path in reports:
-        r = json.loads(path.read_text())
+    for name in reports:
+        r = kept.json(name, "separation.json")
         auc, w = r["auc_own_vs_unseen"], r["weight_on_knowing_clients_pct"]
         rows.append(
-            f"| {seed_of(path.parent.name)} | {auc['mean']:.3f} ({auc['min']:.3f}-"
+            f"| {seed_of(name)} | {auc['mean']:.3f} ({auc['min']:.3f}-"
             f"{auc['max']:.3f}) | {w['data_size']} | {w['fedgo_double_sigmoid']} "
             f"| {w['fedgo_single_sigmoid']} | {w['oracle']} | {r['mean_sigmoid']:.3f} "
             f"| {100 * r['share_sigmoid_above_0.99']:.1f}% |"
@@ -463,10 +430,7 @@ def main() -> None:
         order = [*sources, *(m for m in METHODS if m not in sources)]
         methods = [m for m in order if m in wanted]
         sweep(methods, args.seeds, lambda m, s: run_one(m, s, args), results, root=ROOT)
-    text = table(results)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "table.md").write_text(text + "\n")
-    print(text)
+    write_table(results, table(results))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ discriminator does. Writes ``table.md``, ``results.json`` and, for the first see
 ``boundaries.png`` (decision regions in RGB, one panel per row, the oracle boundary in black)
 under ``--out``. Seconds on a CPU for ten seeds.
 
-    .venv/bin/python benchmarks/fedgo_toy.py --seeds 0 1 2 3 4 5 6 7 8 9 \\
+    .venv/bin/python -m benchmarks.fedgo_toy --seeds 0 1 2 3 4 5 6 7 8 9 \\
         --out benchmarks/results/fedgo-toy
 """
 

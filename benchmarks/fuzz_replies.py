@@ -10,8 +10,8 @@ exchanged (``--examples`` cases each, the round, client, record and key drawn wi
 the first line of the reason (for a crash, the last line of the traceback), then per mode how
 many mutated replies were dropped and kept, and how far the final accuracy moved::
 
-    PYTHONPATH=$PWD nice -n 10 .venv/bin/python benchmarks/fuzz_replies.py
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/fuzz_replies.py --strategies fedavg,fedgo \\
+    PYTHONPATH=$PWD nice -n 10 .venv/bin/python -m benchmarks.fuzz_replies
+    PYTHONPATH=$PWD .venv/bin/python -m benchmarks.fuzz_replies --strategies fedavg,fedgo \\
         --kinds group_superscript,metric_nan --examples 3 --json /tmp/fuzz.json
 
 ``--json`` also writes every case (strategy, kind, message type, mutation, seconds, verdict,
@@ -129,7 +129,7 @@ def replay_fields(mutation: fr.Mutation) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="benchmarks/fuzz_replies.py")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fuzz_replies")
     parser.add_argument("--strategies", default="", help="comma-separated (default: all)")
     parser.add_argument("--kinds", default="", help="comma-separated (default: all)")
     parser.add_argument("--examples", type=int, default=1, help="cases per kind x message type")

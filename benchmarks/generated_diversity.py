@@ -16,7 +16,7 @@ the final round; ``prev``: the round before, whose generator made the final roun
 latent codes are the script's own (seeded), not the run's, so the samples come from the same
 generator but are not the run's exact set.
 
-    .venv/bin/python benchmarks/generated_diversity.py outputs/bench/cifar10-cpu-bn/dafkd-seed0
+    .venv/bin/python -m benchmarks.generated_diversity outputs/bench/cifar10-cpu-bn/dafkd-seed0
 """
 
 from __future__ import annotations

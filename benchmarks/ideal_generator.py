@@ -16,7 +16,7 @@ server set's pseudo-label accuracy, with the teachers' logits from
 - uniform weights and the label oracle (as the run's round-1 ``pl_acc_uniform`` and
   ``pl_acc_oracle``).
 
-    .venv/bin/python benchmarks/ideal_generator.py outputs/bench/cifar10-cpu/fedgo-seed0 [k=v ...]
+    .venv/bin/python -m benchmarks.ideal_generator outputs/bench/cifar10-cpu/fedgo-seed0 [k=v ...]
 
 ``k=v`` overrides the run's ``config.yaml`` (e.g. ``data.path=DIR`` where the data lives here).
 """
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 from flwr.app import Message
-from replay import client_model, replay
 from torch import nn
 
+from benchmarks.replay import client_model, replay
 from fedgo_flwr.experiment.task import client_dataset, load_bundle, make_partition, new_model
 from fedgo_flwr.gan import discriminator_logits, train_discriminator
 from fedgo_flwr.learning.distill import TeacherBank

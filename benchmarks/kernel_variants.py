@@ -12,7 +12,7 @@ inputs already in memory:
 each with 1 and with all threads. It prints images per second as a table (``--out``: also
 writes it there).
 
-    .venv/bin/python benchmarks/kernel_variants.py [--model resnet8] [--teachers 8]
+    .venv/bin/python -m benchmarks.kernel_variants [--model resnet8] [--teachers 8]
         [--batches 64 128 256 512 1000] [--out FILE]
 
 Run it alone on the machine.
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from profile_phases import timed
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from benchmarks.profile_phases import timed
 from fedgo_flwr.gan.discriminators import build_discriminator
 from fedgo_flwr.models.classifiers import build_model
 

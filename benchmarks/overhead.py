@@ -15,7 +15,7 @@ the compute of its phases (:func:`round_compute`), split into the ClientApp's ow
 the training (:func:`setup_share`) and the rest, the runtime's (in the Flower mode: Flower's
 share).
 
-    .venv/bin/python benchmarks/overhead.py [CONFIG] [dotted.key=value ...]
+    .venv/bin/python -m benchmarks.overhead [CONFIG] [dotted.key=value ...]
 """
 
 from __future__ import annotations

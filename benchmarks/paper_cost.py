@@ -21,7 +21,7 @@ Everything else is the preset's own: model, data split, batch sizes, devices (``
 when present). The clients run one after another on one device; a Ray simulation with
 ``resources.client_gpus: 0.25`` runs four at once, so a real run can be shorter.
 
-    .venv/bin/python benchmarks/paper_cost.py [--config conf/paper/fedgo-cifar10-a0.1.yaml]
+    .venv/bin/python -m benchmarks.paper_cost [--config conf/paper/fedgo-cifar10-a0.1.yaml]
         [--tag NAME] [--data DIR | --archive TAR.GZ] [k=v ...]
 
 Writes ``cost.json`` and ``table.md`` to ``benchmarks/results/paper-cost/<tag>/``.
@@ -34,9 +34,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-from fedgo_table3 import add_data_arguments, ensure_data
-from profile_phases import cuts, lengths, machine, profile_run
 
+from benchmarks.profile_phases import cuts, lengths, machine, profile_run
+from benchmarks.sweep import add_data_arguments, ensure_data
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.runtime.fileio import strict_json
 from strategies import load_experiment

@@ -26,7 +26,7 @@ The script
 distillation epochs, generator steps, discriminator epochs) so a paper preset's phases are
 profiled in minutes; ``benchmarks/paper_cost.py`` scales such a cut run back to the full one.
 
-    .venv/bin/python benchmarks/profile_phases.py [--config conf/bench/cifar10-cpu-bn.yaml]
+    .venv/bin/python -m benchmarks.profile_phases [--config conf/bench/cifar10-cpu-bn.yaml]
         [--method fedgo] [--rounds 2] [--cut] [--device auto] [--fast] [--side-by-side K]
         [--compile] [--tag NAME] [k=v ...]
 
@@ -48,9 +48,10 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from fedgo_table3 import METHODS, add_data_arguments, ensure_data
 from torch import nn
 
+from benchmarks.fedgo_table3 import METHODS
+from benchmarks.sweep import add_data_arguments, ensure_data
 from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.task import load_bundle

@@ -11,8 +11,7 @@ client training are those of ``./run.sh`` for the config, and the client models 
 those of a FedDF or FedGO run with the same config until that run's first distillation (their
 clients train like FedAvg's).
 
-Imported by the scripts next to it (``python benchmarks/<script>.py`` puts this folder first on
-``sys.path``).
+Imported by the scripts next to it (``from benchmarks.replay import ...``).
 """
 
 from __future__ import annotations

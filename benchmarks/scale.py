@@ -17,7 +17,7 @@ evaluation) and the rest of the round (Flower's runtime, messages, the clients' 
 and the server process's peak resident memory (``summary.json``: ``server_peak_rss_mb``; for
 ``local`` it includes the clients). Both modes must give the same accuracies (checked).
 
-    .venv/bin/python benchmarks/scale.py [--clients 10 100 1000] [--methods fedavg feddf]
+    .venv/bin/python -m benchmarks.scale [--clients 10 100 1000] [--methods fedavg feddf]
         [--modes sim local] [--tag scale-cifar10] [k=v ...]
 
 Each finished run is kept in ``benchmarks/results/<tag>/`` (resumable); ``--table-only``
@@ -31,14 +31,19 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from fedgo_table3 import add_data_arguments, ensure_data
-from overhead import round_compute
-from sweep import ARCHIVE, keep_run, read_archive
+from benchmarks.overhead import round_compute
+from benchmarks.sweep import (
+    Kept,
+    add_data_arguments,
+    ensure_data,
+    finished,
+    keep_run,
+    run_command,
+    write_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "conf/bench/scale-cifar10.yaml"
@@ -78,27 +83,19 @@ def run_one(mode: str, method: str, clients: int, args, data: Path) -> Path:
             env["FEDGO_SUPERNODES"] = str(args.supernodes)
     else:
         cmd = [sys.executable, "-m", "fedgo_flwr.app.inprocess", CONFIG, *keys, f"output_dir={out}"]
-    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "run.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        sys.exit(f"run failed ({out / 'run.log'}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    wall = run_command(cmd, out / "run.log", env=env)
     (out / "wall.json").write_text(json.dumps({"wall_seconds": wall}) + "\n")
     return out
 
 
-def figures(run: Path, archive: dict[str, bytes], workers: int) -> dict:
-    """The table's figures of one kept run (its metrics from the results' archive)."""
-    summary = json.loads((run / "summary.json").read_text())
-    text = archive[f"{run.name}/metrics.jsonl"].decode()
-    rows = [json.loads(x) for x in text.splitlines()]
-    wall = json.loads((run / "wall.json").read_text())["wall_seconds"]
+def figures(kept: Kept, name: str, workers: int) -> dict:
+    """The table's figures of one kept run."""
+    summary = kept.json(name)
+    rows = [json.loads(x) for x in kept.get(name, "metrics.jsonl").decode().splitlines()]
+    wall = kept.json(name, "wall.json")["wall_seconds"]
     rounds = [r for r in rows if r["round"] > 0]
     later = rounds[1:] or rounds
-    parallel = 1 if run.name.startswith("local") else workers
+    parallel = 1 if name.startswith("local") else workers
 
     median_round = statistics.median(r["round_time"] for r in later)
     median_compute = statistics.median(round_compute(r, parallel) for r in later)
@@ -125,13 +122,11 @@ def table(results: Path, workers: int) -> str:
         "| server peak RSS (MB) |",
         "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    names = {
-        p.parent.name: RUN_NAME.fullmatch(p.parent.name) for p in results.glob("*/summary.json")
-    }
+    kept = Kept(results)
+    names = {name: RUN_NAME.fullmatch(name) for name in kept.names()}
     parts = {name: m.groupdict() for name, m in names.items() if m}
     order = sorted(parts, key=lambda n: (int(parts[n]["k"]), parts[n]["method"], n))
-    archive = read_archive(results / ARCHIVE)
-    found = {name: figures(results / name, archive, workers) for name in order}
+    found = {name: figures(kept, name, workers) for name in order}
     for name, f in found.items():
         mode, method, k = parts[name]["mode"], parts[name]["method"], parts[name]["k"]
         nodes = parts[name]["nodes"] or (k if mode == "sim" else "-")
@@ -176,16 +171,11 @@ def main() -> None:
             for method in args.methods:
                 for mode in args.modes:
                     name = run_name(mode, method, k, args.supernodes)
-                    if (results / name / "summary.json").exists():
+                    if finished(results, name):
                         continue
                     out = run_one(mode, method, k, args, data)
-                    (results / name).mkdir(parents=True, exist_ok=True)
-                    (results / name / "wall.json").write_text((out / "wall.json").read_text())
-                    keep_run(out, results, name, root=ROOT)  # the summary last: finished
-    text = table(results, workers)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "table.md").write_text(text + "\n")
-    print(text)
+                    keep_run(out, results, name, root=ROOT, extra=["wall.json"])
+    write_table(results, table(results, workers))
 
 
 if __name__ == "__main__":

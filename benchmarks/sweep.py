@@ -1,14 +1,26 @@
-"""The benchmark drivers' shared sweep: run methods x seeds, keep the records, mean ± sd.
+"""The benchmark drivers' one shared module: child-process runs, the sweep, the kept records
+and the table cells. A driver keeps only what is its own (methods, configs, table layout).
+
+Running: :func:`run_command` starts every run's process (``./run.sh``, the in-process runner or
+a driver's own ``--child`` entry, :func:`child_command` / :func:`child`), its output in the
+run's ``run.log``, and raises :class:`RunFailed` with the log's tail; :func:`run_child` adds the
+check that the run finished. :func:`sweep` and :func:`run_grid` (which reports a failed run and
+goes on) run methods x seeds; :func:`parse_with_overrides` reads a driver's command line with
+``k=v`` config overrides anywhere, :func:`add_data_arguments` / :func:`ensure_data` its
+``--data`` / ``--archive`` (the CIFAR-10 JPEG tree); :func:`write_table` writes and prints its
+table.
 
 A sweep runs every (seed, method) pair through a driver's ``run_one(method, seed)``, which returns
-the run's output folder, and skips a pair whose ``summary.json`` is already in the results folder,
-so an interrupted sweep resumes where it stopped. A results folder holds, per finished run:
-
-- ``<method>-seed<N>/summary.json`` (and whatever small per-run reports a driver adds there);
-- the run's raw records, ``metrics.jsonl``, ``config.yaml`` and ``prefl.json``: either loose in
-  that folder (when the run itself wrote there), or, when the run wrote elsewhere and its
-  records were kept (:func:`keep_run`), as ``<method>-seed<N>/<file>`` in one archive per
-  results folder, ``runs.tar.gz``. Kept records name paths inside the repository relative to it.
+the run's output folder, and skips a pair whose ``summary.json`` is already kept in the results
+folder, so an interrupted sweep resumes where it stopped. A results folder holds its table(s)
+and one archive, ``runs.tar.xz``, with every finished run's files as ``<method>-seed<N>/<file>``:
+``summary.json``, the raw records ``metrics.jsonl``, ``config.yaml`` and ``prefl.json``, and
+whatever small per-run reports a driver adds (:func:`keep_run`; kept records name paths inside
+the repository relative to it). A run that wrote into ``results/<method>-seed<N>/`` itself is
+read from there (:class:`Kept`); :func:`pack` moves such folders into the archive, and
+:func:`forget` drops runs so that the next sweep runs them again. An older ``runs.tar.gz`` is
+read as well, and replaced by ``runs.tar.xz`` at the next write (``python -m benchmarks.sweep
+pack RESULTS...`` converts it).
 
 :func:`load_runs` reads every finished run back and :func:`mean_sd` / :func:`column` turn
 per-seed values into the ``mean ± sd`` cells of the drivers' tables, :func:`mean_ci` into
@@ -18,34 +30,38 @@ was built on (tuning seeds: not for claims). The statistics are the library's
 (:mod:`fedgo_flwr.app.sweep.stats`, the seed sets :mod:`fedgo_flwr.app.sweep.seeds`), so the drivers
 and ``python -m fedgo_flwr.app.sweep`` compute them one way.
 
-Imported by the drivers next to it (``python benchmarks/<driver>.py`` puts this folder first on
-``sys.path``; the repository is put right after it here, for the library).
+Imported by the drivers next to it (``from benchmarks.sweep import ...``; they run as
+``python -m benchmarks.<driver>`` from the repository's root).
 """
 
 from __future__ import annotations
 
+import argparse
+import fnmatch
 import gzip
 import io
 import json
+import lzma
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(1, _ROOT)  # after this folder (the drivers' siblings), before site-packages
-
-from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify  # noqa: E402
-from fedgo_flwr.app.sweep.stats import paired, summarize  # noqa: E402
+from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify
+from fedgo_flwr.app.sweep.stats import paired, summarize
 
 __all__ = ["REPORT_SEEDS", "TUNING_SEEDS"]  # the named seed sets, for the drivers' defaults
 
-ARCHIVE = "runs.tar.gz"
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+DEFAULT_DATA = ".cache/cifar10-jpg"  # the CIFAR-10 JPEG tree, relative to the repository
+ARCHIVE = "runs.tar.xz"
+OLD_ARCHIVE = "runs.tar.gz"  # read; the next write replaces it with ARCHIVE
 RAW_FILES = ("metrics.jsonl", "config.yaml", "prefl.json")
 SUMMARY = "summary.json"
 
@@ -84,14 +100,15 @@ def sweep(
     """Run each seed's methods in the given order, skipping finished runs; return those run.
 
     ``run_one(method, seed)`` must leave a finished run (with ``summary.json``) in the folder it
-    returns. If that folder is not ``results/<name>``, the run's records are kept there with
-    :func:`keep_run` (paths under ``root`` made relative).
+    returns. If that folder is not ``results/<name>``, the run's files are kept in ``results``'
+    archive with :func:`keep_run` (paths under ``root`` made relative).
     """
     ran = []
+    done = set(Kept(results).names())
     for seed in seeds:
         for method in methods:
             name = run_name(method, seed)
-            if (results / name / SUMMARY).exists():
+            if name in done:
                 continue
             run_dir = run_one(method, seed)
             if run_dir.resolve() != (results / name).resolve():
@@ -104,32 +121,143 @@ class RunFailed(RuntimeError):
     """A run's subprocess exited with an error (its log names the cause)."""
 
 
-def run_child(cmd: Sequence[str], run_dir: Path, name: str, root: Path) -> Path:
-    """Run ``cmd`` (a driver's ``--child`` entry) with its output in ``run_dir/run.log``;
-    return ``run_dir``, or raise :class:`RunFailed` with the log's tail.
+def run_command(
+    cmd: Sequence[str],
+    log: Path,
+    *,
+    root: Path = ROOT,
+    env: dict[str, str] | None = None,
+    label: str | None = None,
+) -> float:
+    """Run ``cmd`` in ``root`` with its output appended to ``log``; its wall time in seconds,
+    or :class:`RunFailed` with the log's tail if it exits with an error.
+
+    The one way the drivers start a run's process (``./run.sh``, ``-m fedgo_flwr.app.inprocess``
+    or a driver's own ``--child`` entry). ``root`` goes first on its ``PYTHONPATH``; ``env``
+    (default: this process's) is its environment otherwise. ``label`` (default: the log's
+    folder) names the run in the error.
+    """
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(log, "a") as out:
+        proc = subprocess.run(list(cmd), cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = log.read_text()[-3000:]
+        label = label or log.parent.name
+        raise RunFailed(f"{label} failed (exit {proc.returncode}; {log}):\n{tail}")
+    return wall
+
+
+def run_child(cmd: Sequence[str], run_dir: Path, name: str, root: Path = ROOT) -> Path:
+    """Run ``cmd`` (a driver's ``--child`` entry, :func:`child_command`) with its output in
+    ``run_dir/run.log``; return ``run_dir``, or raise :class:`RunFailed` with the log's tail.
 
     A ``run_dir`` that holds a finished run whose records were not kept (the driver stopped in
     between) is cleared first: the config may have changed since, so it runs again rather than
-    being trusted. ``root`` goes first on the child's ``PYTHONPATH``.
+    being trusted.
     """
     if (run_dir / SUMMARY).exists():
         shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    print("$", " ".join(cmd[2:]), file=sys.stderr, flush=True)
-    pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH", "")]))
     log = run_dir / "run.log"
-    with open(log, "a") as out:
-        proc = subprocess.run(
-            list(cmd),
-            cwd=root,
-            env={**os.environ, "PYTHONPATH": pythonpath},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    if proc.returncode != 0 or not (run_dir / SUMMARY).exists():
-        tail = log.read_text()[-2000:]
-        raise RunFailed(f"{name} failed (exit {proc.returncode}; {log}):\n{tail}")
+    run_command(cmd, log, root=root, label=name)
+    if not (run_dir / SUMMARY).exists():
+        raise RunFailed(f"{name} failed (exit 0; {log}):\n{log.read_text()[-3000:]}")
     return run_dir
+
+
+def child_command(module: str, config: str, overrides: Sequence[str]) -> list[str]:
+    """The subprocess that runs one experiment in-process: ``python -m <module> --child CONFIG
+    k=v ...``, the driver's ``main`` handing it to :func:`child`."""
+    return [sys.executable, "-m", module, "--child", config, *overrides]
+
+
+def load_config(config: str, overrides: Sequence[str]):
+    """The checked experiment (``ConfigError`` names a bad key); ``config`` is relative to the
+    repository."""
+    from strategies import load_experiment
+
+    return load_experiment(ROOT / config, list(overrides))
+
+
+def child(argv: Sequence[str]) -> None:
+    """``--child CONFIG k=v ...``: one run through
+    :func:`fedgo_flwr.app.inprocess.run_inprocess`."""
+    from fedgo_flwr.app.inprocess import run_inprocess
+
+    run_inprocess(load_config(argv[0], argv[1:]))
+
+
+def run_grid(
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    run: Callable[[str, int], Path],
+    results: Path,
+    *,
+    root: Path = ROOT,
+) -> list[str]:
+    """:func:`sweep` one (seed, method) at a time, so that a failed run (:class:`RunFailed`)
+    is reported and the others still run; returns the failures' messages."""
+    failed = []
+    for seed in seeds:
+        for method in methods:
+            try:
+                sweep([method], [seed], run, results, root=root)
+            except RunFailed as exc:
+                print(exc, file=sys.stderr, flush=True)
+                failed.append(str(exc).splitlines()[0])
+    return failed
+
+
+def parse_with_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None):
+    """``parser``'s namespace, with the ``k=v`` words as ``overrides``: those are taken out
+    before argparse wherever they stand (after ``--seeds 0 1`` too), as list options would
+    swallow them."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    args = parser.parse_args([a for a in argv if a not in overrides])
+    args.overrides = overrides
+    return args
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--data`` and ``--archive``: where the CIFAR-10 JPEG tree is (or its .tar.gz)."""
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("FEDGO_CIFAR10", DEFAULT_DATA),
+        help="unpacked CIFAR-10 JPEG tree; relative paths are taken from the repository root "
+        f"(default: $FEDGO_CIFAR10, else {DEFAULT_DATA})",
+    )
+    parser.add_argument(
+        "--archive",
+        default=os.environ.get("FEDGO_CIFAR10_ARCHIVE"),
+        help=".tar.gz of that tree, unpacked into --data if it is missing "
+        "(default: $FEDGO_CIFAR10_ARCHIVE)",
+    )
+
+
+def ensure_data(data: Path, archive: str | None) -> Path:
+    """The unpacked JPEG tree at ``data``, unpacked from ``archive`` first if it is missing."""
+    if (data / "train").is_dir():
+        return data
+    if not archive or not Path(archive).is_file():
+        sys.exit(
+            f"CIFAR-10 JPEGs not found in {data} (no train/ folder). Give the unpacked tree "
+            "with --data or $FEDGO_CIFAR10, or its .tar.gz with --archive or "
+            "$FEDGO_CIFAR10_ARCHIVE."
+        )
+    data.mkdir(parents=True, exist_ok=True)
+    print(f"unpacking {archive} -> {data}", file=sys.stderr)
+    with tarfile.open(archive) as tar:
+        tar.extractall(data, filter="data")
+    inner = [p for p in data.iterdir() if p.is_dir() and (p / "train").is_dir()]
+    if not (data / "train").is_dir() and inner:
+        for child in inner[0].iterdir():
+            child.rename(data / child.name)
+    return data
 
 
 def relative_paths(text: str, root: Path | None) -> str:
@@ -137,36 +265,129 @@ def relative_paths(text: str, root: Path | None) -> str:
     return text if root is None else text.replace(f"{Path(root).resolve()}/", "")
 
 
-def keep_run(run_dir: Path, results: Path, name: str, *, root: Path | None = None) -> None:
-    """Add ``run_dir``'s raw records to ``results``' archive, then its summary to ``results``.
+def keep_run(
+    run_dir: Path,
+    results: Path,
+    name: str,
+    *,
+    root: Path | None = None,
+    extra: Sequence[str] = (),
+) -> None:
+    """Keep ``run_dir``'s summary, raw records and ``extra`` files as ``<name>/<file>`` in
+    ``results``' archive (paths under ``root`` made relative).
 
-    The summary comes last: it marks the run as finished, so an interruption in between only
-    makes the next sweep run it again.
+    One write of the archive (a new file moved over the old), so an interruption keeps either
+    all of the run or none of it; its ``summary.json`` marks it as finished.
     """
-    raw = {
+    names = (SUMMARY, *RAW_FILES, *extra)
+    files = {
         f"{name}/{file}": relative_paths((run_dir / file).read_text(), root).encode()
-        for file in RAW_FILES
+        for file in names
         if (run_dir / file).is_file()
     }
-    add_to_archive(results / ARCHIVE, raw)
-    (results / name).mkdir(parents=True, exist_ok=True)
-    (results / name / SUMMARY).write_text((run_dir / SUMMARY).read_text())
+    add_to_archive(results, files)
+
+
+# -- the kept files ------------------------------------------------------------------------
+
+
+class Kept:
+    """The files kept in a results folder: ``<name>/<file>`` in its archive, or loose in
+    ``results/<name>/`` (a run that wrote there itself; a loose file wins over the archive's)."""
+
+    def __init__(self, results: Path) -> None:
+        self.results = results
+        self.archive = read_archive(archive_path(results))
+
+    def names(self, file: str = SUMMARY, pattern: str = "*") -> list[str]:
+        """The sorted names (``pattern``: a glob) that have ``file``; by default, the runs that
+        finished."""
+        loose = {p.parent.name for p in self.results.glob(f"{pattern}/{file}") if p.is_file()}
+        packed = {
+            member.split("/")[0]
+            for member in self.archive
+            if member.count("/") == 1
+            and member.endswith(f"/{file}")
+            and fnmatch.fnmatchcase(member.split("/")[0], pattern)
+        }
+        return sorted(loose | packed)
+
+    def get(self, name: str, file: str) -> bytes | None:
+        """``<name>/<file>``'s bytes (``None``: not kept)."""
+        loose = self.results / name / file
+        if loose.is_file():
+            return loose.read_bytes()
+        return self.archive.get(f"{name}/{file}")
+
+    def json(self, name: str, file: str = SUMMARY):
+        """``<name>/<file>`` read as JSON (``None``: not kept)."""
+        data = self.get(name, file)
+        return None if data is None else json.loads(data)
+
+
+def finished(results: Path, name: str) -> bool:
+    """Whether the run ``name``'s summary is kept in ``results``."""
+    return Kept(results).get(name, SUMMARY) is not None
+
+
+def forget(results: Path, names: Iterable[str]) -> None:
+    """Drop the runs ``names`` from ``results`` (their folders and archived files), so that the
+    next sweep runs them again."""
+    names = set(names)
+    for name in names:
+        shutil.rmtree(results / name, ignore_errors=True)
+    path = archive_path(results)
+    files = read_archive(path)
+    left = {m: data for m, data in files.items() if m.split("/")[0] not in names}
+    if left != files:
+        _replace_archive(results, left)
+
+
+def pack(results: Path) -> list[str]:
+    """Move every run folder of ``results`` (one with a ``summary.json``, or of a run already
+    in the archive: all its files) into the archive, and a ``runs.tar.gz`` into
+    ``runs.tar.xz``; return the runs moved."""
+    archived = {member.split("/")[0] for member in read_archive(archive_path(results))}
+    runs = [
+        p
+        for p in sorted(results.iterdir() if results.is_dir() else [])
+        if p.is_dir() and ((p / SUMMARY).is_file() or p.name in archived)
+    ]
+    files = {
+        f"{run.name}/{path.name}": path.read_bytes()
+        for run in runs
+        for path in sorted(run.iterdir())
+        if path.is_file()
+    }
+    if files or (results / OLD_ARCHIVE).is_file():
+        add_to_archive(results, files)
+    for run in runs:
+        shutil.rmtree(run)
+    return [run.name for run in runs]
 
 
 # -- the archive ---------------------------------------------------------------------------
 
 
+def archive_path(results: Path) -> Path:
+    """``results``' archive: ``runs.tar.xz``, or an older ``runs.tar.gz`` if only that is
+    there (the next write replaces it with ``runs.tar.xz``)."""
+    new, old = results / ARCHIVE, results / OLD_ARCHIVE
+    return old if old.is_file() and not new.is_file() else new
+
+
 def read_archive(path: Path) -> dict[str, bytes]:
-    """Every file of a ``runs.tar.gz`` (``{}`` if there is none)."""
+    """Every file of a ``.tar.xz`` or ``.tar.gz`` (``{}`` if there is none)."""
     if not path.is_file():
         return {}
-    with tarfile.open(path, "r:gz") as tar:
+    with tarfile.open(path, "r:*") as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
 def write_archive(path: Path, files: dict[str, bytes]) -> None:
-    """Write ``files`` as a gzipped tar, byte for byte the same for the same files (sorted
-    names, no dates or owners), so that re-packing unchanged records changes nothing in git."""
+    """Write ``files`` as a tar, xz-compressed (``.xz``; else gzipped), byte for byte the same
+    for the same files (sorted names, no dates or owners), so that re-packing unchanged records
+    changes nothing in git. The new file is moved over the old one: never half written."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(files):
@@ -174,13 +395,29 @@ def write_archive(path: Path, files: dict[str, bytes]) -> None:
             info.size, info.mode, info.mtime = len(files[name]), 0o644, 0
             tar.addfile(info, io.BytesIO(files[name]))
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        gz.write(buffer.getvalue())
+    tmp = path.with_name(f".{path.name}.tmp")
+    if path.name.endswith(".xz"):
+        preset = 9 | lzma.PRESET_EXTREME
+        tmp.write_bytes(lzma.compress(buffer.getvalue(), format=lzma.FORMAT_XZ, preset=preset))
+    else:
+        with (
+            open(tmp, "wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+        ):
+            gz.write(buffer.getvalue())
+    os.replace(tmp, path)
 
 
-def add_to_archive(path: Path, files: dict[str, bytes]) -> None:
-    """Add (or replace) ``files`` in the archive at ``path``."""
-    write_archive(path, {**read_archive(path), **files})
+def _replace_archive(results: Path, files: dict[str, bytes]) -> None:
+    """``results``' archive is now ``runs.tar.xz`` with ``files`` (an older ``.tar.gz`` goes)."""
+    write_archive(results / ARCHIVE, files)
+    (results / OLD_ARCHIVE).unlink(missing_ok=True)
+
+
+def add_to_archive(results: Path, files: dict[str, bytes]) -> None:
+    """Add (or replace) ``files`` in ``results``' archive (an older ``.tar.gz`` is read, and
+    replaced by ``runs.tar.xz``)."""
+    _replace_archive(results, {**read_archive(archive_path(results)), **files})
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -190,32 +427,29 @@ def load_runs(
     results: Path, methods: Iterable[str], seeds: Sequence[int] | None = None
 ) -> dict[str, list[Run]]:
     """Finished runs by method, in ``methods`` order; each method's runs in ``seeds`` order, or,
-    without ``seeds``, every finished run of the method in the order of its folder names.
+    without ``seeds``, every finished run of the method in the order of their names.
 
-    A run's ``metrics.jsonl`` is read from its folder if it is there, else from the archive
-    (a run without either has no metric rows). A requested seed without a summary is an error.
+    A run's files are read from its folder if they are there, else from the archive
+    (:class:`Kept`; a run without ``metrics.jsonl`` has no metric rows). A requested seed
+    without a summary is an error.
     """
-    archive = read_archive(results / ARCHIVE)
+    kept = Kept(results)
     runs: dict[str, list[Run]] = {}
     for method in methods:
         if seeds is None:
-            names = [p.parent.name for p in sorted(results.glob(f"{method}-seed*/{SUMMARY}"))]
+            names = kept.names(pattern=f"{method}-seed*")
         else:
             names = [run_name(method, s) for s in seeds]
         for name in names:
-            summary_path = results / name / SUMMARY
-            if not summary_path.is_file():
-                raise FileNotFoundError(f"{summary_path}: the run has not finished")
-            loose = results / name / "metrics.jsonl"
-            if loose.is_file():
-                text = loose.read_text()
-            else:
-                text = archive.get(f"{name}/metrics.jsonl", b"").decode()
+            summary = kept.json(name)
+            if summary is None:
+                raise FileNotFoundError(f"{results / name / SUMMARY}: the run has not finished")
+            text = (kept.get(name, "metrics.jsonl") or b"").decode()
             run = Run(
                 name=name,
                 method=method,
                 seed=seed_of(name),
-                summary=json.loads(summary_path.read_text()),
+                summary=summary,
                 metrics=[json.loads(line) for line in text.splitlines()],
             )
             runs.setdefault(method, []).append(run)
@@ -223,6 +457,25 @@ def load_runs(
 
 
 # -- aggregation ---------------------------------------------------------------------------
+
+
+MISSING = "–"  # a table cell without a value (an en dash)
+
+
+def fmt(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
+    """``"m ± sd"`` (sample sd; 0 for one value) of ``values`` times ``scale``; ``–`` if none."""
+    if not values:
+        return MISSING
+    m = statistics.mean(values) * scale
+    sd = statistics.stdev(values) * scale if len(values) > 1 else 0.0
+    return f"{m:.{digits}f} ± {sd:.{digits}f}"
+
+
+def write_table(results: Path, text: str, name: str = "table.md") -> None:
+    """Write a driver's table to ``results/<name>`` (with a final newline) and print it."""
+    results.mkdir(parents=True, exist_ok=True)
+    (results / name).write_text(text + "\n")
+    print(text)
 
 
 def _nan_note(n_nan: int) -> str:
@@ -281,3 +534,19 @@ def column(runs: Iterable[Run], value: Callable[[Run], float | None], scale: flo
     """:func:`mean_sd` of ``value(run)`` over the runs that have one (``None``: left out)."""
     values = [v for v in (value(run) for run in runs) if v is not None]
     return mean_sd(values, scale)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m benchmarks.sweep pack RESULTS...``: move each folder's run folders (and an
+    older ``runs.tar.gz``) into its ``runs.tar.xz``."""
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["pack"])
+    parser.add_argument("results", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    for results in args.results:
+        moved = pack(results)
+        print(f"{results}: {len(moved)} run folders packed into {archive_path(results).name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -20,7 +20,7 @@ Per variant: the whole run's time (``total_time``), round 1 and the median of th
 the medians of the clients' training (summed), the server's aggregation and its evaluation, the
 final accuracy, and whether every round's test accuracy equals the baseline's.
 
-    .venv/bin/python benchmarks/switches.py [k=v ...] [--variants ...] [--method feddf]
+    .venv/bin/python -m benchmarks.switches [k=v ...] [--variants ...] [--method feddf]
         [--seed 0] [--config conf/bench/cifar10-cpu-bn.yaml] [--tag switches-cifar10]
 
 (the ``k=v`` overrides of every run first: ``--variants`` takes the words after it).
@@ -33,12 +33,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
-from fedgo_table3 import METHODS, add_data_arguments, ensure_data
-from sweep import load_runs, sweep
+from benchmarks.fedgo_table3 import METHODS
+from benchmarks.sweep import (
+    Kept,
+    add_data_arguments,
+    ensure_data,
+    load_runs,
+    run_command,
+    sweep,
+    write_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS: dict[str, list[str]] = {
@@ -63,12 +69,7 @@ def run_one(variant: str, seed: int, args: argparse.Namespace) -> Path:
         *VARIANTS[variant],
         f"output_dir={run_dir}",
     ]
-    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        sys.exit(f"{variant} failed (exit {proc.returncode}); see {run_dir / 'run.log'}")
+    run_command(cmd, run_dir / "run.log", label=variant)
     return run_dir
 
 
@@ -80,7 +81,7 @@ def _median(rows: list[dict], key: str) -> float:
 def table(results: Path, seed: int) -> str:
     """The rows for ``seed`` of every variant that finished: :data:`VARIANTS` first, then any
     other the folder holds (variants of switches since removed)."""
-    names = {p.parent.name.rsplit("-seed", 1)[0] for p in results.glob("*-seed*/summary.json")}
+    names = {name.rsplit("-seed", 1)[0] for name in Kept(results).names(pattern="*-seed*")}
     order = [*VARIANTS, *sorted(names - set(VARIANTS))]
     found = load_runs(results, [v for v in order if v in names])
     runs = {
@@ -129,10 +130,7 @@ def main() -> None:
     if not args.table_only:
         args.data = ensure_data(ROOT / args.data, args.archive)
         sweep(args.variants, [args.seed], lambda v, s: run_one(v, s, args), results, root=ROOT)
-    text = table(results, args.seed)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "table.md").write_text(text + "\n")
-    print(text)
+    write_table(results, table(results, args.seed))
 
 
 if __name__ == "__main__":

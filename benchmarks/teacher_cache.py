@@ -12,7 +12,7 @@ with the same batches and flips:
 The script prints both wall times, the speed-up, and the largest difference between the two
 students' parameters (they should agree up to float rounding).
 
-    .venv/bin/python benchmarks/teacher_cache.py [--teachers 8] [--size 5000] [--epochs 5]
+    .venv/bin/python -m benchmarks.teacher_cache [--teachers 8] [--size 5000] [--epochs 5]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ on random inputs already in memory, with ``T`` threads, for the same wall time. 
 machine's total images per second for every layout, and how the processes' own rates compare
 (a layout whose workers slow each other down shows it there).
 
-    .venv/bin/python benchmarks/thread_layout.py [--models resnet8 cnn] [--batch 32]
+    .venv/bin/python -m benchmarks.thread_layout [--models resnet8 cnn] [--batch 32]
         [--layouts 1x1 1x2 2x1 2x2] [--seconds 20] [--out FILE]
 
 A layout ``WxT`` is ``W`` processes of ``T`` threads. Run it alone on the machine.
@@ -21,7 +21,7 @@ import multiprocessing as mp
 import os
 import time
 
-from kernel_variants import emit
+from benchmarks.kernel_variants import emit
 
 SHAPE = (3, 32, 32)
 

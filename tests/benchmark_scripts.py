@@ -1,26 +1,19 @@
-"""Import a script of ``benchmarks/`` as a module, for the tests of the benchmark drivers."""
+"""Import a module of the ``benchmarks`` package, for the tests of the benchmark drivers."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
+import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` imported as the module ``name``.
-
-    Run as a script, a driver finds its siblings (``sweep``, ``fedgo_table3`` ...) on
-    ``sys.path[0]``; the benchmarks folder is on the path while the script is imported, and
-    taken off again after.
-    """
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(BENCHMARKS))
-        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
+    """``benchmarks/<name>.py`` as the module ``benchmarks.<name>`` (as ``python -m
+    benchmarks.<name>`` runs it from the repository's root, which is put on ``sys.path``)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(f"benchmarks.{name}")

@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from benchmark_scripts import BENCHMARKS, load_benchmark
+from benchmark_scripts import load_benchmark
 
 DIGITS = "conf/bench/coboosting-digits.yaml"
+# The sweep keeps a finished run in the results' archive: read and dropped through these.
+Kept, forget = load_benchmark("sweep").Kept, load_benchmark("sweep").forget
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,9 @@ def test_ablation_rows_switch_exactly_their_components(driver) -> None:
     assert (dense.boost.reweight, dense.boost.diversify) == (False, False)
 
 
-def test_a_runs_overrides_reuse_the_sources_scratch_folder(driver, tmp_path: Path) -> None:
+def test_a_runs_overrides_reuse_the_sources_scratch_folder(
+    driver, tmp_path: Path, monkeypatch
+) -> None:
     scratch = tmp_path / "t"
     data = tmp_path / "cifar"
     extra = ["strategy.epochs=5", "strategy.name=dense"]  # the method's name wins
@@ -118,8 +122,12 @@ def test_a_runs_overrides_reuse_the_sources_scratch_folder(driver, tmp_path: Pat
         "rounds=1",
         "strategy.weighting=uniform",
     ]
-    cmd = driver.child_command("conf/x.yaml", ["seed=0"])
-    assert cmd[1:] == [str(BENCHMARKS / "coboosting_table1.py"), "--child", "conf/x.yaml", "seed=0"]
+    # Each run is this module's --child entry, in a process of its own.
+    commands = []
+    monkeypatch.setattr(driver, "run_child", lambda cmd, run_dir, name: commands.append(cmd))
+    monkeypatch.setattr(driver, "SCRATCH", tmp_path)
+    driver.execute("a0.1-oneshot", 0, driver.parse_args(["--config", "conf/x.yaml", "--tag", "t"]))
+    assert commands[0][1:5] == ["-m", "benchmarks.coboosting_table1", "--child", "conf/x.yaml"]
 
 
 def test_command_line_overrides_and_an_empty_ablation_list(driver) -> None:
@@ -254,18 +262,18 @@ def test_a_cleaned_source_folder_is_run_again_before_the_run_that_reuses_it(
     ]
     assert sweep(methods) == []
     assert fake.calls == [(m, 0) for m in methods]
-    kept = (results / "a0.1-oneshot-seed0" / "summary.json").read_text()
+    kept = Kept(results).get("a0.1-oneshot-seed0", "summary.json")
     # The scratch folders were cleaned and one dependent run is still to do.
     shutil.rmtree(tmp_path / "scratch")
-    shutil.rmtree(results / "a0.1-coboosting-seed0")
+    forget(results, ["a0.1-coboosting-seed0"])
     fake.calls.clear()
     assert sweep(methods) == []
     assert fake.calls == [("a0.1-oneshot", 0), ("a0.1-coboosting", 0)]
     assert (tmp_path / "scratch" / "t" / "a0.1-oneshot-seed0" / "client_models.pt").is_file()
-    assert (results / "a0.1-oneshot-seed0" / "summary.json").read_text() == kept  # not re-kept
+    assert Kept(results).get("a0.1-oneshot-seed0", "summary.json") == kept  # not re-kept
     # The FedGO pair (its source's scratch folder went with the others): that source, not
     # oneshot, runs again.
-    shutil.rmtree(results / "a0.1-coboosting_fedgo_odds-seed0")
+    forget(results, ["a0.1-coboosting_fedgo_odds-seed0"])
     fake.calls.clear()
     assert sweep(methods) == []
     assert fake.calls == [("a0.1-coboosting_fedgo", 0), ("a0.1-coboosting_fedgo_odds", 0)]
@@ -282,14 +290,14 @@ def test_uploads_made_with_other_settings_are_made_again_and_must_match_the_reco
     assert sweep(["a0.1-oneshot", "a0.1-dense"]) == []
     assert fake.calls == [("a0.1-dense", 0)]  # the header matched: nothing made again
     args.overrides = ["train.lr=0.02"]
-    shutil.rmtree(results / "a0.1-dense-seed0")
+    forget(results, ["a0.1-dense-seed0"])
     fake.calls.clear()
     assert sweep(["a0.1-oneshot", "a0.1-dense"]) == []
     assert fake.calls == [("a0.1-oneshot", 0), ("a0.1-dense", 0)]
     # A rerun that does not reproduce the kept record: the record is stale; nothing reuses it.
     args.overrides = ["train.lr=0.03"]
     fake.accuracy = 0.25
-    shutil.rmtree(results / "a0.1-dense-seed0")
+    forget(results, ["a0.1-dense-seed0"])
     fake.calls.clear()
     failed = sweep(["a0.1-oneshot", "a0.1-dense"])
     assert fake.calls == [("a0.1-oneshot", 0)]
@@ -313,7 +321,7 @@ def test_a_run_whose_source_failed_is_not_started(driver, sweep_env) -> None:
         "a0.1-dense-seed0 not run: it reuses the uploads of a0.1-oneshot-seed0, which has not "
         "finished",
     ]
-    assert sorted(p.parent.name for p in results.glob("*/summary.json")) == ["a0.1-feddf-seed0"]
+    assert Kept(results).names() == ["a0.1-feddf-seed0"]
 
 
 # -- the tables ----------------------------------------------------------------------------
@@ -513,7 +521,7 @@ def test_real_sweep_reuses_uploads_and_feddf_trains_the_oneshot_clients(
     assert "- FedDF ensemble = FedENS: 1 of 1 (alpha, seed) pairs" in text
 
     shutil.rmtree(tmp_path / "scratch" / "t" / "a0.1-oneshot-seed0")
-    shutil.rmtree(results / "a0.1-coboosting-seed0")
+    forget(results, ["a0.1-coboosting-seed0"])
     assert sweep() == []
     log = (tmp_path / "scratch" / "t" / "a0.1-coboosting-seed0" / "run.log").read_text()
     assert "reused" in log

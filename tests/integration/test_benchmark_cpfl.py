@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from benchmark_scripts import BENCHMARKS, load_benchmark
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_grid_names_every_alpha_and_cohort_count_in_run_order(driver) -> None:
 
 
 def test_a_runs_overrides_put_the_method_after_the_users_and_the_folder_last(
-    driver, tmp_path: Path
+    driver, tmp_path: Path, monkeypatch
 ) -> None:
     assert driver.method_overrides("a0.1-n4") == ["data.alpha=0.1", "strategy.cohorts=4"]
     run_dir = tmp_path / "a1-n200-seed2"
@@ -57,8 +57,12 @@ def test_a_runs_overrides_put_the_method_after_the_users_and_the_folder_last(
     ]
     # A dataset that is not the JPEG tree (digits) gets no data.path.
     assert driver.run_overrides("a1-n2", 0, [], run_dir, None)[0] == "seed=0"
-    cmd = driver.child_command("conf/x.yaml", ["seed=0"])
-    assert cmd[1:] == [str(BENCHMARKS / "cpfl_cohorts.py"), "--child", "conf/x.yaml", "seed=0"]
+    # Each run is this module's --child entry, in a process of its own.
+    commands = []
+    monkeypatch.setattr(driver, "run_child", lambda cmd, run_dir, name: commands.append(cmd))
+    monkeypatch.setattr(driver, "SCRATCH", tmp_path)
+    driver.run_one("a1-n2", 0, driver.parse_args(["--config", "conf/x.yaml", "--tag", "t"]))
+    assert commands[0][1:5] == ["-m", "benchmarks.cpfl_cohorts", "--child", "conf/x.yaml"]
 
 
 def test_overrides_after_list_options_are_not_taken_as_their_values(driver) -> None:
@@ -112,7 +116,7 @@ def test_grid_runs_seed_by_seed_and_a_failed_run_does_not_stop_it(driver, tmp_pa
     def run(method: str, seed: int) -> Path:
         calls.append((method, seed))
         if (method, seed) == ("a1-n2", 0):
-            raise driver.RunFailed("a1-n2-seed0 failed (exit 1; log)\ntraceback")
+            raise load_benchmark("sweep").RunFailed("a1-n2-seed0 failed (exit 1; log)\ntraceback")
         out = tmp_path / "scratch" / f"{method}-seed{seed}"
         out.mkdir(parents=True)
         (out / "summary.json").write_text(json.dumps({"final_accuracy": 0.5}))
@@ -122,7 +126,7 @@ def test_grid_runs_seed_by_seed_and_a_failed_run_does_not_stop_it(driver, tmp_pa
     failed = driver.run_grid(["a1-n1", "a1-n2"], [0, 1], run, results)
     assert calls == [("a1-n1", 0), ("a1-n2", 0), ("a1-n1", 1), ("a1-n2", 1)]
     assert failed == ["a1-n2-seed0 failed (exit 1; log)"]
-    kept = sorted(p.parent.name for p in results.glob("*/summary.json"))
+    kept = load_benchmark("sweep").Kept(results).names()
     assert kept == ["a1-n1-seed0", "a1-n1-seed1", "a1-n2-seed1"]
     # Again: only the failed run is retried.
     calls.clear()
@@ -270,7 +274,7 @@ def test_a_real_run_goes_through_the_subprocess_and_a_failed_one_is_reported(
     assert len(failed) == 1 and failed[0].startswith("a1-n50-seed0 failed (exit 1;")
     log = (tmp_path / "scratch" / "t" / "a1-n50-seed0" / "run.log").read_text()
     assert "more cohorts than clients" in log
-    summary = json.loads((results / "a1-n2-seed0" / "summary.json").read_text())
+    summary = load_benchmark("sweep").Kept(results).json("a1-n2-seed0")  # in runs.tar.xz
     assert summary["cohorts"] == 2 and summary["cohort_rounds"] == [2, 2]
     assert summary["distill_time_s"] > 0
     run = driver.load_runs(results, ["a1-n2"])["a1-n2"][0]

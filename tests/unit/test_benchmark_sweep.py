@@ -6,21 +6,16 @@ although finished, or a record kept with an absolute path must fail here.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    # The drivers import it as their sibling module ``sweep`` (``python benchmarks/<driver>.py``).
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(ROOT / "benchmarks"))
-        return importlib.import_module("sweep")
+    return load_benchmark("sweep")
 
 
 def test_mean_sd_is_the_sample_mean_and_sd_in_percent(sweep) -> None:
@@ -64,14 +59,14 @@ def test_sweep_skips_finished_runs_and_keeps_records_in_one_archive(sweep, tmp_p
     ran = sweep.sweep(["fedavg", "feddf"], [0, 1], run_one, results, root=root)
     assert calls == [("fedavg", 0), ("feddf", 0), ("fedavg", 1), ("feddf", 1)]
     assert ran == ["fedavg-seed0", "feddf-seed0", "fedavg-seed1", "feddf-seed1"]
-    # only summaries lie in the results folder; the raw records are in the archive
-    assert sorted(p.name for p in results.glob("*/*")) == ["summary.json"] * 4
+    # one file in the results folder: the archive, with every run's summary and records
+    assert [p.name for p in results.iterdir()] == ["runs.tar.xz"]
     archive = sweep.read_archive(results / sweep.ARCHIVE)
     assert sorted(archive) == [
         f"{m}-seed{s}/{f}"
         for m in ("fedavg", "feddf")
         for s in (0, 1)
-        for f in ("config.yaml", "metrics.jsonl")
+        for f in ("config.yaml", "metrics.jsonl", "summary.json")
     ]
     config = archive["fedavg-seed1/config.yaml"].decode()
     assert config == "output_dir: outputs/fedavg-seed1\ndata: /elsewhere\n"
@@ -104,21 +99,49 @@ def test_runs_written_into_the_results_folder_stay_loose(sweep, tmp_path) -> Non
     ]
 
 
-def test_archive_bytes_depend_only_on_the_files(sweep, tmp_path) -> None:
+@pytest.mark.parametrize("suffix", [".tar.xz", ".tar.gz"])
+def test_archive_bytes_depend_only_on_the_files(sweep, tmp_path, suffix: str) -> None:
     files = {"b-seed0/metrics.jsonl": b"{}\n", "a-seed0/config.yaml": b"seed: 0\n"}
-    sweep.write_archive(tmp_path / "one.tar.gz", files)
-    sweep.write_archive(tmp_path / "two.tar.gz", dict(reversed(list(files.items()))))
-    assert (tmp_path / "one.tar.gz").read_bytes() == (tmp_path / "two.tar.gz").read_bytes()
-    assert sweep.read_archive(tmp_path / "one.tar.gz") == files
+    sweep.write_archive(tmp_path / f"one{suffix}", files)
+    sweep.write_archive(tmp_path / f"two{suffix}", dict(reversed(list(files.items()))))
+    assert (tmp_path / f"one{suffix}").read_bytes() == (tmp_path / f"two{suffix}").read_bytes()
+    assert sweep.read_archive(tmp_path / f"one{suffix}") == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"one{suffix}", f"two{suffix}"]
+
+
+def test_an_older_gz_archive_is_read_and_replaced_by_xz(sweep, tmp_path) -> None:
+    old = {"fedavg-seed0/summary.json": b'{"final_accuracy": 0.3}'}
+    sweep.write_archive(tmp_path / "runs.tar.gz", old)
+    assert sweep.Kept(tmp_path).names() == ["fedavg-seed0"]
+    assert sweep.load_runs(tmp_path, ["fedavg"])["fedavg"][0].summary == {"final_accuracy": 0.3}
+    sweep.add_to_archive(tmp_path, {"feddf-seed0/summary.json": b"{}"})
+    assert [p.name for p in tmp_path.iterdir()] == ["runs.tar.xz"]
+    assert sweep.Kept(tmp_path).names() == ["fedavg-seed0", "feddf-seed0"]
+
+
+def test_pack_moves_run_folders_into_the_archive_and_forget_drops_runs(sweep, tmp_path) -> None:
+    for seed in (0, 1):
+        _fake_run(tmp_path, tmp_path, "fedgo", seed, 0.5 + 0.1 * seed)
+    (tmp_path / "fedgo-seed1" / "separation.json").write_text("{}")
+    (tmp_path / "table.md").write_text("| table |\n")
+    before = sweep.load_runs(tmp_path, ["fedgo"])
+    assert sweep.pack(tmp_path) == ["fedgo-seed0", "fedgo-seed1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.tar.xz", "table.md"]
+    assert sweep.load_runs(tmp_path, ["fedgo"]) == before
+    assert sweep.Kept(tmp_path).names("separation.json") == ["fedgo-seed1"]
+    sweep.forget(tmp_path, ["fedgo-seed0"])
+    assert sweep.Kept(tmp_path).names() == ["fedgo-seed1"]
+    ran = sweep.sweep(
+        ["fedgo"], [0, 1], lambda m, s: _fake_run(tmp_path, tmp_path, m, s, 0.5), tmp_path
+    )
+    assert ran == ["fedgo-seed0"]
 
 
 def test_the_share_outside_compute_spreads_the_clients_over_the_workers() -> None:
     """``benchmarks/overhead.py`` (also used by ``scale.py``): a round's compute is its clients'
     training over the workers that ran at once (never more workers than clients), plus the
     server's phases; round 1 (data loading) is left out of the share."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(ROOT / "benchmarks"))
-        overhead = importlib.import_module("overhead")
+    overhead = load_benchmark("overhead")
     row = {"client_time_sum": 6.0, "clients_replied": 3, "aggregate_time": 1.0, "eval_time": 0.5}
     assert overhead.round_compute(row, 2) == pytest.approx(4.5)  # 6 / 2 + 1 + 0.5
     assert overhead.round_compute(row, 8) == pytest.approx(3.5)  # 3 clients: 3 workers at most

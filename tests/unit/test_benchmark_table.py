@@ -3,14 +3,13 @@
 ``benchmarks/fedgo_table3.py --table-only`` turns ``summary.json`` / ``metrics.jsonl`` of finished
 runs (and the FedGO runs' ``separation.json``) into ``table.md``; these tests build such records
 by hand and check the figures the table reports. The committed results keep ``metrics.jsonl`` in
-one ``runs.tar.gz`` per results folder (``benchmarks/sweep.py``); the table must not depend on
+one ``runs.tar.xz`` per results folder (``benchmarks/sweep.py``); the table must not depend on
 where they are.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -83,7 +82,7 @@ def test_table_reads_metrics_from_the_archive_as_from_loose_files(table3, tmp_pa
         _run(tmp_path, f"feddf-seed{seed}", 0.3 + 0.02 * seed, [20.0, 22.0], ens)
         _run(tmp_path, f"fedavg-seed{seed}", 0.3, [0.01], {})
     loose = table3.table(tmp_path)
-    sweep = sys.modules["sweep"]
+    sweep = load_benchmark("sweep")
     files = {}
     for path in sorted(tmp_path.glob("*/metrics.jsonl")):
         files[f"{path.parent.name}/metrics.jsonl"] = path.read_bytes()
