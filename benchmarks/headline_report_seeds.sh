@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The FedGO Table-3 headline rows on the report seeds (issue 36), seed-major, one run at a time:
+# conf/bench/cifar10-cpu-bn.yaml at alpha 0.1 (FedAvg, FedDF, FedGO with the paper's 30
+# discriminator epochs, FedGO with server-referenced discriminators) and at alpha 0.05 (FedDF,
+# server-referenced FedGO). Resumable: run it again and finished runs are skipped.
+#
+#   benchmarks/headline_report_seeds.sh CIFAR10_JPEG_TREE OUT_DIR [SEED ...]   (default 100-104)
+#
+# Accuracy only: it may run niced beside other work. Tables: python -m fedgo_flwr.app.sweep
+# <the same variants> --seeds report --out OUT_DIR/a0.1 --table-only (and a0.05).
+set -euo pipefail
+data=${1:?CIFAR-10 JPEG tree}; out=${2:?output folder}; shift 2
+seeds=("$@"); [[ ${#seeds[@]} -gt 0 ]] || seeds=(100 101 102 103 104)
+cd "$(dirname "$0")/.."
+py=${FEDGO_PYTHON:-.venv/bin/python}
+B=conf/bench/cifar10-cpu-bn.yaml
+SR="strategy.name=fedgo strategy.weighting=fedgo strategy.discriminator.reference=server \
+strategy.discriminator.epochs=30 strategy.discriminator.spectral_norm=true \
+'strategy.weighting_params={fedgo: {disc_mode: sigmoid}}'"
+for s in "${seeds[@]}"; do
+  PYTHONPATH=$PWD nice -n 19 "$py" -m fedgo_flwr.app.sweep \
+    "fedavg=$B strategy.name=fedavg" \
+    "feddf=$B strategy.name=feddf strategy.weighting=uniform" \
+    "fedgo=$B strategy.name=fedgo strategy.weighting=fedgo strategy.discriminator.epochs=30" \
+    "fedgo_server=$B $SR" \
+    --baseline feddf --seeds "$s" --out "$out/a0.1" "data.path=$data"
+  PYTHONPATH=$PWD nice -n 19 "$py" -m fedgo_flwr.app.sweep \
+    "feddf=$B strategy.name=feddf strategy.weighting=uniform" \
+    "fedgo_server=$B $SR" \
+    --baseline feddf --seeds "$s" --out "$out/a0.05" "data.path=$data" data.alpha=0.05
+done
