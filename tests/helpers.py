@@ -7,6 +7,9 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+import torch
+
 ROOT = Path(__file__).resolve().parent.parent
 
 TINY_RUN = [
@@ -88,3 +91,14 @@ def run_context(**run_config):
         state=RecordDict(),
         run_config={**declared, **run_config},
     )
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Run a test on one torch thread and restore the count after it (autouse in the unit and
+    integration tiers, whose ``conftest.py`` import it): tiny models gain nothing from a second
+    thread, and beside other work on the machine the two threads wait for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -9,13 +9,4 @@ a 2-core machine. An in-process run still sets its own threads from ``resources.
 
 from __future__ import annotations
 
-import pytest
-import torch
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from helpers import one_torch_thread  # noqa: F401  (autouse: applies to every test here)

@@ -9,13 +9,4 @@ threads from ``resources.server_cpus`` as a deployment does.
 
 from __future__ import annotations
 
-import pytest
-import torch
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from helpers import one_torch_thread  # noqa: F401  (autouse: applies to every test here)
