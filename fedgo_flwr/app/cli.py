@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from fedgo_flwr.app.cluster import check_cluster, cluster_address
 from fedgo_flwr.data.sources import DEFAULT_TORCHVISION_ROOT
 from fedgo_flwr.experiment.config import (
     ConfigError,
@@ -146,9 +147,14 @@ def check_simulation_devices(cfg: ExperimentConfig) -> None:
     Ray hides every GPU from a client that was given none (``resources.client_gpus: 0``), so
     ``client_device: cuda`` would make every client fail: refused, naming both keys. With a GPU
     here and ``client_gpus: 0``, the clients train on the CPU: said on stderr.
+
+    With ``$RAY_ADDRESS`` set the simulation joins that Ray cluster: the clients' GPUs are
+    the cluster's, not this machine's, so the cluster's nodes are read instead and a share
+    that fits on none of them is refused (:func:`fedgo_flwr.app.cluster.check_cluster`).
     """
     c = Checker(cfg.strategy.sources).at("", cfg)
     gpus = cfg.resources.client_gpus
+    address = cluster_address()
     if cfg.client_device.startswith("cuda"):
         c.require(
             "client_device",
@@ -156,7 +162,11 @@ def check_simulation_devices(cfg: ExperimentConfig) -> None:
             "needs resources.client_gpus > 0 in a simulation (Ray hides the GPU from clients "
             "given none); e.g. resources.client_gpus=0.25 puts 4 clients on each GPU",
         )
-        _check_device(cfg.client_device, c, key="client_device")
+        if address is None:
+            _check_device(cfg.client_device, c, key="client_device")
+    if address is not None:
+        check_cluster(address, cfg.resources.client_cpus, gpus)
+        return
     elif gpus == 0 and torch.cuda.is_available() and cfg.client_device == "auto":
         print(
             "fedgo-flwr: note: this machine has a GPU but resources.client_gpus is 0: the "
