@@ -83,8 +83,10 @@ run_experiment() {
   # (without resume=true or overwrite=true), stops here (exit 2) before anything starts.
   # Then the run's folder is decided, once: output_dir, else a new outputs/<name>/<date-time>
   # (resume=true: the one outputs/<name>/latest names); the ServerApp is told which.
+  # The app's files are linked into $FLWR_HOME/app, which `flwr run` bundles: the same FAB
+  # as `flwr run .`, without Flower walking every file of .venv/ (fedgo_flwr/app/staging.py).
   prepared="$("$PY" -m fedgo_flwr.app.cli prepare "$config" "$@" --run-toml "$run_toml" \
-    ${FEDGO_SUPERNODES:+--supernodes "$FEDGO_SUPERNODES"})"
+    --stage "$FLWR_HOME/app" ${FEDGO_SUPERNODES:+--supernodes "$FEDGO_SUPERNODES"})"
   federation="$(sed -n 1p <<< "$prepared")"
   out_dir="$(sed -n 2p <<< "$prepared")"
   STARTED="$FLWR_HOME/started"  # global, for the EXIT trap; summary.json must be newer
@@ -123,7 +125,7 @@ EOF
   done
   # In the background, so that a TERM to this script is handled at once (bash runs traps only
   # between commands, and `wait` is one).
-  flwr run . fedgo --run-config "$run_toml" --federation-config "$federation" --stream &
+  flwr run "$FLWR_HOME/app" fedgo --run-config "$run_toml" --federation-config "$federation" --stream &
   FLWR_PID=$!
   wait "$FLWR_PID" || status=$?
   FLWR_PID=""
@@ -145,11 +147,12 @@ case "${1:-}" in
     shift
     setup
     export PATH="$VENV/bin:$PATH"
-    # FEDGO_TEST_WORKERS=N (or auto): N pytest-xdist workers, a test file to a worker (a
-    # file's tests share fixtures); tests marked `alone` then run with nothing beside them
-    # (tests/side_by_side.py). Off by default: on 2 cores 2 workers were slower than serial.
-    if [[ -n "${FEDGO_TEST_WORKERS:-}" ]]; then
-      set -- -n "$FEDGO_TEST_WORKERS" --dist loadfile "$@"
+    # FEDGO_TEST_WORKERS=N (or auto; default 2, 0 = one process, e.g. for --pdb): N
+    # pytest-xdist workers, a test file to a worker (a file's tests share fixtures); tests
+    # marked `alone` then run with nothing beside them (tests/side_by_side.py).
+    workers="${FEDGO_TEST_WORKERS:-2}"
+    if [[ "$workers" != "0" ]]; then
+      set -- -n "$workers" --dist loadfile "$@"
     fi
     exec "$PY" -m pytest "$@"
     ;;

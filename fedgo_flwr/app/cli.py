@@ -6,6 +6,8 @@ one unless ``output_dir`` is set: :func:`fedgo_flwr.experiment.recorder.decide_o
 the Flower run config (``config`` + ``overrides``, the last of them that ``output_dir``) to PATH,
 and print the Flower federation config (``num-supernodes``: N, default ``data.num_clients``;
 client resources) on stdout for ``flwr run --federation-config``, then the output directory.
+With ``--stage DIR``, also link the app's files into DIR, which ``flwr run`` then bundles
+(:mod:`fedgo_flwr.app.staging`: the same FAB, without walking ``.venv/``).
 With fewer SuperNodes than clients, each simulated node serves several clients in turn.
 
 ``python -m fedgo_flwr.app.inprocess CONFIG [k=v ...]`` (``./run.sh --local``) runs an experiment
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 
 from fedgo_flwr.app.cluster import check_cluster, cluster_address
+from fedgo_flwr.app.staging import stage_app
 from fedgo_flwr.data.sources import DEFAULT_TORCHVISION_ROOT
 from fedgo_flwr.experiment.config import (
     ConfigError,
@@ -77,6 +80,8 @@ def _prepare(args: argparse.Namespace) -> int:
         f"client-resources-num-gpus={float(gpus)}"
     )
     print(resolve_output_dir(cfg.output_dir))
+    if args.stage:
+        stage_app(Path(__file__).resolve().parents[2], Path(args.stage))
     return 0
 
 
@@ -217,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--run-toml", required=True)
     prep.add_argument(
         "--supernodes", type=int, default=0, help="simulated nodes (default: data.num_clients)"
+    )
+    prep.add_argument(
+        "--stage",
+        default="",
+        help="link the app's files into this new folder, for `flwr run` (fedgo_flwr.app.staging)",
     )
     prep.set_defaults(func=_prepare)
     args = parser.parse_args(argv)

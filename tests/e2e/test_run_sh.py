@@ -223,3 +223,15 @@ def test_run_sh_sweep_passes_through_to_the_sweep(tmp_path):
     assert result.returncode == 1, result.stderr  # no run in the table
     assert "--table-only: 3 runs not run" in result.stderr
     assert "tuning seeds: not for claims" in (out / "table.md").read_text()
+
+
+def test_the_staged_app_is_the_fab_of_this_repository(tmp_path):
+    """run.sh bundles a staged copy (fedgo_flwr/app/staging.py): byte for byte the FAB that
+    ``flwr run .`` builds from this checkout, .venv/ and all."""
+    from flwr.cli.build import build_fab_from_disk
+
+    from fedgo_flwr.app.staging import stage_app
+
+    root = Path(__file__).resolve().parents[2]
+    stage_app(root, tmp_path / "app")
+    assert build_fab_from_disk(tmp_path / "app") == build_fab_from_disk(root)
