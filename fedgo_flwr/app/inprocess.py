@@ -147,8 +147,8 @@ def run_inprocess(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m fedgo_flwr.app.inprocess CONFIG [k=v ...]``: check, run, print the summary's
-    scalars as JSON; exit 2 with one message for a bad configuration."""
-    from fedgo_flwr.app.cli import preflight
+    scalars as JSON; exit 2 with one message for a bad configuration (the schema's, found when
+    the config loads, or the machine's, found by the run's own ``preflight`` before it starts)."""
     from fedgo_flwr.experiment.config import ConfigError
     from fedgo_flwr.experiment.recorder import decide_output_dir
     from strategies import load_experiment
@@ -158,13 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="dotted.key=value")
     args = parser.parse_args(argv)
     try:
-        cfg = load_experiment(args.config, args.overrides)
-        preflight(cfg)
-        cfg = decide_output_dir(cfg)
+        cfg = decide_output_dir(load_experiment(args.config, args.overrides))
+        summary = run_inprocess(cfg)
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    summary = run_inprocess(cfg)
     scalars = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
     print(strict_json(scalars, name="summary", nan_is_missing=True))
     return 0

@@ -27,6 +27,11 @@ def test_local_entry_point_runs_an_experiment_in_this_process(tmp_path, capsys):
     )
     code = inprocess_main([str(ROOT / "conf/default.yaml"), "data.num_clients=0"])
     assert code == 2
+    capsys.readouterr()
+    # A check of the machine (the run's own preflight), not of the schema: also exit 2.
+    code = inprocess_main([str(ROOT / "conf/default.yaml"), "device=cuda:99", f"output_dir={out}2"])
+    assert code == 2 and "no CUDA device 99" in capsys.readouterr().err
+    assert not (tmp_path / "run2").exists()
 
 
 def test_prepare_spreads_clients_over_fewer_supernodes_and_checks_client_devices(tmp_path, capsys):

@@ -29,10 +29,16 @@ def builds(monkeypatch) -> list[str]:
     return calls
 
 
-def test_one_in_process_run_resolves_its_config_once(tmp_path, builds, capsys):
+def test_one_in_process_run_resolves_and_checks_its_config_once(
+    tmp_path, builds, capsys, monkeypatch
+):
+    checks: list[str] = []
+    real = server_app.preflight
+    monkeypatch.setattr(server_app, "preflight", lambda cfg: checks.append(cfg.name) or real(cfg))
     argv = [str(ROOT / "conf" / "default.yaml"), *TINY_RUN, f"output_dir={tmp_path / 'run'}"]
     assert inprocess.main(argv) == 0
     assert builds == ["fedavg"]
+    assert checks == ["default"]  # the run's own preflight; main does not check a second time
     assert (tmp_path / "run" / "summary.json").is_file()
 
 
