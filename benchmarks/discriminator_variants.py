@@ -18,9 +18,14 @@ own client code (``clients/fedgo.py``) and measures, for each weighting:
   split and the server set, their mean sigmoid, and the cost: discriminator training time
   (sum over the clients), the reference bytes sent to each client, logits time.
 
-With ``reference_size`` below the server share (variant ``server-half``), the pseudo-label
-accuracy is also split into the reference images (every discriminator saw them as negatives)
-and the rest, which measures how much the discriminators memorise their negatives.
+With ``reference_size`` below the server share (variants ``server-half`` and
+``server-sn-30-half``, the latter ``fedgo_server``'s discriminators: spectral norm, the paper's
+30 epochs), the pseudo-label accuracy is also split into the reference images (every
+discriminator saw them as negatives) and the rest, and each discriminator's ROC AUC of its
+logits on the other server images against the reference images is reported
+(``memo_auc``: 0.5 when it cannot tell the negatives it trained on from fresh images of the
+same distribution; above 0.5 when it scores its own negatives lower, i.e. memorises them).
+Those negatives are the images the server later pseudo-labels.
 
     .venv/bin/python -m benchmarks.discriminator_variants --seeds 0 \
         [--variants paper server ...] [--out benchmarks/results/discriminator-variants]
@@ -43,6 +48,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, RecordDict
+from sklearn.metrics import roc_auc_score
 
 from benchmarks.discriminator_separation import own_vs_unseen_aucs, weight_on_knowing
 from clients.base import ClientJob
@@ -79,6 +85,12 @@ VARIANTS: dict[str, dict[str, object]] = {
     "server-es": {"reference": "server", "epochs": 30, "patience": 3},
     "server-30": {"reference": "server", "epochs": 30},  # the paper's 30 epochs
     "server-sn-30": {"reference": "server", "spectral_norm": True, "epochs": 30},
+    "server-sn-30-half": {
+        "reference": "server",
+        "spectral_norm": True,
+        "epochs": 30,
+        "reference_size": 2500,
+    },
 }
 """Overrides of ``strategy.discriminator`` (the config's own section otherwise)."""
 
@@ -256,7 +268,18 @@ def evaluate_variant(cfg, bundle, partition, logits, z) -> dict:
                 report[f"pl_unseen_{name}"] = 100 * correct[~mask].double().mean().item()
         if split == "server":
             report.update(byzantine_report(cfg.seed, logits[split], inputs, y))
+            if dp.uses_server_images and not seen.all():
+                memo = memorisation_aucs(z[split], torch.from_numpy(seen))
+                report["memo_auc"] = memo
     return report
+
+
+def memorisation_aucs(z: torch.Tensor, sent: torch.Tensor) -> list[float]:
+    """Per discriminator (rows of ``z``, logits ``(K, N)`` on the server images), the ROC AUC
+    of its logits on the images not sent (label 1) against the images sent as its negatives
+    (label 0). A discriminator that memorised its negatives scores them lower: AUC > 0.5."""
+    unsent = (~sent).numpy().astype(int)
+    return [float(roc_auc_score(unsent, row.numpy())) for row in z]
 
 
 def byzantine_report(
@@ -444,6 +467,22 @@ def table(out: Path) -> str:
                 seen = _mean([r[f"pl_seen_{w}"] for r in rs])
                 unseen = _mean([r[f"pl_unseen_{w}"] for r in rs])
                 lines.append(f"| {name} | {w} | {seen} | {unseen} |")
+        memo = [n for n in split if "memo_auc" in runs[n][0]]
+        if memo:
+            lines += [
+                "",
+                "Memorisation AUC (other server images against the reference images, per",
+                "discriminator; 0.5: the negatives it trained on look like fresh images):",
+                "",
+                "| variant | mean over clients (seeds) | lowest client | highest client |",
+                "|---|---|---|---|",
+            ]
+            for name in memo:
+                rs = runs[name]
+                means = [statistics.mean(r["memo_auc"]) for r in rs]
+                low = min(min(r["memo_auc"]) for r in rs)
+                high = max(max(r["memo_auc"]) for r in rs)
+                lines.append(f"| {name} | {_mean(means, 3)} | {low:.3f} | {high:.3f} |")
     return "\n".join(lines) + "\n"
 
 

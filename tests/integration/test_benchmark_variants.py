@@ -43,6 +43,8 @@ def test_variants_on_the_same_client_models(variants, tmp_path) -> None:
     assert server["reference_bytes_per_client"] > 0
     assert {"pl_seen_fedgo", "pl_unseen_fedgo"} <= set(server)  # 50 of the server images sent
     assert "pl_seen_fedgo" not in paper  # the generator's samples were the negatives
+    assert len(server["memo_auc"]) == 10 and all(0 <= a <= 1 for a in server["memo_auc"])
+    assert "memo_auc" not in paper
     # Byzantine clients (App. F.8) on the same discriminators: under the exact odds they take
     # every sample, so the ensemble is theirs; n_k ignores the discriminators.
     assert paper["byz5_pl_n_k"] == paper["pl_n_k"]
@@ -54,6 +56,7 @@ def test_variants_on_the_same_client_models(variants, tmp_path) -> None:
     } <= set(paper)
     table = (tmp_path / "out/table.md").read_text()
     assert "| paper |" in table and "| server |" in table
+    assert "Memorisation AUC" in table
     # A deleted report is rebuilt from the cached discriminator logits, identically.
     (tmp_path / "out/seed0/server.json").unlink()
     variants.main(args)
@@ -61,3 +64,17 @@ def test_variants_on_the_same_client_models(variants, tmp_path) -> None:
     assert {k: v for k, v in again.items() if k != "wall_seconds"} == {
         k: v for k, v in server.items() if k != "wall_seconds"
     }
+
+
+def test_memorisation_auc_is_half_for_fresh_looking_negatives_and_one_for_memorised(variants):
+    import torch
+
+    sent = torch.tensor([True, True, False, False])
+    z = torch.tensor(
+        [
+            [-3.0, -2.0, 1.0, 2.0],  # its negatives scored below every other image: memorised
+            [1.0, 2.0, 1.0, 2.0],  # the same scores on both: no trace of training on them
+            [2.0, -1.0, 1.0, 0.0],  # pairs (unsent > sent): 1>-1, 0>-1; 2 of 4 -> 0.5
+        ]
+    )
+    assert variants.memorisation_aucs(z, sent) == [1.0, 0.5, 0.5]
