@@ -25,10 +25,13 @@ weights in FedGO's pipeline, is also ``strategy.name=fedgo strategy.weighting=do
 
 From the authors' code (``haozhaowang/DaFKD2023``): no distillation in the first round
 (``distill_from_round``: 2); the distillation set is drawn before the round's training with the
-previous round's averaged generator; the generator is averaged like the models. Deviations,
-each named in ``docs/design/peers.md`` §3.2: every client has its own head (the code's is one
-shared object); the discriminators and teachers are evaluated in ``eval()`` mode (the code's
-stay in train mode and so update BatchNorm statistics on the distillation set); the student
+previous round's generator. Deviations, each named in ``docs/design/peers.md`` §3.2: the
+generator is n_k-averaged every round (the code averages it, but after round 0 keeps the
+generator of the round's last client: its distillation returns the shared trainer's
+``model_g``); every client has its own head (the code's is one shared object), trained by an
+Adam at ``train.lr`` (the code: one Adam at the generator's 1e-4 for the whole model); the
+discriminators, the teachers and the generator when it draws the distillation set run in
+``eval()`` mode (the code's stay in train mode and so use and update batch statistics); the student
 gets its BatchNorm running statistics back after it distils on generated images
 (``distill.bn_stats: auto``, i.e. ``batch``; the code's train mode is ``update``: measured at
 CPU scale, it left the server model at chance); failures are not silently swallowed. FedGO
