@@ -33,7 +33,11 @@ export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
 cd "$ROOT"
 
 # Validate the experiment first (nothing starts on a bad key) and get K and the output dir.
-prepared="$("$PY" -m fedgo_flwr.app.cli prepare "$@" --run-toml "$DIR/run-config.toml")" || exit 2
+# The app's files are staged into $DIR/app, which `flwr run` submits: the same FAB as
+# `flwr run .`, without Flower walking every file of .venv/ (fedgo_flwr/app/staging.py).
+rm -rf "$DIR/app"
+prepared="$("$PY" -m fedgo_flwr.app.cli prepare "$@" --run-toml "$DIR/run-config.toml" \
+  --stage "$DIR/app")" || exit 2
 K="$(sed -n 1p <<< "$prepared" | sed -n 's/.*num-supernodes=\([0-9]*\).*/\1/p')"
 OUT_DIR="$(sed -n 2p <<< "$prepared")"
 [[ -n "$K" && "$K" -gt 0 ]] || { echo "local-federation.sh: cannot read K" >&2; exit 1; }
@@ -117,7 +121,7 @@ for k in $(seq 0 $((K - 1))); do
 done
 
 status=0
-flwr run . "$CONNECTION" --run-config "$DIR/run-config.toml" --stream || status=$?
+flwr run "$DIR/app" "$CONNECTION" --run-config "$DIR/run-config.toml" --stream || status=$?
 # `flwr run` exits 0 even when the ServerApp raised; the summary file is the proof of success.
 if [[ "$status" -eq 0 ]] && ! [[ -f "$OUT_DIR/summary.json" && "$OUT_DIR/summary.json" -nt "$STARTED" ]]; then
   echo "local-federation: the run failed (no new $OUT_DIR/summary.json); see the log above" >&2

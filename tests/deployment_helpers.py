@@ -26,6 +26,8 @@ from pathlib import Path
 
 from helpers import rows_of
 
+from fedgo_flwr.app.staging import stage_app
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 CONNECTION = "deploy-test"
@@ -324,7 +326,12 @@ class Federation:
             + extra
         )
         log_path = self.logs / f"run-{name}.log"
-        cmd = [str(BIN / "flwr"), "run", ".", CONNECTION, "--run-config", str(run_toml), "--stream"]
+        # The app as run.sh submits it: its files staged (the same FAB as `flwr run .`).
+        app = self.work / f"app-{name}"
+        if not app.exists():
+            stage_app(ROOT, app)
+        cmd = [str(BIN / "flwr"), "run", str(app), CONNECTION, "--run-config", str(run_toml)]
+        cmd.append("--stream")
         t0 = time.perf_counter()
         with open(log_path, "w") as log:
             proc = subprocess.Popen(

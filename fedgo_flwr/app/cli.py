@@ -81,7 +81,7 @@ def _prepare(args: argparse.Namespace) -> int:
     )
     print(resolve_output_dir(cfg.output_dir))
     if args.stage:
-        stage_app(Path(__file__).resolve().parents[2], Path(args.stage))
+        stage_app(Path.cwd(), Path(args.stage))  # the folder `flwr run .` would bundle
     return 0
 
 

@@ -9,6 +9,10 @@ the rest into a new folder; ``flwr run`` on that folder builds the same FAB (sam
 bytes, same hash: ``tests/unit/test_staging.py``,
 ``tests/e2e/test_run_sh.py`` on this repository).
 
+``python -m fedgo_flwr.app.staging DEST [APP_DIR]`` does the same from a shell (``APP_DIR``
+defaults to the current folder), e.g. ``flwr run "$(python -m fedgo_flwr.app.staging /tmp/app)"
+<federation>`` in a deployment.
+
 A folder is skipped only if every path below it is excluded: a pattern matches the folder and
 a probe file inside it, and ``.gitignore`` has no ``!`` pattern (which could bring a file
 back).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pathspec
@@ -77,3 +82,19 @@ def stage_app(root: Path, dest: Path) -> int:
                 shutil.copy2(src, target)
             count += 1
     return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fedgo_flwr.app.staging DEST [APP_DIR]``: stage, then print ``DEST``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) not in (1, 2):
+        print("usage: python -m fedgo_flwr.app.staging DEST [APP_DIR]", file=sys.stderr)
+        return 2
+    dest = Path(args[0])
+    stage_app(Path(args[1]) if len(args) == 2 else Path.cwd(), dest)
+    print(dest)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -58,3 +58,14 @@ def test_a_negated_gitignore_pattern_keeps_ignored_folders_walked(tmp_path):
     stage_app(app, staged)
     assert "outputs/run/summary.json" in _names(staged)
     assert build_fab_from_disk(staged) == build_fab_from_disk(app)
+
+
+def test_the_command_stages_the_given_folder_and_prints_the_destination(tmp_path, capsys):
+    from fedgo_flwr.app.staging import main
+
+    app = tmp_path / "app"
+    _tree(app, ".venv\n")
+    assert main([str(tmp_path / "staged"), str(app)]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "staged")
+    assert "conf/a.yaml" in _names(tmp_path / "staged")
+    assert main([]) == 2
