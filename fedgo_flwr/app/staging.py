@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m fedgo_flwr.app.staging DEST [APP_DIR]", file=sys.stderr)
         return 2
     dest = Path(args[0])
+    if dest.exists():
+        print(f"fedgo-flwr: {dest} exists; stage into a new folder", file=sys.stderr)
+        return 2
     stage_app(Path(args[1]) if len(args) == 2 else Path.cwd(), dest)
     print(dest)
     return 0

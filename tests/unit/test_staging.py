@@ -69,3 +69,5 @@ def test_the_command_stages_the_given_folder_and_prints_the_destination(tmp_path
     assert capsys.readouterr().out.strip() == str(tmp_path / "staged")
     assert "conf/a.yaml" in _names(tmp_path / "staged")
     assert main([]) == 2
+    assert main([str(tmp_path / "staged"), str(app)]) == 2  # never into an existing folder
+    assert "exists" in capsys.readouterr().err
