@@ -4,6 +4,7 @@ trained with the L1 loss between its outputs and the combined teachers' logits."
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -302,7 +303,10 @@ def test_cohort_loss_defaults_to_the_papers_mean_with_the_default_bound() -> Non
 
 
 def test_cohort_loss_mean_does_not_overflow() -> None:
-    value, out = cohort_loss([1.5e308, 1.5e308, 0.0], "mean", None)
+    """Nor warns: the overflow of the plain mean is expected and handled."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value, out = cohort_loss([1.5e308, 1.5e308, 0.0], "mean", None)
     assert out == [] and value == pytest.approx(1e308, rel=1e-12)
     value, _ = cohort_loss([1.7e308, 1.7e308], "mean", None)
     assert value == 1.7e308
@@ -364,7 +368,7 @@ def test_size_and_uniform_weights() -> None:
     [
         (np.array([1.0, 2.0]), "label", r"counts must be \(teachers, classes\), got shape \(2,\)"),
         (np.zeros((0, 3)), "label", r"got shape \(0, 3\)"),
-        (np.array([[1.0, -1.0]]), "label", "counts must be finite and non-negative"),
+        (np.array([[1.0, -1.0]]), "label", "^counts must be finite and non-negative$"),
         (np.array([[1.0, math.nan]]), "label", "counts must be finite and non-negative"),
         (np.array([[1.0, math.inf]]), "label", "counts must be finite and non-negative"),
         (COUNTS, "fedgo", r"unknown teacher weighting 'fedgo'; choose one of \('label'"),
@@ -373,6 +377,19 @@ def test_size_and_uniform_weights() -> None:
 def test_teacher_weights_reject(counts, mode: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         teacher_weights(counts, mode)
+
+
+def test_label_and_size_weights_of_a_class_or_total_of_one() -> None:
+    """A class held once gets weight 1 for its holder; a total of one sample is a size weight
+    of 1 (not the uniform fallback, which is for a total of 0). A class no cohort holds gets
+    1/n without a division by zero (no warning)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        label = teacher_weights(np.array([[1, 0, 0], [0, 2, 0]]))
+    np.testing.assert_allclose(label, [[1.0, 0.0, 0.5], [0.0, 1.0, 0.5]])
+    np.testing.assert_allclose(
+        teacher_weights(np.array([[1, 0], [0, 0]]), "size"), [[1.0, 1.0], [0.0, 0.0]]
+    )
 
 
 def test_one_teacher_gets_weight_one() -> None:
@@ -390,6 +407,17 @@ def test_combine_teachers_is_eq2_with_per_class_weights() -> None:
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(combine_teachers(logits, torch.as_tensor(weights)), expected)
+    # float32 logits with float64 weights: the weights take the logits' dtype
+    out32 = combine_teachers(logits.float(), weights)
+    assert out32.dtype == torch.float32
+    torch.testing.assert_close(out32, expected.float())
+
+
+def test_combine_teachers_with_more_samples_than_teachers() -> None:
+    """n = 2 teachers, N = 3 samples, C = 1: the weights are (n, C), not (N, C)."""
+    logits = torch.tensor([[[1.0], [2.0], [3.0]], [[5.0], [6.0], [7.0]]])
+    out = combine_teachers(logits, np.array([[0.5], [0.5]]))
+    torch.testing.assert_close(out, torch.tensor([[3.0], [4.0], [5.0]]))
 
 
 def test_combine_teachers_checks_shapes() -> None:
@@ -429,6 +457,12 @@ def test_teacher_outputs_are_the_logits_or_their_log_softmax() -> None:
     assert teacher_outputs(z, "logits") is z
     expected = z - torch.logsumexp(z, dim=1, keepdim=True)
     torch.testing.assert_close(teacher_outputs(z, "log_probs"), expected)
+    # the stacked teachers' (n, N, C) logits: over the classes, the last axis
+    stacked = torch.stack([z, 2 * z])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = teacher_outputs(stacked, "log_probs")
+    torch.testing.assert_close(got, stacked - torch.logsumexp(stacked, dim=2, keepdim=True))
 
 
 def test_distill_config_defaults_are_sec_4_1() -> None:
@@ -525,6 +559,19 @@ def test_distill_l1_matches_the_loop_written_out(n: int, outputs: str, per_epoch
     assert 0 <= result.seconds < 600
     for a, b in zip(student.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(a.detach(), b.detach())
+
+
+def test_distill_l1_of_zero_epochs_reports_nan_and_leaves_the_student() -> None:
+    data = ArrayDataset(x=np.ones((4, 3), np.float32), y=np.zeros(4), num_classes=2)
+    student = nn.Linear(3, 2)
+    before = [p.detach().clone() for p in student.parameters()]
+    cfg = CohortDistillConfig(epochs=0)
+    result = distill_l1(
+        student, data, torch.zeros(4, 2), cfg, rng=torch.Generator(), device=torch.device("cpu")
+    )
+    assert math.isnan(result.loss) and result.epoch_losses == [] and result.steps == 0
+    for a, b in zip(student.parameters(), before, strict=True):
+        torch.testing.assert_close(a.detach(), b)
 
 
 def test_distill_l1_checks_the_targets_shape() -> None:
@@ -624,16 +671,17 @@ def test_distill_deadline_is_the_earlier_of_the_hours_and_the_qth_finish() -> No
 
 
 def test_prune_history_keeps_the_snapshots_that_can_still_be_the_teacher() -> None:
-    """q = 0.25 of 3 live cohorts: T_q >= the smallest of (finish, or clock if running) = 60;
-    a snapshot is dropped once the next one is known by then."""
+    """q = 0.25 of 3 live cohorts: T_q >= the smallest of (finish, or clock if running) = 60
+    (A's finish, not its clock 130, nor B's clock 70); a snapshot is dropped once the next one
+    is known by then."""
     a = _cohort(
         0,
         CONVERGED,
-        finish=100.0,
+        finish=60.0,
         clock=130.0,
         history=[(0, "a0"), (40, "a1"), (60, "a2"), (90, "a3")],
     )
-    b = _cohort(1, RUNNING, clock=60.0, history=[(0, "b0"), (70, "b1")])
+    b = _cohort(1, RUNNING, clock=70.0, history=[(0, "b0"), (70, "b1")])
     c = _cohort(2, CONVERGED, finish=200.0, clock=250.0, history=[(0, "c0"), (10, "c1")])
     e = _cohort(3, EMPTY, clock=0.0, history=[(0, "e0"), (5, "e1")])
     prune_history([a, b, c, e], 0.25)
@@ -662,6 +710,9 @@ def test_cohort_totals_count_each_cohort_as_of_the_deadline() -> None:
     assert cohort_totals([a, b, e], None, uploads) == SimClock(100.0, 18.0, 1511, 2713, 3)
     assert cohort_totals([a, b, e], 60.0, uploads) == SimClock(60.0, 11.0, 861, 1563, 2)
     assert cohort_totals([a, b, e], 60.0 - 5e-10, uploads) == SimClock(60.0, 11.0, 861, 1563, 2)
+    edge = 59.999999999  # edge + 1e-9 == 60.0 exactly: still counted
+    assert edge + 1e-9 == 60.0
+    assert cohort_totals([a, b, e], edge, uploads) == SimClock(60.0, 11.0, 861, 1563, 2)
     assert cohort_totals([a, b, e], 59.0, uploads) == SimClock(50.0, 8.0, 561, 963, 1)
     assert cohort_totals([a, b, e], 20.0, uploads) == SimClock(0.0, 0.0, 11, 13, 0)
     assert uploads == SimClock(bytes_down=11, bytes_up=13)
@@ -685,6 +736,9 @@ def test_teacher_at_is_the_last_snapshot_known_by_then() -> None:
     assert teacher_at(c, 60.0, 0.5, "best") == "h1"
     assert teacher_at(c, 50.0, 0.5, "best") == "h1"
     assert teacher_at(c, 50.0 - 5e-10, 0.5, "best") == "h1"
+    edge = 49.999999999  # edge + 1e-9 == 50.0 exactly
+    assert edge + 1e-9 == 50.0
+    assert teacher_at(c, edge, 0.5, "best") == "h1"
     assert teacher_at(c, 49.0, 0.5, "best") == "h0"
     assert teacher_at(c, 100.0, 0.5, "best") == "h2"
     assert teacher_at(c, -1.0, 0.5, "best") == "h0"  # none known yet: the first
