@@ -1,5 +1,7 @@
-"""CPFL's stage-two distillation by hand (Sabella et al., CPFL, Sec. 3 eq. 3): the student is
-trained with the L1 loss between its outputs and the combined teachers' logits."""
+"""CPFL's cohort math by hand (Dhasade et al., paper 003): the cohort split and validation
+split (Sec. 3, 4.1), the moving-average plateau stopping rule (Sec. 4.1), the members' loss
+reduction, the per-class label weights and the combined target (eq. 2), the L1 distillation
+(eq. 3), and the simulated-time bookkeeping of stage 2 (deadlines, snapshots, totals)."""
 
 from __future__ import annotations
 
