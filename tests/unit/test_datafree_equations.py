@@ -23,6 +23,7 @@ from fedgo_flwr.datafree import (
     image_prior_losses,
     kd_loss,
     synthesize,
+    to_model_input,
     weight_step,
 )
 from fedgo_flwr.experiment.schema import Checker, ConfigError
@@ -382,3 +383,50 @@ def test_synthesis_refuses_no_steps_and_a_loss_that_is_never_finite() -> None:
         run(pixels(steps=0))
     with pytest.raises(FloatingPointError, match="the loss was not finite in any of its 2 steps"):
         run(pixels(), NaNModel(torch.randn(3, math.prod(SHAPE))))
+
+
+def test_synthesis_class_term_is_weighted_hard_cross_entropy_of_the_ensemble() -> None:
+    """The kept ``ce`` term is ``ce_weight * L_H`` (eq. 6 with exponent ``hardness``) of the
+    ensemble on the kept images, recomputed here from the returned batch."""
+    torch.manual_seed(1)
+    client = Linear(torch.randn(3, math.prod(SHAPE)))
+    res = run(pixels(ce_weight=2.0, hardness=2.0, adv_weight=0.0, lr=0.1), client)
+    with torch.no_grad():
+        logits = client(to_model_input(res.images))
+    ce = 2.0 * hard_cross_entropy(logits, res.labels, 2.0)
+    assert res.terms["ce"] == pytest.approx(float(ce), rel=1e-5)
+    assert res.best_loss == pytest.approx(float(ce), rel=1e-5)
+
+
+def test_synthesis_applies_sample_weights_and_teacher_norm() -> None:
+    """Per-sample multipliers that keep member 0 alone, and ``std`` normalisation of a member
+    that is member 0 times 3 (both rescaled to the lower scale), each give the synthesis of
+    member 0 by itself."""
+    torch.manual_seed(1)
+    a = Linear(torch.randn(3, math.prod(SHAPE)))
+    b = Linear(torch.randn(3, math.prod(SHAPE)))
+    triple = Linear(a.weight.detach() * 3)
+    settings = pixels(steps=3, lr=0.1)
+
+    def synth(models: list[nn.Module], **kw) -> object:
+        torch.manual_seed(2)
+        student = Linear(torch.randn(3, math.prod(SHAPE)))
+        return synthesize(
+            models,
+            torch.ones(len(models)),
+            student,
+            settings,
+            num_classes=3,
+            image_shape=SHAPE,
+            rng=seeded(0),
+            device=torch.device("cpu"),
+            **kw,
+        )
+
+    alone = synth([a])
+    only_a = synth([a, b], sample_weights=lambda x: torch.tensor([[1.0], [0.0]]).expand(2, len(x)))
+    normed = synth([a, triple], teacher_norm="std")
+    for res in (only_a, normed):
+        assert res.best_loss == pytest.approx(alone.best_loss, rel=1e-5)
+        assert torch.allclose(res.images, alone.images, atol=1e-5)
+    assert synth([a, triple]).best_loss != pytest.approx(alone.best_loss, rel=1e-3)
