@@ -385,17 +385,59 @@ def test_synthesis_refuses_no_steps_and_a_loss_that_is_never_finite() -> None:
         run(pixels(), NaNModel(torch.randn(3, math.prod(SHAPE))))
 
 
-def test_synthesis_class_term_is_weighted_hard_cross_entropy_of_the_ensemble() -> None:
-    """The kept ``ce`` term is ``ce_weight * L_H`` (eq. 6 with exponent ``hardness``) of the
-    ensemble on the kept images, recomputed here from the returned batch."""
+def test_synthesis_terms_are_the_weighted_losses_of_the_kept_images() -> None:
+    """Every kept term is its weight times its loss on the kept images, recomputed here from
+    the returned batch: ``L_H`` (eq. 6, exponent ``hardness``), ``L_A`` (eq. 7 at
+    ``adv_temperature``, DENSE's mask), the batch-norm gap (one channel: ``|mean - 0.3| +
+    |var - 2|``) and the image priors; the best loss is their sum."""
     torch.manual_seed(1)
-    client = Linear(torch.randn(3, math.prod(SHAPE)))
-    res = run(pixels(ce_weight=2.0, hardness=2.0, adv_weight=0.0, lr=0.1), client)
+    bn = nn.BatchNorm2d(1)
+    bn.running_mean.fill_(0.3)
+    bn.running_var.fill_(2.0)
+    weight = torch.randn(3, math.prod(SHAPE))
+    client = nn.Sequential(bn, Linear(weight))
+    student = Linear(weight / 2**0.5 + torch.randn(3, math.prod(SHAPE)))  # agrees, in part
+    settings = pixels(
+        ce_weight=2.0,
+        hardness=2.0,
+        adv_weight=0.5,
+        adv_temperature=3.0,
+        adv_mask=True,
+        bn_weight=0.7,
+        tv_weight=0.1,
+        l2_weight=0.01,
+        lr=0.1,
+    )
+    res = synthesize(
+        [client],
+        torch.ones(1),
+        student,
+        settings,
+        num_classes=3,
+        image_shape=SHAPE,
+        rng=seeded(0),
+        device=torch.device("cpu"),
+    )
+    x = to_model_input(res.images)
     with torch.no_grad():
-        logits = client(to_model_input(res.images))
-    ce = 2.0 * hard_cross_entropy(logits, res.labels, 2.0)
-    assert res.terms["ce"] == pytest.approx(float(ce), rel=1e-5)
-    assert res.best_loss == pytest.approx(float(ce), rel=1e-5)
+        teacher, s_out = client.eval()(x), student(x)
+    tv, l2 = image_prior_losses(x)
+    expected = {
+        "ce": 2.0 * hard_cross_entropy(teacher, res.labels, 2.0),
+        "adv": 0.5 * adversarial_kl(s_out, teacher, 3.0, mask=True),
+        "bn": 0.7 * ((x.mean() - 0.3).abs() + (x.var(unbiased=False) - 2.0).abs()),
+        "tv": 0.1 * tv,
+        "l2": 0.01 * l2,
+    }
+    assert set(res.terms) == set(expected)
+    for k, v in expected.items():
+        assert res.terms[k] == pytest.approx(float(v), rel=1e-4, abs=1e-7), k
+    assert res.best_loss == pytest.approx(sum(res.terms.values()), rel=1e-5)
+    # The settings above matter on this batch: unmasked or at T = 1 the term differs.
+    for kw in ({"temperature": 3.0}, {"temperature": 1.0, "mask": True}):
+        assert float(adversarial_kl(s_out, teacher, **kw)) != pytest.approx(
+            float(expected["adv"]) / 0.5, rel=1e-3
+        )
 
 
 def test_synthesis_applies_sample_weights_and_teacher_norm() -> None:
