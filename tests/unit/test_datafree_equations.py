@@ -124,6 +124,7 @@ def test_synthesis_settings_bounds(field: str, ok: float, bad: float) -> None:
     with pytest.raises(ConfigError) as err:
         check(SynthesisSettings(**{field: bad}))
     assert err.value.key == f"synthesis.{field}" and err.value.value == bad
+    assert err.value.problem.startswith("must be ")  # the message says what is accepted
 
 
 def test_synthesis_settings_defaults_and_sources() -> None:
@@ -156,6 +157,19 @@ def test_weight_step_leaves_w_alone_where_one_member_decides_each_sample() -> No
     one_hot = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     assert torch.equal(weight_step(w, z, LABELS, 0.1, one_hot), w)
     assert torch.allclose(weight_step(w, z, LABELS, 0.1), torch.tensor([0.6, 0.4]))
+
+
+def test_weight_step_follows_the_multiplied_weights() -> None:
+    """Member 0 always says class 0, member 1 always class 1, on one sample of each: eq. 11's
+    loss is symmetric in the share ``r = w_0 m_0 / (w_0 m_0 + w_1 m_1)`` of member 0 and least
+    at ``r = 1/2``. Multipliers (1, 3) give ``r = 1/4``, so eq. 12 raises ``w_0``; (3, 1) the
+    opposite."""
+    z = torch.zeros(2, 2, 3)
+    z[0, :, 0], z[1, :, 1] = 5.0, 5.0
+    w = torch.tensor([0.5, 0.5])
+    low = torch.tensor([[1.0, 1.0], [3.0, 3.0]])
+    assert torch.allclose(weight_step(w, z, LABELS, 0.1, low), torch.tensor([0.6, 0.4]))
+    assert torch.allclose(weight_step(w, z, LABELS, 0.1, low.flip(0)), torch.tensor([0.4, 0.6]))
 
 
 def test_fedgo_multipliers_keep_the_discriminators_dtype() -> None:
