@@ -323,6 +323,7 @@ def test_synthesis_settings_reach_the_optimiser() -> None:
     """``beta1`` shapes Adam's later steps (the first is ``lr * sign`` for any ``beta1``)."""
     kept = []
     for beta1 in (0.0, 0.5):
+        torch.manual_seed(0)  # the same client for both
         client = Recording(torch.randn(3, math.prod(SHAPE)))
         run(pixels(steps=3, lr=0.1, beta1=beta1, adv_weight=0.0), client)
         kept.append(client.inputs[-1])
