@@ -335,8 +335,8 @@ def test_synthesis_draws_from_its_rng_alone() -> None:
     labels are uniform over all classes (0 included)."""
     out = []
     for global_seed in (1, 2):
-        client = Recording(torch.randn(3, math.prod(SHAPE)))
         torch.manual_seed(global_seed)
+        client = Recording(torch.randn(3, math.prod(SHAPE)))
         res = synthesize(
             [client],
             torch.ones(1),
@@ -357,6 +357,7 @@ def test_latent_codes_train_only_with_optimise_z() -> None:
     """``optimise_z`` adds the latent codes to Adam's parameters (the authors' code) or keeps
     them fixed while only the generator trains."""
     for optimise_z in (True, False):
+        torch.manual_seed(0)
         gen = LatentRecorder(nz=5)
         run(pixels(source="generator", reset=False, optimise_z=optimise_z), generator=gen, nz=5)
         first, second = gen.codes
@@ -369,6 +370,7 @@ def test_generator_gradient_is_clipped_to_grad_clip() -> None:
     ``grad_clip`` (0: not clipped)."""
     norms = {}
     for clip in (0.0, 1e-3):
+        torch.manual_seed(0)
         gen = LatentRecorder(nz=5)
         run(pixels(source="generator", reset=False, grad_clip=clip), generator=gen, nz=5)
         norms[clip] = float(torch.stack([p.grad.norm() for p in gen.parameters()]).norm())
