@@ -4,12 +4,12 @@ delay and drop packets, and one link cut in the middle of a round and restored t
 The SuperLink (TLS, SuperNode authentication; ``deploy/superlink.sh``) runs in a server
 namespace and each SuperNode (``deploy/supernode.sh``) in its own, on a point-to-point link with
 delay, jitter and loss both ways (``tests/netns_links.py``: tc netem where the kernel has it,
-else a userspace netem). FedAvg on digits, 3 clients, all sampled in each of 6 rounds.
-SuperNode ``CUT``'s link is cut while it trains round 2 (it has received the message, so its
-reply is lost) and restored when round 4 starts. Then:
+else a userspace netem). FedAvg on digits, 3 clients, all sampled in each of 5 rounds.
+SuperNode ``CUT``'s link is cut while it trains round 1 (it has received the message, so its
+reply is lost) and restored when round 3 starts. Then:
 
-- round 2 ends without that client after ``round_timeout``;
-- rounds 3 and 4 go on without it as soon as the SuperLink reports the node unavailable (its
+- round 1 ends without that client after ``round_timeout``, the other two replies aggregated;
+- rounds 2 and 3 go on without it as soon as the SuperLink reports the node unavailable (its
   heartbeats have been missing for 2 x 30 s);
 - the node reconnects and trains again: the last round has all 3 replies;
 - the final model and every round's metrics equal an in-process run of the same configuration
@@ -51,7 +51,7 @@ needs_flower = pytest.mark.skipif(
 
 K = 3
 CUT = 1  # the client whose link is cut
-CUT_ROUND, RESTORE_ROUND, ROUNDS = 2, 4, 6
+CUT_ROUND, RESTORE_ROUND, ROUNDS = 1, 3, 5
 # Healthy rounds take 20-30 s on 2 loaded cores over these links. The cut round must end by
 # this timeout before the SuperLink declares the node unavailable: that is 60 s after the
 # node's last heartbeat, which came at most 22.5 s before the cut (Flower 1.41 sends one every
@@ -153,7 +153,7 @@ def test_a_cut_link_leaves_a_client_out_until_it_reconnects(network, tmp_path, m
     events: dict[str, float] = {}
 
     def watch(log: str) -> None:
-        """Cut while the node trains round 2 (it has the message); restore as round 4 starts."""
+        """Cut while the node trains round 1 (it has the message); restore as round 3 starts."""
         if "cut" not in events:
             text = node_log.read_text()
             parts = text.split("Receiving: train message")
@@ -178,7 +178,6 @@ def test_a_cut_link_leaves_a_client_out_until_it_reconnects(network, tmp_path, m
         assert row["clients_replied"] == K - len(missing[row["round"]]), (row, missing)
         assert row["clients_failed"] == len(missing[row["round"]]), (row, missing)
         assert set(missing[row["round"]]) <= {CUT}, missing
-    assert missing[1] == {}, missing
     # The cut round waits round_timeout for the silent client, then goes on without it.
     assert missing[CUT_ROUND] == {CUT: "no reply within round_timeout"}, missing
     assert result.rows[CUT_ROUND]["round_time"] >= TIMEOUT

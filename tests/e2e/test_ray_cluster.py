@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import ray
 from flwr.simulation import run_simulation
+from helpers import TINY_RUN
 from ray.cluster_utils import Cluster
 
 from fedgo_flwr.app.client_app import app as client_app
@@ -20,14 +21,8 @@ from strategies import load_experiment
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
-TINY = [
-    "rounds=2",
-    "data.num_clients=4",
-    "fraction=0.5",
-    "data.alpha=1.0",
-    "train.local_epochs=1",
-    "strategy.name=fedavg",
-]
+# Two rounds of helpers.TINY_RUN (FedAvg, 2 of 4 clients a round: one on each node).
+TINY = [*TINY_RUN, "rounds=2"]
 
 
 def _metrics(folder: Path) -> list[dict]:

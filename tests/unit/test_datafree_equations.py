@@ -289,13 +289,12 @@ def seeded(seed: int) -> torch.Generator:
     return g
 
 
-def run(settings: SynthesisSettings, client: nn.Module | None = None, seed: int = 0, **kw):
-    torch.manual_seed(1)
-    client = client or Linear(torch.randn(3, math.prod(SHAPE)))
+def synth_on(models, student, settings, seed: int = 0, **kw):
+    """``synthesize`` on CPU over 3 classes of ``SHAPE`` images, the members weighted equally."""
     return synthesize(
-        [client],
-        torch.ones(1),
-        Linear(torch.randn(3, math.prod(SHAPE))),
+        models,
+        torch.ones(len(models)),
+        student,
         settings,
         num_classes=3,
         image_shape=SHAPE,
@@ -303,6 +302,12 @@ def run(settings: SynthesisSettings, client: nn.Module | None = None, seed: int 
         device=torch.device("cpu"),
         **kw,
     )
+
+
+def run(settings: SynthesisSettings, client: nn.Module | None = None, seed: int = 0, **kw):
+    torch.manual_seed(1)
+    client = client or Linear(torch.randn(3, math.prod(SHAPE)))
+    return synth_on([client], Linear(torch.randn(3, math.prod(SHAPE))), settings, seed, **kw)
 
 
 def pixels(**kw) -> SynthesisSettings:
@@ -337,16 +342,8 @@ def test_synthesis_draws_from_its_rng_alone() -> None:
     for global_seed in (1, 2):
         torch.manual_seed(global_seed)
         client = Recording(torch.randn(3, math.prod(SHAPE)))
-        res = synthesize(
-            [client],
-            torch.ones(1),
-            Linear(torch.randn(3, math.prod(SHAPE))),
-            pixels(batch_size=60, steps=1),
-            num_classes=3,
-            image_shape=SHAPE,
-            rng=seeded(5),
-            device=torch.device("cpu"),
-        )
+        student = Linear(torch.randn(3, math.prod(SHAPE)))
+        res = synth_on([client], student, pixels(batch_size=60, steps=1), seed=5)
         out.append((res, client.inputs[0]))
     assert torch.equal(out[0][0].labels, out[1][0].labels)
     assert torch.equal(out[0][1], out[1][1])
@@ -425,16 +422,7 @@ def test_synthesis_terms_are_the_weighted_losses_of_the_kept_images() -> None:
         l2_weight=0.01,
         lr=0.1,
     )
-    res = synthesize(
-        [client],
-        torch.ones(1),
-        student,
-        settings,
-        num_classes=3,
-        image_shape=SHAPE,
-        rng=seeded(0),
-        device=torch.device("cpu"),
-    )
+    res = synth_on([client], student, settings)
     x = to_model_input(res.images)
     with torch.no_grad():
         teacher, s_out = client.eval()(x), student(x)
@@ -470,17 +458,7 @@ def test_synthesis_applies_sample_weights_and_teacher_norm() -> None:
     def synth(models: list[nn.Module], **kw) -> object:
         torch.manual_seed(2)
         student = Linear(torch.randn(3, math.prod(SHAPE)))
-        return synthesize(
-            models,
-            torch.ones(len(models)),
-            student,
-            settings,
-            num_classes=3,
-            image_shape=SHAPE,
-            rng=seeded(0),
-            device=torch.device("cpu"),
-            **kw,
-        )
+        return synth_on(models, student, settings, **kw)
 
     alone = synth([a])
     only_a = synth([a, b], sample_weights=lambda x: torch.tensor([[1.0], [0.0]]).expand(2, len(x)))
