@@ -28,7 +28,7 @@ setup() {
   fi
   local python="${PYTHON:-python3}"
   if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-    echo "fedgo-flwr: needs Python >= 3.11 (Flower 1.41 does); $python is" \
+    echo "fedgo-flwr: needs Python >= 3.11 (Flower 1.42 does); $python is" \
       "$("$python" --version 2>&1 || echo missing). Set PYTHON=/path/to/python3.11" >&2
     exit 1
   fi

@@ -1,5 +1,5 @@
 # Process helpers shared by run.sh and deploy/local-federation.sh; source this file.
-# Flower 1.41 starts each SuperLink's and SuperNode's SuperExec in a session of its own, with
+# Flower (1.41-1.42) starts each SuperLink's and SuperNode's SuperExec in a session of its own, with
 # the ServerApp/ClientApp (and a simulation's Ray) under it, so stopping a Flower process by its
 # own process group leaves those running: stop every process group below it instead.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start the Flower SuperLink of a fedgo-flwr deployment (Flower 1.41 deployment engine):
+# Start the Flower SuperLink of a fedgo-flwr deployment (Flower 1.42 deployment engine):
 # TLS on, SuperNode authentication on (only SuperNodes whose public key was registered with
 # `flwr supernode register` may join), no per-run `uv sync` of the app's dependencies (they come
 # from this repo's .venv, which must exist: ./run.sh --setup).

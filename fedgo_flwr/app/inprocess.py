@@ -21,7 +21,8 @@ opts its nodes in to the config's ``faults`` (``allow-faults``) and to the code 
 so the config is the nodes' own.
 
 It sets Flower's process identity (``flwr.supercore.task_identity.TaskIdentity``: run, task and
-node id), which message construction reads; that is an internal of the pinned Flower 1.41.
+node id), which message construction reads; that is an internal of the pinned Flower (1.42; as
+in 1.41).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The app's files, linked into a folder of their own for ``flwr run`` (``run.sh``).
 
-``flwr run DIR`` bundles DIR into a Flower app (FAB), but Flower 1.41 first walks and resolves
-*every* file under DIR (``flwr.cli.utils.collect_files``) and applies ``.gitignore`` and
+``flwr run DIR`` bundles DIR into a Flower app (FAB), but Flower (1.41, 1.42) first walks and
+resolves *every* file under DIR (``flwr.cli.utils.collect_files``) and applies ``.gitignore`` and
 ``fab-exclude`` only afterwards. In a checkout whose ``.venv/`` lives inside it that is some
 50,000 files and about 6 s of every ``run.sh`` start-up. :func:`stage_app` walks the tree
 once, skipping the folders ``.gitignore`` excludes as a whole, and hard-links (or copies)

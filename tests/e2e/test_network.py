@@ -54,7 +54,7 @@ CUT = 1  # the client whose link is cut
 CUT_ROUND, RESTORE_ROUND, ROUNDS = 1, 3, 5
 # Healthy rounds take 20-30 s on 2 loaded cores over these links. The cut round must end by
 # this timeout before the SuperLink declares the node unavailable: that is 60 s after the
-# node's last heartbeat, which came at most 22.5 s before the cut (Flower 1.41 sends one every
+# node's last heartbeat, which came at most 22.5 s before the cut (Flower 1.41-1.42 sends one every
 # 17.5-22.5 s), and the cut comes a second or more after the round started.
 TIMEOUT = 38
 IMPAIRMENT = Impairment(delay_ms=50, jitter_ms=10, loss=0.02)
