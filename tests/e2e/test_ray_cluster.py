@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,11 +33,26 @@ def _metrics(folder: Path) -> list[dict]:
     return [{k: json.loads(x).get(k) for k in keys} for x in lines]
 
 
-def test_clients_run_on_both_nodes_of_a_cluster(tmp_path, capsys):
+@pytest.fixture
+def private_ray_tmpdir(monkeypatch):
+    """Ray's temp folder for this test alone. ``Cluster`` writes its address to
+    ``$RAY_TMPDIR/ray/ray_current_cluster``, and a plain ``ray.init()`` anywhere on the machine
+    joins the cluster named there: under /tmp, a Ray simulation in another xdist worker would
+    run its actors on this test's cluster and lose them when the test shuts it down. (Short:
+    Ray's socket paths below it must fit in 107 bytes.)"""
+    folder = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    monkeypatch.setenv("RAY_TMPDIR", folder)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_clients_run_on_both_nodes_of_a_cluster(tmp_path, capsys, private_ray_tmpdir):
     """Two nodes of one CPU each: the cluster check sees both, Flower's pool puts a client
     actor on each, and the run's metrics equal the same run in one process."""
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
+        address_file = Path(private_ray_tmpdir, "ray", "ray_current_cluster")
+        assert address_file.read_text() == cluster.address  # not the machine's /tmp/ray
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
 
