@@ -637,3 +637,17 @@ def test_check_arrays_says_why_not() -> None:
     assert check_arrays({**good, "a": np.zeros(1, np.float32)}, ref, "critic") == (
         "critic: 'a' has shape (1,), expected (2,)"
     )
+
+
+def test_a_fraction_just_below_a_half_leaves_a_value_to_average() -> None:
+    """``1e-9`` guards the floor against ``0.3 * 10 = 2.9999...``, but for a ``beta`` the
+    configuration accepts just below 0.5 it made ``b = m / 2`` of an even ``m``: every value
+    trimmed, a NaN model ("Mean of empty slice"). At most ``(m - 1) // 2`` go at each end."""
+    assert trim_count(2, 0.4999999999) == 0  # floor(0.9999999998)
+    assert trim_count(1000, 0.4999999999999) == 499
+    assert trim_count(3, 0.4999999999) == 1
+    assert trim_count(1, 0.4999999999) == 0
+    out = trimmed_mean(sets(1.0, 3.0), 0.4999999999)
+    assert w(out) == 2.0
+    out = trimmed_mean(sets(*range(1000)), 0.4999999999999)
+    assert w(out) == 499.5  # the two middle values
