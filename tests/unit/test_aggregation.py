@@ -174,6 +174,8 @@ def test_trimmed_mean_drops_b_values_at_each_end() -> None:
     # coordinate-wise: each coordinate sorted on its own
     c = [{"w": np.array([1.0, 30.0])}, {"w": np.array([20.0, 2.0])}, {"w": np.array([3.0, 1.0])}]
     np.testing.assert_array_equal(trimmed_mean(c, 0.34)["w"], [3.0, 2.0])
+    # one reply: itself
+    assert trimmed_mean(c[:1], 0.4)["w"].tolist() == [1.0, 30.0]
 
 
 @pytest.mark.parametrize("beta", [-0.1, 0.5, 0.7])
@@ -232,6 +234,8 @@ def test_running_average_weights_each_reply_by_n_k() -> None:
     assert out["w"].dtype == np.float32
     np.testing.assert_array_equal(out["w"], [3.0, 1.0])  # (0*1 + 4*3) / 4, (4*1 + 0*3) / 4
     assert weighted_average(sets(1.0, 2.0, 4.0), [1, 1, 2])["w"][0] == 2.75
+    # weights that sum to less than 1 (shares rather than counts)
+    assert w(weighted_average(sets(1.0, 4.0), [0.25, 0.5])) == 3.0  # (0.25 + 2) / 0.75
 
 
 def test_running_average_sums_in_extended_precision() -> None:
@@ -348,6 +352,20 @@ def test_norms_cover_the_floating_arrays_only() -> None:
     assert float(upload_norm({"w": np.zeros(3), "n": np.asarray(5)})) == 0.0
     assert float(upload_norm({"w": np.array([-0.5, 0.0])})) == 0.5
     assert float(upload_norm({"w": np.array([], np.float32)})) == 0.0
+    # no floating array at all
+    assert float(upload_norm({"n": np.asarray(5)})) == 0.0
+    assert update_norm({"n": np.asarray(5)}, {"n": np.asarray(1)}) == 0.0
+
+
+def test_upload_norms_are_in_extended_precision() -> None:
+    """``||(1, 2^-31)|| = sqrt(1 + 2^-62)``, about ``1 + 2^-63``: 1 in float64, not in the
+    80-bit np.longdouble the bounds compare in."""
+    if np.finfo(np.longdouble).nmant <= np.finfo(np.float64).nmant:
+        pytest.skip("np.longdouble is float64 on this platform")
+    v = {"w": np.array([1.0, 2.0**-31])}
+    assert isinstance(upload_norm(v), np.longdouble)
+    assert upload_norm(v) > 1
+    assert upload_norm(v, {"w": np.zeros(2)}) > 1
 
 
 def test_norms_do_not_overflow() -> None:
@@ -396,6 +414,9 @@ def test_clip_update_takes_the_global_models_dtype() -> None:
     out, did = clip_update(y, x, 5.0)
     assert did and out["w"].dtype == np.float64
     np.testing.assert_array_equal(out["w"], [3.0, 4.0])
+    out, did = clip_update(y, x, 0.5)  # a bound below 1
+    assert did and update_norm(out, x) == pytest.approx(0.5, rel=1e-15)
+    np.testing.assert_allclose(out["w"], [0.3, 0.4], rtol=1e-15)
 
 
 def test_clip_update_keeps_an_update_within_the_bound() -> None:
@@ -566,15 +587,16 @@ def test_bounded_average_bounds_then_averages(caplog: pytest.LogCaptureFixture) 
     x, ys = upload_round()
     avg = BoundedAverage(AggregationConfig(upload_bound=2.0), "generator", reference=x)
     assert avg.config.upload_bound == 2.0 and avg.what == "generator" and avg.reference is x
-    for y, n, client in zip(ys, (1, 1, 1, 3), ("a", None, "c", None), strict=True):
+    assert avg.bounded == [] and avg.count == 0
+    for y, n, client in zip(ys, (1, 1, 1, 3), ("a", None, "c", "d"), strict=True):
         avg.add(y, n, client)
-    assert avg.clients == ["a", 1, "c", 3] and avg.weights == [1, 1, 1, 3]
+    assert avg.clients == ["a", 1, "c", "d"] and avg.weights == [1, 1, 1, 3]
     with caplog.at_level(logging.WARNING, logger="flwr"):
         out = avg.result()
     # updates (3, 4) * (1, 2, 3) and the outlier's scaled to (12, 16) with weight 3: (54, 72) / 6
     np.testing.assert_allclose(out["w"], x["w"] + np.array([9.0, 12.0]), rtol=1e-15)
     assert int(out["n"]) == 4  # (1 + 2 + 3 + 3 * 7) / 6 = 4.5, rounded to even
-    assert avg.bounded == [BoundedUpload(3, 3, 500.0, 10.0, 2.0, 0.04, True)]
+    assert avg.bounded == [BoundedUpload(3, "d", 500.0, 10.0, 2.0, 0.04, True)]
     assert flwr_warnings(caplog) == [avg.bounded[0].message("generator")]
     # the rule applies after the bound; the upload bound off leaves the outlier whole
     median = BoundedAverage(AggregationConfig(rule="median", upload_bound=None), reference=x)
