@@ -550,18 +550,20 @@ def test_bounded_upload_reports_its_ratio_and_message() -> None:
 
 
 def flwr_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The run log's records (the ``flwr_log`` fixture makes Flower's logger propagate)."""
     return [r.getMessage() for r in caplog.records if r.name == "flwr"]
 
 
-def test_warn_bounded_names_each_client_in_the_run_log(caplog: pytest.LogCaptureFixture) -> None:
+def test_warn_bounded_names_each_client_in_the_run_log(
+    flwr_log: pytest.LogCaptureFixture,
+) -> None:
     bounded = [
         BoundedUpload(1, "x", 4.0, 1.0, 2.0, 0.5),
         BoundedUpload(2, "y", 8.0, 1.0, 2.0, 0.25),
     ]
-    with caplog.at_level(logging.WARNING, logger="flwr"):
-        warn_bounded(bounded, "critic")
-    assert flwr_warnings(caplog) == [b.message("critic") for b in bounded]
-    assert all(r.levelno == logging.WARNING for r in caplog.records)
+    warn_bounded(bounded, "critic")
+    assert flwr_warnings(flwr_log) == [b.message("critic") for b in bounded]
+    assert all(r.levelno == logging.WARNING for r in flwr_log.records)
 
 
 def test_bounded_average_is_the_plain_average_bit_for_bit_when_nothing_binds() -> None:
@@ -583,7 +585,7 @@ def test_bounded_average_is_the_plain_average_bit_for_bit_when_nothing_binds() -
             assert got[key].tobytes() == want[key].tobytes(), (rule, key)
 
 
-def test_bounded_average_bounds_then_averages(caplog: pytest.LogCaptureFixture) -> None:
+def test_bounded_average_bounds_then_averages(flwr_log: pytest.LogCaptureFixture) -> None:
     x, ys = upload_round()
     avg = BoundedAverage(AggregationConfig(upload_bound=2.0), "generator", reference=x)
     assert avg.config.upload_bound == 2.0 and avg.what == "generator" and avg.reference is x
@@ -591,13 +593,12 @@ def test_bounded_average_bounds_then_averages(caplog: pytest.LogCaptureFixture) 
     for y, n, client in zip(ys, (1, 1, 1, 3), ("a", None, "c", "d"), strict=True):
         avg.add(y, n, client)
     assert avg.clients == ["a", 1, "c", "d"] and avg.weights == [1, 1, 1, 3]
-    with caplog.at_level(logging.WARNING, logger="flwr"):
-        out = avg.result()
+    out = avg.result()
     # updates (3, 4) * (1, 2, 3) and the outlier's scaled to (12, 16) with weight 3: (54, 72) / 6
     np.testing.assert_allclose(out["w"], x["w"] + np.array([9.0, 12.0]), rtol=1e-15)
     assert int(out["n"]) == 4  # (1 + 2 + 3 + 3 * 7) / 6 = 4.5, rounded to even
     assert avg.bounded == [BoundedUpload(3, "d", 500.0, 10.0, 2.0, 0.04, True)]
-    assert flwr_warnings(caplog) == [avg.bounded[0].message("generator")]
+    assert flwr_warnings(flwr_log) == [avg.bounded[0].message("generator")]
     # the rule applies after the bound; the upload bound off leaves the outlier whole
     median = BoundedAverage(AggregationConfig(rule="median", upload_bound=None), reference=x)
     for y in ys:
