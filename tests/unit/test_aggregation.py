@@ -266,6 +266,21 @@ def test_accumulators_refuse_a_negative_or_non_finite_weight(bad: float) -> None
         assert acc.count == 0
 
 
+def test_accumulators_take_a_weight_of_zero() -> None:
+    """A client with no samples is a valid reply: the mean gives it no say, the unweighted
+    rules count it like any other."""
+    mean = RunningAverage()
+    stack = ReplyStack("median")
+    bounded = BoundedAverage(AggregationConfig(upload_bound=None))
+    for acc in (mean, stack, bounded):
+        for arrays, n in zip(sets(1.0, 5.0, 6.0), (2, 0, 0), strict=True):
+            acc.add(arrays, n)
+        assert acc.count == 3
+    assert w(mean.result()) == 1.0
+    assert w(stack.result()) == 5.0
+    assert w(bounded.result()) == 1.0 and bounded.weights == [2, 0, 0]
+
+
 def test_accumulators_refuse_different_keys_and_report_emptiness() -> None:
     for acc in (RunningAverage(), ReplyStack("median"), BoundedAverage(AggregationConfig())):
         acc.add({"w": np.zeros(2)}, 1)
@@ -328,7 +343,7 @@ def test_weighted_average_checks_its_inputs() -> None:
         weighted_average([], [])
     with pytest.raises(ValueError, match="^2 array sets but 1 weights$"):
         weighted_average(sets(1.0, 2.0), [1])
-    for weights in ([1, -1], [0, math.inf], [1, math.nan], [0, 0], [-1, 1]):
+    for weights in ([1, -1], [0, math.inf], [1, math.nan], [0, 0], [-1, 1], [3, -1], [-1, 3]):
         with pytest.raises(
             ValueError, match=r"^weights must be finite, non-negative and not all zero: \["
         ):
