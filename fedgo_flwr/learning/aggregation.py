@@ -216,8 +216,11 @@ def new_average(config: AggregationConfig) -> RunningAverage | ReplyStack:
 
 
 def trim_count(replies: int, trim_fraction: float) -> int:
-    """``floor(trim_fraction * replies)`` (``1e-9`` guards ``0.3 * 10 = 2.9999...``)."""
-    return int(math.floor(trim_fraction * replies + 1e-9))
+    """``floor(trim_fraction * replies)`` (``1e-9`` guards ``0.3 * 10 = 2.9999...``), at
+    most ``(replies - 1) // 2``: the guard must not round a ``trim_fraction`` just below 0.5
+    up to half of an even number of replies, which would trim every value of a coordinate
+    (``floor(beta * m)`` itself never exceeds it for ``beta < 0.5``)."""
+    return min(int(math.floor(trim_fraction * replies + 1e-9)), max(replies - 1, 0) // 2)
 
 
 def _stacked(arrays: Sequence[Arrays]) -> dict[str, np.ndarray]:
