@@ -222,7 +222,11 @@ class Strategy(
                 "trim_fraction",
                 agg.trimmed(k) >= 1,
                 f"trims no client of the {k} per round (floor(trim_fraction * {k}) = 0); "
-                f"use at least {1 / k:.4g}",
+                + (
+                    f"use at least {1 / k:.4g}"
+                    if k >= 3
+                    else "a trimmed mean needs 3 or more clients per round (trim_fraction < 0.5)"
+                ),
             )
 
     @classmethod

@@ -192,6 +192,13 @@ def test_a_trimmed_mean_that_trims_no_client_is_rejected():
             ["strategy.aggregation.rule=trimmed_mean", "strategy.aggregation.trim_fraction=0.1"],
         )
     assert info.value.key == "strategy.aggregation.trim_fraction"
+    # With 2 clients per round no allowed fraction (< 0.5) trims one; the error says so.
+    two = ["data.num_clients=4", "fraction=0.5", "strategy.aggregation.rule=trimmed_mean"]
+    with pytest.raises(ConfigError, match="needs 3 or more clients per round") as info:
+        load_experiment(
+            ROOT / "conf/default.yaml", [*two, "strategy.aggregation.trim_fraction=0.4999999999"]
+        )
+    assert info.value.key == "strategy.aggregation.trim_fraction"
 
 
 @pytest.mark.parametrize(
