@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,3 +103,14 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+class Linear(nn.Module):
+    """f(x) = W flatten(x): its input gradient is known in closed form."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1) @ self.weight.t()

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import Linear
 from torch import nn
 
 from fedgo_flwr.datafree import (
@@ -44,17 +45,6 @@ def rng(seed: int = 0) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed(seed)
     return g
-
-
-class Linear(nn.Module):
-    """f(x) = W flatten(x): its input gradient is known in closed form."""
-
-    def __init__(self, weight: torch.Tensor) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(weight)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(1) @ self.weight.t()
 
 
 # -- weighted ensemble ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import Linear
 from torch import nn
 
 from fedgo_flwr.datafree import (
@@ -186,17 +187,6 @@ def test_fedgo_multipliers_keep_the_discriminators_dtype() -> None:
 
 
 # -- diversification (eq. 10) ----------------------------------------------------------------
-
-
-class Linear(nn.Module):
-    """f(x) = W flatten(x): its input gradient is known in closed form."""
-
-    def __init__(self, weight: torch.Tensor) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(weight)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(1) @ self.weight.t()
 
 
 def draw(seed: int, shape: tuple[int, int]) -> torch.Tensor:
