@@ -299,14 +299,18 @@ def discover_nodes(
     deadline = time.monotonic() + timeout
     hosts: dict[int, int] = {}  # partition-id -> node id
     asked: set[int] = set()
-    sizes: dict[int, int] = {}  # node id -> the num-partitions it reports
+    # The num-partitions of the first node that reported one; every later report must equal it
+    # (so one comparison a node, not one with every node before it: K can be 10,000).
+    size_of: tuple[int, int] | None = None  # (node id, num-partitions)
     sharing: set[bool] = set()
     mapped: dict[int, int] = {}  # node id -> its partition in node_map
     while True:
         new: list[int] = []
+        seen = set(asked)
         for node, key in _connected(grid, node_map):
-            if node in asked or node in new:
+            if node in seen:
                 continue
+            seen.add(node)
             if node_map is not None:
                 pid = node_map.partition_of(node, key)
                 if pid is None:
@@ -318,9 +322,10 @@ def discover_nodes(
             new.append(node)
         if new:
             left = max(1.0, deadline - time.monotonic())
+            queried = set(new)
             for reply in stream_replies(grid, [_query(n) for n in new], left):
                 node = reply.metadata.src_node_id
-                if node not in new or node in asked:
+                if node not in queried or node in asked:
                     log(WARNING, "node discovery: dropped an unexpected reply from node %s", node)
                     continue
                 asked.add(node)
@@ -351,19 +356,18 @@ def discover_nodes(
                         "own; run config node-map names which node has which)"
                     )
                 if claim.size is not None:
-                    other = next((n for n, s in sizes.items() if s != claim.size), None)
-                    if other is not None:
+                    if size_of is not None and size_of[1] != claim.size:
                         raise NodeDiscoveryError(
-                            f"nodes {other} and {node} report num-partitions {sizes[other]} and "
-                            f"{claim.size}: the nodes of one federation must agree"
+                            f"nodes {size_of[0]} and {node} report num-partitions {size_of[1]} "
+                            f"and {claim.size}: the nodes of one federation must agree"
                         )
-                    sizes[node] = claim.size
+                    size_of = size_of or (node, claim.size)
                 hosts[claim.pid] = node
                 sharing.add(claim.shares)
         if node_map is not None:
             total = node_map.size
         else:
-            total = next(iter(sizes.values())) if sizes else num_clients
+            total = size_of[1] if size_of is not None else num_clients
         if total < num_clients and sharing != {True}:
             raise NodeDiscoveryError(
                 f"the federation has {total} SuperNodes (num-partitions) but data.num_clients = "
