@@ -4,14 +4,17 @@ The grid's order and overrides are checked on the presets' real configs; the swe
 of reused uploads (a source that failed, one whose scratch folder was cleaned, one whose kept
 record no longer matches) runs with a stand-in for the subprocess that writes genuine
 ``client_models.pt`` headers; the tables are built from hand-made records whose figures a
-wrong mean, sd, seed count or column would change. One real tiny sweep goes through the
-subprocess path on digits (``test_real_*``, about 25 s, most of it the subprocesses' start-up).
+wrong mean, sd, seed count or column would change. One real tiny sweep runs on digits
+(``test_real_*``), its runs in this process through the children's own entry
+(:func:`in_process_runs`): a subprocess start costs more than a tiny run, and the subprocess
+path itself is the shared ``benchmarks/sweep.py``'s, run for real in ``test_benchmark_cpfl.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -23,6 +26,29 @@ from benchmark_scripts import load_benchmark
 DIGITS = "conf/bench/coboosting-digits.yaml"
 # The sweep keeps a finished run in the results' archive: read and dropped through these.
 Kept, forget = load_benchmark("sweep").Kept, load_benchmark("sweep").forget
+
+
+def in_process_runs(monkeypatch) -> None:
+    """``benchmarks/sweep.py``'s ``run_command`` replaced by the run it starts (``python -m
+    DRIVER --child CONFIG k=v ...``, :func:`benchmarks.sweep.child`) in this process, with
+    Flower's log of the run appended to its ``run.log`` as the subprocess's output would be;
+    everything around it (``run_child``'s checks, the driver's reuse of uploads) unchanged."""
+    sweep = load_benchmark("sweep")
+
+    def run_command(cmd, log, *, root=None, env=None, label=None) -> float:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(log)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        logger = logging.getLogger("flwr")
+        logger.addHandler(handler)
+        try:
+            sweep.child(cmd[cmd.index("--child") + 1 :])
+        finally:
+            logger.removeHandler(handler)
+            handler.close()
+        return 0.0
+
+    monkeypatch.setattr(sweep, "run_command", run_command)
 
 
 @pytest.fixture(scope="module")
@@ -499,6 +525,7 @@ def test_real_sweep_reuses_uploads_and_feddf_trains_the_oneshot_clients(
     FedDF with its own clients (the oneshot run's models: its average and ensemble equal
     one-shot FedAvg and FedENS), then the oneshot scratch folder cleaned and Co-Boosting run
     again: oneshot is made again first and reproduces its kept record."""
+    in_process_runs(monkeypatch)
     monkeypatch.setattr(driver, "SCRATCH", tmp_path / "scratch")
     args = argparse.Namespace(tag="t", config=DIGITS, data=None, overrides=TINY)
     results = tmp_path / "results"
