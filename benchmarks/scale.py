@@ -2,7 +2,10 @@
 
 For every number of clients K (``--clients``, default 10 100 1000) and method (FedAvg, FedDF),
 ``conf/bench/scale-cifar10.yaml`` runs with ``data.num_clients=K`` and
-``data.train_subset=50 K`` (25 images per client, 25 K server images) twice:
+``data.train_subset=50 K`` (25 images per client, 25 K server images; at most CIFAR-10's
+50,000, so from K = 1,000 on the clients share 25,000 images: 2 or 3 each at K = 10,000) and,
+with ``--per-round N``, ``fraction=N/K`` (the same N clients a round at every K; default: the
+config's 10%), twice:
 
 - ``sim``: through ``./run.sh`` (a real ``flwr run`` on Flower's simulation runtime, Ray, one
   simulated node per client unless ``--supernodes`` says otherwise);
@@ -60,13 +63,22 @@ def run_name(mode: str, method: str, clients: int, supernodes: int = 0) -> str:
 
 
 RUN_NAME = re.compile(r"(?P<mode>sim|local)-(?P<method>\w+)-k(?P<k>\d+)(?:-n(?P<nodes>\d+))?")
+TRAIN_IMAGES = 50_000  # CIFAR-10's training set
 
 
-def overrides(method: str, clients: int, data: Path, extra: list[str]) -> list[str]:
+def overrides(
+    method: str, clients: int, data: Path, extra: list[str], per_round: int = 0
+) -> list[str]:
+    """The run's keys: K clients on ``min(50 K, 50,000)`` training images, ``per_round``
+    clients a round (``fraction = per_round / K``; 0: the config's fraction)."""
+    if per_round > clients:
+        raise SystemExit(f"--per-round {per_round} is more than the {clients} clients")
+    fraction = [f"fraction={per_round / clients!r}"] if per_round else []
     return [
         f"data.path={data}",
         f"data.num_clients={clients}",
-        f"data.train_subset={50 * clients}",
+        f"data.train_subset={min(50 * clients, TRAIN_IMAGES)}",
+        *fraction,
         *METHODS[method],
         *extra,
     ]
@@ -75,7 +87,7 @@ def overrides(method: str, clients: int, data: Path, extra: list[str]) -> list[s
 def run_one(mode: str, method: str, clients: int, args, data: Path) -> Path:
     """One run; returns its output folder (with ``wall.json``: the command's wall time)."""
     out = ROOT / "outputs" / "bench" / args.tag / run_name(mode, method, clients, args.supernodes)
-    keys = [*overrides(method, clients, data, args.overrides), "overwrite=true"]
+    keys = [*overrides(method, clients, data, args.overrides, args.per_round), "overwrite=true"]
     env = dict(os.environ)
     if mode == "sim":
         cmd = [str(ROOT / "run.sh"), CONFIG, *keys, f"output_dir={out}"]
@@ -158,6 +170,9 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--modes", nargs="+", default=["sim", "local"], choices=["sim", "local"])
     parser.add_argument("--supernodes", type=int, default=0, help="simulated nodes (0: K)")
+    parser.add_argument(
+        "--per-round", type=int, default=0, help="clients a round at every K (0: the config's)"
+    )
     parser.add_argument("--tag", default="scale-cifar10")
     parser.add_argument("--table-only", action="store_true")
     add_data_arguments(parser)
