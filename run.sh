@@ -47,12 +47,18 @@ setup() {
 source "$ROOT/deploy/proc.sh"  # free_port, stop_tree
 
 # EXIT trap of a run: stop `flwr run` (it shares this script's process group, so by pid) and
-# the SuperLink with everything below it; remove the Flower home unless the run failed.
+# the SuperLink with everything below it; remove the Flower home unless the run failed, and
+# from a failed run's the app's files (the staged app/ and Flower's unpacked apps/: about
+# 1,300 copies of this repository's files), keeping its logs and configs.
 cleanup() {
   trap '' INT TERM  # a second Ctrl-C must not cut the clean-up short
   if [[ -n "${FLWR_PID:-}" ]]; then kill "$FLWR_PID" 2>/dev/null || true; fi
   stop_tree "$SUPERLINK_PID" ${FLWR_PID:-}
-  if finished "$OUT_DIR" "$STARTED"; then rm -rf "$FLWR_HOME"; fi
+  if finished "$OUT_DIR" "$STARTED"; then
+    rm -rf "$FLWR_HOME"
+  else
+    rm -rf "$FLWR_HOME/app" "$FLWR_HOME/apps"
+  fi
 }
 
 # Whether the run wrote its summary.json after MARKER was made: an earlier run's summary (kept

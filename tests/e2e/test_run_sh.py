@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -207,9 +208,12 @@ def test_run_sh_keeps_the_summary_of_a_run_whose_resume_fails(tmp_path):
     assert "the run failed" in proc.stderr
     assert "configuration differs" in proc.stdout + proc.stderr
     assert (tmp_path / "summary.json").read_bytes() == summary
-    # A failed run keeps its Flower home, and says where, for the SuperLink's log.
+    # A failed run keeps its Flower home, and says where, for the SuperLink's log; not the
+    # app's files (the staged app and Flower's unpacked copy: about 1,300 files a failed run).
     kept = Path(proc.stderr.split("Flower's logs are in ")[1].split()[0])
-    assert (kept / "superlink.log").is_file()
+    assert (kept / "superlink.log").is_file() and (kept / "run-config.toml").is_file()
+    assert not (kept / "app").exists() and not (kept / "apps").exists()
+    shutil.rmtree(kept)
 
 
 def test_run_sh_sweep_passes_through_to_the_sweep(tmp_path):
