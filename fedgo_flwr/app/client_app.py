@@ -75,7 +75,11 @@ from fedgo_flwr.experiment.task import (
 from fedgo_flwr.learning.training import get_device
 from fedgo_flwr.runtime import messages as msgs
 from fedgo_flwr.runtime.fileio import atomic_torch_save
-from fedgo_flwr.runtime.kernels import use_channels_last, use_gpu_inference_batch
+from fedgo_flwr.runtime.kernels import (
+    use_channels_last,
+    use_gpu_inference_batch,
+    use_precision,
+)
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.runtime.trust import node_code_policy
 
@@ -383,6 +387,7 @@ def _job(msg: Message, context: Context, message_type: str) -> tuple[ClientAlgor
     torch.set_num_threads(client_threads(context, cfg.resources.client_cpus))
     use_channels_last(cfg.resources.channels_last)
     use_gpu_inference_batch(cfg.resources.gpu_inference_batch)
+    use_precision(cfg.resources.precision)
     device = get_device(cfg.client_device)
     _log_device_once(device)
     job = ClientJob(

@@ -52,7 +52,11 @@ from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import check_model_inputs, load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import get_device
 from fedgo_flwr.runtime import shutdown
-from fedgo_flwr.runtime.kernels import use_channels_last, use_gpu_inference_batch
+from fedgo_flwr.runtime.kernels import (
+    use_channels_last,
+    use_gpu_inference_batch,
+    use_precision,
+)
 from fedgo_flwr.runtime.messages import (
     TRAFFIC,
     to_numpy,
@@ -172,6 +176,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
     torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
     use_channels_last(cfg.resources.channels_last)
     use_gpu_inference_batch(cfg.resources.gpu_inference_batch)
+    use_precision(cfg.resources.precision)
     use_waiting_threads(cfg.resources.server_cpus_waiting)
     shutdown.watch()
     ckpt = None

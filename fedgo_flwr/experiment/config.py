@@ -39,6 +39,7 @@ from fedgo_flwr.experiment.names import (
     MODEL_NAMES,
     NAME_PATTERN,
     PARTITION_SCHEMES,
+    PRECISIONS,
     is_dataset_name,
 )
 from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
@@ -217,7 +218,9 @@ class ResourcesConfig:
     in the last float bits); ``gpu_inference_batch``: on a CUDA device, the least batch of the
     forward-only passes (teacher logits, ensemble and test evaluation, discriminator logits;
     :func:`fedgo_flwr.runtime.kernels.inference_batch`), server and clients; 0 keeps the
-    configured batches. CPU runs always keep them."""
+    configured batches. CPU runs always keep them. ``precision``: ``fp32`` (default) or
+    ``bf16``, the classifiers' forward passes and losses under bfloat16 autocast
+    (:func:`fedgo_flwr.runtime.kernels.autocast`; it changes the numbers, so it is opt-in)."""
 
     client_cpus: int = 1
     client_gpus: float = 0.0
@@ -225,6 +228,7 @@ class ResourcesConfig:
     server_cpus_waiting: int | None = None
     channels_last: bool = False
     gpu_inference_batch: int = 512
+    precision: str = "fp32"
 
     def check(self, c: Checker) -> None:
         c.require("client_cpus", self.client_cpus >= 1, "must be >= 1")
@@ -234,6 +238,7 @@ class ResourcesConfig:
         if self.server_cpus_waiting is not None:
             c.require("server_cpus_waiting", self.server_cpus_waiting >= 1, "must be >= 1")
         c.require("gpu_inference_batch", self.gpu_inference_batch >= 0, "must be >= 0 (0: off)")
+        c.choice("precision", PRECISIONS)
 
 
 FAULT_KINDS = ("crash", "hang", "nan", "shape", "exit")

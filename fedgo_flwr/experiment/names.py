@@ -17,6 +17,7 @@ __all__ = [
     "MODEL_NAMES",
     "NAME_PATTERN",
     "PARTITION_SCHEMES",
+    "PRECISIONS",
     "hf_id",
     "is_dataset_name",
 ]
@@ -44,6 +45,9 @@ MODEL_NAMES: tuple[str, ...] = (
 
 PARTITION_SCHEMES: tuple[str, ...] = ("dirichlet", "dirichlet_prior", "classes")
 """Client-split schemes of ``data.partition`` (:mod:`fedgo_flwr.data.partition`)."""
+
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
+"""Values of ``resources.precision`` (:func:`fedgo_flwr.runtime.kernels.autocast`)."""
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
 """What an experiment name must look like to name a folder (no separators, no ``..``)."""

@@ -54,7 +54,7 @@ from torch import Tensor, nn
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.systems import SimClock
-from fedgo_flwr.runtime.kernels import place
+from fedgo_flwr.runtime.kernels import autocast, place
 from fedgo_flwr.runtime.rng import derive_seed
 
 __all__ = [
@@ -454,8 +454,9 @@ def distill_l1(
         for s in range(0, end, config.batch_size):
             idx = order[s : s + config.batch_size]
             x, _ = data.to_tensors(idx.numpy())
-            out = teacher_outputs(student(x.to(device)), config.outputs)
-            loss = F.l1_loss(out, targets[idx].to(device))
+            with autocast(device):
+                out = teacher_outputs(student(x.to(device)), config.outputs)
+                loss = F.l1_loss(out, targets[idx].to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -59,7 +59,7 @@ from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import lower_median
 from fedgo_flwr.runtime import profiling
-from fedgo_flwr.runtime.kernels import inference_batch, place
+from fedgo_flwr.runtime.kernels import autocast, inference_batch, place
 
 PROTOCOLS = ("fedgo", "feddf")
 BN_STATS = ("auto", "update", "batch", "eval")
@@ -296,8 +296,9 @@ def predict_views(
     """``(V, N, C)`` logits of ``model`` (eval mode) on each view of ``data``."""
     place(model, device).eval()
     parts: list[list[Tensor]] = [[] for _ in range(views)]
-    for v, x in iter_view_batches(data, views, batch_size, device):
-        parts[v].append(model(x).float().cpu())
+    with autocast(device):
+        for v, x in iter_view_batches(data, views, batch_size, device):
+            parts[v].append(model(x).float().cpu())
     return torch.stack([torch.cat(p) for p in parts])
 
 
@@ -407,7 +408,8 @@ def _distill(
                 idx = order[s : s + config.batch_size]
                 flip = flips[s : s + config.batch_size] if flips is not None else None
                 x, t = _batch(data, targets, idx, flip, device)
-                loss = _kl(student(x), t, config.temperature)
+                with autocast(device):
+                    loss = _kl(student(x), t, config.temperature)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -430,7 +432,8 @@ def _distill(
     while step < config.max_steps and step - best_step < config.patience:
         idx, flip = draw(min(config.batch_size, n))
         x, t = _batch(data, targets, idx, flip, device)
-        loss = _kl(student(x), t, config.temperature)
+        with autocast(device):
+            loss = _kl(student(x), t, config.temperature)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(student.parameters(), config.grad_clip)

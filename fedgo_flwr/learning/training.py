@@ -24,7 +24,7 @@ from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
 from fedgo_flwr.experiment.config import TrainConfig
 from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.runtime import profiling
-from fedgo_flwr.runtime.kernels import inference_batch, place
+from fedgo_flwr.runtime.kernels import autocast, inference_batch, place
 
 
 def get_device(preference: str = "auto") -> torch.device:
@@ -121,15 +121,16 @@ def train_local(
                 device=device,
             ):
                 optimizer.zero_grad(set_to_none=True)
-                logits = model(x)
-                loss = F.cross_entropy(logits, y)
-                objective = loss + regularizer(model) if regularizer is not None else loss
-                batch = None
-                if batch_loss is not None or after_step is not None:
-                    feats = tap.read(logits) if tap is not None else None
-                    batch = Batch(x, y, logits, feats, epoch)
-                if batch_loss is not None:
-                    objective = objective + batch_loss(batch)
+                with autocast(device):
+                    logits = model(x)
+                    loss = F.cross_entropy(logits, y)
+                    objective = loss + regularizer(model) if regularizer is not None else loss
+                    batch = None
+                    if batch_loss is not None or after_step is not None:
+                        feats = tap.read(logits) if tap is not None else None
+                        batch = Batch(x, y, logits, feats, epoch)
+                    if batch_loss is not None:
+                        objective = objective + batch_loss(batch)
                 objective.backward()
                 if grad_correction is not None:
                     grad_correction(model)
@@ -156,9 +157,11 @@ def predict_logits(
     :func:`~fedgo_flwr.runtime.kernels.inference_batch`'s batch on a GPU)."""
     place(model, device).eval()
     batch_size = inference_batch(batch_size, device)
-    outs = [
-        model(x).float().cpu() for x, _ in batches(data, batch_size, shuffle=False, device=device)
-    ]
+    with autocast(device):
+        outs = [
+            model(x).float().cpu()
+            for x, _ in batches(data, batch_size, shuffle=False, device=device)
+        ]
     return torch.cat(outs) if outs else torch.empty(0)
 
 

@@ -1,4 +1,5 @@
-"""The channels-last switch (fedgo_flwr.runtime.kernels, resources.channels_last)."""
+"""The kernel switches of fedgo_flwr.runtime.kernels: channels-last (resources.channels_last)
+and bfloat16 autocast (resources.precision)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ def channels_last():
     kernels.use_channels_last(True)
     yield
     kernels.use_channels_last(False)
+
+
+@pytest.fixture
+def bf16():
+    kernels.use_precision("bf16")
+    yield
+    kernels.use_precision("fp32")
 
 
 def _images(n: int = 40) -> ArrayDataset:
@@ -101,3 +109,78 @@ def test_a_run_with_channels_last_is_deterministic(tmp_path, channels_last):
         runs.append(run_inprocess(cfg)["final_accuracy"])
         assert kernels.channels_last()
     assert runs[0] == runs[1]
+
+
+# -- resources.precision: bf16 -------------------------------------------------------------------
+
+
+def test_autocast_is_no_context_in_fp32_and_bfloat16_autocast_in_bf16():
+    linear = nn.Linear(4, 3)
+    x = torch.ones(2, 4)
+    assert kernels.precision() == "fp32"
+    with kernels.autocast(CPU):
+        assert linear(x).dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+    kernels.use_precision("bf16")
+    try:
+        with kernels.autocast(CPU):
+            assert linear(x).dtype == torch.bfloat16
+        assert linear(x).dtype == torch.float32  # only inside the context
+    finally:
+        kernels.use_precision("fp32")
+    with pytest.raises(ValueError, match="fp32, bf16"):
+        kernels.use_precision("fp16")
+
+
+def test_bf16_training_runs_its_passes_in_bfloat16_and_keeps_float32_weights(bf16):
+    seen = []
+    cfg = TrainConfig(local_epochs=1, batch_size=8, lr=0.05)
+    model = _cnn()
+    train_local(
+        model,
+        _images(),
+        cfg,
+        rng=make_rng(0, 1, 2),
+        device=CPU,
+        batch_loss=lambda b: seen.append(b.logits.dtype) or b.logits.new_zeros(()),
+    )
+    assert seen and set(seen) == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    a, b = _train(_cnn()), _train(_cnn())
+    for key in a:  # deterministic per seed
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+    kernels.use_precision("fp32")
+    ref = _train(_cnn())
+    floats = [k for k in a if a[k].is_floating_point()]
+    assert any(not torch.equal(a[k], ref[k]) for k in floats)  # not float32's run
+    for key in floats:  # but close to it: bfloat16 keeps 8 bits of mantissa
+        torch.testing.assert_close(a[key], ref[key], rtol=0.05, atol=0.05)
+
+
+def test_bf16_logits_come_back_as_float32_close_to_fp32(bf16):
+    model, data = _cnn(), _images(10)
+    low = predict_views(model, data, 2, 4, CPU)
+    kernels.use_precision("fp32")
+    full = predict_views(model, data, 2, 4, CPU)
+    assert low.dtype == full.dtype == torch.float32 and not torch.equal(low, full)
+    torch.testing.assert_close(low, full, rtol=0.02, atol=0.02 * full.abs().max().item())
+
+
+def test_a_run_with_bf16_is_deterministic_and_set_from_its_config(tmp_path):
+    """FedDF (local training, teacher logits, distillation, evaluation) with
+    ``resources.precision: bf16``: the run turns it on, a second run gives the same metrics, and
+    a float32 run turns it off again and gives others."""
+    from helpers import rows_of, tiny_config, without_timing
+
+    from fedgo_flwr.app.inprocess import run_inprocess
+
+    runs = {}
+    try:
+        for name, extra in (("a", "bf16"), ("a-again", "bf16"), ("b", "fp32")):
+            out = tmp_path / name
+            feddf = ["strategy.name=feddf", "strategy.distill.epochs=1"]
+            run_inprocess(tiny_config(out, *feddf, f"resources.precision={extra}"))
+            assert kernels.precision() == extra
+            runs[name] = without_timing(rows_of(out))
+    finally:
+        kernels.use_precision("fp32")
+    assert runs["a"] == runs["a-again"] != runs["b"]
