@@ -15,7 +15,10 @@ the compute of its phases (:func:`round_compute`), split into the ClientApp's ow
 the training (:func:`setup_share`) and the rest, the runtime's (in the Flower mode: Flower's
 share).
 
-    .venv/bin/python -m benchmarks.overhead [CONFIG] [dotted.key=value ...]
+    .venv/bin/python -m benchmarks.overhead [CONFIG] [--supernodes N] [dotted.key=value ...]
+
+``--supernodes N`` simulates N nodes for the K clients (each node serves the clients ``k`` with
+``k mod N`` equal to its id, one after another: ``FEDGO_SUPERNODES``); default K.
 """
 
 from __future__ import annotations
@@ -77,11 +80,11 @@ def setup_share(rows: list[dict], parallel: int) -> float | None:
     return statistics.median(spread) / wall
 
 
-def run_flower(cfg: ExperimentConfig) -> list[dict]:
+def run_flower(cfg: ExperimentConfig, supernodes: int = 0) -> list[dict]:
     run_simulation(
         server_app=server_app_for(cfg),
         client_app=client_app,
-        num_supernodes=cfg.data.num_clients,
+        num_supernodes=supernodes or cfg.data.num_clients,
         backend_config={
             "client_resources": {
                 "num_cpus": cfg.resources.client_cpus,
@@ -93,7 +96,7 @@ def run_flower(cfg: ExperimentConfig) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
-def run_plain(cfg: ExperimentConfig) -> list[dict]:
+def run_plain(cfg: ExperimentConfig, supernodes: int = 0) -> list[dict]:
     """The same rounds without Flower's runtime: one process, clients one after another."""
     run_inprocess(cfg)
     lines = (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()
@@ -101,6 +104,11 @@ def run_plain(cfg: ExperimentConfig) -> list[dict]:
 
 
 def main(argv: list[str]) -> None:
+    supernodes = 0
+    if "--supernodes" in argv:
+        at = argv.index("--supernodes")
+        supernodes = int(argv[at + 1])
+        argv = [*argv[:at], *argv[at + 2 :]]
     config = argv[0] if argv and "=" not in argv[0] else str(ROOT / "conf/default.yaml")
     overrides = [a for a in argv if "=" in a]
     results = {}
@@ -108,7 +116,7 @@ def main(argv: list[str]) -> None:
         for mode, fn in (("flower", run_flower), ("plain", run_plain)):
             cfg = load_experiment(config, [*overrides, f"output_dir={tmp}/{mode}"])
             t0 = time.perf_counter()
-            rows = fn(cfg)
+            rows = fn(cfg, supernodes)
             results[mode] = {"rows": rows, "total": time.perf_counter() - t0}
     report = {}
     workers = max(1, (os.cpu_count() or 1) // cfg.resources.client_cpus)  # Ray workers at once
@@ -132,6 +140,7 @@ def main(argv: list[str]) -> None:
     report["ratio_total"] = round(report["flower"]["total_s"] / report["plain"]["total_s"], 2)
     accs = [[r["test_accuracy"] for r in results[m]["rows"]] for m in ("flower", "plain")]
     report["same_accuracies"] = accs[0] == accs[1]
+    report["simulated_nodes"] = supernodes or cfg.data.num_clients
     print(json.dumps(report, indent=2))
 
 
