@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Mapping
 from logging import ERROR, INFO
 from pathlib import Path
@@ -170,6 +171,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
     (:func:`~fedgo_flwr.app.discovery.discover_nodes`; without it the nodes' own claims are used).
     """
     require_resolved(cfg, "run_experiment")
+    marks = [("", time.perf_counter())]  # the start-up's steps, logged before round 1
     preflight(cfg)  # the same checks as `prepare`: a plain `flwr run` stops here too
     cfg = decide_output_dir(cfg)  # a new folder unless output_dir is set (or set by `prepare`)
     out_dir = resolve_output_dir(cfg.output_dir)
@@ -191,6 +193,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
                     f"cannot resume {cfg.output_dir}: the configuration differs from the "
                     f"checkpointed run's in {', '.join(changed)}"
                 )
+    marks.append(("checks", time.perf_counter()))
     bundle = load_bundle(cfg.data)
     # A model that cannot take the data's inputs is refused by key, before anything is written.
     check_model_inputs(cfg, bundle, Checker(cfg.strategy.sources))
@@ -214,8 +217,10 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
         cfg.client_device,
     )
     model = new_model(cfg, bundle)
+    marks.append(("data, partition and model", time.perf_counter()))
 
     node_ids = discover_nodes(grid, cfg.data.num_clients, node_map=node_map)
+    marks.append((f"node discovery ({len(set(node_ids.values()))} nodes)", time.perf_counter()))
     TRAFFIC.take()  # this run's messages only
     resources = ServerResources(bundle, partition, device, recorder.out_dir)
     strategy = strategy_class(cfg.strategy.name)(cfg, node_ids, model, resources)
@@ -230,6 +235,13 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
     recorder.attach(strategy, model, bundle.test, device)
     if ckpt is not None:
         restore_rng(ckpt.rng)
+    marks.append(("strategy set-up", time.perf_counter()))
+    log(
+        INFO,
+        "fedgo-flwr: ServerApp start-up %.1f s: %s",
+        marks[-1][1] - marks[0][1],
+        ", ".join(f"{name} {t - marks[i][1]:.1f} s" for i, (name, t) in enumerate(marks[1:])),
+    )
 
     def round_end(server_round: int, arrays: ArrayRecord) -> None:
         if not cfg.checkpoint:
