@@ -14,15 +14,18 @@ same test set; the seed only affects the partition and training. ``torchvision``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedgo_flwr.data.arrays import ArrayDataset, DataBundle
-from fedgo_flwr.data.imagefolder import load_imagefolder
+from fedgo_flwr.data.imagefolder import DEFAULT_CACHE_ROOT, load_imagefolder
 from fedgo_flwr.experiment.names import DATASET_NAMES, HF_PREFIX, hf_id
+from fedgo_flwr.runtime.fileio import atomic_write
 
 __all__ = [
     "FOUR_GAUSSIANS_LABELS",
@@ -98,8 +101,14 @@ def load_dataset(
 # ------------------------------------------------------------------------------------------
 
 
-def _load_digits() -> DataBundle:
-    """scikit-learn 8x8 digits, pixels 0..16 scaled to uint8, fixed stratified 80/20 split."""
+DIGITS_CACHE = Path(DEFAULT_CACHE_ROOT).expanduser() / "digits"
+"""Where :func:`_load_digits` keeps the split it computed, one file per scikit-learn version."""
+_DIGITS_KEYS = ("x", "y", "idx_train", "idx_test")
+
+
+def _digits_from_sklearn() -> dict[str, np.ndarray]:
+    """The digits as :func:`_load_digits` uses them: images (uint8), labels and the indices of
+    the fixed stratified 80/20 split, computed by scikit-learn."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -109,13 +118,58 @@ def _load_digits() -> DataBundle:
     idx_train, idx_test = train_test_split(
         np.arange(y.size), test_size=0.2, stratify=y, random_state=0
     )
-    idx_train, idx_test = np.sort(idx_train), np.sort(idx_test)
-    names = tuple(str(c) for c in raw.target_names)
+    return {"x": x, "y": y, "idx_train": np.sort(idx_train), "idx_test": np.sort(idx_test)}
+
+
+def _digits_arrays() -> dict[str, np.ndarray]:
+    """:func:`_digits_from_sklearn`'s arrays, from :data:`DIGITS_CACHE` when a file made by this
+    scikit-learn version is there: importing scikit-learn takes seconds (it imports SciPy), and
+    every process that loads the digits paid them (the ServerApp, each Ray worker, each
+    ClientApp process of a deployment). A missing, unreadable or malformed file is computed
+    again and rewritten; an unwritable folder only loses the cache."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        key = version("scikit-learn")
+    except PackageNotFoundError:
+        key = None
+    path = DIGITS_CACHE / f"digits-v1-sklearn-{key}.npz"
+    if key is not None and path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                arrays = {k: f[k] for k in _DIGITS_KEYS}
+            x, y = arrays["x"], arrays["y"]
+            if (
+                x.dtype == np.uint8
+                and x.shape[1:] == (1, 8, 8)
+                and y.dtype == np.int64
+                and y.shape == (len(x),)
+                and np.array_equal(
+                    np.sort(np.concatenate([arrays["idx_train"], arrays["idx_test"]])),
+                    np.arange(len(x)),
+                )
+            ):
+                return arrays
+        except (OSError, ValueError, KeyError):
+            pass
+    arrays = _digits_from_sklearn()
+    if key is not None:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, lambda fh: np.savez(fh, **arrays), mode=0o644)
+    return arrays
+
+
+def _load_digits() -> DataBundle:
+    """scikit-learn 8x8 digits, pixels 0..16 scaled to uint8, fixed stratified 80/20 split
+    (:func:`_digits_arrays`)."""
+    a = _digits_arrays()
+    x, y, idx_train, idx_test = (a[k] for k in _DIGITS_KEYS)
     return DataBundle(
         train=ArrayDataset(x[idx_train], y[idx_train], num_classes=10, flip=False),
         test=ArrayDataset(x[idx_test], y[idx_test], num_classes=10, flip=False),
         name="digits",
-        class_names=names,
+        class_names=tuple(str(c) for c in range(10)),
     )
 
 

@@ -58,6 +58,44 @@ def test_digits_split_is_fixed() -> None:
     assert np.array_equal(a.train.x, b.train.x) and np.array_equal(a.train.y, b.train.y)
 
 
+def test_digits_come_from_a_cache_equal_to_scikit_learns_split(tmp_path, monkeypatch) -> None:
+    """The first load computes the split with scikit-learn and keeps it; later loads read it
+    (bit for bit the same arrays); a damaged file is computed again and replaced."""
+    from fedgo_flwr.data import sources
+
+    monkeypatch.setattr(sources, "DIGITS_CACHE", tmp_path / "digits")
+    first = load_dataset("digits")
+    (kept,) = (tmp_path / "digits").iterdir()
+    reference = sources._digits_from_sklearn()
+    for bundle in (first, load_dataset("digits")):
+        assert np.array_equal(bundle.train.x, reference["x"][reference["idx_train"]])
+        assert np.array_equal(bundle.test.y, reference["y"][reference["idx_test"]])
+        assert bundle.class_names == tuple("0123456789")
+    kept.write_bytes(b"not an npz")
+    again = load_dataset("digits")
+    assert np.array_equal(again.train.x, first.train.x) and kept.read_bytes()[:2] == b"PK"
+    monkeypatch.setattr(sources, "_digits_from_sklearn", lambda: pytest.fail("recomputed"))
+    assert np.array_equal(load_dataset("digits").test.x, first.test.x)  # read, not computed
+
+
+def test_digits_from_the_cache_do_not_import_scikit_learn(tmp_path, monkeypatch) -> None:
+    """Importing scikit-learn costs every process that loads the digits seconds; with the
+    cache filled, a fresh process loads them without it."""
+    import subprocess
+
+    from fedgo_flwr.data import sources
+
+    monkeypatch.setattr(sources, "DIGITS_CACHE", tmp_path)
+    load_dataset("digits")  # fills the cache
+    code = (
+        "import sys; from pathlib import Path; from fedgo_flwr.data import sources; "
+        f"sources.DIGITS_CACHE = Path({str(tmp_path)!r}); "
+        "b = sources.load_dataset('digits'); print(len(b.train), 'sklearn' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["1437", "False"]
+
+
 def test_subset_and_to_tensors_index() -> None:
     b = load_dataset("digits")
     idx = np.array([5, 0, 17])
