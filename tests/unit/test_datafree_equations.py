@@ -5,6 +5,7 @@ constant or argument of fedgo_flwr/datafree/{losses,ensemble,synthesis}.py (docs
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import pytest
@@ -26,6 +27,7 @@ from fedgo_flwr.datafree import (
     synthesize,
     to_model_input,
     weight_step,
+    weighted_logits,
 )
 from fedgo_flwr.experiment.schema import Checker, ConfigError
 
@@ -184,6 +186,20 @@ def test_fedgo_multipliers_keep_the_discriminators_dtype() -> None:
         out = fedgo_multipliers(z, sizes)
         assert out.dtype == torch.float32
         assert torch.allclose(out.sum(0), torch.ones(4))
+
+
+def test_weighted_logits_keep_the_logits_dtype_and_name_the_shapes() -> None:
+    """Weights of another dtype (float64 data sizes or multipliers) are cast to the logits'
+    dtype, for one weight per member and per sample alike: the ensemble stays float32. A
+    per-sample weight of the wrong shape is named against the ``(n, N)`` it must have."""
+    z = torch.randn(2, 4, 3)
+    for w in (torch.tensor([1.0, 3.0], dtype=torch.float64), torch.rand(2, 4, dtype=torch.float64)):
+        out = weighted_logits(z, w)
+        assert out.dtype == torch.float32
+        assert torch.allclose(out, weighted_logits(z, w.float()))
+    message = "per-sample weights must be (n, N) = (2, 4), got (2, 3)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        weighted_logits(z, torch.ones(2, 3))
 
 
 # -- diversification (eq. 10) ----------------------------------------------------------------
@@ -385,8 +401,56 @@ def test_synthesis_refuses_no_steps_and_a_loss_that_is_never_finite() -> None:
     never compares below the running best), and the error says where to look."""
     with pytest.raises(ValueError, match=r"^synthesis needs steps >= 1, got 0$"):
         run(pixels(steps=0))
-    with pytest.raises(FloatingPointError, match="the loss was not finite in any of its 2 steps"):
+    message = (
+        "synthesis: the loss was not finite in any of its 2 steps (last: nan); the ensemble's "
+        "logits on the synthetic batch are not finite numbers (a client model that produces "
+        "them should have been left out: fedgo_flwr.learning.distill.teacher_logits_problem)"
+    )
+    with pytest.raises(FloatingPointError, match=f"^{re.escape(message)}$"):
         run(pixels(), NaNModel(torch.randn(3, math.prod(SHAPE))))
+
+
+def test_synthesis_without_terms_keeps_the_first_batch_at_loss_zero() -> None:
+    """Every term weighted 0: the loss is 0 (the images' sum times 0, so that backward still
+    runs), Adam's steps are 0 and the first batch is the one kept."""
+    zero = {f"{t}_weight": 0.0 for t in ("ce", "adv", "bn", "tv", "l2")}
+    client = Recording(torch.randn(3, math.prod(SHAPE)))
+    res = run(pixels(steps=3, **zero), client)
+    assert res.terms == {} and res.best_loss == 0.0 and res.last_loss == 0.0
+    assert len(client.inputs) == 3
+    for seen in client.inputs:
+        assert torch.equal(seen, client.inputs[0])
+    assert torch.equal(to_model_input(res.images), client.inputs[0])
+
+
+class Constant(nn.Module):
+    """A generator of constant images ``1/2 + a`` with ``a`` rounded to a multiple of 1/4 (its
+    gradient passes the rounding as if it were not there): one parameter, the codes unread."""
+
+    def __init__(self, a: float) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor(a))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        rounded = self.a + (torch.round(self.a * 4) / 4 - self.a).detach()
+        return (0.5 + rounded).expand(len(z), *SHAPE)
+
+
+def test_synthesis_keeps_the_earlier_of_two_iterates_of_equal_loss() -> None:
+    """The L2 prior alone on constant model inputs ``2a``: Adam's first step (``lr = 1/2``)
+    takes ``a`` from 1/4 to -1/4, the inputs from 1/2 to -1/2, at the same loss 1/4. A later
+    iterate replaces the kept one only when its loss is lower."""
+    zero = {f"{t}_weight": 0.0 for t in ("ce", "adv", "bn", "tv")}
+    settings = SynthesisSettings(
+        source="generator", batch_size=2, steps=2, lr=0.5, reset=False, grad_clip=0.0, **zero
+    )
+    settings.l2_weight = 1.0
+    members = [Linear(torch.zeros(3, math.prod(SHAPE)))]
+    res = synth_on(
+        members, Linear(torch.zeros(3, math.prod(SHAPE))), settings, generator=Constant(0.25), nz=4
+    )
+    assert res.best_loss == 0.25 and res.last_loss == 0.25
+    assert torch.equal(res.images, torch.full((2, *SHAPE), 0.75))
 
 
 def test_synthesis_terms_are_the_weighted_losses_of_the_kept_images() -> None:
