@@ -66,6 +66,23 @@ def kl(t: list[float], z: list[float], temperature: float = 1.0) -> float:
     return sum(ti * math.log(ti / pi) for ti, pi in zip(t, p, strict=True))
 
 
+def mean_kl_of_one_draw(data, targets, weight) -> float:
+    """The mean KL of one pass over the 6 samples in the order, and with the flips, that a
+    generator seeded 1 draws (``randperm`` then ``rand < 0.5``, as the distillation draws
+    them), for the linear student ``weight``; the target of a flipped sample is its second
+    view's."""
+    rng = torch.Generator().manual_seed(1)
+    order = torch.randperm(6, generator=rng).tolist()
+    flips = (torch.rand(6, generator=rng) < 0.5).tolist()  # of the j-th sample drawn
+    assert 0 < sum(flips) < 6
+    x, _ = data.to_tensors()
+    total = 0.0
+    for i, flip in zip(order, flips, strict=True):
+        xi = x[i].flip(-1) if flip else x[i]
+        total += kl(targets[int(flip), i].tolist(), (weight @ xi.flatten()).tolist())
+    return total / 6
+
+
 def sample_kl(i: int, weight: torch.Tensor = W0, temperature: float = 1.0) -> float:
     return kl(T[i].tolist(), (weight @ X[i]).tolist(), temperature)
 
@@ -443,10 +460,18 @@ def test_distill_keeps_real_data_batchnorm_statistics_by_default() -> None:
     assert not torch.equal(student.bn.running_mean, before)
 
 
-def test_fedgo_flips_each_sample_with_probability_one_half_from_rng() -> None:
+@pytest.mark.parametrize(
+    ("config", "server_round"),
+    [
+        (DistillConfig(epochs=1, batch_size=6, decay_rounds=1), 2),
+        (DistillConfig(protocol="feddf", lr=0.0, batch_size=8, max_steps=1), 1),
+    ],
+    ids=["fedgo", "feddf"],
+)
+def test_each_sample_is_flipped_with_probability_one_half_from_rng(config, server_round) -> None:
     """Two views: the ``j``-th sample of the permutation is flipped where the ``j``-th draw of
     ``rand`` (drawn after the permutation) is below 0.5, and read against its view-1 targets
-    there."""
+    there; both protocols draw their batches so."""
     data = pictures(6)
     targets = torch.stack([T, T.flip(-1)])
     weight = torch.tensor([[0.5, -0.5, 0.25, 0.0], [0.0, 0.3, -0.2, 0.1], [-0.4, 0.0, 0.0, 0.6]])
@@ -454,21 +479,13 @@ def test_fedgo_flips_each_sample_with_probability_one_half_from_rng() -> None:
         Linear(weight.clone()),
         data,
         targets,
-        DistillConfig(epochs=1, batch_size=6, decay_rounds=1),
-        server_round=2,
+        config,
+        server_round=server_round,
         rng=torch.Generator().manual_seed(1),
         device=CPU,
+        validate=rising(),
     )
-    rng = torch.Generator().manual_seed(1)
-    order = torch.randperm(6, generator=rng).tolist()
-    flips = (torch.rand(6, generator=rng) < 0.5).tolist()  # of the j-th sample drawn
-    assert 0 < sum(flips) < 6
-    x, _ = data.to_tensors()
-    total = 0.0
-    for i, flip in zip(order, flips, strict=True):
-        xi = x[i].flip(-1) if flip else x[i]
-        total += kl(targets[int(flip), i].tolist(), (weight @ xi.flatten()).tolist())
-    assert res.loss == pytest.approx(total / 6)
+    assert res.loss == pytest.approx(mean_kl_of_one_draw(data, targets, weight))
 
 
 def test_distill_refuses_targets_of_the_wrong_shape() -> None:
@@ -617,33 +634,6 @@ def test_feddf_loss_is_the_mean_of_the_last_window_or_of_the_steps_since() -> No
     _, res = run(config, seed=2, validate=never_better)
     assert res.steps == 2
     assert res.loss == pytest.approx((sample_kl(drawn[0]) + sample_kl(drawn[1])) / 2)
-
-
-def test_feddf_flips_each_sample_with_probability_one_half_from_rng() -> None:
-    """The feddf protocol draws its batches as the fedgo one: a permutation, then the flips."""
-    data = pictures(6)
-    targets = torch.stack([T, T.flip(-1)])
-    weight = torch.tensor([[0.5, -0.5, 0.25, 0.0], [0.0, 0.3, -0.2, 0.1], [-0.4, 0.0, 0.0, 0.6]])
-    res = distill(
-        Linear(weight.clone()),
-        data,
-        targets,
-        DistillConfig(protocol="feddf", lr=0.0, batch_size=8, max_steps=1),
-        server_round=1,
-        rng=torch.Generator().manual_seed(1),
-        device=CPU,
-        validate=rising(),
-    )
-    rng = torch.Generator().manual_seed(1)
-    order = torch.randperm(6, generator=rng).tolist()
-    flips = (torch.rand(6, generator=rng) < 0.5).tolist()
-    assert 0 < sum(flips) < 6
-    x, _ = data.to_tensors()
-    total = 0.0
-    for i, flip in zip(order, flips, strict=True):
-        xi = x[i].flip(-1) if flip else x[i]
-        total += kl(targets[int(flip), i].tolist(), (weight @ xi.flatten()).tolist())
-    assert res.loss == pytest.approx(total / 6)
 
 
 def test_feddf_needs_a_validation_split() -> None:
