@@ -189,7 +189,8 @@ class DistillConfig:
         c.require("lr", self.lr > 0, "must be > 0")
         c.require("temperature", self.temperature > 0, "must be > 0")
         c.require("grad_clip", self.grad_clip > 0, "must be > 0")
-        c.require("patience", self.patience >= 0, "must be >= 0")
+        # 0 would end the feddf loop before its first step: no distillation, loss 0.0.
+        c.require("patience", self.patience >= 1, "must be >= 1")
 
     def round_lr(self, server_round: int) -> float:
         """The FedGO protocol's server lr in ``server_round`` (1-based)."""

@@ -110,7 +110,7 @@ def test_defaults_pass_their_check():
         ("lr", 0, "must be > 0"),
         ("temperature", -1, "must be > 0"),
         ("grad_clip", 0, "must be > 0"),
-        ("patience", -1, "must be >= 0"),
+        ("patience", 0, "must be >= 1"),
         ("bn_stats", "freeze", "unknown; choose one of auto, update, batch, eval"),
     ],
 )
