@@ -96,7 +96,7 @@ def run_flower(cfg: ExperimentConfig, supernodes: int = 0) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
-def run_plain(cfg: ExperimentConfig, supernodes: int = 0) -> list[dict]:
+def run_plain(cfg: ExperimentConfig) -> list[dict]:
     """The same rounds without Flower's runtime: one process, clients one after another."""
     run_inprocess(cfg)
     lines = (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()
@@ -113,10 +113,11 @@ def main(argv: list[str]) -> None:
     overrides = [a for a in argv if "=" in a]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for mode, fn in (("flower", run_flower), ("plain", run_plain)):
+        modes = (("flower", lambda c: run_flower(c, supernodes)), ("plain", run_plain))
+        for mode, fn in modes:
             cfg = load_experiment(config, [*overrides, f"output_dir={tmp}/{mode}"])
             t0 = time.perf_counter()
-            rows = fn(cfg, supernodes)
+            rows = fn(cfg)
             results[mode] = {"rows": rows, "total": time.perf_counter() - t0}
     report = {}
     workers = max(1, (os.cpu_count() or 1) // cfg.resources.client_cpus)  # Ray workers at once

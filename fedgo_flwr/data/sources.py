@@ -127,14 +127,10 @@ def _digits_arrays() -> dict[str, np.ndarray]:
     every process that loads the digits paid them (the ServerApp, each Ray worker, each
     ClientApp process of a deployment). A missing, unreadable or malformed file is computed
     again and rewritten; an unwritable folder only loses the cache."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import version
 
-    try:
-        key = version("scikit-learn")
-    except PackageNotFoundError:
-        key = None
-    path = DIGITS_CACHE / f"digits-v1-sklearn-{key}.npz"
-    if key is not None and path.is_file():
+    path = DIGITS_CACHE / f"digits-v1-sklearn-{version('scikit-learn')}.npz"
+    if path.is_file():
         try:
             with np.load(path, allow_pickle=False) as f:
                 arrays = {k: f[k] for k in _DIGITS_KEYS}
@@ -153,10 +149,9 @@ def _digits_arrays() -> dict[str, np.ndarray]:
         except (OSError, ValueError, KeyError):
             pass
     arrays = _digits_from_sklearn()
-    if key is not None:
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, lambda fh: np.savez(fh, **arrays), mode=0o644)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda fh: np.savez(fh, **arrays), mode=0o644)
     return arrays
 
 
