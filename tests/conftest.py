@@ -34,6 +34,11 @@ TIERS = {
 def pytest_configure(config):
     for name, what in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {what} (set by tests/conftest.py)")
+    config.addinivalue_line(
+        "markers",
+        "torch_threads: keeps torch's thread handling (the unit and integration tiers hold "
+        "one thread otherwise: tests/helpers.py, one_torch_thread)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

@@ -95,14 +95,23 @@ def run_context(**run_config):
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
+def one_torch_thread(request, monkeypatch):
     """Run a test on one torch thread and restore the count after it (autouse in the unit and
     integration tiers, whose ``conftest.py`` import it): tiny models gain nothing from a second
-    thread, and beside other work on the machine the two threads wait for each other."""
+    thread, and beside other work on the machine the two threads wait for each other.
+
+    The count stays 1 inside in-process runs too: ``torch.set_num_threads`` is held at 1 for the
+    test, so the ServerApp's ``resources.server_cpus`` default (all cores) and the clients'
+    counts do not raise it. A test marked ``torch_threads`` keeps torch's own thread handling:
+    the golden runs (recorded with the ServerApp's all-cores default, whose sums round
+    differently) and the tests of that handling."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    real = torch.set_num_threads
+    real(1)
+    if request.node.get_closest_marker("torch_threads") is None:
+        monkeypatch.setattr(torch, "set_num_threads", lambda n: real(1))
     yield
-    torch.set_num_threads(threads)
+    real(threads)
 
 
 class Linear(nn.Module):

@@ -74,6 +74,9 @@ from fedgo_flwr.app.inprocess import run_inprocess  # noqa: E402
 from strategies import available, load_experiment, strategy_class  # noqa: E402
 from strategies.oneshot import OneShot  # noqa: E402
 
+# Recorded with the ServerApp's own thread count (all cores), not the tier's one thread.
+pytestmark = pytest.mark.torch_threads
+
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "runs.json"
 WRITE_ENV = "FEDGO_WRITE_GOLDEN"
 REGENERATE = (

@@ -57,6 +57,7 @@ def keep_threads():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.torch_threads
 def test_the_server_cannot_ask_a_client_for_more_threads_than_it_has(
     tmp_path, keep_threads, monkeypatch
 ):
@@ -74,6 +75,7 @@ def test_the_server_cannot_ask_a_client_for_more_threads_than_it_has(
     assert used and set(used) == {1}
 
 
+@pytest.mark.torch_threads
 def test_the_in_process_server_keeps_its_own_threads(tmp_path, keep_threads):
     torch.set_num_threads(2)
     run_inprocess(tiny_config(tmp_path, "resources.client_cpus=1", "resources.server_cpus=2"))
