@@ -58,6 +58,12 @@ def descendants(root: int) -> dict[int, str]:
     return found
 
 
+def flower_homes(out: Path) -> set[Path]:
+    """The private Flower homes (``.flwr/run.*``) left by run.sh calls that wrote to ``out``."""
+    configs = (ROOT / ".flwr").glob("run.*/run-config.toml")
+    return {c.parent for c in configs if str(out) in c.read_text()}
+
+
 def alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -78,35 +84,6 @@ def test_bad_config_fails_fast_without_starting_anything(tmp_path):
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
-def test_run_sh_runs_flwr_run_end_to_end_and_stops_its_superlink(tmp_path):
-    tag = uuid.uuid4().hex
-    proc = run_sh(
-        "conf/fedprox.yaml",
-        "rounds=2",
-        "data.num_clients=4",
-        "fraction=0.5",
-        "train.local_epochs=1",
-        f"output_dir={tmp_path}",
-        tag=tag,
-        env={"FEDGO_SUPERNODES": "2"},  # 2 simulated nodes serve the 4 clients
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    assert "4 clients on 2 nodes" in proc.stdout + proc.stderr
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["strategy"] == "fedprox" and summary["rounds"] == 2
-    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rows] == [0, 1, 2]
-    for row in rows[1:]:  # FedProx's clients under Ray (this suite's one FedProx Ray run)
-        assert (row["clients_sampled"], row["clients_replied"], row["clients_failed"]) == (2, 2, 0)
-    assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"]
-    assert summary["final_accuracy"] == rows[-1]["test_accuracy"]
-    assert "done: final accuracy" in proc.stdout + proc.stderr
-    assert not flower_processes(tag), "run.sh left its SuperLink running"
-    # Its private Flower home (SuperLink address, run config, logs) is removed after success.
-    homes = [p.parent for p in (ROOT / ".flwr").glob("run.*/run-config.toml")]
-    assert not [h for h in homes if str(tmp_path) in (h / "run-config.toml").read_text()]
-
-
 def test_local_runs_the_experiment_in_one_process(tmp_path):
     tag = uuid.uuid4().hex
     tiny = ["rounds=1", "data.num_clients=2", "fraction=1.0", "train.local_epochs=1"]
@@ -121,7 +98,12 @@ def test_local_runs_the_experiment_in_one_process(tmp_path):
 def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     """Kill ``./run.sh`` (its whole process group) mid-run, resume it with ``resume=true``:
     the SuperLink is gone after the kill, and the resumed run's metrics equal an uninterrupted
-    in-process run's (same ServerApp/ClientApp code, same seeds)."""
+    in-process run's (same ServerApp/ClientApp code, same seeds).
+
+    The resumed run is also the suite's check of the README's main command to its end: 4
+    clients served by 2 simulated nodes, every round's replies, the summary, and its SuperLink
+    stopped and its private Flower home (SuperLink address, run config, logs) removed after
+    success."""
     import signal
     import time
 
@@ -163,10 +145,25 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     assert not (out / "summary.json").exists()
     stopped_at = load_checkpoint(out).round
     assert 2 <= stopped_at < 5
+    killed_homes = flower_homes(out)  # a run that did not succeed keeps its logs
 
-    proc2 = run_sh("conf/default.yaml", *tiny, "resume=true", f"output_dir={out}")
-    assert proc2.returncode == 0, (proc2.stdout + proc2.stderr)[-3000:]
-    assert f"continuing {out} after round {stopped_at}" in proc2.stdout + proc2.stderr
+    tag = uuid.uuid4().hex
+    proc2 = run_sh(
+        "conf/default.yaml",
+        *tiny,
+        "resume=true",
+        f"output_dir={out}",
+        tag=tag,
+        env={"FEDGO_SUPERNODES": "2"},  # 2 simulated nodes serve the 4 clients
+    )
+    log = proc2.stdout + proc2.stderr
+    assert proc2.returncode == 0, log[-3000:]
+    assert f"continuing {out} after round {stopped_at}" in log
+    assert "4 clients on 2 nodes" in log and "done: final accuracy" in log
+    assert not flower_processes(tag), "run.sh left its SuperLink running"
+    assert flower_homes(out) == killed_homes
+    for home in killed_homes:
+        shutil.rmtree(home)
 
     run_inprocess(
         load_experiment(ROOT / "conf/default.yaml", [*tiny, f"output_dir={tmp_path / 'ref'}"])
@@ -180,6 +177,14 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
         ]
 
     assert rows(out) == rows(tmp_path / "ref")
+    resumed = rows(out)
+    assert [r["round"] for r in resumed] == list(range(6))
+    for row in resumed[1:]:
+        assert (row["clients_sampled"], row["clients_replied"], row["clients_failed"]) == (2, 2, 0)
+    assert resumed[-1]["test_accuracy"] > resumed[0]["test_accuracy"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["strategy"] == "scaffold" and summary["rounds"] == 5
+    assert summary["final_accuracy"] == resumed[-1]["test_accuracy"]
 
 
 # -- a used run folder (the ServerApp's side: tests/integration/test_output_folder.py) ------

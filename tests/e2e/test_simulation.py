@@ -53,8 +53,8 @@ STRATEGY_ARGS = {
 """A Ray start-up costs about 15 s of this tier, so each Ray run covers a path of its own: a
 stateful client on shared nodes (SCAFFOLD), the server's GAN and discriminators (FedGO), and
 below faults (FedDF), cohorts (CPFL) and the one-shot round (Co-Boosting). FedAvg under Ray:
-``tests/e2e/test_ray_cluster.py``; FedProx through ``run.sh``: ``tests/e2e/test_run_sh.py``;
-every strategy in process: ``tests/integration``."""
+``tests/e2e/test_ray_cluster.py``; SCAFFOLD again through ``run.sh``, killed and resumed:
+``tests/e2e/test_run_sh.py``; every strategy in process: ``tests/integration``."""
 
 
 SUPERNODES = {"scaffold": 2, "fedgo": 3}
