@@ -1,39 +1,32 @@
-"""How models run on the device: the channels-last memory format (``resources.channels_last``).
+"""How models run on the device: memory format, inference batch and precision.
 
-On this project's CPU machine a convolution in channels-last (NHWC) format runs 1.2-1.6x
-faster than in PyTorch's default NCHW for the CIFAR models, for training and inference alike
-(``benchmarks/kernel_variants.py``; figures in ``benchmarks/README.md``, "Performance"). The
-results differ from NCHW's in the last bits of float32 (about 1e-7 on a logit), so a run with
-it on is deterministic per seed but not bit-identical to one with it off; training amplifies
-the difference over rounds. It is therefore a switch: ``resources.channels_last``.
+:func:`place` puts a model on its device. With ``resources.channels_last`` on, a model's 4-D
+weights (its convolutions) are stored channels-last (NHWC); PyTorch then runs each convolution
+channels-last (it converts an NCHW input batch itself) and the activations stay in that format.
+Weights keep their values, so state dicts, messages and checkpoints are unchanged; models
+without 4-D weights (MLPs) are left as they are. The results differ from NCHW's in the last bits
+of float32, and training amplifies the difference over rounds, so a run with it on is
+deterministic per seed but not bit-identical to one with it off: hence a switch, off by default
+(the speed-ups measured on CPU and GPU: ``benchmarks/README.md``, "Performance").
 
-Every loop that trains or runs a model puts it on its device with :func:`place`. With the
-switch on, a model's 4-D weights (its convolutions) are stored channels-last; PyTorch then runs
-each convolution channels-last (it converts an NCHW input batch itself) and the activations
-stay in that format. Weights keep their values, so state dicts, messages and checkpoints are
-unchanged. Models without 4-D weights (MLPs) are left as they are.
-
-The switch is per process (like torch's thread count): the ServerApp sets it from the config
-at the start of a run and the ClientApp for each message it handles.
+The switches are per process (like torch's thread count): the ServerApp sets them from the
+config at the start of a run and the ClientApp for each message it handles.
 
 :func:`inference_batch` is the batch of the forward-only passes (teacher logits, ensemble and
-test evaluation, discriminator logits) on a GPU: at least ``resources.gpu_inference_batch``
-(default 512). A GPU runs a ResNet-18 forward pass 2.4x faster at batch 512 than at 64 in
-float32 (``benchmarks/README.md``, "The GPU against its own bare loops"); in eval mode a batch
-holds no state, so only the order of float sums can differ. On a CPU the configured batch is
-kept (64 is fastest there), so CPU runs are unchanged.
+test evaluation, discriminator logits) on a GPU: at least ``resources.gpu_inference_batch``.
+In eval mode a batch holds no state, so only the order of float sums can differ, and a GPU
+runs a large batch much faster than the training batch. On a CPU the configured batch is kept,
+so CPU runs are unchanged.
 
 :func:`autocast` is the context of a classifier's forward pass and its loss (local training,
 teacher and test logits, distillation, CPFL's L1 distillation): with ``resources.precision:
 bf16`` PyTorch's autocast runs the matrix products and convolutions in bfloat16 while the
 weights, their gradients and the optimizer stay float32 (mixed precision); with ``fp32``, the
-default, it is no context at all. On an H200 bfloat16 with channels-last ran the forward-only
-phases 2.2x faster than float32 at batch 512, local training 1.13x
-(``benchmarks/README.md``, "The GPU against its own bare loops"). The generators',
-discriminators' and data-free synthesis's loops stay float32: there bfloat16 was slower (WGAN-GP's
-gradient penalty, a second back-propagation: 0.69x; discriminator training 0.67x at batch 256),
-and DeepInversion's batch-norm statistics loss compares small differences of means. Logits
-leave a pass as float32 (``.float()``), so what a pass returns has one dtype either way.
+default, it is no context at all. The generators', discriminators' and data-free synthesis's
+loops stay float32: bfloat16 was slower there on a GPU (WGAN-GP's gradient penalty is a second
+back-propagation), and DeepInversion's batch-norm statistics loss compares small differences of
+means. Logits leave a pass as float32 (``.float()``), so what a pass returns has one dtype
+either way. Figures for both: ``benchmarks/README.md``, "The GPU against its own bare loops".
 """
 
 from __future__ import annotations
