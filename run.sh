@@ -85,21 +85,11 @@ run_experiment() {
   export FEDGO_ALLOW_CODE="${FEDGO_ALLOW_CODE:-1}"
   export PATH="$VENV/bin:$PATH"
   local run_toml="$FLWR_HOME/run-config.toml" prepared federation out_dir
-  # Validate the whole config first: a bad key, or an output_dir that holds an earlier run
-  # (without resume=true or overwrite=true), stops here (exit 2) before anything starts.
-  # Then the run's folder is decided, once: output_dir, else a new outputs/<name>/<date-time>
-  # (resume=true: the one outputs/<name>/latest names); the ServerApp is told which.
-  # The app's files are linked into $FLWR_HOME/app, which `flwr run` bundles: the same FAB
-  # as `flwr run .`, without Flower walking every file of .venv/ (fedgo_flwr/app/staging.py).
-  prepared="$("$PY" -m fedgo_flwr.app.cli prepare "$config" "$@" --run-toml "$run_toml" \
-    --stage "$FLWR_HOME/app" ${FEDGO_SUPERNODES:+--supernodes "$FEDGO_SUPERNODES"})"
-  federation="$(sed -n 1p <<< "$prepared")"
-  out_dir="$(sed -n 2p <<< "$prepared")"
-  STARTED="$FLWR_HOME/started"  # global, for the EXIT trap; summary.json must be newer
-  touch "$STARTED"
-
   local port log pid status=0
   FLWR_PID=""  # globals, for the EXIT trap (cleanup)
+  # The SuperLink starts first and boots (a few seconds of imports) while the config is
+  # checked; if the check fails it is stopped again and the home removed: a bad config
+  # leaves nothing behind.
   port="$(free_port "$PY")"
   log="$FLWR_HOME/superlink.log"
   cat > "$FLWR_HOME/config.toml" <<EOF
@@ -110,24 +100,38 @@ default = "fedgo"
 address = "127.0.0.1:$port"
 insecure = true
 EOF
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
   setsid flower-superlink --simulation --insecure --disable-runtime-dependency-installation \
     --host 127.0.0.1 --port "$port" > "$log" 2>&1 &
   pid=$!
+  SUPERLINK_PID="$pid"
+  trap 'stop_tree "$SUPERLINK_PID"; rm -rf "$FLWR_HOME"' EXIT
+  # Validate the whole config: a bad key, or an output_dir that holds an earlier run
+  # (without resume=true or overwrite=true), stops here (exit 2) before any run starts.
+  # Then the run's folder is decided, once: output_dir, else a new outputs/<name>/<date-time>
+  # (resume=true: the one outputs/<name>/latest names); the ServerApp is told which.
+  # The app's files are linked into $FLWR_HOME/app, which `flwr run` bundles: the same FAB
+  # as `flwr run .`, without Flower walking every file of .venv/ (fedgo_flwr/app/staging.py).
+  prepared="$("$PY" -m fedgo_flwr.app.cli prepare "$config" "$@" --run-toml "$run_toml" \
+    --stage "$FLWR_HOME/app" ${FEDGO_SUPERNODES:+--supernodes "$FEDGO_SUPERNODES"})"
+  federation="$(sed -n 1p <<< "$prepared")"
+  out_dir="$(sed -n 2p <<< "$prepared")"
+  STARTED="$FLWR_HOME/started"  # global, for the EXIT trap; summary.json must be newer
+  touch "$STARTED"
   # Stop the SuperLink and everything it started on any exit. Its SuperExec runs in a session
   # of its own, with the simulation (ServerApp, Ray) under it: stop every descendant's group.
-  SUPERLINK_PID="$pid" OUT_DIR="$out_dir"
+  OUT_DIR="$out_dir"
   trap cleanup EXIT
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
-  for _ in $(seq 1 120); do
-    if "$PY" -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$port)))"; then
+  for _ in $(seq 1 600); do
+    if (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null; then
       break
     fi
     if ! kill -0 "$pid" 2>/dev/null; then
       echo "fedgo-flwr: the SuperLink failed to start; see $log" >&2
       exit 1
     fi
-    sleep 0.5
+    sleep 0.1
   done
   # In the background, so that a TERM to this script is handled at once (bash runs traps only
   # between commands, and `wait` is one).

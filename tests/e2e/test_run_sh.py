@@ -72,8 +72,11 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_bad_config_fails_fast_without_starting_anything(tmp_path):
+def test_bad_config_fails_fast_and_leaves_nothing_running(tmp_path):
+    """The SuperLink boots while the config is checked; a bad config stops it again and
+    removes the invocation's Flower home."""
     tag = uuid.uuid4().hex
+    homes = set((ROOT / ".flwr").glob("run.*"))
     proc = run_sh(
         "conf/default.yaml", "data.alpha=-1", f"output_dir={tmp_path}", timeout=120, tag=tag
     )
@@ -82,6 +85,7 @@ def test_bad_config_fails_fast_without_starting_anything(tmp_path):
     assert "override 'data.alpha=-1'" in proc.stderr
     assert not flower_processes(tag)
     assert not (tmp_path / "metrics.jsonl").exists()
+    assert set((ROOT / ".flwr").glob("run.*")) <= homes
 
 
 def test_local_runs_the_experiment_in_one_process(tmp_path):
