@@ -6,8 +6,6 @@ The last test is an end-to-end check on the four-Gaussian toy of FedGO App. E.1 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -482,17 +480,6 @@ TOY_MAIN_COMPONENT = (1, 3, 2, 0)
 TOY_SQUARE = 12.0  # the server set / "generator" is uniform on [-12, 12]^2
 
 
-@contextmanager
-def single_thread() -> Iterator[None]:
-    """Run tiny models on one thread (much faster on a loaded 2-core box); restore after."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def init_batched_mlp(k: int, sizes: list[int], g: torch.Generator) -> list[Tensor]:
     """Parameters of ``k`` independent MLPs (nn.Linear-style uniform init), stacked on dim 0."""
     params: list[Tensor] = []
@@ -596,8 +583,7 @@ def toy_round(seed: int) -> dict[str, float]:
 
 
 def test_toy_four_gaussians_fedgo_beats_uniform() -> None:
-    with single_thread():
-        runs = [toy_round(seed) for seed in range(8)]
+    runs = [toy_round(seed) for seed in range(8)]  # one torch thread: tests/unit/conftest.py
     mean = {key: sum(r[key] for r in runs) / len(runs) for key in runs[0]}
     # Measured (seeds 0-7): uniform 0.874, FedGO sigmoid 0.964, FedGO double sigmoid 0.915.
     assert mean["fedgo_sigmoid"] - mean["uniform"] >= 0.03, mean
