@@ -180,8 +180,8 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
             for x in lines
         ]
 
-    assert rows(out) == rows(tmp_path / "ref")
     resumed = rows(out)
+    assert resumed == rows(tmp_path / "ref")
     assert [r["round"] for r in resumed] == list(range(6))
     for row in resumed[1:]:
         assert (row["clients_sampled"], row["clients_replied"], row["clients_failed"]) == (2, 2, 0)

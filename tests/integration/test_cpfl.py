@@ -43,7 +43,6 @@ TINY = [
     "strategy.cohort_eval_every=0",
     "strategy.distill.epochs=2",
     "checkpoint=false",
-    "resources.server_cpus=1",
 ]
 
 

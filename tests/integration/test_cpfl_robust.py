@@ -152,7 +152,6 @@ def run(out: Path, *overrides: str) -> dict:
                 "checkpoint=false",
                 "strategy.cohort_eval_every=0",
                 "strategy.distill.epochs=1",
-                "resources.server_cpus=1",  # tiny models: a second thread only waits
                 *overrides,
             ],
         )

@@ -21,7 +21,6 @@ from strategies.oneshot import OneShot
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [*golden.DATA, "fraction=0.5", "train.local_epochs=1"]  # digits cut to 400/120
-TINY.append("resources.server_cpus=1")  # tiny models: a second server thread only waits
 
 
 def config(tmp_path: Path, *overrides: str):
@@ -149,7 +148,6 @@ def test_resume_ends_with_the_same_metrics(tmp_path, monkeypatch, case):
 
     def load(out: Path, *overrides: str):
         extra = [f"rounds={RESUME_ROUNDS}", *RESUMED.get(name, []), *overrides]
-        extra.insert(0, "resources.server_cpus=1")  # straight and resumed alike
         return load_experiment(ROOT / case.path, [*case.all_overrides, *extra, f"output_dir={out}"])
 
     run_inprocess(load(tmp_path / "straight"))

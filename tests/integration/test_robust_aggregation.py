@@ -270,7 +270,6 @@ RUN = [
     "train.local_epochs=3",
     "data.alpha=10",
     "checkpoint=false",
-    "resources.server_cpus=1",  # tiny models: a second thread only waits
 ]
 MARGIN = 0.10
 """A robust run's final test accuracy stays within this of the clean run's (measured: clean

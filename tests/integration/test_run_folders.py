@@ -27,7 +27,7 @@ from fedgo_flwr.experiment.runfolders import LATEST, is_run_stamp, new_run_folde
 from strategies import load_experiment
 
 TINY = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
-TINY += ["data.train_subset=400", "data.test_subset=120", "resources.server_cpus=1"]  # TINY_RUN
+TINY += ["data.train_subset=400", "data.test_subset=120"]  # digits cut as TINY_RUN
 
 
 @pytest.fixture

@@ -30,7 +30,6 @@ from strategies import load_experiment, strategy_class
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
 TINY += ["data.train_subset=400", "data.test_subset=120"]  # digits cut as the golden runs
-TINY.append("resources.server_cpus=1")  # tiny models: a second server thread only waits
 FEDGO = [
     "strategy.name=fedgo",
     "strategy.distill.epochs=1",

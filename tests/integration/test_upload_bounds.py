@@ -306,7 +306,6 @@ def test_synthesis_on_nan_logits_says_so():
 # -- runs with one tampered reply ------------------------------------------------------------
 TINY = ["rounds=3", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
 TINY += ["data.train_subset=400", "data.test_subset=120"]  # digits cut as the golden runs
-TINY.append("resources.server_cpus=1")  # tiny models: a second server thread only waits
 BAD = sample_clients(0, 1, 4, 2)[0]  # a client sampled in round 1 (seed 0, K=4, m=2)
 FEDGO = [
     "strategy.name=fedgo",
@@ -343,7 +342,6 @@ ONESHOT = [
     "strategy.synthesis.steps=3",
     "strategy.boost.batch_size=16",
     "checkpoint=false",
-    "resources.server_cpus=1",
 ]
 
 
