@@ -14,7 +14,10 @@ The generator is the run's ``generator.pt`` (FedGO's pre-FL generator) if there 
 the models); the server model is that checkpoint's global model (``--checkpoint last``: after
 the final round; ``prev``: the round before, whose generator made the final round's set). The
 latent codes are the script's own (seeded), not the run's, so the samples come from the same
-generator but are not the run's exact set.
+generator but are not the run's exact set. ``--mode train`` draws them with the generator in train
+mode instead (each batch of ``--batch-size`` normalised by its own BatchNorm statistics), the way
+the DaFKD authors' code draws its distillation set; ``eval`` (default) is how this project draws it
+(:func:`fedgo_flwr.gan.sample`).
 
     .venv/bin/python -m benchmarks.generated_diversity outputs/bench/cifar10-cpu-bn/dafkd-seed0
 """
@@ -22,6 +25,7 @@ generator but are not the run's exact set.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedgo_flwr.data.arrays import ArrayDataset
 from fedgo_flwr.experiment.checkpoint import (
     CHECKPOINT_FILE,
     PREVIOUS_FILE,
@@ -89,11 +94,33 @@ def predicted_classes(
     }
 
 
+@torch.no_grad()
+def train_mode_set(
+    generator: nn.Module,
+    n: int,
+    latent_dim: int,
+    rng: torch.Generator,
+    batch_size: int,
+    like: ArrayDataset,
+) -> torch.Tensor:
+    """``n`` samples of a copy of ``generator`` in train mode, ``batch_size`` latent codes a batch
+    (BatchNorm normalises each batch by its own statistics), stored like ``like`` as
+    :func:`fedgo_flwr.gan.generated_set` stores its eval-mode samples."""
+    g = copy.deepcopy(generator).train()
+    z = torch.randn(n, latent_dim, generator=rng)
+    x = torch.cat([g(z[i : i + batch_size]).float() for i in range(0, n, batch_size)])
+    if like.x.dtype == np.uint8:
+        return ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).float() / 127.5 - 1
+    return x
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a run's output folder (config.yaml, checkpoints)")
     parser.add_argument("--samples", type=int, default=1280, help="generated (and real) images")
     parser.add_argument("--checkpoint", choices=list(CHECKPOINTS), default="last")
+    parser.add_argument("--mode", choices=["eval", "train"], default="eval")
+    parser.add_argument("--batch-size", type=int, default=64, help="train mode's batch")
     args = parser.parse_args(argv)
     cfg = load_config(args.run / "config.yaml")
     bundle = load_bundle(cfg.data)
@@ -114,8 +141,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         raise SystemExit(f"{args.run}: no generator.pt and no generator in the checkpoint")
     rng = make_rng(cfg.seed, "generated-diversity")
-    fake_set = generated_set(generator, args.samples, gen_cfg.latent_dim, rng, like=bundle.train)
-    fake, _ = fake_set.to_tensors(np.arange(len(fake_set)))
+    if args.mode == "eval":
+        fake_set = generated_set(
+            generator, args.samples, gen_cfg.latent_dim, rng, like=bundle.train
+        )
+        fake, _ = fake_set.to_tensors(np.arange(len(fake_set)))
+    else:
+        fake = train_mode_set(
+            generator, args.samples, gen_cfg.latent_dim, rng, args.batch_size, bundle.train
+        )
     partition = make_partition(cfg)
     pool = np.concatenate([partition.server, *partition.clients])
     idx = np.sort(np.random.default_rng(cfg.seed).permutation(pool)[: args.samples])
@@ -125,6 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     classes = bundle.train.num_classes
     result = {
         "generator": source,
+        "mode": args.mode,
         "model_round": ckpt.round,
         "samples": len(fake),
         "generated": {**spread(fake), **predicted_classes(model, fake, classes)},

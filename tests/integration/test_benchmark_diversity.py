@@ -47,6 +47,28 @@ def test_predicted_classes_by_hand(div):
     assert one["classes_predicted"] == 1 and math.isclose(one["effective_classes"], 1.0)
 
 
+def test_train_mode_normalises_each_batch_by_its_own_statistics(div):
+    import numpy as np
+
+    from fedgo_flwr.data.arrays import ArrayDataset
+
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, eps=1e-12, affine=False)).eval()
+    before = {k: v.clone() for k, v in gen.state_dict().items()}
+    like = ArrayDataset(x=np.zeros((2, 4), np.float32), y=np.zeros(2, np.int64), num_classes=2)
+    x = div.train_mode_set(gen, 12, 3, torch.Generator().manual_seed(1), 4, like)
+    assert x.shape == (12, 4)
+    for batch in x.split(4):  # each batch of 4: mean 0, biased variance 1 per feature
+        assert torch.allclose(batch.mean(0), torch.zeros(4), atol=1e-6)
+        assert torch.allclose(batch.var(0, unbiased=False), torch.ones(4), atol=1e-3)
+    # the run's generator is untouched: its mode and running statistics
+    assert not gen.training
+    assert all(torch.equal(before[k], v) for k, v in gen.state_dict().items())
+    # in eval mode the same codes go through the running statistics (mean 0, var 1) instead
+    z = torch.randn(12, 3, generator=torch.Generator().manual_seed(1))
+    assert not torch.allclose(x, gen(z), atol=1e-3)
+
+
 def test_on_a_dafkd_run(div, tmp_path):
     cfg = load_experiment(
         ROOT / "conf/default.yaml",
@@ -74,6 +96,12 @@ def test_on_a_dafkd_run(div, tmp_path):
     assert prev["model_round"] == 1 and prev["generator"] == "checkpoint.prev.pt (round 1)"
     assert prev["generated"]["pixel_std"] != result["generated"]["pixel_std"]
     assert prev["real"]["pixel_std"] == result["real"]["pixel_std"]  # the same real images
+    # train mode: the same generator and codes, another normalisation, another set
+    train = div.main([str(tmp_path), "--samples", "40", "--mode", "train", "--batch-size", "8"])
+    assert train["mode"] == "train" and result["mode"] == "eval"
+    assert sum(train["generated"]["histogram"]) == 40
+    assert train["generated"]["pixel_std"] != result["generated"]["pixel_std"]
+    assert train["real"] == result["real"]
 
 
 def test_a_run_without_generator_is_refused(div, tmp_path):
