@@ -321,7 +321,7 @@ def test_a_cohort_keeps_its_model_in_a_round_all_its_clients_fail(tmp_path):
 
 def test_distilling_when_half_the_cohorts_converged(tmp_path):
     full, half = tmp_path / "full", tmp_path / "half"
-    common = ["data.num_clients=8", "strategy.cohorts=4", "rounds=40", "strategy.patience=3"]
+    common = ["data.num_clients=8", "strategy.cohorts=4", "rounds=40", "strategy.patience=2"]
     run_inprocess(config(full, *common))
     run_inprocess(config(half, *common, "strategy.distill_when=0.5"))
     a, b = summary_of(full), summary_of(half)
