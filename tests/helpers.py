@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -112,6 +114,21 @@ def one_torch_thread(request, monkeypatch):
         monkeypatch.setattr(torch, "set_num_threads", lambda n: real(1))
     yield
     real(threads)
+
+
+@contextmanager
+def held_one_thread() -> Iterator[None]:
+    """:func:`one_torch_thread` for a module-scoped fixture's run, which is set up before (and
+    so outside) the autouse fixture: torch on one thread inside, the count restored after."""
+    threads = torch.get_num_threads()
+    real = torch.set_num_threads
+    real(1)
+    try:
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(torch, "set_num_threads", lambda n: real(1))
+            yield
+    finally:
+        real(threads)
 
 
 class Linear(nn.Module):

@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from benchmark_scripts import load_benchmark
+from helpers import held_one_thread
 from torch import nn
 
 from fedgo_flwr.app.inprocess import run_inprocess
@@ -48,8 +50,6 @@ def test_predicted_classes_by_hand(div):
 
 
 def test_train_mode_normalises_each_batch_by_its_own_statistics(div):
-    import numpy as np
-
     from fedgo_flwr.data.arrays import ArrayDataset
 
     torch.manual_seed(0)
@@ -69,22 +69,32 @@ def test_train_mode_normalises_each_batch_by_its_own_statistics(div):
     assert not torch.allclose(x, gen(z), atol=1e-3)
 
 
-def test_on_a_dafkd_run(div, tmp_path):
-    cfg = load_experiment(
-        ROOT / "conf/default.yaml",
-        [
-            "rounds=2",
-            "data.num_clients=4",
-            "fraction=0.5",
-            "train.local_epochs=1",
-            f"output_dir={tmp_path}",
-            "strategy.name=dafkd",
-            "strategy.generator.latent_dim=8",
-            "strategy.generator.width=8",
-            "strategy.distill_size=64",
-        ],
-    )
-    run_inprocess(cfg)
+TINY_DAFKD = [
+    "data.num_clients=4",
+    "fraction=0.5",
+    "train.local_epochs=1",
+    "strategy.name=dafkd",
+    "strategy.generator.latent_dim=8",
+    "strategy.generator.width=8",
+    "strategy.distill_size=64",
+]
+
+
+@pytest.fixture(scope="module")
+def dafkd_run(tmp_path_factory) -> Path:
+    """A finished 2-round DaFKD run on the digits."""
+    out = tmp_path_factory.mktemp("dafkd")
+    with held_one_thread():
+        run_inprocess(
+            load_experiment(
+                ROOT / "conf/default.yaml", [*TINY_DAFKD, "rounds=2", f"output_dir={out}"]
+            )
+        )
+    return out
+
+
+def test_on_a_dafkd_run(div, dafkd_run):
+    tmp_path = dafkd_run
     result = div.main([str(tmp_path), "--samples", "40"])
     assert result["generator"] == "checkpoint.pt (round 2)" and result["model_round"] == 2
     for which in ("generated", "real"):
@@ -112,3 +122,49 @@ def test_a_run_without_generator_is_refused(div, tmp_path):
     run_inprocess(cfg)
     with pytest.raises(SystemExit, match="has no generator"):
         div.main([str(tmp_path), "--samples", "10"])
+
+
+def test_generator_rounds_keeps_every_round_and_measures_both_modes(
+    div, dafkd_run, tmp_path, monkeypatch
+):
+    rounds_mod = load_benchmark("generator_rounds")
+    calls: list[list[str]] = []
+
+    def in_process(cmd, log, **_):  # the child's entry, without a new interpreter
+        assert cmd[1:4] == ["-m", "benchmarks.generator_rounds", "--child"]
+        calls.append(cmd[4:])
+        rounds_mod.main(cmd[3:])
+        return 0.0
+
+    monkeypatch.setattr(rounds_mod, "run_command", in_process)
+    tiny = TINY_DAFKD
+    out = tmp_path / "rounds"
+    argv = ["conf/default.yaml", "--out", str(out), "--rounds", "2", "--samples", "40", *tiny]
+    results = rounds_mod.main(argv)
+    assert [(r["model_round"], r["mode"]) for r in results] == [
+        (1, "eval"),
+        (1, "train"),
+        (2, "eval"),
+        (2, "train"),
+    ]
+    assert [c[-3] for c in calls] == [f"output_dir={out / 'run'}"] * 2
+    assert [c[-4] for c in calls] == ["rounds=1", "rounds=2"]
+    # round 1's generator is kept: another one than round 2's
+    assert results[0]["generated"] != results[2]["generated"]
+    # round 2, reached by resuming, is the straight 2-round run's
+    straight = dafkd_run
+    from fedgo_flwr.experiment.checkpoint import read_checkpoint
+
+    a = read_checkpoint(out / "round-2" / "checkpoint.pt")
+    b = read_checkpoint(straight / "checkpoint.pt")
+    assert a.round == b.round == 2
+    assert a.arrays.keys() == b.arrays.keys()
+    assert all(np.array_equal(a.arrays[k], b.arrays[k]) for k in a.arrays)
+    assert div.main([str(straight), "--samples", "40"])["generated"] == results[2]["generated"]
+    table = (out / "table.md").read_text()
+    assert table.count("\n| 1 | ") == 2 and table.count("\n| 2 | ") == 2
+    # a second call runs nothing: every round is kept
+    calls.clear()
+    assert rounds_mod.main(argv) == results and not calls
+    with pytest.raises(SystemExit):
+        rounds_mod.main([*argv, "rounds=3"])

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import SMALL_GAN, log_messages, rows_of, tiny_config, without_timing
+from helpers import (
+    SMALL_GAN,
+    held_one_thread,
+    log_messages,
+    rows_of,
+    tiny_config,
+    without_timing,
+)
 
 from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.gan import cache as gen_cache
@@ -39,7 +46,8 @@ def first(tmp_path_factory):
     """A run that fills an empty cache, and the cache."""
     root = tmp_path_factory.mktemp("gencache")
     cache = root / "cache"
-    rows, prefl = run(root / "first", cache)
+    with held_one_thread():
+        rows, prefl = run(root / "first", cache)
     return root, cache, rows, prefl
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from helpers import SMALL_GAN, rows_of
+from helpers import SMALL_GAN, held_one_thread, rows_of
 
 from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.experiment.checkpoint import load_checkpoint
@@ -377,7 +377,8 @@ def test_a_bad_discriminator_is_dropped_and_gets_the_neutral_weight(
 def fedgo_run(tmp_path_factory) -> Path:
     """One honest FedGO run whose generator and discriminators the loading tests reuse."""
     out = tmp_path_factory.mktemp("fedgo")
-    run_inprocess(config(out, *FEDGO))
+    with held_one_thread():
+        run_inprocess(config(out, *FEDGO))
     return out
 
 
