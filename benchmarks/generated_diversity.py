@@ -17,7 +17,10 @@ latent codes are the script's own (seeded), not the run's, so the samples come f
 generator but are not the run's exact set. ``--mode train`` draws them with the generator in train
 mode instead (each batch of ``--batch-size`` normalised by its own BatchNorm statistics), the way
 the DaFKD authors' code draws its distillation set; ``eval`` (default) is how this project draws it
-(:func:`fedgo_flwr.gan.sample`).
+(:func:`fedgo_flwr.gan.sample`). ``feature_distance`` is the mean pairwise distance of the server
+model's features (the input of its output layer, where DaFKD's discriminator heads sit) on each
+set, the model in the same mode: how much of the set's spread a discriminator on those features
+can see.
 
     .venv/bin/python -m benchmarks.generated_diversity outputs/bench/cifar10-cpu-bn/dafkd-seed0
 """
@@ -45,6 +48,7 @@ from fedgo_flwr.experiment.config import load_config
 from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
 from fedgo_flwr.gan import generated_set
 from fedgo_flwr.gan.settings import GeneratorConfig
+from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.runtime.rng import make_rng
 
 CHECKPOINTS = {"last": CHECKPOINT_FILE, "prev": PREVIOUS_FILE}
@@ -92,6 +96,23 @@ def predicted_classes(
         "effective_classes": float(np.exp(-(share * np.log(share)).sum())),
         "mean_top_probability": float(probs.max(dim=1).values.mean()),
     }
+
+
+@torch.no_grad()
+def feature_distance(
+    model: nn.Module, images: torch.Tensor, train_mode: bool, batch_size: int = 64
+) -> float:
+    """Mean pairwise L2 distance between ``model``'s features of ``images`` (the input of its
+    output layer, what DaFKD's discriminator heads see), the model in train mode (each batch of
+    ``batch_size`` normalised by its own BatchNorm statistics, as in the clients' local
+    training) or eval mode. A copy of ``model`` runs, so its running statistics stay as they
+    are."""
+    net = copy.deepcopy(model).train(train_mode)
+    with FeatureTap(net) as tap:
+        feats = torch.cat(
+            [tap.read(net(images[i : i + batch_size])) for i in range(0, len(images), batch_size)]
+        )
+    return spread(feats)["pairwise_distance"]
 
 
 @torch.no_grad()
@@ -156,14 +177,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     real, _ = bundle.train.to_tensors(idx)
     model = new_model(cfg, bundle)
     model.load_state_dict(as_tensors(ckpt.arrays))
+    train = args.mode == "train"
     classes = bundle.train.num_classes
     result = {
         "generator": source,
         "mode": args.mode,
         "model_round": ckpt.round,
         "samples": len(fake),
-        "generated": {**spread(fake), **predicted_classes(model, fake, classes)},
-        "real": {**spread(real), **predicted_classes(model, real, classes)},
+        "generated": {
+            **spread(fake),
+            **predicted_classes(model, fake, classes),
+            "feature_distance": feature_distance(model, fake, train),
+        },
+        "real": {
+            **spread(real),
+            **predicted_classes(model, real, classes),
+            "feature_distance": feature_distance(model, real, train),
+        },
     }
     print(json.dumps(result))
     return result

@@ -59,22 +59,24 @@ def round_metrics(run: Path) -> dict[int, dict[str, Any]]:
 
 
 def table(results: list[dict[str, Any]], metrics: dict[int, dict[str, Any]]) -> str:
-    """One row per round and mode: the generated set's spread and classes, the round's GAN
-    losses and the server model's test accuracy; the real images' spread last."""
+    """One row per round and mode: the generated set's spread (pixels, and the server model's
+    features against the real images'), its classes, the round's GAN losses and the server
+    model's test accuracy; the real images' pixel spread last."""
 
     def num(value: Any, digits: int) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
 
     lines = [
-        "| round | mode | pixel std | pairwise L2 | classes (effective) | mean top prob "
-        "| GAN d loss | GAN g loss | test acc |",
-        "|---:|---|---:|---:|---|---:|---:|---:|---:|",
+        "| round | mode | pixel std | pairwise L2 | features' L2: generated / real "
+        "| classes (effective) | mean top prob | GAN d loss | GAN g loss | test acc |",
+        "|---:|---|---:|---:|---|---|---:|---:|---:|---:|",
     ]
     for res in results:
         g, row = res["generated"], metrics.get(res["model_round"], {})
         lines.append(
             f"| {res['model_round']} | {res['mode']} | {g['pixel_std']:.3f} "
             f"| {g['pairwise_distance']:.1f} "
+            f"| {g['feature_distance']:.2f} / {res['real']['feature_distance']:.2f} "
             f"| {g['classes_predicted']} ({g['effective_classes']:.1f}) "
             f"| {g['mean_top_probability']:.3f} | {num(row.get('gan_d_loss'), 3)} "
             f"| {num(row.get('gan_g_loss'), 3)} | {num(row.get('test_accuracy'), 4)} |"

@@ -49,6 +49,24 @@ def test_predicted_classes_by_hand(div):
     assert one["classes_predicted"] == 1 and math.isclose(one["effective_classes"], 1.0)
 
 
+def test_feature_distance_is_the_spread_of_what_enters_the_output_layer(div):
+    x = torch.tensor([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0], [0.0, 8.0]])
+    model = nn.Sequential(nn.Linear(2, 3))  # the features are the inputs themselves
+    assert math.isclose(
+        div.feature_distance(model, x, train_mode=False), div.spread(x)["pairwise_distance"]
+    )
+    # with BatchNorm before the output layer, train mode normalises each batch by its own
+    # statistics: batches of 2 become (-1, +1) per feature, whatever their scale
+    bn = nn.Sequential(nn.BatchNorm1d(2, eps=1e-12, affine=False), nn.Linear(2, 3)).eval()
+    before = {k: v.clone() for k, v in bn.state_dict().items()}
+    pairs = x[:2] * 100
+    assert math.isclose(
+        div.feature_distance(bn, pairs, True, batch_size=2), 2 * math.sqrt(2), rel_tol=1e-6
+    )
+    assert math.isclose(div.feature_distance(bn, pairs, False), 500.0, rel_tol=1e-6)  # stats 0, 1
+    assert all(torch.equal(before[k], v) for k, v in bn.state_dict().items()) and not bn.training
+
+
 def test_train_mode_normalises_each_batch_by_its_own_statistics(div):
     from fedgo_flwr.data.arrays import ArrayDataset
 
@@ -100,6 +118,7 @@ def test_on_a_dafkd_run(div, dafkd_run):
     for which in ("generated", "real"):
         got = result[which]
         assert got["pixel_std"] > 0 and got["pairwise_distance"] > 0
+        assert got["feature_distance"] > 0
         assert sum(got["histogram"]) == 40
     # the generator is the checkpoint's: round 1's is another one, the real images the same
     prev = div.main([str(tmp_path), "--samples", "40", "--checkpoint", "prev"])
