@@ -46,7 +46,7 @@ from fedgo_flwr.experiment.checkpoint import (
 )
 from fedgo_flwr.experiment.config import load_config
 from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
-from fedgo_flwr.gan import generated_set
+from fedgo_flwr.gan import generated_set, stored_like
 from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.runtime.rng import make_rng
@@ -125,14 +125,12 @@ def train_mode_set(
     like: ArrayDataset,
 ) -> torch.Tensor:
     """``n`` samples of a copy of ``generator`` in train mode, ``batch_size`` latent codes a batch
-    (BatchNorm normalises each batch by its own statistics), stored like ``like`` as
-    :func:`fedgo_flwr.gan.generated_set` stores its eval-mode samples."""
+    (BatchNorm normalises each batch by its own statistics), stored like ``like``
+    (:func:`fedgo_flwr.gan.stored_like`, as for the eval-mode set) and read back as tensors."""
     g = copy.deepcopy(generator).train()
     z = torch.randn(n, latent_dim, generator=rng)
     x = torch.cat([g(z[i : i + batch_size]).float() for i in range(0, n, batch_size)])
-    if like.x.dtype == np.uint8:
-        return ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).float() / 127.5 - 1
-    return x
+    return stored_like(x, like).to_tensors()[0]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from benchmarks.sweep import (
     run_command,
     write_table,
 )
+from fedgo_flwr.app.sweep.table import METRICS, read_rows
 
 MODES = ("eval", "train")
 RESERVED = ("rounds", "output_dir", "resume", "checkpoint")
@@ -54,8 +55,7 @@ def keep_round(run: Path, out: Path, r: int) -> Path:
 
 def round_metrics(run: Path) -> dict[int, dict[str, Any]]:
     """The run's per-round rows by round."""
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
-    return {int(row["round"]): row for row in rows}
+    return {int(row["round"]): row for row in read_rows(run / METRICS)}
 
 
 def table(results: list[dict[str, Any]], metrics: dict[int, dict[str, Any]]) -> str:

@@ -97,7 +97,7 @@ def run_context(**run_config):
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread(request, monkeypatch):
+def one_torch_thread(request):
     """Run a test on one torch thread and restore the count after it (autouse in the unit and
     integration tiers, whose ``conftest.py`` import it): tiny models gain nothing from a second
     thread, and beside other work on the machine the two threads wait for each other.
@@ -107,25 +107,23 @@ def one_torch_thread(request, monkeypatch):
     counts do not raise it. A test marked ``torch_threads`` keeps torch's own thread handling:
     the golden runs (recorded with the ServerApp's all-cores default, whose sums round
     differently) and the tests of that handling."""
-    threads = torch.get_num_threads()
-    real = torch.set_num_threads
-    real(1)
-    if request.node.get_closest_marker("torch_threads") is None:
-        monkeypatch.setattr(torch, "set_num_threads", lambda n: real(1))
-    yield
-    real(threads)
+    with held_one_thread(hold=request.node.get_closest_marker("torch_threads") is None):
+        yield
 
 
 @contextmanager
-def held_one_thread() -> Iterator[None]:
-    """:func:`one_torch_thread` for a module-scoped fixture's run, which is set up before (and
-    so outside) the autouse fixture: torch on one thread inside, the count restored after."""
+def held_one_thread(hold: bool = True) -> Iterator[None]:
+    """Torch on one thread inside, the count restored after; with ``hold``,
+    ``torch.set_num_threads`` keeps it at 1 inside (an in-process run's own settings do not
+    raise it). The autouse :func:`one_torch_thread`, and a module-scoped fixture's run, which
+    is set up before (and so outside) that fixture."""
     threads = torch.get_num_threads()
     real = torch.set_num_threads
     real(1)
     try:
         with pytest.MonkeyPatch.context() as m:
-            m.setattr(torch, "set_num_threads", lambda n: real(1))
+            if hold:
+                m.setattr(torch, "set_num_threads", lambda n: real(1))
             yield
     finally:
         real(threads)

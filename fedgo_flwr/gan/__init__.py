@@ -70,6 +70,7 @@ from fedgo_flwr.gan.sampling import (
     generated_set,
     neutralise_nonfinite,
     sample,
+    stored_like,
 )
 from fedgo_flwr.gan.settings import REFERENCES, DiscriminatorConfig, GanConfig, GeneratorConfig
 from fedgo_flwr.gan.wgan_gp import (
@@ -119,6 +120,7 @@ __all__ = [
     "load_generator_factory",
     "generated_set",
     "sample",
+    "stored_like",
     "train_discriminator",
     "train_wgan_gp",
     "upsampling_plan",

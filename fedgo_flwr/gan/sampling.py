@@ -31,6 +31,7 @@ __all__ = [
     "discriminator_scale_outliers",
     "generated_set",
     "sample",
+    "stored_like",
 ]
 
 
@@ -116,7 +117,13 @@ def generated_set(
     """``n`` samples of ``generator`` (:func:`sample`) as an unlabeled data set stored like
     ``like`` (``uint8`` images when it holds ``uint8``, else ``float32``), with its number of
     classes and flip setting: a distillation set of generated data (FedGO D2, DaFKD)."""
-    x = sample(generator, n, latent_dim, rng=rng, device=device)
+    return stored_like(sample(generator, n, latent_dim, rng=rng, device=device), like)
+
+
+def stored_like(x: Tensor, like: ArrayDataset) -> ArrayDataset:
+    """Generated images ``x`` (in ``[-1, 1]``, CPU) as an unlabeled data set stored like
+    ``like``: ``uint8`` when it holds ``uint8`` (rounded to the nearest level), else
+    ``float32``; its number of classes and flip setting."""
     if like.x.dtype == np.uint8:
         x_np = ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
     else:

@@ -14,6 +14,7 @@ from helpers import held_one_thread
 from torch import nn
 
 from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.experiment.checkpoint import read_checkpoint
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,8 +173,6 @@ def test_generator_rounds_keeps_every_round_and_measures_both_modes(
     assert results[0]["generated"] != results[2]["generated"]
     # round 2, reached by resuming, is the straight 2-round run's
     straight = dafkd_run
-    from fedgo_flwr.experiment.checkpoint import read_checkpoint
-
     a = read_checkpoint(out / "round-2" / "checkpoint.pt")
     b = read_checkpoint(straight / "checkpoint.pt")
     assert a.round == b.round == 2
