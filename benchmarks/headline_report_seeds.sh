@@ -2,7 +2,9 @@
 # The FedGO Table-3 headline rows on the report seeds (issue 36), seed-major, one run at a time:
 # conf/bench/cifar10-cpu-bn.yaml at alpha 0.1 (FedAvg, FedDF, FedGO with the paper's 30
 # discriminator epochs, FedGO with server-referenced discriminators) and at alpha 0.05 (FedDF,
-# server-referenced FedGO). Resumable: run it again and finished runs are skipped.
+# server-referenced FedGO). Resumable: run it again and finished runs are skipped. Each run's
+# server holds one torch thread, so the sweep runs two at a time on two cores (a ResNet-8's
+# steps: 1.80x one thread's rate as 2x1 against 1.65x as 1x2, benchmarks/results/thread-layout).
 #
 #   benchmarks/headline_report_seeds.sh CIFAR10_JPEG_TREE OUT_DIR [SEED ...]   (default 100-104)
 #
@@ -23,9 +25,9 @@ for s in "${seeds[@]}"; do
     "feddf=$B strategy.name=feddf strategy.weighting=uniform" \
     "fedgo=$B strategy.name=fedgo strategy.weighting=fedgo strategy.discriminator.epochs=30" \
     "fedgo_server=$B $SR" \
-    --baseline feddf --seeds "$s" --out "$out/a0.1" "data.path=$data"
+    --baseline feddf --seeds "$s" --out "$out/a0.1" "data.path=$data" resources.server_cpus=1
   PYTHONPATH=$PWD nice -n 19 "$py" -m fedgo_flwr.app.sweep \
     "feddf=$B strategy.name=feddf strategy.weighting=uniform" \
     "fedgo_server=$B $SR" \
-    --baseline feddf --seeds "$s" --out "$out/a0.05" "data.path=$data" data.alpha=0.05
+    --baseline feddf --seeds "$s" --out "$out/a0.05" "data.path=$data" resources.server_cpus=1 data.alpha=0.05
 done
