@@ -8,13 +8,17 @@
 #
 #   benchmarks/headline_report_seeds.sh CIFAR10_JPEG_TREE OUT_DIR [SEED ...]   (default 100-104)
 #
-# Accuracy only: it may run niced beside other work. Tables: python -m fedgo_flwr.app.sweep
-# <the same variants> --seeds report --out OUT_DIR/a0.1 --table-only (and a0.05).
+# Accuracy only: it may run niced beside other work. Every finished run's records are kept in
+# benchmarks/results/headline-report/<alpha>/runs.tar.xz (the sweep's --archive), so a later
+# session on a fresh machine goes on where this one stopped. Tables: python -m
+# fedgo_flwr.app.sweep <the same variants> --seeds report --out OUT_DIR/a0.1 --archive
+# benchmarks/results/headline-report/a0.1/runs.tar.xz --table-only (and a0.05).
 set -euo pipefail
 data=${1:?CIFAR-10 JPEG tree}; out=${2:?output folder}; shift 2
 seeds=("$@"); [[ ${#seeds[@]} -gt 0 ]] || seeds=(100 101 102 103 104)
 cd "$(dirname "$0")/.."
 py=${FEDGO_PYTHON:-.venv/bin/python}
+kept=benchmarks/results/headline-report
 B=conf/bench/cifar10-cpu-bn.yaml
 SR="strategy.name=fedgo strategy.weighting=fedgo strategy.discriminator.reference=server \
 strategy.discriminator.epochs=30 strategy.discriminator.spectral_norm=true \
@@ -25,9 +29,9 @@ for s in "${seeds[@]}"; do
     "feddf=$B strategy.name=feddf strategy.weighting=uniform" \
     "fedgo=$B strategy.name=fedgo strategy.weighting=fedgo strategy.discriminator.epochs=30" \
     "fedgo_server=$B $SR" \
-    --baseline feddf --seeds "$s" --out "$out/a0.1" "data.path=$data" resources.server_cpus=1
+    --baseline feddf --seeds "$s" --out "$out/a0.1" --archive "$kept/a0.1/runs.tar.xz" "data.path=$data" resources.server_cpus=1
   PYTHONPATH=$PWD nice -n 19 "$py" -m fedgo_flwr.app.sweep \
     "feddf=$B strategy.name=feddf strategy.weighting=uniform" \
     "fedgo_server=$B $SR" \
-    --baseline feddf --seeds "$s" --out "$out/a0.05" "data.path=$data" resources.server_cpus=1 data.alpha=0.05
+    --baseline feddf --seeds "$s" --out "$out/a0.05" --archive "$kept/a0.05/runs.tar.xz" "data.path=$data" resources.server_cpus=1 data.alpha=0.05
 done

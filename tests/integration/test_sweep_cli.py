@@ -1,8 +1,9 @@
 """``python -m fedgo_flwr.app.sweep``: a real 2-variant x 2-seed sweep of tiny in-process runs.
 
 The folders ``<out>/<variant>/seed<N>/``, a second sweep that runs nothing (the runs' files
-untouched), a table whose numbers are those of the runs' own summaries, and runs of a changed
-variant left out. A failed run is ``tests/unit/test_sweep_runner.py``'s (no real run needed).
+untouched), a table whose numbers are those of the runs' own summaries, runs of a changed
+variant left out, and the archive that carries the finished runs to another folder. A failed
+run is ``tests/unit/test_sweep_runner.py``'s (no real run needed).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def test_a_sweep_runs_resumes_and_tabulates_its_runs(tmp_path, capsys) -> None:
         "0,1",
         "--out",
         str(out),
+        "--archive",
+        str(tmp_path / "runs.tar.xz"),
         *TINY_RUN,
     ]
     assert main(argv) == 0
@@ -42,6 +45,16 @@ def test_a_sweep_runs_resumes_and_tabulates_its_runs(tmp_path, capsys) -> None:
     assert main(argv) == 0
     assert "all 4 runs finished already" in capsys.readouterr().err
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*") if p.is_file()} == stamps
+
+    # the archive carries the four runs' records to a fresh folder: nothing runs there
+    moved = tmp_path / "elsewhere"
+    assert (
+        main([*argv[: argv.index("--out") + 1], str(moved), *argv[argv.index("--out") + 2 :]]) == 0
+    )
+    err = capsys.readouterr().err
+    assert "4 finished runs restored" in err and "all 4 runs finished already" in err
+    assert not list(moved.glob("*/*/run.log")) and not list(moved.glob("*/*/checkpoint*"))
+    assert (moved / "table.md").read_text() == (out / "table.md").read_text()
 
     table = json.loads((out / "table.json").read_text())
     assert table["seed_set"]["name"] == "tuning" and not table["seed_set"]["for_claims"]

@@ -30,13 +30,17 @@ def test_a_failed_run_is_recorded_and_the_others_finish(tmp_path) -> None:
         FakeJob("b", 1, tmp_path / "b/seed1", ok.format(tmp_path / "b/seed1/summary.json")),
     ]
     said: list[str] = []
-    outcomes = execute(jobs, parallel=2, say=said.append)
+    kept: list[tuple[str, int]] = []
+    outcomes = execute(
+        jobs, 2, say=said.append, on_done=lambda j: kept.append((j.variant.name, j.seed))
+    )
     status = {(o.variant, o.seed): o.status for o in outcomes}
     assert status == {("a", 0): "done", ("a", 1): "failed", ("b", 0): "failed", ("b", 1): "done"}
     detail = {(o.variant, o.seed): o.detail for o in outcomes}
     assert detail["a", 1].startswith("exit 3;") and "exit 0 without a new summary" in detail["b", 0]
     assert any("a seed 1 FAILED" in line and "boom" in line for line in said)
     assert "boom" in (tmp_path / "a/seed1/run.log").read_text()
+    assert sorted(kept) == [("a", 0), ("b", 1)]  # the archive keeps the finished runs only
 
 
 def test_runs_side_by_side_as_the_cpus_hold_their_threads(monkeypatch) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tarfile
 from pathlib import Path
 
+from fedgo_flwr.app.sweep.archive import pack, restore
 from fedgo_flwr.app.sweep.runner import InvalidVariant, default_jobs, execute, plan
 from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, parse_seeds
 from fedgo_flwr.app.sweep.table import build_table, markdown, write_table
@@ -13,7 +15,8 @@ from fedgo_flwr.app.sweep.variants import SweepArgumentError, parse_words
 
 USAGE = """\
 python -m fedgo_flwr.app.sweep VARIANT [VARIANT ...] --seeds tuning|report|N,N,... \
-[--baseline NAME] [--out DIR] [--jobs N] [--metric KEY] [--table-only] [k=v ...]
+[--baseline NAME] [--out DIR] [--archive PATH.tar.xz] [--jobs N] [--metric KEY] [--table-only] \
+[k=v ...]
 
 VARIANT is one word: PATH.yaml, NAME=PATH.yaml, or "NAME=PATH.yaml k=v ..." (quoted);
 a k=v word outside a variant applies to every variant (a variant's own win)."""
@@ -35,6 +38,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--baseline", help="the variant the others are compared with (default: first)")
     p.add_argument("--out", default="outputs/sweep", help="folder of the runs and the table")
+    p.add_argument(
+        "--archive",
+        help="a .tar.xz of the finished runs' records: restored into --out first, rewritten "
+        "after every finished run (a sweep that goes on on another machine)",
+    )
     p.add_argument("--jobs", type=int, help="runs at a time (default: CPUs / a run's threads)")
     p.add_argument("--metric", default="test_accuracy", help="a metrics.jsonl key")
     p.add_argument(
@@ -62,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.jobs is not None and args.jobs < 1:
             raise SweepArgumentError("--jobs must be >= 1")
         out = Path(args.out)
+        archive = Path(args.archive) if args.archive else None
+        restored = restore(archive, out) if archive else []
         jobs, settled = plan(variants, common, seed_set.seeds, out, not args.table_only)
-    except (SweepArgumentError, InvalidVariant, ValueError) as exc:
+    except (SweepArgumentError, InvalidVariant, ValueError, OSError, tarfile.TarError) as exc:
         print(f"fedgo-flwr sweep: {exc}", file=sys.stderr)
         return 2
 
@@ -71,19 +81,25 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     say(f"sweep: {seed_set.note}")
+    if restored:
+        say(f"sweep: {len(restored)} finished runs restored from {archive}")
     skipped = sum(o.status == "skipped" for o in settled)
     for o in settled:
         if o.status == "stale":
-            say(f"sweep: {o.variant} seed {o.seed} left out: {o.detail} (delete it to rerun)")
+            rerun = "delete it" + (f" and its entry in {archive}" if archive else "")
+            say(f"sweep: {o.variant} seed {o.seed} left out: {o.detail} ({rerun} to rerun)")
     outcomes = list(settled)
     if args.table_only:
         say(f"sweep: --table-only: {len(jobs)} runs not run, {skipped} finished")
     elif jobs:
         parallel = args.jobs or default_jobs(jobs)
         say(f"sweep: {len(jobs)} runs to go, {parallel} at a time; {skipped} finished already")
-        outcomes += execute(jobs, parallel, say=say)
+        keep = (lambda _job: pack(archive, out)) if archive else None
+        outcomes += execute(jobs, parallel, say=say, on_done=keep)
     else:
         say(f"sweep: all {skipped} runs finished already")
+    if archive and not args.table_only:
+        say(f"sweep: {len(pack(archive, out))} finished runs kept in {archive}")
     excluded = {(o.variant, o.seed): o.detail for o in outcomes if o.status == "stale"}
     excluded |= {
         (o.variant, o.seed): f"failed: {o.detail}" for o in outcomes if o.status == "failed"

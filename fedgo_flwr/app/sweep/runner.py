@@ -156,10 +156,11 @@ def _tail(path: Path, chars: int = 1500) -> str:
         return ""
 
 
-def execute(jobs: Sequence[Job], parallel: int, say=print) -> list[Outcome]:
+def execute(jobs: Sequence[Job], parallel: int, say=print, on_done=None) -> list[Outcome]:
     """Run ``jobs``, ``parallel`` at a time; return each run's outcome. A run succeeded when
-    it exited 0 and left a ``summary.json`` written after it started. Ctrl-C stops the runs
-    this started (each by its own process) and re-raises."""
+    it exited 0 and left a ``summary.json`` written after it started; ``on_done(job)`` is then
+    called (the sweep's archive keeps it). Ctrl-C stops the runs this started (each by its own
+    process) and re-raises."""
     pending = list(jobs)
     running: list[tuple[Job, subprocess.Popen, object, float]] = []
     outcomes: list[Outcome] = []
@@ -185,6 +186,8 @@ def execute(jobs: Sequence[Job], parallel: int, say=print) -> list[Outcome]:
                 if proc.returncode == 0 and fresh:
                     outcomes.append(Outcome(job.variant.name, job.seed, "done", f"{seconds:.0f} s"))
                     say(f"sweep: [{done}/{total}] {job.variant.name} seed {job.seed} done")
+                    if on_done is not None:
+                        on_done(job)
                 else:
                     why = f"exit {proc.returncode}"
                     if proc.returncode == 0:
