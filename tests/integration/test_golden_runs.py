@@ -42,11 +42,13 @@ the cases it ran (under ``-n`` too: the file is updated under a lock). ``--check
 runs the cases and prints the differences without pytest. A case whose settings change must be
 regenerated too: its record keeps them.
 
-The figures are this machine's: an AMD EPYC CPU, torch 2.14.1 (MKL, oneDNN), with torch's
-default thread count, which the ServerApp sets to ``os.cpu_count()`` (here 2) for the server;
-the clients use ``resources.client_cpus`` (1). Another core count, CPU or torch build may round
-differently and fail these tests without any change of the code. They were written by commit
-000eebc's code.
+The figures are this machine's: an AMD EPYC CPU, torch 2.14.1 (MKL, oneDNN) with AVX2 kernels
+(on an AVX-512 machine ``tests/conftest.py`` caps torch, oneDNN, MKL and NumPy's OpenBLAS at
+AVX2, which gives the same bits), with torch's default thread count, which the ServerApp sets to
+``os.cpu_count()`` (here 2) for the server; the clients use ``resources.client_cpus`` (1).
+Another core count, a CPU without AVX2 or another torch build may round differently and fail
+these tests without any change of the code; the failure names the kernels it ran with. They
+were written by commit 000eebc's code.
 """
 
 from __future__ import annotations
@@ -414,6 +416,8 @@ def test_golden_run(case, tmp_path):
         pytest.fail(
             f"case {case.id!r} differs from its golden run ({len(lines)} shown):\n  "
             + "\n  ".join(lines)
+            + f"\n(torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels, "
+            f"{torch.get_num_threads()} threads: recorded with AVX2 and 2)"
             + f"\nIf the change is meant: {REGENERATE}"
         )
 
