@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -56,6 +57,36 @@ def pytest_configure(config):
         "torch_threads: keeps torch's thread handling (the unit and integration tiers hold "
         "one thread otherwise: tests/helpers.py, one_torch_thread)",
     )
+
+
+def _tier_can_match(markexpr: str, tier: str) -> bool:
+    """Whether a test of ``tier`` can match the ``-m`` expression: true for some choice of
+    the other markers the expression names (a test carries its tier and no other tier)."""
+    if not markexpr:
+        return True
+    from itertools import product
+
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(markexpr)
+    names = sorted(set(re.findall(r"[A-Za-z_][\w.-]*", markexpr)) - {"and", "or", "not"})
+    others = [n for n in names if n not in TIERS]
+    for values in product((False, True), repeat=len(others)):
+        chosen = dict(zip(others, values, strict=True))
+        if expression.evaluate(lambda name, c=chosen, **_: c.get(name, name == tier)):
+            return True
+    return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A tier's folder that the ``-m`` expression leaves out entirely is not imported (``-m
+    "not e2e"``, ``-m unit``): importing the e2e modules alone (Ray, Flower's simulation) costs
+    every pytest-xdist worker 2-3 s of collection."""
+    path = Path(collection_path)
+    if path.parent == HERE and path.name in TIERS:
+        if not _tier_can_match(config.getoption("markexpr", ""), path.name):
+            return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):

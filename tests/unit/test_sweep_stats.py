@@ -14,7 +14,6 @@ import math
 from pathlib import Path
 
 import pytest
-from scipy import stats as scipy_stats
 
 from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify, parse_seeds
 from fedgo_flwr.app.sweep.stats import paired, summarize
@@ -29,6 +28,8 @@ SLEEP_2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
 
 
 def test_the_interval_is_students_t_with_the_sample_sd() -> None:
+    from scipy import stats as scipy_stats
+
     s = summarize([1.0, 2.0, 3.0, 4.0, 5.0])
     # by hand: mean 3, sample sd sqrt(10/4), t(0.975, 4) = 2.7764451 (tables: 2.776)
     half = 2.7764451 * math.sqrt(2.5) / math.sqrt(5)
@@ -41,6 +42,8 @@ def test_the_interval_is_students_t_with_the_sample_sd() -> None:
 
 
 def test_the_paired_test_reproduces_students_sleep_data() -> None:
+    from scipy import stats as scipy_stats
+
     seeds = range(10)
     result = paired(dict(zip(seeds, SLEEP_2, strict=True)), dict(zip(seeds, SLEEP_1, strict=True)))
     assert result.seeds == list(seeds)
@@ -73,6 +76,8 @@ def test_nan_and_missing_values_are_left_out_and_counted() -> None:
 
 
 def test_pairs_are_the_seeds_both_finished_with_a_finite_value() -> None:
+    from scipy import stats as scipy_stats
+
     base = {0: 0.50, 1: 0.60, 2: 0.55, 3: 0.70, 4: float("nan")}
     other = {0: 0.55, 1: 0.62, 3: 0.71, 4: 0.9, 5: 0.8}  # 2 missing, 4 NaN in base, 5 extra
     result = paired(base, other)

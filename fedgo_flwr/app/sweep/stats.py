@@ -13,7 +13,9 @@ One place for them, used by ``python -m fedgo_flwr.app.sweep`` and by the benchm
   test; differences that are all equal (sd 0): the interval is that one value and there is no
   test.
 
-Only the standard library and ``scipy.stats.t``: importing this module does not import torch.
+Only the standard library and Student's t from ``scipy.special`` (``stdtrit``, ``stdtr``: the
+functions behind ``scipy.stats.t``), imported when first needed: importing this module imports
+neither torch nor SciPy.
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-
-from scipy.stats import t as student_t
 
 LEVEL = 0.95
 """The confidence level of every interval."""
@@ -56,7 +56,9 @@ class Summary:
 
 def t_quantile(n: int, level: float = LEVEL) -> float:
     """The two-sided ``level`` quantile of Student's t with ``n - 1`` degrees of freedom."""
-    return float(student_t.ppf(0.5 + level / 2, n - 1))
+    from scipy.special import stdtrit
+
+    return float(stdtrit(n - 1, 0.5 + level / 2))
 
 
 def summarize(values: Iterable[float | None], level: float = LEVEL) -> Summary:
@@ -110,7 +112,9 @@ def paired(
     t_stat = p_value = None
     if diff.n >= 2 and diff.sd > 0:
         t_stat = diff.mean / (diff.sd / math.sqrt(diff.n))
-        p_value = float(2 * student_t.sf(abs(t_stat), diff.n - 1))
+        from scipy.special import stdtr
+
+        p_value = float(2 * stdtr(diff.n - 1, -abs(t_stat)))
     elif diff.n >= 2:  # every difference the same: the interval is that value, no test
         diff = Summary(diff.n, diff.mean, 0.0, diff.mean, diff.mean, diff.n_nan)
     return Paired(seeds, diffs, diff, t_stat, p_value)
