@@ -94,8 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     elif jobs:
         parallel = args.jobs or default_jobs(jobs)
         say(f"sweep: {len(jobs)} runs to go, {parallel} at a time; {skipped} finished already")
-        keep = (lambda _job: pack(archive, out)) if archive else None
-        outcomes += execute(jobs, parallel, say=say, on_done=keep)
+
+        def keep(_job) -> None:
+            try:
+                pack(archive, out)
+            except OSError as exc:  # the runs go on; the next finished run tries again
+                say(f"sweep: could not write {archive}: {exc}")
+
+        outcomes += execute(jobs, parallel, say=say, on_done=keep if archive else None)
     else:
         say(f"sweep: all {skipped} runs finished already")
     if archive and not args.table_only:
