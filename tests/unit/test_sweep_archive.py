@@ -98,3 +98,33 @@ def test_an_archived_run_without_a_summary_is_refused(tmp_path) -> None:
 
 def test_no_archive_restores_nothing(tmp_path) -> None:
     assert restore(tmp_path / "missing.tar.xz", tmp_path / "out") == []
+
+
+def test_a_sweep_goes_on_when_its_archive_cannot_be_written(tmp_path, monkeypatch, capsys) -> None:
+    """The runs matter more than their archive: a failed write is said, the sweep finishes."""
+    from helpers import ROOT
+
+    from fedgo_flwr.app.sweep import __main__ as cli
+
+    out = tmp_path / "out"
+
+    def fake_execute(jobs, parallel, say, on_done):  # each job "finishes" at once
+        for job in jobs:
+            _run(job.folder, 0.5)
+            on_done(job)
+        return []
+
+    def failing_pack(archive, folder):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cli, "execute", fake_execute)
+    monkeypatch.setattr(cli, "pack", failing_pack)
+    argv = [str(ROOT / "conf" / "default.yaml"), "--seeds", "0,1", "--out", str(out)]
+    assert cli.main([*argv, "--archive", str(tmp_path / "runs.tar.xz")]) == 1  # not kept
+    err = capsys.readouterr().err
+    assert err.count("could not write") == 3 and "disk full" in err  # 2 runs, then the end
+    assert (out / "table.md").is_file()
+    assert sorted(p.parent.name for p in out.glob("default/seed*/summary.json")) == [
+        "seed0",
+        "seed1",
+    ]

@@ -53,8 +53,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 when every requested run is in the table, 1 when one is not (failed, stale, or
-    not run with ``--table-only``), 2 for a bad command line or configuration (before anything
-    runs)."""
+    not run with ``--table-only``) or the archive could not be written, 2 for a bad command
+    line or configuration (before anything runs)."""
     args, rest = parser().parse_known_args(argv)
     words = [*args.words, *rest]
     unknown = [w for w in words if w.startswith("--")]
@@ -80,6 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    def keep(_job=None) -> bool:
+        """Write the archive; a failure is said and the runs go on (the next write retries)."""
+        try:
+            say(f"sweep: {len(pack(archive, out))} finished runs kept in {archive}")
+        except OSError as exc:
+            say(f"sweep: could not write {archive}: {exc}")
+            return False
+        return True
+
     say(f"sweep: {seed_set.note}")
     if restored:
         say(f"sweep: {len(restored)} finished runs restored from {archive}")
@@ -94,18 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     elif jobs:
         parallel = args.jobs or default_jobs(jobs)
         say(f"sweep: {len(jobs)} runs to go, {parallel} at a time; {skipped} finished already")
-
-        def keep(_job) -> None:
-            try:
-                pack(archive, out)
-            except OSError as exc:  # the runs go on; the next finished run tries again
-                say(f"sweep: could not write {archive}: {exc}")
-
         outcomes += execute(jobs, parallel, say=say, on_done=keep if archive else None)
     else:
         say(f"sweep: all {skipped} runs finished already")
-    if archive and not args.table_only:
-        say(f"sweep: {len(pack(archive, out))} finished runs kept in {archive}")
+    kept = keep() if archive and not args.table_only else True
     excluded = {(o.variant, o.seed): o.detail for o in outcomes if o.status == "stale"}
     excluded |= {
         (o.variant, o.seed): f"failed: {o.detail}" for o in outcomes if o.status == "failed"
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_table(table, out)
     print(markdown(table))
     say(f"sweep: wrote {paths['md']}, {paths['json']}, {paths['png']}")
-    return 1 if table["left_out"] else 0
+    return 1 if table["left_out"] or not kept else 0
 
 
 if __name__ == "__main__":
