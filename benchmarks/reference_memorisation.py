@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
 
+from benchmarks.discriminator_variants import memorisation_aucs as aucs_of_sent
 from fedgo_flwr.data.arrays import ArrayDataset
 from fedgo_flwr.experiment.checkpoint import safe_torch_load
 from fedgo_flwr.experiment.config import load_config
@@ -44,12 +44,10 @@ from strategies._prefl import reference_indices
 
 def memorisation_aucs(seen: torch.Tensor, unseen: torch.Tensor) -> list[float]:
     """Per discriminator (rows: ``(K, N_seen)`` and ``(K, N_unseen)`` logits), the ROC AUC of
-    the unseen images (label 1) against the seen ones (label 0)."""
-    labels = np.r_[np.zeros(seen.shape[1]), np.ones(unseen.shape[1])]
-    return [
-        float(roc_auc_score(labels, np.r_[s.numpy(), u.numpy()]))
-        for s, u in zip(seen, unseen, strict=True)
-    ]
+    the unseen images (label 1) against the seen ones (label 0), as
+    :func:`benchmarks.discriminator_variants.memorisation_aucs` computes it."""
+    sent = torch.cat([torch.ones(seen.shape[1]), torch.zeros(unseen.shape[1])]).bool()
+    return aucs_of_sent(torch.cat([seen, unseen], dim=1), sent)
 
 
 def sets(cfg, bundle, unseen: str) -> tuple[ArrayDataset, ArrayDataset, str]:
