@@ -8,6 +8,10 @@
 #
 #   benchmarks/headline_report_seeds.sh CIFAR10_JPEG_TREE OUT_DIR [SEED ...]   (default 100-104)
 #
+# Give the JPEG tree relative to the repository (.cache/cifar10-jpg, where `tar -xzf` of the
+# shared archive into .cache/cifar10-jpg puts it): the kept runs' configs then name no machine
+# path, and a finished run restored on another machine matches what the sweep would run there.
+#
 # Accuracy only: it may run niced beside other work. Every finished run's records are kept in
 # benchmarks/results/headline-report/<alpha>/runs.tar.xz (the sweep's --archive), so a later
 # session on a fresh machine goes on where this one stopped. Tables: python -m

@@ -13,7 +13,7 @@ from fedgo_flwr.app.sweep.archive import RECORDS, pack, restore
 
 def _run(folder, final: float, finished: bool = True) -> None:
     folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(f"seed: {folder.name[4:]}\n")
+    (folder / "config.yaml").write_text(f"seed: {folder.name[4:]}\noutput_dir: {folder}\n")
     (folder / "metrics.jsonl").write_text(json.dumps({"round": 1, "test_accuracy": final}) + "\n")
     (folder / "checkpoint.pt").write_bytes(b"\0" * 64)
     (folder / "run.log").write_text("log\n")
@@ -41,8 +41,12 @@ def test_finished_runs_records_go_elsewhere_and_come_back(tmp_path) -> None:
     assert restore(archive, elsewhere) == ["fedavg/seed100", "feddf.v2/seed101"]
     for run in ("fedavg/seed100", "feddf.v2/seed101"):
         assert sorted(p.name for p in (elsewhere / run).iterdir()) == sorted(RECORDS)
-        for name in RECORDS:
+        for name in ("metrics.jsonl", "summary.json"):
             assert (elsewhere / run / name).read_bytes() == (out / run / name).read_bytes()
+        # the machine's folder is not kept: the run's place in --out instead
+        assert str(tmp_path) in (out / run / "config.yaml").read_text()
+        seed = run.split("/seed")[1]
+        assert (elsewhere / run / "config.yaml").read_text() == f"seed: {seed}\noutput_dir: {run}\n"
     assert restore(archive, elsewhere) == []  # already there
 
 

@@ -8,8 +8,10 @@ finishes. The records are what the table and the resume check read, and nothing 
 run's ``config.yaml`` (compared with the variant's configuration as for any finished run),
 ``metrics.jsonl`` (curves) and ``summary.json`` (the final metric; it marks a run finished).
 Checkpoints and logs stay out, so the archive of a benchmark can be committed beside its table
-(a few KB a run). A restored run is skipped like a finished one; to run it again, delete its
-folder and its entry in the archive (or the archive).
+(a few KB a run); the ``output_dir`` line of ``config.yaml`` (this machine's absolute folder,
+which the resume check ignores) is kept as the run's place in ``--out``, ``<variant>/seed<N>``.
+A restored run is skipped like a finished one; to run it again, delete its folder and its entry
+in the archive (or the archive).
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ RECORDS = ("config.yaml", "metrics.jsonl", SUMMARY)
 """The files of a finished run that the archive keeps."""
 
 _MEMBER = re.compile(r"(?P<run>[A-Za-z0-9_.+-]+/seed\d+)/(?P<file>[^/]+)")
+_OUTPUT_DIR = re.compile(rb"^output_dir: .*$", re.MULTILINE)
+
+
+def _record(folder: Path, name: str, run: str) -> bytes:
+    """A record's bytes as archived: ``config.yaml``'s top-level ``output_dir`` as ``run``."""
+    data = (folder / name).read_bytes()
+    if name == "config.yaml":
+        data = _OUTPUT_DIR.sub(b"output_dir: " + run.encode(), data, count=1)
+    return data
 
 
 def _runs(tar: tarfile.TarFile) -> dict[str, dict[str, tarfile.TarInfo]]:
@@ -82,7 +93,7 @@ def pack(archive: Path, out: Path) -> list[str]:
         folder = summary.parent
         run = folder.relative_to(out).as_posix()
         if _MEMBER.fullmatch(f"{run}/{SUMMARY}"):
-            kept[run] = {n: (folder / n).read_bytes() for n in RECORDS if (folder / n).is_file()}
+            kept[run] = {n: _record(folder, n, run) for n in RECORDS if (folder / n).is_file()}
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_name(archive.name + ".partial")
     with tarfile.open(partial, "w:xz") as tar:
