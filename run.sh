@@ -6,7 +6,7 @@
 #   ./run.sh --tests [pytest args]                  run the test suite
 #   ./run.sh --setup                                only create/update .venv
 #   ./run.sh --report RUN_DIR... [--out DIR]        plots and tables of finished runs
-#   ./run.sh --sweep VARIANT... --seeds tuning|report [--baseline NAME] [--out DIR] [k=v ...]
+#   ./run.sh --sweep VARIANT... --seeds tuning|report [--baseline NAME] [--out DIR] [--archive F] [k=v ...]
 #                                                   variants x seeds: mean, 95% CI, paired tests
 # FEDGO_SUPERNODES=N simulates N nodes (default: one per client); each serves its share of the
 # clients in turn.
