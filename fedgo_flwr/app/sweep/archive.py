@@ -39,17 +39,23 @@ def _record(folder: Path, name: str, run: str) -> bytes:
     return data
 
 
-def _runs(tar: tarfile.TarFile) -> dict[str, dict[str, tarfile.TarInfo]]:
-    """The archive's members by run (``variant/seedN``); anything else is refused."""
-    runs: dict[str, dict[str, tarfile.TarInfo]] = {}
-    for member in tar.getmembers():
-        match = _MEMBER.fullmatch(member.name)
-        if not member.isfile() or not match or match["file"] not in RECORDS:
-            raise ValueError(
-                f"{tar.name}: {member.name!r} is not a run record "
-                f"(<variant>/seed<N>/{{{','.join(RECORDS)}}})"
-            )
-        runs.setdefault(match["run"], {})[match["file"]] = member
+def _read(archive: Path) -> dict[str, dict[str, bytes]]:
+    """The archive's records by run (``variant/seedN`` -> file name -> bytes; absent: none);
+    a member that is not a run record is refused."""
+    if not archive.is_file():
+        return {}
+    runs: dict[str, dict[str, bytes]] = {}
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            match = _MEMBER.fullmatch(member.name)
+            if not member.isfile() or not match or match["file"] not in RECORDS:
+                raise ValueError(
+                    f"{archive}: {member.name!r} is not a run record "
+                    f"(<variant>/seed<N>/{{{','.join(RECORDS)}}})"
+                )
+            data = tar.extractfile(member)
+            assert data is not None  # a regular file (checked above)
+            runs.setdefault(match["run"], {})[match["file"]] = data.read()
     return runs
 
 
@@ -57,22 +63,17 @@ def restore(archive: Path, out: Path) -> list[str]:
     """Copy every finished run of ``archive`` (absent: none) into ``out`` whose folder holds no
     ``summary.json`` yet; return the runs restored (``variant/seedN``). A run in the archive
     without a summary is refused (the archive holds finished runs only)."""
-    if not archive.is_file():
-        return []
     restored = []
-    with tarfile.open(archive) as tar:
-        for run, files in sorted(_runs(tar).items()):
-            if SUMMARY not in files:
-                raise ValueError(f"{archive}: {run} has no {SUMMARY}")
-            folder = out / run
-            if (folder / SUMMARY).is_file():
-                continue
-            folder.mkdir(parents=True, exist_ok=True)
-            for name, member in files.items():
-                data = tar.extractfile(member)
-                assert data is not None  # a regular file (checked by _runs)
-                (folder / name).write_bytes(data.read())
-            restored.append(run)
+    for run, files in sorted(_read(archive).items()):
+        if SUMMARY not in files:
+            raise ValueError(f"{archive}: {run} has no {SUMMARY}")
+        folder = out / run
+        if (folder / SUMMARY).is_file():
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+        restored.append(run)
     return restored
 
 
@@ -80,15 +81,7 @@ def pack(archive: Path, out: Path) -> list[str]:
     """Write the records of every finished run in ``out`` to ``archive`` (replacing it at
     once, never half-written); return the runs packed. Runs the archive held but ``out`` no
     longer has are kept (a sweep restores them first, so they were not run again)."""
-    kept: dict[str, dict[str, bytes]] = {}
-    if archive.is_file():
-        with tarfile.open(archive) as tar:
-            for run, files in _runs(tar).items():
-                kept[run] = {}
-                for name, member in files.items():
-                    data = tar.extractfile(member)
-                    assert data is not None
-                    kept[run][name] = data.read()
+    kept = _read(archive)
     for summary in out.glob(f"*/seed*/{SUMMARY}"):
         folder = summary.parent
         run = folder.relative_to(out).as_posix()
