@@ -280,8 +280,7 @@ class FedDF(Strategy):
         only the drawn images are read and copied. The training set is a memory map; copying the
         whole share first (25,000 CIFAR images where 2,000 are distilled on, in
         ``conf/bench/scale-cifar10.yaml``) read most of the file into the server's memory and kept
-        a copy: the simulated server's peak at 1,000 clients fell from 1,292 to 1,105 MB with
-        this draw and backoff polling (``benchmarks/README.md``, "Performance"). A strategy that
+        a copy (the peak with and without: ``benchmarks/README.md``, "Performance"). A strategy that
         needs the whole share (a G1 generator, FedGO's discriminator reference) still loads it
         through ``server_unlabeled``.
         """

@@ -90,8 +90,8 @@ def _decode_chunk(files: Sequence[Path], hw: tuple[int, int]) -> np.ndarray:
 def _decode_workers() -> int:
     """Decode processes: ``_DECODE_WORKERS`` if set, else ``min(8, CPUs)`` on >= 4 CPUs, else 1.
 
-    On 2-core machines the fork + IPC overhead ate the gain (CIFAR-10 JPEGs: 10k images in 0.8 s
-    serially vs 1.0 s with 2 processes), so small machines decode serially.
+    On 2-core machines the fork and the copies between processes cost more than the second
+    core gains (``benchmarks/README.md``, "Performance"), so small machines decode serially.
     """
     if _DECODE_WORKERS is not None:
         return max(1, int(_DECODE_WORKERS))

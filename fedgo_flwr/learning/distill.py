@@ -230,8 +230,8 @@ def iter_view_batches(
     data: ArrayDataset, views: int, batch_size: int, device: torch.device
 ) -> Iterator[tuple[int, Tensor]]:
     """(view, batch) pairs covering every sample once per view, in order, each made when it
-    is needed (a pass over the set then stays in the CPU's caches: building all the batches
-    first made a 10k-image pass 20-25% slower here). On a GPU the batch is at least
+    is needed (a pass over the set then stays in the CPU's caches, which building all the
+    batches first does not). On a GPU the batch is at least
     :func:`~fedgo_flwr.runtime.kernels.inference_batch`'s (these passes are forward-only)."""
     batch_size = inference_batch(batch_size, device)
     for start in range(0, len(data), batch_size):

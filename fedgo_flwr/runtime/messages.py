@@ -124,11 +124,10 @@ def stream_replies(
     Polling backs off: after a pull that found a reply the next comes :data:`MIN_POLL` seconds
     later, and each empty pull doubles the wait, up to ``poll_interval``. Replies of clients
     that finish close together are picked up within tens of milliseconds, and a long wait for
-    a slow client costs one short call every ``poll_interval``. A fixed 0.2 s wait made the last
-    reply of a round wait 0.1 s on average: the default experiment's simulated round took
-    0.668 s with it and 0.556 s with the backoff (``benchmarks/README.md``, "Performance").
-    Every pull asks for all pending ids: pulling at most 16 at a time made FedDF's simulated
-    round at 1,000 clients 1.3x slower and did not lower the server's peak memory (same page).
+    a slow client costs one short call every ``poll_interval`` (a fixed wait would hold the
+    last reply of a round for half of it on average). Every pull asks for all pending ids:
+    pulling a few at a time made many-client rounds slower without lowering the server's peak
+    memory (both measured in ``benchmarks/README.md``, "Performance").
 
     With :func:`use_waiting_threads` set (``resources.server_cpus_waiting``), the server's work
     on the replies (FedDF's teacher logits) runs with that many torch threads while any client
