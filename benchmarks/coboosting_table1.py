@@ -25,6 +25,15 @@ For every seed and alpha the runs go in this order (methods are named ``a<alpha>
    in their one round, so it trains its own clients; then ``coboosting_fedgo_odds``
    (``combine: odds``) reuses that run's uploads (models and discriminators).
 
+``--methods`` runs a subset (the runs whose uploads they reuse come along) and adds
+``coboosting_sign``: Co-Boosting with the authors' diversification step (``boost.variant:
+code``, a signed step of size epsilon) instead of eq. 10's normalised one (the default); it
+reuses oneshot's uploads and gets a column where a run of it is kept. Besides the paper's
+tables (mean ± sd), the table gives every server model's mean with its 95% t interval over the
+seeds and the paired differences the paper's Table 1 claims (Co-Boosting against DENSE, FedDF
+and FedAvg; each variant against Co-Boosting) with a paired t-test, and says which seed set
+the runs come from (:mod:`fedgo_flwr.app.sweep.seeds`: only report seeds back a claim).
+
 Every run of a seed has the same ``data.server_fraction`` (the preset's; FedDF distils on that
 share, the data-free methods ignore it), so every method's clients hold the same data. A run
 that reuses uploads needs its source's scratch folder (``outputs/bench/<tag>/<source>-seed<N>/``)
@@ -36,8 +45,8 @@ summary and raw records kept in ``benchmarks/results/<tag>/runs.tar.xz``; a kept
 skipped, a failed one reported while the others go on.
 
     .venv/bin/python -m benchmarks.coboosting_table1 [--seeds 0 1 2] [--alphas 0.05 0.1 0.3] \
-        [--ablation-alphas 0.05] [--config conf/bench/coboosting-cifar10-cpu.yaml] \
-        [--tag coboosting-cifar10-cpu] [k=v ...]
+        [--ablation-alphas 0.05] [--methods oneshot dense coboosting coboosting_sign ...] \
+        [--config conf/bench/coboosting-cifar10-cpu.yaml] [--tag coboosting-cifar10-cpu] [k=v ...]
     .venv/bin/python -m benchmarks.coboosting_table1 --table-only [--tag ...]
 """
 
@@ -71,6 +80,8 @@ from benchmarks.sweep import (
     run_name,
     write_table,
 )
+from fedgo_flwr.app.sweep.seeds import classify
+from fedgo_flwr.app.sweep.stats import LEVEL, Summary, paired, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/coboosting-cifar10-cpu.yaml"
@@ -102,6 +113,9 @@ BASE_OVERRIDES: dict[str, list[str]] = {
     "oneshot": ["strategy.name=oneshot"],
     "dense": ["strategy.name=dense"],
     "coboosting": ["strategy.name=coboosting"],
+    # The authors' diversification (their ``cb_kd_train``): a step of eps * sign(grad) on
+    # softmax at temperature 4, against eq. 10's L2-normalised step (the default, "paper").
+    "coboosting_sign": ["strategy.name=coboosting", "strategy.boost.variant=code"],
     "feddf": ["strategy.name=feddf", "rounds=1", "strategy.weighting=uniform"],
     "coboosting_fedgo": ["strategy.name=coboosting_fedgo", "strategy.combine=odds_learned"],
     "coboosting_fedgo_odds": ["strategy.name=coboosting_fedgo", "strategy.combine=odds"],
@@ -155,12 +169,41 @@ def source_of(base: str) -> str | None:
     return REUSED.get(base, "oneshot")
 
 
-def base_methods(ablation: bool) -> list[str]:
-    """One (alpha, seed)'s methods in run order: every source before the runs reusing it."""
-    methods = ["oneshot", "dense", "coboosting"]
+DEFAULT_METHODS = (
+    "oneshot",
+    "dense",
+    "coboosting",
+    "feddf",
+    "coboosting_fedgo",
+    "coboosting_fedgo_odds",
+)
+"""The methods of a seed by default (the paper's Table 1 and 2, and Co-Boosting with FedGO)."""
+EXTRA_METHODS = ("coboosting_sign",)
+"""Methods run only when ``--methods`` names them."""
+ALL_METHODS = (*DEFAULT_METHODS, *EXTRA_METHODS)
+
+
+def base_methods(ablation: bool, chosen: Iterable[str] | None = None) -> list[str]:
+    """One (alpha, seed)'s methods in run order: every source before the runs reusing it.
+
+    ``chosen``: the methods to run (default :data:`DEFAULT_METHODS`); the sources they reuse
+    uploads from are added. The ablation's runs come with ``ablation``."""
+    chosen = set(DEFAULT_METHODS if chosen is None else chosen)
+    unknown = sorted(chosen - set(DEFAULT_METHODS) - set(EXTRA_METHODS))
+    if unknown:
+        raise ValueError(
+            f"unknown methods {unknown}: choose from {[*DEFAULT_METHODS, *EXTRA_METHODS]}"
+        )
+    for base in list(chosen):
+        while (source := source_of(base)) is not None:
+            chosen.add(source)
+            base = source
+    order = ["oneshot", "dense", "coboosting", "coboosting_sign"]
+    methods = [m for m in order if m in chosen]
     if ablation:
         methods += [ablation_name(*f) for f in ABLATION if ablation_name(*f) != "coboosting"]
-    return [*methods, "feddf", "coboosting_fedgo", "coboosting_fedgo_odds"]
+    later = ["feddf", "coboosting_fedgo", "coboosting_fedgo_odds"]
+    return [*methods, *(m for m in later if m in chosen)]
 
 
 def method_name(alpha: float, base: str) -> str:
@@ -176,10 +219,16 @@ def parse_method(method: str) -> tuple[float, str]:
     return float(a[1:]), base
 
 
-def method_grid(alphas: Iterable[float], ablation_alphas: Iterable[float] = ()) -> list[str]:
-    """Every method of a seed, alpha-major; the ablation only for ``ablation_alphas``."""
+def method_grid(
+    alphas: Iterable[float],
+    ablation_alphas: Iterable[float] = (),
+    chosen: Iterable[str] | None = None,
+) -> list[str]:
+    """Every method of a seed, alpha-major; the ablation only for ``ablation_alphas``;
+    ``chosen``: as :func:`base_methods`."""
     ablation = {float(a) for a in ablation_alphas}
-    return [method_name(a, b) for a in alphas for b in base_methods(float(a) in ablation)]
+    chosen = None if chosen is None else list(chosen)
+    return [method_name(a, b) for a in alphas for b in base_methods(float(a) in ablation, chosen)]
 
 
 def method_overrides(method: str) -> list[str]:
@@ -358,6 +407,7 @@ TABLE1_COLUMNS = [  # (header, method, summary key)
     ("FedDF", "feddf", "final_accuracy"),
     ("DENSE", "dense", "final_accuracy"),
     ("Co-Boosting", "coboosting", "final_accuracy"),
+    ("Co-Boosting, sign step", "coboosting_sign", "final_accuracy"),
     ("CB + FedGO odds x learned", "coboosting_fedgo", "final_accuracy"),
     ("CB + FedGO odds", "coboosting_fedgo_odds", "final_accuracy"),
 ]
@@ -500,6 +550,80 @@ def ablation_rows(ablation_alphas: Sequence[float], runs: dict[str, list[Run]]) 
     return rows
 
 
+PAIRS = (  # (variant, baseline): the paper's claims on Table 1, and what this project adds
+    ("coboosting", "dense"),
+    ("coboosting", "feddf"),
+    ("coboosting", "oneshot"),
+    ("dense", "oneshot"),
+    ("coboosting_sign", "coboosting"),
+    ("coboosting_fedgo_odds", "coboosting"),
+    ("coboosting_fedgo", "coboosting"),
+)
+NAMES = {m: header for header, m, _ in TABLE1_COLUMNS}
+
+
+def _pct(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.2f}"
+
+
+def _ci(summary: Summary) -> str:
+    if summary.ci_low is None:
+        return MISSING
+    return f"[{summary.ci_low:.2f}, {summary.ci_high:.2f}]"
+
+
+def by_seed(runs: Sequence[Run], key: str = "final_accuracy") -> dict[int, float | None]:
+    """``key`` of each seed's run, in percent (``None`` where the summary lacks it)."""
+    out: dict[int, float | None] = {}
+    for run in runs:
+        value = run.summary.get(key)
+        out[int(run.seed.removeprefix("seed"))] = None if value is None else 100.0 * float(value)
+    return out
+
+
+def interval_rows(alphas: Sequence[float], runs: dict[str, list[Run]]) -> list[str]:
+    """The server models' accuracies with 95% t intervals over seeds and the paired
+    differences of :data:`PAIRS` (runs of one seed share their clients' models), with the
+    seeds and what they may claim (:mod:`fedgo_flwr.app.sweep.seeds`)."""
+    seeds = sorted({int(r.seed.removeprefix("seed")) for rs in runs.values() for r in rs})
+    if not seeds:
+        return []
+    rows = [
+        f"Server model with {LEVEL:.0%} t intervals over seeds, and paired differences "
+        f"(variant minus baseline on the seeds both ran; two-sided paired t-test): "
+        f"{classify(tuple(seeds)).note}.",
+        "",
+        "| alpha | method | seeds | mean | 95% CI | per seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for alpha in alphas:
+        for header, method, key in TABLE1_COLUMNS:
+            values = by_seed(runs.get(method_name(alpha, method), []), key)
+            if not values:
+                continue
+            s = summarize(values.values())
+            each = ", ".join(f"{seed}: {_pct(v)}" for seed, v in sorted(values.items()))
+            rows.append(f"| {alpha:g} | {header} | {s.n} | {_pct(s.mean)} | {_ci(s)} | {each} |")
+    rows += [
+        "",
+        "| alpha | variant - baseline (points) | pairs | mean | 95% CI | p |",
+        "|---|---|---|---|---|---|",
+    ]
+    for alpha in alphas:
+        for variant, baseline in PAIRS:
+            a = by_seed(runs.get(method_name(alpha, variant), []))
+            b = by_seed(runs.get(method_name(alpha, baseline), []))
+            pair = paired(b, a)
+            if not pair.seeds:
+                continue
+            p_value = MISSING if pair.p_value is None else f"{pair.p_value:.3f}"
+            rows.append(
+                f"| {alpha:g} | {NAMES[variant]} - {NAMES[baseline]} | {pair.diff.n} | "
+                f"{pair.diff.mean:+.2f} | {_ci(pair.diff)} | {p_value} |"
+            )
+    return rows
+
+
 def time_rows(
     alphas: Sequence[float], ablation_alphas: Sequence[float], runs: dict[str, list[Run]]
 ) -> list[str]:
@@ -513,7 +637,9 @@ def time_rows(
         "|---" * (len(alphas) + 1) + "|",
     ]
     total = 0.0
-    for base in base_methods(bool(ablation_alphas)):
+    for base in base_methods(bool(ablation_alphas), ALL_METHODS):
+        if base in EXTRA_METHODS and not any(runs.get(method_name(a, base)) for a in alphas):
+            continue
         cells = []
         for alpha in alphas:
             rs = runs.get(method_name(alpha, base), [])
@@ -535,8 +661,11 @@ def table(
 ) -> str:
     """``table.md`` from the finished runs kept in ``results`` (missing ones show ``–``)."""
     ablation_alphas = [a for a in ablation_alphas if a in alphas]
-    runs = load_runs(results, method_grid(alphas, ablation_alphas))
+    runs = load_runs(results, method_grid(alphas, ablation_alphas, ALL_METHODS))
     name = REFERENCE_NAMES.get(reference or "", "")
+    # A method run only on request (``--methods``) has a column where some run of it is kept.
+    shown = {m for m in ALL_METHODS if any(runs.get(method_name(a, m)) for a in alphas)}
+    table1 = [c for c in TABLE1_COLUMNS if c[1] not in EXTRA_METHODS or c[1] in shown]
     rows = [
         f"# Co-Boosting at CPU scale: {title} (benchmarks/coboosting_table1.py)",
         "",
@@ -548,7 +677,7 @@ def table(
         "",
         *accuracy_table(
             "Server model (paper Table 1; FedAvg: the one-shot parameter average):",
-            TABLE1_COLUMNS,
+            table1,
             alphas,
             runs,
             PAPER_TABLE1.get(reference or ""),
@@ -573,6 +702,9 @@ def table(
     if ablation_alphas:
         rows += ["", *ablation_rows(ablation_alphas, runs)]
     rows += ["", *time_rows(alphas, ablation_alphas, runs)]
+    intervals = interval_rows(alphas, runs)
+    if intervals:
+        rows += ["", *intervals]
     return "\n".join(rows)
 
 
@@ -594,6 +726,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="alphas that also run the Table-7 ablation, those of --alphas only (none given: "
         "no ablation)",
     )
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(DEFAULT_METHODS),
+        help=f"the methods to run (default: {' '.join(DEFAULT_METHODS)}; also "
+        f"{' '.join(EXTRA_METHODS)}); the runs whose uploads they reuse are added",
+    )
     parser.add_argument("--tag", default=DEFAULT_TAG)
     add_data_arguments(parser)
     parser.add_argument("--table-only", action="store_true")
@@ -607,7 +746,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     args = parse_args(argv)
     results = ROOT / "benchmarks" / "results" / args.tag
-    methods = method_grid(args.alphas, args.ablation_alphas)
+    try:
+        methods = method_grid(args.alphas, args.ablation_alphas, args.methods)
+    except ValueError as exc:
+        sys.exit(f"--methods: {exc}")
     failed: list[str] = []
     dataset = check_grid(args.config, methods, args.overrides)
     if not args.table_only:

@@ -98,6 +98,33 @@ def test_grid_runs_every_source_before_the_runs_that_reuse_its_uploads(driver) -
         driver.method_overrides("a0.1-fedavg")
 
 
+def test_methods_choose_the_runs_and_bring_the_sources_they_reuse(driver) -> None:
+    assert driver.method_grid([0.1], [], ["coboosting_sign"]) == [
+        "a0.1-oneshot",
+        "a0.1-coboosting_sign",
+    ]
+    assert driver.method_grid([0.1], [], ["coboosting_fedgo_odds", "dense"]) == [
+        "a0.1-oneshot",
+        "a0.1-dense",
+        "a0.1-coboosting_fedgo",
+        "a0.1-coboosting_fedgo_odds",
+    ]
+    assert driver.method_grid([0.1], [], driver.DEFAULT_METHODS) == driver.method_grid([0.1])
+    assert "a0.1-coboosting_sign" not in driver.method_grid([0.1])  # only when asked
+    with pytest.raises(ValueError, match="unknown methods \\['fedavg'\\]"):
+        driver.method_grid([0.1], [], ["coboosting", "fedavg"])
+    args = driver.parse_args(["--methods", "coboosting_sign", "feddf"])
+    assert args.methods == ["coboosting_sign", "feddf"]
+    # The sign step is the authors' diversification, everything else Co-Boosting's; it reuses
+    # oneshot's uploads and trains the same clients as every other method of its alpha.
+    sign = driver.load_config(DIGITS, driver.method_overrides("a0.1-coboosting_sign"))
+    paper = driver.load_config(DIGITS, driver.method_overrides("a0.1-coboosting"))
+    assert (sign.strategy.name, sign.strategy.params.boost.variant) == ("coboosting", "code")
+    assert paper.strategy.params.boost.variant == "paper"
+    assert driver.source_method("a0.1-coboosting_sign") == "a0.1-oneshot"
+    driver.check_grid(DIGITS, driver.method_grid([0.1], [], driver.ALL_METHODS), [])
+
+
 def test_ablation_rows_switch_exactly_their_components(driver) -> None:
     names = [driver.ablation_name(*flags) for flags in driver.ABLATION]
     assert names == [*ABLATION_RUNS, "coboosting"]
@@ -482,6 +509,51 @@ def test_table7_check_marks_and_wall_times(driver, records) -> None:
     assert _rows(times, "coboosting") == ["| coboosting | – | 110.0 ± 14.1 |"]
     assert _rows(times, "abl-none") == ["| abl-none | – | – |"]  # no total_time recorded
     assert "All kept runs: 313 s (0.09 h) of run time." in times  # 33 + 220 + 2 x 30
+
+
+def test_intervals_and_paired_differences_by_hand(driver, records) -> None:
+    text = driver.table(records, alphas=[0.1], ablation_alphas=[])
+    part = _section(text, "Server model with 95% t intervals")
+    assert part.startswith(" over seeds, and paired differences")
+    assert "tuning seeds: not for claims (seeds 0, 1, 2" in part.splitlines()[0]
+    # FedAvg 25/30/35: mean 30, sd 5, half width t(0.975, 2) 5 / sqrt(3) = 12.42
+    assert _rows(part, "0.1 | FedAvg") == [
+        "| 0.1 | FedAvg | 3 | 30.00 | [17.58, 42.42] | 0: 25.00, 1: 30.00, 2: 35.00 |"
+    ]
+    assert _rows(part, "0.1 | DENSE") == []  # no run: no row
+    # Co-Boosting - FedAvg on seeds 0 and 1: 30 and 27 points; mean 28.5, sd 2.12, t = 19.0
+    # on 1 degree of freedom: p = 0.033; half width t(0.975, 1) 2.12 / sqrt(2) = 19.06
+    assert _rows(part, "0.1 | Co-Boosting - FedAvg") == [
+        "| 0.1 | Co-Boosting - FedAvg | 2 | +28.50 | [9.44, 47.56] | 0.033 |"
+    ]
+    # ... and against FedDF (40, 50): 15 and 7 points, t = 2.75, p = 0.222
+    assert _rows(part, "0.1 | Co-Boosting - FedDF") == [
+        "| 0.1 | Co-Boosting - FedDF | 2 | +11.00 | [-39.82, 61.82] | 0.222 |"
+    ]
+    assert "Co-Boosting, sign step" not in text  # no run of it: no column, no row
+    _run(records, "a0.1-coboosting_sign-seed1", final_accuracy=0.60, total_time=90.0)
+    _run(records, "a0.1-coboosting_sign-seed100", final_accuracy=0.61)
+    text = driver.table(records, alphas=[0.1], ablation_alphas=[])
+    server = _section(text, "Server model", "Ensemble of the client models")
+    assert "| Co-Boosting | Co-Boosting, sign step | CB + FedGO" in server
+    assert _rows(server, "0.1") == [
+        "| 0.1 | 4 | 30.00 ± 5.00 (n=3) | 45.00 ± 7.07 (n=2) | – | 56.00 ± 1.41 (n=2) "
+        "| 60.50 ± 0.71 (n=2) | 58.00 ± 0.00 (n=1) | – |"
+    ]
+    part = _section(text, "Server model with 95% t intervals")
+    assert "tuning seeds: not for claims (seeds 0, 1, 2, 100:" in part.splitlines()[0]
+    # one pair (seed 1: 60 - 57): a difference, no interval, no test
+    assert _rows(part, "0.1 | Co-Boosting, sign step - Co-Boosting") == [
+        "| 0.1 | Co-Boosting, sign step - Co-Boosting | 1 | +3.00 | – | – |"
+    ]
+    assert _rows(_section(text, "Wall time per run"), "coboosting_sign") == [
+        "| coboosting_sign | 90.0 ± 0.0 |"
+    ]
+    report = records / "report"
+    for seed, acc in ((100, 0.2), (101, 0.3)):
+        _run(report, f"a0.1-coboosting-seed{seed}", final_accuracy=acc)
+    first = _section(driver.table(report, alphas=[0.1]), "Server model with 95% t intervals")
+    assert "report seeds (100, 101): never used for a choice" in first.splitlines()[0]
 
 
 def test_table_without_a_reference_or_runs(driver, records, tmp_path: Path) -> None:
