@@ -74,14 +74,15 @@ from benchmarks.sweep import (
     fmt,
     load_config,
     load_runs,
+    mean_ci,
+    paired_cell,
     parse_with_overrides,
     run_child,
     run_grid,
     run_name,
+    seed_note,
     write_table,
 )
-from fedgo_flwr.app.sweep.seeds import classify
-from fedgo_flwr.app.sweep.stats import LEVEL, Summary, paired, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/coboosting-cifar10-cpu.yaml"
@@ -562,65 +563,46 @@ PAIRS = (  # (variant, baseline): the paper's claims on Table 1, and what this p
 NAMES = {m: header for header, m, _ in TABLE1_COLUMNS}
 
 
-def _pct(value: float | None) -> str:
-    return MISSING if value is None else f"{value:.2f}"
-
-
-def _ci(summary: Summary) -> str:
-    if summary.ci_low is None:
-        return MISSING
-    return f"[{summary.ci_low:.2f}, {summary.ci_high:.2f}]"
-
-
-def by_seed(runs: Sequence[Run], key: str = "final_accuracy") -> dict[int, float | None]:
-    """``key`` of each seed's run, in percent (``None`` where the summary lacks it)."""
-    out: dict[int, float | None] = {}
-    for run in runs:
-        value = run.summary.get(key)
-        out[int(run.seed.removeprefix("seed"))] = None if value is None else 100.0 * float(value)
-    return out
-
-
 def interval_rows(alphas: Sequence[float], runs: dict[str, list[Run]]) -> list[str]:
     """The server models' accuracies with 95% t intervals over seeds and the paired
-    differences of :data:`PAIRS` (runs of one seed share their clients' models), with the
-    seeds and what they may claim (:mod:`fedgo_flwr.app.sweep.seeds`)."""
+    differences of :data:`PAIRS` (runs of one seed share their clients' models), under the
+    seed set's note (:func:`benchmarks.sweep.seed_note`: only report seeds back a claim)."""
     seeds = sorted({int(r.seed.removeprefix("seed")) for rs in runs.values() for r in rs})
     if not seeds:
         return []
+
+    def accuracy(run: Run) -> float | None:
+        return run.summary.get("final_accuracy")
+
     rows = [
-        f"Server model with {LEVEL:.0%} t intervals over seeds, and paired differences "
-        f"(variant minus baseline on the seeds both ran; two-sided paired t-test): "
-        f"{classify(tuple(seeds)).note}.",
+        "Server model, test accuracy % with the half-width of its 95% t interval over seeds, "
+        "and paired differences (variant minus baseline, on the seeds both ran: mean [95% CI], "
+        f"two-sided paired t-test): {seed_note(seeds)}.",
         "",
-        "| alpha | method | seeds | mean | 95% CI | per seed |",
-        "|---|---|---|---|---|---|",
+        "| alpha | method | mean ± 95% CI | per seed |",
+        "|---|---|---|---|",
     ]
     for alpha in alphas:
         for header, method, key in TABLE1_COLUMNS:
-            values = by_seed(runs.get(method_name(alpha, method), []), key)
-            if not values:
+            rs = runs.get(method_name(alpha, method), [])
+            if not rs:
                 continue
-            s = summarize(values.values())
-            each = ", ".join(f"{seed}: {_pct(v)}" for seed, v in sorted(values.items()))
-            rows.append(f"| {alpha:g} | {header} | {s.n} | {_pct(s.mean)} | {_ci(s)} | {each} |")
-    rows += [
-        "",
-        "| alpha | variant - baseline (points) | pairs | mean | 95% CI | p |",
-        "|---|---|---|---|---|---|",
-    ]
+            values = [r.summary.get(key) for r in rs]
+            each = ", ".join(
+                f"{r.seed.removeprefix('seed')}: {100 * v:.2f}"
+                for r, v in zip(rs, values, strict=True)
+                if v is not None
+            )
+            kept = [v for v in values if v is not None]
+            rows.append(f"| {alpha:g} | {header} | {mean_ci(kept)} | {each} |")
+    rows += ["", "| alpha | variant - baseline (points) | difference |", "|---|---|---|"]
     for alpha in alphas:
         for variant, baseline in PAIRS:
-            a = by_seed(runs.get(method_name(alpha, variant), []))
-            b = by_seed(runs.get(method_name(alpha, baseline), []))
-            pair = paired(b, a)
-            if not pair.seeds:
-                continue
-            p_value = MISSING if pair.p_value is None else f"{pair.p_value:.3f}"
-            rows.append(
-                f"| {alpha:g} | {NAMES[variant]} - {NAMES[baseline]} | {pair.diff.n} | "
-                f"{pair.diff.mean:+.2f} | {_ci(pair.diff)} | {p_value} |"
-            )
+            a = runs.get(method_name(alpha, variant), [])
+            b = runs.get(method_name(alpha, baseline), [])
+            cell = paired_cell(b, a, accuracy)
+            if cell != "-":
+                rows.append(f"| {alpha:g} | {NAMES[variant]} - {NAMES[baseline]} | {cell} |")
     return rows
 
 

@@ -513,22 +513,21 @@ def test_table7_check_marks_and_wall_times(driver, records) -> None:
 
 def test_intervals_and_paired_differences_by_hand(driver, records) -> None:
     text = driver.table(records, alphas=[0.1], ablation_alphas=[])
-    part = _section(text, "Server model with 95% t intervals")
-    assert part.startswith(" over seeds, and paired differences")
+    part = _section(text, "Server model, test accuracy % with the half-width")
     assert "tuning seeds: not for claims (seeds 0, 1, 2" in part.splitlines()[0]
     # FedAvg 25/30/35: mean 30, sd 5, half width t(0.975, 2) 5 / sqrt(3) = 12.42
     assert _rows(part, "0.1 | FedAvg") == [
-        "| 0.1 | FedAvg | 3 | 30.00 | [17.58, 42.42] | 0: 25.00, 1: 30.00, 2: 35.00 |"
+        "| 0.1 | FedAvg | 30.0 ± 12.4 | 0: 25.00, 1: 30.00, 2: 35.00 |"
     ]
     assert _rows(part, "0.1 | DENSE") == []  # no run: no row
     # Co-Boosting - FedAvg on seeds 0 and 1: 30 and 27 points; mean 28.5, sd 2.12, t = 19.0
     # on 1 degree of freedom: p = 0.033; half width t(0.975, 1) 2.12 / sqrt(2) = 19.06
     assert _rows(part, "0.1 | Co-Boosting - FedAvg") == [
-        "| 0.1 | Co-Boosting - FedAvg | 2 | +28.50 | [9.44, 47.56] | 0.033 |"
+        "| 0.1 | Co-Boosting - FedAvg | +28.5 [+9.4, +47.6] p=0.033 (n=2) |"
     ]
     # ... and against FedDF (40, 50): 15 and 7 points, t = 2.75, p = 0.222
     assert _rows(part, "0.1 | Co-Boosting - FedDF") == [
-        "| 0.1 | Co-Boosting - FedDF | 2 | +11.00 | [-39.82, 61.82] | 0.222 |"
+        "| 0.1 | Co-Boosting - FedDF | +11.0 [-39.8, +61.8] p=0.22 (n=2) |"
     ]
     assert "Co-Boosting, sign step" not in text  # no run of it: no column, no row
     _run(records, "a0.1-coboosting_sign-seed1", final_accuracy=0.60, total_time=90.0)
@@ -540,11 +539,11 @@ def test_intervals_and_paired_differences_by_hand(driver, records) -> None:
         "| 0.1 | 4 | 30.00 ± 5.00 (n=3) | 45.00 ± 7.07 (n=2) | – | 56.00 ± 1.41 (n=2) "
         "| 60.50 ± 0.71 (n=2) | 58.00 ± 0.00 (n=1) | – |"
     ]
-    part = _section(text, "Server model with 95% t intervals")
+    part = _section(text, "Server model, test accuracy % with the half-width")
     assert "tuning seeds: not for claims (seeds 0, 1, 2, 100:" in part.splitlines()[0]
     # one pair (seed 1: 60 - 57): a difference, no interval, no test
     assert _rows(part, "0.1 | Co-Boosting, sign step - Co-Boosting") == [
-        "| 0.1 | Co-Boosting, sign step - Co-Boosting | 1 | +3.00 | – | – |"
+        "| 0.1 | Co-Boosting, sign step - Co-Boosting | +3.0 (n=1) |"
     ]
     assert _rows(_section(text, "Wall time per run"), "coboosting_sign") == [
         "| coboosting_sign | 90.0 ± 0.0 |"
@@ -552,7 +551,7 @@ def test_intervals_and_paired_differences_by_hand(driver, records) -> None:
     report = records / "report"
     for seed, acc in ((100, 0.2), (101, 0.3)):
         _run(report, f"a0.1-coboosting-seed{seed}", final_accuracy=acc)
-    first = _section(driver.table(report, alphas=[0.1]), "Server model with 95% t intervals")
+    first = _section(driver.table(report, alphas=[0.1]), "Server model, test accuracy % with")
     assert "report seeds (100, 101): never used for a choice" in first.splitlines()[0]
 
 
