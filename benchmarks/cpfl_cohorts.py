@@ -46,10 +46,13 @@ from benchmarks.sweep import (
     fmt,
     load_config,
     load_runs,
+    mean_ci,
+    paired_cell,
     parse_with_overrides,
     run_child,
     run_grid,
     run_name,
+    seed_note,
     write_table,
 )
 
@@ -284,6 +287,53 @@ def finish_rows(
     return rows
 
 
+def capped(run: Run) -> bool:
+    """Whether any cohort of the run stopped at the round cap instead of by its rule (its
+    time to convergence is then a lower bound, and so is a speed-up against it)."""
+    return "max_rounds" in (run.summary.get("cohort_status") or [])
+
+
+def interval_rows(
+    alphas: Sequence[float], cohorts: Sequence[int], runs: dict[str, list[Run]]
+) -> list[str]:
+    """Table (4): the student's accuracy with its 95% t interval over seeds, its paired
+    difference from n = 1, and the speed-up and CPU-hours ratio against n = 1 with their
+    intervals (the ratios are per seed), with how many runs had a cohort stopped by the cap,
+    under the seed set's note (:func:`benchmarks.sweep.seed_note`)."""
+    seeds = sorted({int(r.seed.removeprefix("seed")) for rs in runs.values() for r in rs})
+    if not seeds:
+        return []
+
+    def accuracy(run: Run) -> float | None:
+        return run.summary.get("final_accuracy")
+
+    rows = [
+        "With 95% t intervals over seeds (mean ± half-width; against n = 1 seed by seed: the "
+        "accuracy difference with a paired t-test, the ratios as above; capped: runs with a "
+        f"cohort stopped by the round cap, whose ratios are bounds): {seed_note(seeds)}.",
+        "",
+        "| alpha | n | student acc (%) | acc - n=1 (points) | speed-up vs n=1 "
+        "| CPU-hours ratio vs n=1 | capped |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for alpha in alphas:
+        base = runs.get(method_name(alpha, 1), [])
+        for n in cohorts:
+            rs = runs.get(method_name(alpha, n), [])
+            if not rs:
+                continue
+            acc = [a for a in map(accuracy, rs) if a is not None]
+            diff = "" if n == 1 else paired_cell(base, rs, accuracy)
+            speed = per_seed_ratios(base, rs, "sim_time_to_convergence_h")
+            cpu = per_seed_ratios(base, rs, "cpu_hours")
+            ratios = ("", "") if n == 1 else (mean_ci(speed, 1.0, 2), mean_ci(cpu, 1.0, 2))
+            rows.append(
+                f"| {alpha:g} | {n} | {mean_ci(acc)} | {diff} | {ratios[0]} | {ratios[1]} "
+                f"| {sum(map(capped, rs))} of {len(rs)} |"
+            )
+    return rows
+
+
 def table(results: Path, alphas: Sequence[float] = ALPHAS, cohorts: Sequence[int] = COHORTS) -> str:
     """``table.md`` from the finished runs kept in ``results`` (missing ones show ``–``)."""
     runs = load_runs(results, method_grid(alphas, cohorts))
@@ -301,6 +351,9 @@ def table(results: Path, alphas: Sequence[float] = ALPHAS, cohorts: Sequence[int
         rows += ["", *main_rows(alpha, cohorts, runs)]
     rows += ["", *teacher_rows(alphas, cohorts, runs)]
     rows += ["", *finish_rows(alphas, cohorts, runs)]
+    intervals = interval_rows(alphas, cohorts, runs)
+    if intervals:
+        rows += ["", *intervals]
     return "\n".join(rows)
 
 

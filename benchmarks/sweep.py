@@ -491,15 +491,15 @@ def mean_sd(values: Sequence[float], scale: float = 100.0) -> str:
     return f"{s.mean * scale:.1f} ± {(s.sd or 0.0) * scale:.1f}" + _nan_note(s.n_nan)
 
 
-def mean_ci(values: Sequence[float], scale: float = 100.0) -> str:
-    """``"m ± h"``: the mean and the half-width of its 95% t interval, times ``scale``, one
-    decimal (``"m (n=1, no CI)"`` for one value, ``"-"`` for none)."""
+def mean_ci(values: Sequence[float], scale: float = 100.0, digits: int = 1) -> str:
+    """``"m ± h"``: the mean and the half-width of its 95% t interval, times ``scale``, with
+    ``digits`` decimals (``"m (n=1, no CI)"`` for one value, ``"-"`` for none)."""
     s = summarize(values)
     if s.n == 0:
         return "-" + _nan_note(s.n_nan)
     if s.n == 1:
-        return f"{s.mean * scale:.1f} (n=1, no CI)" + _nan_note(s.n_nan)
-    return f"{s.mean * scale:.1f} ± {s.half_width * scale:.1f}" + _nan_note(s.n_nan)
+        return f"{s.mean * scale:.{digits}f} (n=1, no CI)" + _nan_note(s.n_nan)
+    return f"{s.mean * scale:.{digits}f} ± {s.half_width * scale:.{digits}f}" + _nan_note(s.n_nan)
 
 
 def paired_cell(

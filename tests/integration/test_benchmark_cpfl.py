@@ -223,7 +223,7 @@ def test_table_teacher_vs_student_delta_is_per_seed_student_minus_teacher(driver
 
 def test_table_finish_quantiles_pool_every_cohort_of_every_seed(driver, results) -> None:
     text = driver.table(results)
-    finish = text.split("Cohort finish times")[1]
+    finish = text.split("Cohort finish times")[1].split("With 95% t intervals")[0]
     (row,) = [r for r in _rows(finish, "0.1") if r.startswith("| 0.1 | 4 |")]
     pooled = sorted([1, 2, 4, 5, 1, 3, 6, 10, 0.5, 0.5, 0.5, 1])
     q = statistics.quantiles(pooled, n=4, method="inclusive")
@@ -231,6 +231,24 @@ def test_table_finish_quantiles_pool_every_cohort_of_every_seed(driver, results)
     # by T/2: seed 0 (T 5) 2 of 4, seed 1 (T 10) 2 of 4, seed 2 (T 1) 3 of 4 -> 7 of 12
     assert row == "| 0.1 | 4 | 3 | 12 | 0.50 | 0.88 | 1.50 | 4.25 | 10.00 | 58% | 1 |"
     assert "| 1 | 16 | 0 | – | – | – | – | – | – | – | – |" in finish
+
+
+def test_table_intervals_pair_each_seed_with_its_n1_run_and_count_capped_runs(
+    driver, results
+) -> None:
+    text = driver.table(results)
+    part = text.split("With 95% t intervals over seeds")[1]
+    assert "tuning seeds: not for claims (seeds 0, 1, 2" in part.splitlines()[0]
+    # n = 1: 70 and 72, half width t(0.975, 1) sd / sqrt(2) = 12.71; no comparison with itself
+    assert _rows(part, "0.1 | 1") == ["| 0.1 | 1 | 71.0 ± 12.7 |  |  |  | 0 of 2 |"]
+    # n = 4: 60, 62, 58 (half width t(0.975, 2) 2 / sqrt(3) = 4.97); against n = 1 on seeds 0
+    # and 1 only: -10 both times (an interval of zero width, no test); speed-ups 2 and 3
+    # (12.71 x 0.71 / sqrt(2) = 6.35), CPU-hours ratios 1.25 and 1.75 (3.18); seed 1 capped
+    assert _rows(part, "0.1 | 4") == [
+        "| 0.1 | 4 | 60.0 ± 5.0 | -10.0 [-10.0, -10.0] (n=2) | 2.50 ± 6.35 | 1.50 ± 3.18 | 1 of 3 |"
+    ]
+    assert _rows(part, "0.1 | 2") == [] and _rows(part, "1 | 1") == []  # no runs: no rows
+    assert "With 95% t intervals" not in driver.table(results / "none", alphas=[0.1])
 
 
 def test_table_of_an_empty_results_folder_is_all_dashes(driver, tmp_path: Path) -> None:
