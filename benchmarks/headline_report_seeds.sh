@@ -14,28 +14,37 @@
 #
 # Accuracy only: it may run niced beside other work. Every finished run's records are kept in
 # benchmarks/results/headline-report/<alpha>/runs.tar.xz (the sweep's --archive), so a later
-# session on a fresh machine goes on where this one stopped. Tables: python -m
-# fedgo_flwr.app.sweep <the same variants> --seeds report --out OUT_DIR/a0.1 --archive
-# benchmarks/results/headline-report/a0.1/runs.tar.xz --table-only (and a0.05).
+# session on a fresh machine goes on where this one stopped. After each seed the tables of every
+# kept run (report seeds, paired against FedDF) are written next to the archives (table.md,
+# table.json: the sweep's --table-only).
 set -euo pipefail
 data=${1:?CIFAR-10 JPEG tree}; out=${2:?output folder}; shift 2
 seeds=("$@"); [[ ${#seeds[@]} -gt 0 ]] || seeds=(100 101 102 103 104)
 cd "$(dirname "$0")/.."
 py=${FEDGO_PYTHON:-.venv/bin/python}
-kept=benchmarks/results/headline-report
+kept=${FEDGO_HEADLINE_KEPT:-benchmarks/results/headline-report}  # the archives and tables
 B=conf/bench/cifar10-cpu-bn.yaml
 SR="strategy.name=fedgo strategy.weighting=fedgo strategy.discriminator.reference=server \
 strategy.discriminator.epochs=30 strategy.discriminator.spectral_norm=true \
 'strategy.weighting_params={fedgo: {disc_mode: sigmoid}}'"
+A01=("fedavg=$B strategy.name=fedavg"
+     "feddf=$B strategy.name=feddf strategy.weighting=uniform"
+     "fedgo=$B strategy.name=fedgo strategy.weighting=fedgo strategy.discriminator.epochs=30"
+     "fedgo_server=$B $SR")
+A005=("feddf=$B strategy.name=feddf strategy.weighting=uniform" "fedgo_server=$B $SR")
+sweep() {  # ALPHA_DIR SEEDS [ARGS...] VARIANTS...: one sweep of the kept runs' archive
+  local dir=$1 seeds=$2; shift 2
+  PYTHONPATH=$PWD nice -n 19 "$py" -m fedgo_flwr.app.sweep "$@" --baseline feddf --seeds "$seeds" \
+    --out "$out/$dir" --archive "$kept/$dir/runs.tar.xz" "data.path=$data" resources.server_cpus=1
+}
+table() {  # ALPHA_DIR [ARGS...] VARIANTS...: the table of every kept run, next to the archive
+  local dir=$1; shift
+  sweep "$dir" report "$@" --table-only > /dev/null
+  cp "$out/$dir/table.md" "$out/$dir/table.json" "$kept/$dir/"
+}
 for s in "${seeds[@]}"; do
-  PYTHONPATH=$PWD nice -n 19 "$py" -m fedgo_flwr.app.sweep \
-    "fedavg=$B strategy.name=fedavg" \
-    "feddf=$B strategy.name=feddf strategy.weighting=uniform" \
-    "fedgo=$B strategy.name=fedgo strategy.weighting=fedgo strategy.discriminator.epochs=30" \
-    "fedgo_server=$B $SR" \
-    --baseline feddf --seeds "$s" --out "$out/a0.1" --archive "$kept/a0.1/runs.tar.xz" "data.path=$data" resources.server_cpus=1
-  PYTHONPATH=$PWD nice -n 19 "$py" -m fedgo_flwr.app.sweep \
-    "feddf=$B strategy.name=feddf strategy.weighting=uniform" \
-    "fedgo_server=$B $SR" \
-    --baseline feddf --seeds "$s" --out "$out/a0.05" --archive "$kept/a0.05/runs.tar.xz" "data.path=$data" resources.server_cpus=1 data.alpha=0.05
+  sweep a0.1 "$s" "${A01[@]}"
+  sweep a0.05 "$s" "${A005[@]}" data.alpha=0.05
+  table a0.1 "${A01[@]}"
+  table a0.05 "${A005[@]}" data.alpha=0.05
 done
