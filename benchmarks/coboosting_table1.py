@@ -190,11 +190,9 @@ def base_methods(ablation: bool, chosen: Iterable[str] | None = None) -> list[st
     ``chosen``: the methods to run (default :data:`DEFAULT_METHODS`); the sources they reuse
     uploads from are added. The ablation's runs come with ``ablation``."""
     chosen = set(DEFAULT_METHODS if chosen is None else chosen)
-    unknown = sorted(chosen - set(DEFAULT_METHODS) - set(EXTRA_METHODS))
+    unknown = sorted(chosen - set(ALL_METHODS))
     if unknown:
-        raise ValueError(
-            f"unknown methods {unknown}: choose from {[*DEFAULT_METHODS, *EXTRA_METHODS]}"
-        )
+        raise ValueError(f"unknown methods {unknown}: choose from {list(ALL_METHODS)}")
     for base in list(chosen):
         while (source := source_of(base)) is not None:
             chosen.add(source)
