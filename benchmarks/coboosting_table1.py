@@ -71,6 +71,7 @@ from benchmarks.sweep import (
     child,
     child_command,
     ensure_data,
+    final_accuracy,
     fmt,
     load_config,
     load_runs,
@@ -81,6 +82,7 @@ from benchmarks.sweep import (
     run_grid,
     run_name,
     seed_note,
+    seeds_of,
     write_table,
 )
 
@@ -565,13 +567,9 @@ def interval_rows(alphas: Sequence[float], runs: dict[str, list[Run]]) -> list[s
     """The server models' accuracies with 95% t intervals over seeds and the paired
     differences of :data:`PAIRS` (runs of one seed share their clients' models), under the
     seed set's note (:func:`benchmarks.sweep.seed_note`: only report seeds back a claim)."""
-    seeds = sorted({int(r.seed.removeprefix("seed")) for rs in runs.values() for r in rs})
+    seeds = seeds_of(runs)
     if not seeds:
         return []
-
-    def accuracy(run: Run) -> float | None:
-        return run.summary.get("final_accuracy")
-
     rows = [
         "Server model, test accuracy % with the half-width of its 95% t interval over seeds, "
         "and paired differences (variant minus baseline, on the seeds both ran: mean [95% CI], "
@@ -598,7 +596,7 @@ def interval_rows(alphas: Sequence[float], runs: dict[str, list[Run]]) -> list[s
         for variant, baseline in PAIRS:
             a = runs.get(method_name(alpha, variant), [])
             b = runs.get(method_name(alpha, baseline), [])
-            cell = paired_cell(b, a, accuracy)
+            cell = paired_cell(b, a, final_accuracy)
             if cell != "-":
                 rows.append(f"| {alpha:g} | {NAMES[variant]} - {NAMES[baseline]} | {cell} |")
     return rows

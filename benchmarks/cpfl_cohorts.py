@@ -43,6 +43,7 @@ from benchmarks.sweep import (
     child_command,
     column,
     ensure_data,
+    final_accuracy,
     fmt,
     load_config,
     load_runs,
@@ -53,6 +54,7 @@ from benchmarks.sweep import (
     run_grid,
     run_name,
     seed_note,
+    seeds_of,
     write_table,
 )
 
@@ -300,13 +302,9 @@ def interval_rows(
     difference from n = 1, and the speed-up and CPU-hours ratio against n = 1 with their
     intervals (the ratios are per seed), with how many runs had a cohort stopped by the cap,
     under the seed set's note (:func:`benchmarks.sweep.seed_note`)."""
-    seeds = sorted({int(r.seed.removeprefix("seed")) for rs in runs.values() for r in rs})
+    seeds = seeds_of(runs)
     if not seeds:
         return []
-
-    def accuracy(run: Run) -> float | None:
-        return run.summary.get("final_accuracy")
-
     rows = [
         "With 95% t intervals over seeds (mean ± half-width; against n = 1 seed by seed: the "
         "accuracy difference with a paired t-test, the ratios as above; capped: runs with a "
@@ -322,8 +320,8 @@ def interval_rows(
             rs = runs.get(method_name(alpha, n), [])
             if not rs:
                 continue
-            acc = [a for a in map(accuracy, rs) if a is not None]
-            diff = "" if n == 1 else paired_cell(base, rs, accuracy)
+            acc = [a for a in map(final_accuracy, rs) if a is not None]
+            diff = "" if n == 1 else paired_cell(base, rs, final_accuracy)
             speed = per_seed_ratios(base, rs, "sim_time_to_convergence_h")
             cpu = per_seed_ratios(base, rs, "cpu_hours")
             ratios = ("", "") if n == 1 else (mean_ci(speed, 1.0, 2), mean_ci(cpu, 1.0, 2))

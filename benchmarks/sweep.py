@@ -523,6 +523,16 @@ def paired_cell(
     return f"{cell} (n={d.n})"
 
 
+def seeds_of(runs: dict[str, list[Run]]) -> list[int]:
+    """Every seed that some run of ``runs`` (by method, :func:`load_runs`) has, in order."""
+    return sorted({int(r.seed.removeprefix("seed")) for rs in runs.values() for r in rs})
+
+
+def final_accuracy(run: Run) -> float | None:
+    """The run's summary ``final_accuracy`` (``None`` if it has none)."""
+    return run.summary.get("final_accuracy")
+
+
 def seed_note(seeds: Iterable[int]) -> str:
     """The sentence a table's header carries about its seeds: ``"tuning seeds: not for
     claims (...)"`` for any of :data:`TUNING_SEEDS`, ``"report seeds (...)"`` for
