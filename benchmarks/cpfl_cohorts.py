@@ -290,8 +290,9 @@ def finish_rows(
 
 
 def capped(run: Run) -> bool:
-    """Whether any cohort of the run stopped at the round cap instead of by its rule (its
-    time to convergence is then a lower bound, and so is a speed-up against it)."""
+    """Whether any cohort of the run stopped at the round cap instead of by its rule: its time
+    to convergence is then a lower bound, and a ratio with it on either side only a bound
+    (the n = 1 row's count says whether the baseline of every ratio is)."""
     return "max_rounds" in (run.summary.get("cohort_status") or [])
 
 
