@@ -2,9 +2,10 @@
 
 ``benchmarks.scale`` found the simulated server's peak resident memory higher at 10,000
 clients than at 1,000 (the same 100 clients a round), while the same round in one process did
-not grow with K. This script runs one simulation (``flwr.simulation.run_simulation``: the
-ServerApp, Flower's simulation engine and its in-memory message store in this process, the
-clients in Ray workers) of ``conf/bench/scale-cifar10.yaml`` with the scale benchmark's keys,
+not grow with K. This script runs one simulation (``benchmarks.overhead.run_flower``:
+Flower's ``run_simulation`` with the ServerApp, Flower's simulation engine and its in-memory
+message store in this process, the clients in Ray workers) of
+``conf/bench/scale-cifar10.yaml`` with the scale benchmark's keys,
 and samples, every ``--every`` seconds, the process's resident memory and how many messages
 Flower's store holds: instructions not yet taken by a worker (``message_ins_store``) and
 replies not yet pulled by the ServerApp (``message_res_store``), with the bytes of the replies'
@@ -31,12 +32,9 @@ import threading
 import time
 from pathlib import Path
 
-from flwr.simulation import run_simulation
-
+from benchmarks.overhead import run_flower
 from benchmarks.scale import CONFIG, METHODS, overrides
 from benchmarks.sweep import add_data_arguments, ensure_data
-from fedgo_flwr.app.client_app import app as client_app
-from fedgo_flwr.app.server_app import server_app_for
 from fedgo_flwr.runtime.messages import array_bytes
 from strategies import load_experiment
 
@@ -150,12 +148,7 @@ def main() -> None:
         cfg = load_experiment(str(ROOT / CONFIG), [*keys, "rounds=3", f"output_dir={tmp}/run"])
         sampler = Sampler(args.every)
         sampler.start()
-        run_simulation(
-            server_app=server_app_for(cfg),
-            client_app=client_app,
-            num_supernodes=args.supernodes,
-            backend_config={"client_resources": {"num_cpus": cfg.resources.client_cpus}},
-        )
+        run_flower(cfg, args.supernodes)
         sampler.stop.set()
         sampler.join()
         summary = json.loads((Path(tmp) / "run" / "summary.json").read_text())
