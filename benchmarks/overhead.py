@@ -80,17 +80,25 @@ def setup_share(rows: list[dict], parallel: int) -> float | None:
     return statistics.median(spread) / wall
 
 
-def run_flower(cfg: ExperimentConfig, supernodes: int = 0) -> list[dict]:
+def run_flower(
+    cfg: ExperimentConfig, supernodes: int = 0, init_args: dict | None = None
+) -> list[dict]:
+    """``cfg`` as a Flower simulation (Ray backend); its metrics rows. ``init_args`` go to
+    ``ray.init`` (e.g. ``num_cpus``: how many CPUs Ray may give out, so how many clients run
+    at once)."""
+    backend: dict = {
+        "client_resources": {
+            "num_cpus": cfg.resources.client_cpus,
+            "num_gpus": cfg.resources.client_gpus,
+        }
+    }
+    if init_args:
+        backend["init_args"] = dict(init_args)
     run_simulation(
         server_app=server_app_for(cfg),
         client_app=client_app,
         num_supernodes=supernodes or cfg.data.num_clients,
-        backend_config={
-            "client_resources": {
-                "num_cpus": cfg.resources.client_cpus,
-                "num_gpus": cfg.resources.client_gpus,
-            }
-        },
+        backend_config=backend,
     )
     lines = (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]

@@ -18,11 +18,22 @@ its work the full preset does:
   one-off start (data decode, model set-up), so its scaled figure is an upper bound.
 
 Everything else is the preset's own: model, data split, batch sizes, devices (``auto``: CUDA
-when present). The clients run one after another on one device; a Ray simulation with
-``resources.client_gpus: 0.25`` runs four at once, so a real run can be shorter.
+when present). The clients run one after another on one device.
+
+``--side-by-side K`` then runs the same cut run once more as a Flower simulation
+(:func:`benchmarks.overhead.run_flower`: Ray, the preset's ClientApp) with K clients at once:
+``resources.client_gpus`` 1/K on a GPU (Ray puts K clients on each card), and Ray given
+K x ``client_cpus`` CPUs. Each round's client span is its wall time less the server's
+aggregation and evaluation (``round_time - aggregate_time - eval_time``, the split of
+``benchmarks.overhead``), compared over rounds 2.. (round 1 starts Ray's workers and loads
+their data). The span saved per round, scaled by rounds x local epochs (the local-training
+factor), comes off the one-after-another figure: that is the preset's length with its
+clients side by side. The span also holds the clients' set-up and messages, which do not
+grow with local epochs, so the saving is scaled generously: read the figure as a lower
+bound of the side-by-side run's length.
 
     .venv/bin/python -m benchmarks.paper_cost [--config conf/paper/fedgo-cifar10-a0.1.yaml]
-        [--tag NAME] [--data DIR | --archive TAR.GZ] [k=v ...]
+        [--tag NAME] [--data DIR | --archive TAR.GZ] [--side-by-side K] [k=v ...]
 
 Writes ``cost.json`` and ``table.md`` to ``benchmarks/results/paper-cost/<tag>/``.
 """
@@ -30,11 +41,13 @@ Writes ``cost.json`` and ``table.md`` to ``benchmarks/results/paper-cost/<tag>/`
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 from pathlib import Path
 
 import torch
 
+from benchmarks.overhead import run_flower
 from benchmarks.profile_phases import cuts, lengths, machine, profile_run
 from benchmarks.sweep import add_data_arguments, ensure_data
 from fedgo_flwr.experiment.config import ExperimentConfig
@@ -94,7 +107,73 @@ def table(report: dict) -> str:
         f"({report['full_hours_phases']:.1f} h of the phases; the rest scaled by rounds is an "
         "upper bound).",
     ]
+    side = report.get("side_by_side")
+    if side:
+        lines += [
+            "",
+            f"Clients side by side ({side['clients_at_once']} at once, Flower simulation, "
+            f"{side['placement']}): client span per round {side['span_serial_s']:.1f} s one "
+            f"after another, {side['span_side_by_side_s']:.1f} s side by side "
+            f"(**{side['speedup']:.2f}x**); round time {side['round_serial_s']:.1f} -> "
+            f"{side['round_side_by_side_s']:.1f} s; test accuracy by round "
+            f"{side['test_accuracy']}.",
+            f"Full preset, clients side by side: about **{side['full_hours']:.1f} h** (the span "
+            f"saved, {side['saved_hours']:.1f} h, scaled by the local-training factor "
+            f"x{side['factor']:g}: a lower bound).",
+        ]
     return "\n".join(lines)
+
+
+def client_span(rows: list[dict]) -> float:
+    """Median over rounds 2.. (or round 1 alone) of a round's wall time less the server's
+    aggregation and evaluation: the time its clients took, as the server saw it."""
+    rounds = [r for r in rows if r.get("round", 0) > 0]
+    later = rounds[1:] or rounds
+    return statistics.median(
+        r["round_time"] - r.get("aggregate_time", 0.0) - r.get("eval_time", 0.0) for r in later
+    )
+
+
+def later_round_time(rows: list[dict]) -> float:
+    """Median wall time of rounds 2.. (or round 1 alone)."""
+    rounds = [r for r in rows if r.get("round", 0) > 0]
+    return statistics.median(r["round_time"] for r in (rounds[1:] or rounds))
+
+
+def side_by_side_overrides(k: int, cuda: bool) -> tuple[list[str], str]:
+    """The overrides that run ``k`` clients at once in a simulation, and how they are placed."""
+    if cuda:
+        return [f"resources.client_gpus={1 / k!r}"], f"{k} per GPU"
+    return ["resources.client_gpus=0"], f"{k} CPU workers"
+
+
+def side_by_side(
+    serial_rows: list[dict],
+    rows: list[dict],
+    k: int,
+    placement: str,
+    full_hours: float,
+    factor: float,
+    rounds: int,
+) -> dict:
+    """The side-by-side figures from the serial run's and the simulation's metrics rows:
+    the client span saved per round times the cut run's ``rounds`` and the local-training
+    ``factor`` comes off ``full_hours``."""
+    serial, side = client_span(serial_rows), client_span(rows)
+    saved = max(serial - side, 0.0) * rounds * factor / 3600
+    return {
+        "clients_at_once": k,
+        "placement": placement,
+        "span_serial_s": serial,
+        "span_side_by_side_s": side,
+        "speedup": serial / side if side > 0 else float("inf"),
+        "round_serial_s": later_round_time(serial_rows),
+        "round_side_by_side_s": later_round_time(rows),
+        "test_accuracy": [round(r["test_accuracy"], 4) for r in rows if "test_accuracy" in r],
+        "factor": factor,
+        "saved_hours": saved,
+        "full_hours": full_hours - saved,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -103,8 +182,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default=None, help="results folder (default: the config's name)")
     parser.add_argument("--out", default=None, help="results root (default: benchmarks/results)")
     add_data_arguments(parser)
+    parser.add_argument(
+        "--side-by-side",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also run the cut run as a Flower simulation with K clients at once (K >= 2)",
+    )
     parser.add_argument("overrides", nargs="*", help="dotted.key=value, applied to both")
     args = parser.parse_args(argv)
+    if args.side_by_side == 1 or args.side_by_side < 0:
+        parser.error("--side-by-side takes K >= 2 (clients at once)")
     data = ensure_data(ROOT / args.data, args.archive)  # the CIFAR-10 JPEG tree
     base = ["data.dataset=imagefolder", f"data.path={data}", *args.overrides]
     full = load_experiment(str(ROOT / args.config), base)
@@ -119,6 +207,15 @@ def main(argv: list[str] | None = None) -> None:
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         counts, wall, rows = profile_run(cfg)
+        side_rows, placement = None, ""
+        if args.side_by_side:
+            k = args.side_by_side
+            extra, placement = side_by_side_overrides(k, torch.cuda.is_available())
+            sim = load_experiment(
+                str(ROOT / args.config),
+                [*base, *cut_overrides, "checkpoint=false", f"output_dir={tmp}/sim", *extra],
+            )
+            side_rows = run_flower(sim, init_args={"num_cpus": k * sim.resources.client_cpus})
     full_work, cut_work = work(full), work(cfg)
     rest = wall - sum(c.seconds for c in counts.values())
     measured = {n: (c.seconds, c.images, c.images_per_second) for n, c in counts.items()}
@@ -147,6 +244,18 @@ def main(argv: list[str] | None = None) -> None:
         "full_hours_phases": sum(p["full_hours"] for k, p in phases.items() if k != "rest"),
         "full_hours": sum(p["full_hours"] for p in phases.values()),
     }
+    if side_rows is not None:
+        report["side_by_side"] = side_by_side(
+            rows,
+            side_rows,
+            args.side_by_side,
+            placement,
+            report["full_hours"],
+            phases.get("local_training", {}).get(
+                "factor", full_work["local_training"] / cut_work["local_training"]
+            ),
+            cfg.rounds,
+        )
     results.mkdir(parents=True, exist_ok=True)
     (results / "cost.json").write_text(strict_json(report, name="cost.json", indent=2) + "\n")
     text = table(report)
