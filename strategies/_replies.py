@@ -24,7 +24,7 @@ import numpy as np
 from flwr.app import Message, RecordDict
 from flwr.supercore import log
 
-from fedgo_flwr.learning.aggregation import update_problem
+from fedgo_flwr.learning.aggregation import update_problem, upload_norm
 from fedgo_flwr.protocol import TRAIN, ReplySpec, RoundIntake, declaration
 from fedgo_flwr.runtime import messages as msgs
 
@@ -56,6 +56,7 @@ class ReplyIntake:
         each (:class:`fedgo_flwr.protocol.RoundIntake`)."""
         self.sampled = list(pids)
         self.intake = RoundIntake(self.node_ids, self.sampled, self.client_sizes)
+        self._sent_norms: dict[int, tuple[Mapping[str, np.ndarray], Any]] = {}
 
     def reply_spec(self) -> ReplySpec:
         """What a ``train`` reply must hold: the client algorithm's declaration
@@ -95,8 +96,9 @@ class ReplyIntake:
             content=checked.content,
         )
         sent = self.sent_arrays(reply.partition_id)
-        if sent is not None:
-            problem = update_problem(reply.arrays, sent, self.aggregation.update_bound)
+        bound = self.aggregation.update_bound
+        if sent is not None and bound is not None:
+            problem = update_problem(reply.arrays, sent, bound, self.sent_norm(sent))
             if problem is not None:
                 self.drop(reply, problem)
                 return None
@@ -109,6 +111,15 @@ class ReplyIntake:
         if self.heterogeneous and self.client_arch(pid) != self.cfg.model.name:
             return None
         return self.global_arrays or None
+
+    def sent_norm(self, sent: Mapping[str, np.ndarray]) -> Any:
+        """``||sent||`` (:func:`upload_norm`), once per model sent this round: every client
+        of a round (of a cohort, in CPFL) is bounded against the same one."""
+        cache = self.__dict__.setdefault("_sent_norms", {})
+        hit = cache.get(id(sent))
+        if hit is None or hit[0] is not sent:
+            hit = cache[id(sent)] = (sent, upload_norm(sent))
+        return hit[1]
 
     def _record_labels(self, pid: int, key: str) -> tuple[str, str]:
         """How a refused record of client ``pid`` is named with ``model.client_models``."""

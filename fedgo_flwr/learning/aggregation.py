@@ -295,10 +295,13 @@ def update_norm(arrays: Arrays, reference: Arrays) -> float:
     return float(_norm(_deltas(arrays, reference)))
 
 
-def update_problem(arrays: Arrays, reference: Arrays, factor: float | None) -> str | None:
+def update_problem(
+    arrays: Arrays, reference: Arrays, factor: float | None, scale: float | None = None
+) -> str | None:
     """Why a client model ``y`` cannot be an update of ``x = reference`` (``None`` if it can):
     its update is longer than ``factor`` times the model itself, ``||y - x|| > factor ||x||``
-    (every floating array; :func:`update_norm`).
+    (every floating array; :func:`update_norm`). ``scale``: ``||x||`` (:func:`upload_norm`
+    of ``reference``) where the caller has it, since a round sends one model to many clients.
 
     One local run of SGD moves a model by a fraction of its own norm, or a few times it from a
     fresh initialisation; an update ``factor`` (:data:`DEFAULT_UPDATE_BOUND`) times longer is
@@ -311,7 +314,8 @@ def update_problem(arrays: Arrays, reference: Arrays, factor: float | None) -> s
     """
     if factor is None:
         return None
-    scale = upload_norm(reference)
+    if scale is None:
+        scale = upload_norm(reference)
     if scale == 0:
         return None
     norm = _norm(_deltas(arrays, reference))

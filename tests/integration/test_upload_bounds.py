@@ -194,6 +194,36 @@ def test_update_problem_bounds_the_update_by_the_models_own_norm():
     assert update_problem(y, zero, 1.0) is None  # no scale to bound against
     huge = {"w": np.array([3.0, 3e38], np.float32), "n": np.array(7)}
     assert "above" in update_problem(huge, x, 1e30)  # no overflow of the squares
+    assert update_problem(y, x, 1.9, scale=upload_norm(x)) == problem  # the caller's ||x||
+    assert update_problem(y, x, 1.9, scale=100.0) is None  # taken as given
+
+
+@pytest.mark.parametrize(
+    ("overrides", "per_round"),
+    # CPFL: round 1 sends both cohorts the one initial model, round 2 each cohort its own
+    [(["strategy.name=fedavg"], [1, 1]), (["strategy.name=cpfl", "strategy.cohorts=2"], [1, 2])],
+    ids=["fedavg", "cpfl"],
+)
+def test_the_sent_models_norm_is_taken_once_per_model_a_round(
+    tmp_path, monkeypatch, overrides, per_round
+):
+    """Every client of a round (of a cohort) is bounded against the same sent model, so its
+    norm is computed once a round per model, not once a reply."""
+    import strategies._replies as replies
+
+    calls: list[int] = []
+    monkeypatch.setattr(replies, "upload_norm", lambda a: calls.append(1) or upload_norm(a))
+    rounds: list[int] = []
+    opened = replies.ReplyIntake.open_round
+
+    def open_round(self, pids):
+        rounds.append(len(calls))
+        return opened(self, pids)
+
+    monkeypatch.setattr(replies.ReplyIntake, "open_round", open_round)
+    run_inprocess(config(tmp_path, *overrides, "fraction=1.0", "rounds=2"))
+    counts = [b - a for a, b in zip(rounds, [*rounds[1:], len(calls)], strict=True)]
+    assert counts == per_round, counts
 
 
 def test_upload_bound_is_in_the_aggregation_section_and_checked_by_key():
