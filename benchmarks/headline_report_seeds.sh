@@ -38,8 +38,10 @@ sweep() {  # ALPHA_DIR SEEDS [ARGS...] VARIANTS...: one sweep of the kept runs' 
     --out "$out/$dir" --archive "$kept/$dir/runs.tar.xz" "data.path=$data" resources.server_cpus=1
 }
 table() {  # ALPHA_DIR [ARGS...] VARIANTS...: the table of every kept run, next to the archive
-  local dir=$1; shift
-  sweep "$dir" report "$@" --table-only > /dev/null
+  local dir=$1 rc=0; shift
+  # exit 1: the table leaves runs out (the seeds still to come), which it says; 2: bad arguments
+  sweep "$dir" report "$@" --table-only > /dev/null || rc=$?
+  (( rc <= 1 )) || return "$rc"
   cp "$out/$dir/table.md" "$out/$dir/table.json" "$kept/$dir/"
 }
 for s in "${seeds[@]}"; do

@@ -24,6 +24,7 @@ if "--table-only" in args:
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text("table of " + str(out) + "\\n")
     (out / "table.json").write_text("{{}}\\n")
+    sys.exit({table_exit})  # the real sweep: 1 while the table leaves runs out
 """
 
 
@@ -31,22 +32,35 @@ def _variants(args: list[str]) -> list[str]:
     return [a.split("=", 1)[0] for a in args if "=conf/" in a]
 
 
-def test_each_seed_runs_both_alphas_then_writes_both_tables(tmp_path: Path) -> None:
+def _run(tmp_path: Path, table_exit: int) -> tuple[subprocess.CompletedProcess, list, Path, Path]:
     log = tmp_path / "calls.jsonl"
     python = tmp_path / "python"
-    python.write_text(STAND_IN.format(python=sys.executable, log=str(log)))
+    python.write_text(STAND_IN.format(python=sys.executable, log=str(log), table_exit=table_exit))
     python.chmod(0o755)
     kept, out = tmp_path / "kept", tmp_path / "out"
     for alpha in ("a0.1", "a0.05"):
         (kept / alpha).mkdir(parents=True)
     env = {**os.environ, "FEDGO_PYTHON": str(python), "FEDGO_HEADLINE_KEPT": str(kept)}
-    subprocess.run(
+    done = subprocess.run(
         ["bash", str(SCRIPT), ".cache/cifar10-jpg", str(out), "101", "102"],
-        check=True,
         env=env,
         cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     calls = [json.loads(line) for line in log.read_text().splitlines()]
+    return done, calls, kept, out
+
+
+def test_a_sweep_refusing_its_arguments_stops_the_script(tmp_path: Path) -> None:
+    done, calls, _, _ = _run(tmp_path, table_exit=2)
+    assert done.returncode == 2 and len(calls) == 3  # the first table's sweep, then no more
+
+
+def test_each_seed_runs_both_alphas_then_writes_both_tables(tmp_path: Path) -> None:
+    # the tables of the first seed leave the second seed's runs out: exit 1, and it goes on
+    done, calls, kept, out = _run(tmp_path, table_exit=1)
+    assert done.returncode == 0, done.stderr
     assert len(calls) == 8  # per seed: two sweeps, then two tables
     for seed, first in (("101", 0), ("102", 4)):
         a01, a005, t01, t005 = calls[first : first + 4]
