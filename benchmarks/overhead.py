@@ -51,14 +51,14 @@ def round_compute(row: dict, parallel: int) -> float:
     return clients + row.get("aggregate_time", 0.0) + row.get("eval_time", 0.0)
 
 
-def _later(rows: list[dict]) -> list[dict]:
+def later_rounds(rows: list[dict]) -> list[dict]:
     """Rounds 2..R (round 1 loads the data), or round 1 alone."""
     return [r for r in rows if r["round"] > 0][1:] or [r for r in rows if r["round"] > 0]
 
 
 def outside_share(rows: list[dict], parallel: int) -> float:
     """1 - median compute / median wall time over rounds 2..R."""
-    later = _later(rows)
+    later = later_rounds(rows)
     wall = statistics.median(r["round_time"] for r in later)
     return 1 - statistics.median(round_compute(r, parallel) for r in later) / wall
 
@@ -68,7 +68,7 @@ def setup_share(rows: list[dict], parallel: int) -> float | None:
     training (the ClientApp's own set-up and reply: ``client_handler_time_sum`` minus
     ``client_time_sum``, spread over the workers), as a share of the median round; the rest
     is the runtime's (Flower's, or the in-process grid's). ``None`` without handler times."""
-    later = _later(rows)
+    later = later_rounds(rows)
     if not all("client_handler_time_sum" in r for r in later):
         return None
     wall = statistics.median(r["round_time"] for r in later)

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.overhead import run_flower
+from benchmarks.overhead import later_rounds, run_flower
 from benchmarks.profile_phases import cuts, lengths, machine, profile_run
 from benchmarks.sweep import add_data_arguments, ensure_data
 from fedgo_flwr.experiment.config import ExperimentConfig
@@ -125,19 +125,18 @@ def table(report: dict) -> str:
 
 
 def client_span(rows: list[dict]) -> float:
-    """Median over rounds 2.. (or round 1 alone) of a round's wall time less the server's
-    aggregation and evaluation: the time its clients took, as the server saw it."""
-    rounds = [r for r in rows if r.get("round", 0) > 0]
-    later = rounds[1:] or rounds
+    """Median over rounds 2.. (:func:`benchmarks.overhead.later_rounds`) of a round's wall time
+    less the server's aggregation and evaluation: the time its clients took, as the server
+    saw it."""
     return statistics.median(
-        r["round_time"] - r.get("aggregate_time", 0.0) - r.get("eval_time", 0.0) for r in later
+        r["round_time"] - r.get("aggregate_time", 0.0) - r.get("eval_time", 0.0)
+        for r in later_rounds(rows)
     )
 
 
 def later_round_time(rows: list[dict]) -> float:
-    """Median wall time of rounds 2.. (or round 1 alone)."""
-    rounds = [r for r in rows if r.get("round", 0) > 0]
-    return statistics.median(r["round_time"] for r in (rounds[1:] or rounds))
+    """Median wall time of rounds 2.. (:func:`benchmarks.overhead.later_rounds`)."""
+    return statistics.median(r["round_time"] for r in later_rounds(rows))
 
 
 def side_by_side_overrides(k: int, cuda: bool) -> tuple[list[str], str]:
@@ -251,9 +250,7 @@ def main(argv: list[str] | None = None) -> None:
             args.side_by_side,
             placement,
             report["full_hours"],
-            phases.get("local_training", {}).get(
-                "factor", full_work["local_training"] / cut_work["local_training"]
-            ),
+            full_work["local_training"] / cut_work["local_training"],
             cfg.rounds,
         )
     results.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,7 @@ class ReplyIntake:
         each (:class:`fedgo_flwr.protocol.RoundIntake`)."""
         self.sampled = list(pids)
         self.intake = RoundIntake(self.node_ids, self.sampled, self.client_sizes)
-        self._sent_norms: dict[int, tuple[Mapping[str, np.ndarray], Any]] = {}
+        self._sent_norms: dict[int, tuple[Mapping[str, np.ndarray], Any]] = {}  # sent_norm's
 
     def reply_spec(self) -> ReplySpec:
         """What a ``train`` reply must hold: the client algorithm's declaration
@@ -115,10 +115,9 @@ class ReplyIntake:
     def sent_norm(self, sent: Mapping[str, np.ndarray]) -> Any:
         """``||sent||`` (:func:`upload_norm`), once per model sent this round: every client
         of a round (of a cohort, in CPFL) is bounded against the same one."""
-        cache = self.__dict__.setdefault("_sent_norms", {})
-        hit = cache.get(id(sent))
+        hit = self._sent_norms.get(id(sent))
         if hit is None or hit[0] is not sent:
-            hit = cache[id(sent)] = (sent, upload_norm(sent))
+            hit = self._sent_norms[id(sent)] = (sent, upload_norm(sent))
         return hit[1]
 
     def _record_labels(self, pid: int, key: str) -> tuple[str, str]:
