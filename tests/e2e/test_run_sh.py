@@ -181,7 +181,10 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
         ]
 
     resumed = rows(out)
-    assert resumed == rows(tmp_path / "ref")
+    # A client left out of a round names its reason in the run's log (the server's "Dropping
+    # ... of client N" line, the ClientApp's or Ray's error): shown if the metrics differ.
+    why = [x for x in log.splitlines() if any(w in x for w in ("Dropping", "ERROR", "Error"))]
+    assert resumed == rows(tmp_path / "ref"), "\n".join(why) or log[-3000:]
     assert [r["round"] for r in resumed] == list(range(6))
     for row in resumed[1:]:
         assert (row["clients_sampled"], row["clients_replied"], row["clients_failed"]) == (2, 2, 0)
