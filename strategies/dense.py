@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fedgo_flwr.datafree import BoostSettings, SynthesisSettings
+from fedgo_flwr.datafree import PlainBoost, SynthesisSettings
 from strategies.coboosting import CoBoosting, CoBoostingConfig
 
 __all__ = ["DENSE", "DENSEConfig"]
@@ -31,19 +31,11 @@ class DENSESynthesis(SynthesisSettings):
 
 
 @dataclass
-class DENSEBoost(BoostSettings):
-    """No learned weights, no diversification."""
-
-    reweight: bool = False
-    diversify: bool = False
-
-
-@dataclass
 class DENSEConfig(CoBoostingConfig):
     """Co-Boosting's parameters with DENSE's synthesis and boost defaults."""
 
     synthesis: DENSESynthesis = field(default_factory=DENSESynthesis)
-    boost: DENSEBoost = field(default_factory=DENSEBoost)
+    boost: PlainBoost = field(default_factory=PlainBoost)
 
 
 class DENSE(CoBoosting):

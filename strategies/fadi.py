@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from fedgo_flwr.datafree import BoostSettings, SynthesisSettings
+from fedgo_flwr.datafree import PlainBoost, SynthesisSettings
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import client_model_name, load_bundle
@@ -47,19 +47,11 @@ class FADISynthesis(SynthesisSettings):
 
 
 @dataclass
-class FADIBoost(BoostSettings):
-    """No learned weights, no diversification."""
-
-    reweight: bool = False
-    diversify: bool = False
-
-
-@dataclass
 class FADIConfig(CoBoostingConfig):
     """Co-Boosting's parameters with F-ADI's synthesis and boost defaults."""
 
     synthesis: FADISynthesis = field(default_factory=FADISynthesis)
-    boost: FADIBoost = field(default_factory=FADIBoost)
+    boost: PlainBoost = field(default_factory=PlainBoost)
 
 
 class FADI(CoBoosting):

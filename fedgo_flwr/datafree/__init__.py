@@ -56,7 +56,7 @@ Its modules, by what each part owns:
 The names below are re-exported here: ``from fedgo_flwr.datafree import synthesize`` works.
 """
 
-from fedgo_flwr.datafree.engine import ORDERS, BoostSettings, DataFreeDistillation
+from fedgo_flwr.datafree.engine import ORDERS, BoostSettings, DataFreeDistillation, PlainBoost
 from fedgo_flwr.datafree.ensemble import (
     DIVERSIFY_VARIANTS,
     diversify,
@@ -90,6 +90,7 @@ __all__ = [
     "BoostSettings",
     "DataFreeDistillation",
     "Generator",
+    "PlainBoost",
     "SynthesisResult",
     "SynthesisSettings",
     "SyntheticPool",

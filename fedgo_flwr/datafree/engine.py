@@ -86,6 +86,16 @@ class BoostSettings:
         c.require("batch_size", self.batch_size >= 1, "must be >= 1")
 
 
+@dataclass
+class PlainBoost(BoostSettings):
+    """The epoch without Co-Boosting's two boosting steps: the ensemble keeps ``w_k = 1/n`` (no
+    EE) and the student distils on the pool as generated (no DHS). The data-free baselines'
+    (DENSE, F-ADI) distillation in Co-Boosting's Table 1 (paper 004, Sec. 4.1)."""
+
+    reweight: bool = False
+    diversify: bool = False
+
+
 class DataFreeDistillation:
     """The server's loop of Co-Boosting (Alg. 1) and its data-free peers, one epoch per call.
 
