@@ -15,7 +15,8 @@ budget"):
    marked as not clearing (the table then states the gap). Budgets after the chosen one are not
    run.
 3. **Report**: the report seeds at the chosen budget, one seed at a time (every method of a
-   seed before the next seed), tag ``coboosting-report-e<E>``, with ``--report-methods``
+   seed before the next seed; with ``--jobs N``, N runs at once over all of them), tag
+   ``coboosting-report-e<E>``, with ``--report-methods``
    (default: one-shot FedAvg, DENSE, Co-Boosting with eq. 10's normalised step and with the
    authors' signed step, FedDF, Co-Boosting + FedGO odds).
 
@@ -25,7 +26,8 @@ at a fixed time), and ``choice.json`` in the report's results folder says what w
 what.
 
     python -m benchmarks.coboosting_budget [--budgets 40 80] [--tuning-seeds 0 1] \
-        [--report-seeds 100 101 102] [--alpha 0.1] [--archive cifar10-jpg.tar.gz] [k=v ...]
+        [--report-seeds 100 101 102] [--alpha 0.1] [--archive cifar10-jpg.tar.gz] [--jobs N] \
+        [k=v ...]
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ def table_driver(
     """One call of :mod:`benchmarks.coboosting_table1` (its own process); its exit status."""
     cmd = [sys.executable, "-m", "benchmarks.coboosting_table1", "--config", args.config,
            "--seeds", *map(str, seeds), "--alphas", f"{args.alpha:g}", "--ablation-alphas",
-           "--methods", *methods, "--tag", tag, "--data", args.data]  # fmt: skip
+           "--methods", *methods, "--tag", tag, "--data", args.data,
+           "--jobs", str(args.jobs)]  # fmt: skip
     if args.archive:
         cmd += ["--archive", args.archive]
     cmd += [*args.overrides, f"strategy.epochs={budget}"]
@@ -113,12 +116,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threshold", type=float, default=THRESHOLD)
     parser.add_argument("--report-methods", nargs="+", default=list(REPORT_METHODS))
     parser.add_argument("--stop-after", type=float, default=None, metavar="S")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (the table driver's)")
     add_data_arguments(parser)
     args = parse_with_overrides(parser, argv)
     if not set(args.tuning_seeds) <= set(TUNING_SEEDS):
         parser.error(f"--tuning-seeds: a budget is chosen on tuning seeds {TUNING_SEEDS} only")
     if not set(args.report_seeds) <= set(REPORT_SEEDS):
         parser.error(f"--report-seeds: report seeds are {REPORT_SEEDS}")
+    if args.jobs < 1:
+        parser.error("--jobs: at least 1")
     if any(b < 1 for b in args.budgets):
         parser.error("--budgets: server epochs >= 1")
     if any(o.split("=", 1)[0] == "strategy.epochs" for o in args.overrides):
@@ -157,10 +163,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     (report / "choice.json").write_text(json.dumps(choice, indent=1, sort_keys=True) + "\n")
     print(f"coboosting_budget: {chosen} server epochs (clears {args.threshold:.0%}: {cleared})",
           file=sys.stderr, flush=True)  # fmt: skip
-    for seed in args.report_seeds:
+    # One seed at a time, so that a stop leaves whole seeds; with --jobs, all at once.
+    batches = [args.report_seeds] if args.jobs > 1 else [[s] for s in args.report_seeds]
+    for seeds in batches:
         if out_of_time():
             return 1
-        if table_driver(args, report_tag(chosen), [seed], args.report_methods, chosen):
+        if table_driver(args, report_tag(chosen), seeds, args.report_methods, chosen):
             return 1
     return 0
 

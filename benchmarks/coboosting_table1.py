@@ -42,11 +42,14 @@ source runs again there first (its kept record stays; the rerun must reproduce i
 accuracies). Runs are resumable and kept as in :mod:`benchmarks.cpfl_cohorts`: each is
 :func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of its own (``--child``), its
 summary and raw records kept in ``benchmarks/results/<tag>/runs.tar.xz``; a kept run is
-skipped, a failed one reported while the others go on.
+skipped, a failed one reported while the others go on. ``--jobs N`` runs up to N at once
+(a run that reuses uploads after its source), e.g. on a GPU, where one run of this preset leaves
+the card mostly idle.
 
     .venv/bin/python -m benchmarks.coboosting_table1 [--seeds 0 1 2] [--alphas 0.05 0.1 0.3] \
         [--ablation-alphas 0.05] [--methods oneshot dense coboosting coboosting_sign ...] \
-        [--config conf/bench/coboosting-cifar10-cpu.yaml] [--tag coboosting-cifar10-cpu] [k=v ...]
+        [--config conf/bench/coboosting-cifar10-cpu.yaml] [--tag coboosting-cifar10-cpu] \
+        [--jobs N] [k=v ...]
     .venv/bin/python -m benchmarks.coboosting_table1 --table-only [--tag ...]
 """
 
@@ -58,6 +61,7 @@ import json
 import logging
 import shutil
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -355,6 +359,20 @@ def prepare_source(method: str, seed: int, args: argparse.Namespace, results: Pa
     source = source_method(method)
     if source is None:
         return
+    with _source_lock(run_name(source, seed)):  # its dependents may start at once (--jobs)
+        _prepare(method, source, seed, args, results)
+
+
+_SOURCE_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def _source_lock(name: str) -> threading.Lock:
+    with _LOCKS_LOCK:
+        return _SOURCE_LOCKS.setdefault(name, threading.Lock())
+
+
+def _prepare(method: str, source: str, seed: int, args: argparse.Namespace, results: Path) -> None:
     record = Kept(results).json(run_name(source, seed))
     if record is None:
         raise RunFailed(
@@ -712,9 +730,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         f"{' '.join(EXTRA_METHODS)}); the runs whose uploads they reuse are added",
     )
     parser.add_argument("--tag", default=DEFAULT_TAG)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at once (default 1); a run that reuses uploads starts once their source "
+        "is over. Give each run its share of the cores (e.g. resources.server_cpus=1)",
+    )
     add_data_arguments(parser)
     parser.add_argument("--table-only", action="store_true")
-    return parse_with_overrides(parser, argv)
+    args = parse_with_overrides(parser, argv)
+    if args.jobs < 1:
+        parser.error("--jobs: at least 1")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -735,7 +763,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         imagefolder = dataset == "imagefolder"
         args.data = ensure_data(ROOT / args.data, args.archive) if imagefolder else None
         run: Callable[[str, int], Path] = lambda m, s: run_one(m, s, args, results)  # noqa: E731
-        failed = run_grid(methods, args.seeds, run, results)
+        failed = run_grid(methods, args.seeds, run, results, jobs=args.jobs, after=source_method)
     text = table(
         results,
         args.alphas,

@@ -5,10 +5,10 @@ Running: :func:`run_command` starts every run's process (``./run.sh``, the in-pr
 a driver's own ``--child`` entry, :func:`child_command` / :func:`child`), its output in the
 run's ``run.log``, and raises :class:`RunFailed` with the log's tail; :func:`run_child` adds the
 check that the run finished. :func:`sweep` and :func:`run_grid` (which reports a failed run and
-goes on) run methods x seeds; :func:`parse_with_overrides` reads a driver's command line with
-``k=v`` config overrides anywhere, :func:`add_data_arguments` / :func:`ensure_data` its
-``--data`` / ``--archive`` (the CIFAR-10 JPEG tree); :func:`write_table` writes and prints its
-table.
+goes on, and runs several at once with ``jobs``) run methods x seeds;
+:func:`parse_with_overrides` reads a driver's command line with ``k=v`` config overrides
+anywhere, :func:`add_data_arguments` / :func:`ensure_data` its ``--data`` / ``--archive`` (the
+CIFAR-10 JPEG tree); :func:`write_table` writes and prints its table.
 
 A sweep runs every (seed, method) pair through a driver's ``run_one(method, seed)``, which returns
 the run's output folder, and skips a pair whose ``summary.json`` is already kept in the results
@@ -50,6 +50,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,17 +199,54 @@ def run_grid(
     results: Path,
     *,
     root: Path = ROOT,
+    jobs: int = 1,
+    after: Callable[[str], str | None] | None = None,
 ) -> list[str]:
     """:func:`sweep` one (seed, method) at a time, so that a failed run (:class:`RunFailed`)
-    is reported and the others still run; returns the failures' messages."""
+    is reported and the others still run; returns the failures' messages.
+
+    ``jobs`` > 1: up to that many runs at once (each is its own process already; ``run`` is
+    called from worker threads). A run waits until the run of its seed that ``after(method)``
+    names (the source whose files it reuses) is over, if that one is still to run here. This
+    thread keeps the finished runs' records, one at a time, as they end (:func:`keep_run`).
+    """
+    if jobs <= 1:
+        failed = []
+        for seed in seeds:
+            for method in methods:
+                try:
+                    sweep([method], [seed], run, results, root=root)
+                except RunFailed as exc:
+                    print(exc, file=sys.stderr, flush=True)
+                    failed.append(str(exc).splitlines()[0])
+        return failed
+    done = set(Kept(results).names())
+    pending = [(s, m) for s in seeds for m in methods if run_name(m, s) not in done]
+    running: dict[Future, tuple[int, str]] = {}
     failed = []
-    for seed in seeds:
-        for method in methods:
-            try:
-                sweep([method], [seed], run, results, root=root)
-            except RunFailed as exc:
-                print(exc, file=sys.stderr, flush=True)
-                failed.append(str(exc).splitlines()[0])
+    with ThreadPoolExecutor(jobs) as pool:
+        while pending or running:
+            waiting = {run_name(m, s) for s, m in [*pending, *running.values()]}
+            for seed, method in list(pending):
+                if len(running) >= jobs:
+                    break
+                source = after(method) if after is not None else None
+                if source is not None and run_name(source, seed) in waiting:
+                    continue
+                pending.remove((seed, method))
+                running[pool.submit(run, method, seed)] = (seed, method)
+            if not running:  # every pending run waits for one that is not to run: a cycle
+                raise ValueError(f"runs that wait for each other: {pending}")
+            for future in wait(running, return_when=FIRST_COMPLETED).done:
+                seed, method = running.pop(future)
+                name = run_name(method, seed)
+                try:
+                    run_dir = future.result()
+                    if run_dir.resolve() != (results / name).resolve():
+                        keep_run(run_dir, results, name, root=root)
+                except RunFailed as exc:
+                    print(exc, file=sys.stderr, flush=True)
+                    failed.append(str(exc).splitlines()[0])
     return failed
 
 

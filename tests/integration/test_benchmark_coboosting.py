@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -256,6 +257,7 @@ class FakeRuns:
         self.driver, self.scratch, self.fail = driver, scratch, fail
         self.calls: list[tuple[str, int]] = []
         self.accuracy = 0.5
+        self.delay = 0.0  # seconds each run takes (runs at once: --jobs)
 
     def __call__(self, method: str, seed: int, args: argparse.Namespace) -> Path:
         from strategies import strategy_class
@@ -283,6 +285,7 @@ class FakeRuns:
             }
             torch.save(header, run_dir / "client_models.pt")
         summary = {"final_accuracy": self.accuracy, "ensemble_accuracy_uniform": 0.6}
+        time.sleep(self.delay)
         (run_dir / "summary.json").write_text(json.dumps(summary))
         return run_dir
 
@@ -295,12 +298,33 @@ def sweep_env(driver, tmp_path: Path, monkeypatch):
     args = argparse.Namespace(tag="t", config=DIGITS, data=None, overrides=[])
     results = tmp_path / "results"
 
-    def sweep(methods: list[str]) -> list[str]:
-        return driver.run_grid(
-            methods, [0], lambda m, s: driver.run_one(m, s, args, results), results
-        )
+    def sweep(methods: list[str], jobs: int = 1) -> list[str]:
+        run = lambda m, s: driver.run_one(m, s, args, results)  # noqa: E731
+        return driver.run_grid(methods, [0], run, results, jobs=jobs, after=driver.source_method)
 
     return fake, args, results, sweep
+
+
+def test_runs_at_once_start_after_their_source_and_rerun_a_cleaned_one_once(
+    driver, sweep_env, tmp_path: Path
+) -> None:
+    """--jobs 3: the three runs that reuse oneshot's uploads start once it is over; when its
+    scratch folder was cleaned, the first of them to start runs it again and the others wait
+    for that (one rerun, not three into one folder)."""
+    fake, args, results, sweep = sweep_env
+    fake.delay = 0.3
+    methods = ["a0.1-oneshot", "a0.1-dense", "a0.1-coboosting", "a0.1-coboosting_sign"]
+    assert sweep(methods, jobs=3) == []
+    assert fake.calls[0] == ("a0.1-oneshot", 0) and sorted(fake.calls[1:]) == sorted(
+        (m, 0) for m in methods[1:]
+    )
+    assert Kept(results).names() == sorted(f"{m}-seed0" for m in methods)
+    shutil.rmtree(tmp_path / "scratch")
+    forget(results, [f"{m}-seed0" for m in methods[1:]])
+    fake.calls.clear()
+    assert sweep(methods, jobs=3) == []
+    assert fake.calls.count(("a0.1-oneshot", 0)) == 1
+    assert sorted(fake.calls) == sorted((m, 0) for m in methods)
 
 
 def test_a_cleaned_source_folder_is_run_again_before_the_run_that_reuses_it(

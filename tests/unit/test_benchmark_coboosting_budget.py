@@ -104,6 +104,15 @@ def test_none_clears_then_every_budget_runs_and_the_largest_is_reported(tmp_path
     assert (choice["budget"], choice["cleared"]) == (80, False)
 
 
+def test_with_jobs_the_report_seeds_go_to_the_table_driver_at_once(tmp_path, monkeypatch):
+    calls = standin(tmp_path, monkeypatch, lambda m, e, s: 0.3)
+    assert budget.main(["--budgets", "40", "--jobs", "4"]) == 0
+    assert [(c[0], c[1]) for c in calls] == [
+        ("coboosting-budget-pilot-e40", [0, 1]),
+        ("coboosting-report-e40", [100, 101, 102]),
+    ]
+
+
 def test_a_failed_table_run_or_the_time_limit_stops_the_driver(tmp_path, monkeypatch):
     standin(tmp_path, monkeypatch, lambda m, e, s: 0.3)
     monkeypatch.setattr(budget, "table_driver", lambda *a: 1)
@@ -120,6 +129,7 @@ def test_a_failed_table_run_or_the_time_limit_stops_the_driver(tmp_path, monkeyp
         (["--report-seeds", "0"], "report seeds"),
         (["--budgets", "0"], "server epochs"),
         (["strategy.epochs=40"], "give --budgets"),
+        (["--jobs", "0"], "at least 1"),
     ],
 )
 def test_seeds_from_the_wrong_set_and_a_budget_given_twice_are_refused(argv, message, capsys):

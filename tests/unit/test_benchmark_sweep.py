@@ -88,6 +88,45 @@ def test_sweep_skips_finished_runs_and_keeps_records_in_one_archive(sweep, tmp_p
         sweep.load_runs(results, ["fedavg"], seeds=[3])
 
 
+def test_run_grid_with_jobs_overlaps_runs_waits_for_sources_and_goes_on_after_a_failure(
+    sweep, tmp_path
+) -> None:
+    """``jobs=2``: two runs of a seed are under way at once; ``b`` (whose source is ``a``)
+    starts only after ``a`` of its seed ended; a failed run is reported and the rest still
+    run; every finished run is kept, and a second call runs nothing."""
+    import threading
+    import time
+
+    root, results = tmp_path / "repo", tmp_path / "repo" / "results"
+    lock, events, live, most = threading.Lock(), [], [0], [0]
+
+    def run_one(method: str, seed: int) -> Path:
+        with lock:
+            events.append(("start", method, seed))
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        time.sleep(0.2)
+        with lock:
+            live[0] -= 1
+            events.append(("end", method, seed))
+        if (method, seed) == ("c", 1):
+            raise sweep.RunFailed("c-seed1 failed (exit 1; log)\ntail")
+        return _fake_run(root / "outputs", root, method, seed, 0.5)
+
+    after = {"b": "a"}.get
+    failed = sweep.run_grid(["a", "b", "c"], [0, 1], run_one, results, jobs=2, after=after)
+    assert failed == ["c-seed1 failed (exit 1; log)"]
+    assert most[0] == 2
+    for seed in (0, 1):
+        assert events.index(("end", "a", seed)) < events.index(("start", "b", seed))
+    assert sweep.Kept(results).names() == ["a-seed0", "a-seed1", "b-seed0", "b-seed1", "c-seed0"]
+    events.clear()
+    assert sweep.run_grid(["a", "b"], [0, 1], run_one, results, jobs=2, after=after) == []
+    assert events == []
+    with pytest.raises(ValueError, match="wait for each other"):
+        sweep.run_grid(["x", "y"], [0], run_one, results, jobs=2, after={"x": "y", "y": "x"}.get)
+
+
 def test_runs_written_into_the_results_folder_stay_loose(sweep, tmp_path) -> None:
     def run_one(method: str, seed: int) -> Path:
         return _fake_run(tmp_path, tmp_path, method, seed, 0.5)
