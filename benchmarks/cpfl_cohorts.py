@@ -22,7 +22,7 @@ unpacked from ``--archive`` first if missing, as in ``fedgo_table3.py``; a confi
 dataset is not ``imagefolder`` (the digits smoke run) needs neither.
 
     .venv/bin/python -m benchmarks.cpfl_cohorts [--seeds 0 1 2] [--alphas 0.1 1] \
-        [--cohorts 1 2 4 8 16 200] [--tag cpfl-cifar10-cpu] [k=v ...]
+        [--cohorts 1 2 4 8 16 200] [--tag cpfl-cifar10-cpu] [--jobs N] [k=v ...]
     .venv/bin/python -m benchmarks.cpfl_cohorts --table-only [--tag cpfl-cifar10-cpu]
 """
 
@@ -368,9 +368,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--alphas", nargs="+", type=float, default=list(ALPHAS))
     parser.add_argument("--cohorts", nargs="+", type=int, default=list(COHORTS))
     parser.add_argument("--tag", default=DEFAULT_TAG)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at once (default 1). The simulated times and CPU-hours do not depend on it; "
+        "the distillation wall times do (runs share the machine)",
+    )
     add_data_arguments(parser)
     parser.add_argument("--table-only", action="store_true")
-    return parse_with_overrides(parser, argv)
+    args = parse_with_overrides(parser, argv)
+    if args.jobs < 1:
+        parser.error("--jobs: at least 1")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -387,7 +397,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Absolute for the runs; kept records name it relative to the repository again.
         imagefolder = dataset == "imagefolder"
         args.data = ensure_data(ROOT / args.data, args.archive) if imagefolder else None
-        failed = run_grid(methods, args.seeds, lambda m, s: run_one(m, s, args), results)
+        run = lambda m, s: run_one(m, s, args)  # noqa: E731
+        failed = run_grid(methods, args.seeds, run, results, jobs=args.jobs)
     text = table(results, args.alphas, args.cohorts)
     write_table(results, text)
     if failed:

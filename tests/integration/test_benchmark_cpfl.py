@@ -65,6 +65,22 @@ def test_a_runs_overrides_put_the_method_after_the_users_and_the_folder_last(
     assert commands[0][1:5] == ["-m", "benchmarks.cpfl_cohorts", "--child", "conf/x.yaml"]
 
 
+def test_jobs_reach_the_grid_and_zero_is_refused(driver, monkeypatch, tmp_path) -> None:
+    seen = {}
+
+    def run_grid(methods, seeds, run, results, *, jobs=1, after=None):
+        seen.update(jobs=jobs, seeds=list(seeds))
+        return []
+
+    monkeypatch.setattr(driver, "run_grid", run_grid)
+    monkeypatch.setattr(driver, "write_table", lambda results, text: None)
+    argv = ["--config", "conf/cpfl.yaml", "--cohorts", "1", "4", "--seeds", "5", "--jobs", "3"]
+    driver.main([*argv, "--tag", "x"])
+    assert seen == {"jobs": 3, "seeds": [5]}
+    with pytest.raises(SystemExit):
+        driver.parse_args(["--jobs", "0"])
+
+
 def test_overrides_after_list_options_are_not_taken_as_their_values(driver) -> None:
     args = driver.parse_args(["--cohorts", "1", "2", "rounds=6", "--seeds", "3", "x.y=a=b"])
     assert args.cohorts == [1, 2]
