@@ -9,7 +9,8 @@
 #   ./run.sh --sweep VARIANT... --seeds tuning|report [--baseline NAME] [--out DIR] [--archive F] [k=v ...]
 #                                                   variants x seeds: mean, 95% CI, paired tests
 # FEDGO_SUPERNODES=N simulates N nodes (default: one per client); each serves its share of the
-# clients in turn.
+# clients in turn. Each run keeps its SuperLink's address, logs and configs in a Flower home of
+# its own, .flwr/run.XXXXXX (FEDGO_FLWR_HOMES=DIR: DIR/run.XXXXXX), removed after success.
 # The simulation runs on a SuperLink this script starts on a free local port and stops again
 # (by its process id) when the run ends; its dependencies come from .venv, never from a
 # per-run `uv sync`.
@@ -72,9 +73,10 @@ run_experiment() {
   [[ $# -gt 0 ]] && shift
   # A Flower home of this invocation's own: `flwr run` reads the SuperLink address from
   # $FLWR_HOME/config.toml, so runs started side by side must not share one.
-  mkdir -p "$ROOT/.flwr"
+  local homes="${FEDGO_FLWR_HOMES:-$ROOT/.flwr}"
+  mkdir -p "$homes"
   export FLWR_HOME
-  FLWR_HOME="$(mktemp -d "$ROOT/.flwr/run.XXXXXX")"
+  FLWR_HOME="$(mktemp -d "$homes/run.XXXXXX")"
   trap 'rm -rf "$FLWR_HOME"' EXIT
   export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
   # The simulated nodes are this user's processes running this user's config: they obey its

@@ -76,16 +76,22 @@ def test_bad_config_fails_fast_and_leaves_nothing_running(tmp_path):
     """The SuperLink boots while the config is checked; a bad config stops it again and
     removes the invocation's Flower home."""
     tag = uuid.uuid4().hex
-    homes = set((ROOT / ".flwr").glob("run.*"))
+    homes = tmp_path / "homes"  # this call's alone: run.sh calls of other tests run beside it
+    out = tmp_path / "out"
     proc = run_sh(
-        "conf/default.yaml", "data.alpha=-1", f"output_dir={tmp_path}", timeout=120, tag=tag
+        "conf/default.yaml",
+        "data.alpha=-1",
+        f"output_dir={out}",
+        timeout=120,
+        tag=tag,
+        env={"FEDGO_FLWR_HOMES": str(homes)},
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "data.alpha = -1.0: must be > 0" in proc.stderr
     assert "override 'data.alpha=-1'" in proc.stderr
     assert not flower_processes(tag)
-    assert not (tmp_path / "metrics.jsonl").exists()
-    assert set((ROOT / ".flwr").glob("run.*")) <= homes
+    assert not (out / "metrics.jsonl").exists()
+    assert homes.is_dir() and not list(homes.iterdir())
 
 
 def test_local_runs_the_experiment_in_one_process(tmp_path):
