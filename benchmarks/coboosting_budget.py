@@ -40,7 +40,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from benchmarks.coboosting_table1 import DEFAULT_CONFIG, method_name
+from benchmarks.coboosting_grid import DEFAULT_CONFIG, method_name
 from benchmarks.sweep import add_data_arguments, final_accuracy, load_runs, parse_with_overrides
 from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS
 
