@@ -33,6 +33,7 @@ __all__ = [
     "ORDERS",
     "BoostSettings",
     "DataFreeDistillation",
+    "PlainBoost",
 ]
 
 ORDERS = ("paper", "code")
