@@ -111,9 +111,7 @@ def sweep(
             name = run_name(method, seed)
             if name in done:
                 continue
-            run_dir = run_one(method, seed)
-            if run_dir.resolve() != (results / name).resolve():
-                keep_run(run_dir, results, name, root=root)
+            keep_finished(run_one(method, seed), results, name, root)
             ran.append(name)
     return ran
 
@@ -217,8 +215,7 @@ def run_grid(
                 try:
                     sweep([method], [seed], run, results, root=root)
                 except RunFailed as exc:
-                    print(exc, file=sys.stderr, flush=True)
-                    failed.append(str(exc).splitlines()[0])
+                    failed.append(report_failure(exc))
         return failed
     done = set(Kept(results).names())
     pending = [(s, m) for s in seeds for m in methods if run_name(m, s) not in done]
@@ -241,13 +238,22 @@ def run_grid(
                 seed, method = running.pop(future)
                 name = run_name(method, seed)
                 try:
-                    run_dir = future.result()
-                    if run_dir.resolve() != (results / name).resolve():
-                        keep_run(run_dir, results, name, root=root)
+                    keep_finished(future.result(), results, name, root)
                 except RunFailed as exc:
-                    print(exc, file=sys.stderr, flush=True)
-                    failed.append(str(exc).splitlines()[0])
+                    failed.append(report_failure(exc))
     return failed
+
+
+def keep_finished(run_dir: Path, results: Path, name: str, root: Path | None) -> None:
+    """Keep a finished run's files in ``results``' archive, unless it wrote them there itself."""
+    if run_dir.resolve() != (results / name).resolve():
+        keep_run(run_dir, results, name, root=root)
+
+
+def report_failure(exc: RunFailed) -> str:
+    """Print a failed run's error; its first line, for the sweep's list of failures."""
+    print(exc, file=sys.stderr, flush=True)
+    return str(exc).splitlines()[0]
 
 
 def parse_with_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None):
