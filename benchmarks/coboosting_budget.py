@@ -21,9 +21,9 @@ budget"):
    authors' signed step, FedDF, Co-Boosting + FedGO odds).
 
 Resumable as the table driver is (kept runs are skipped), so a stopped run goes on where it
-stopped; ``--stop-after S`` starts no new seed or budget after S seconds (a device lease ends
-at a fixed time), and ``choice.json`` in the report's results folder says what was chosen from
-what.
+stopped; ``--stop-after S`` starts no new run after S seconds (a device lease ends at a fixed
+time; the runs under way finish and are kept), and ``choice.json`` in the report's results
+folder says what was chosen from what.
 
     python -m benchmarks.coboosting_budget [--budgets 40 80] [--tuning-seeds 0 1] \
         [--report-seeds 100 101 102] [--alpha 0.1] [--archive cifar10-jpg.tar.gz] [--jobs N] \
@@ -90,15 +90,23 @@ def pilot_accuracies(
 
 
 def table_driver(
-    args: argparse.Namespace, tag: str, seeds: Sequence[int], methods: Sequence[str], budget: int
+    args: argparse.Namespace,
+    tag: str,
+    seeds: Sequence[int],
+    methods: Sequence[str],
+    budget: int,
+    left: float | None = None,
 ) -> int:
-    """One call of :mod:`benchmarks.coboosting_table1` (its own process); its exit status."""
+    """One call of :mod:`benchmarks.coboosting_table1` (its own process); its exit status.
+    ``left``: the seconds of ``--stop-after`` still to go, its own ``--stop-after``."""
     cmd = [sys.executable, "-m", "benchmarks.coboosting_table1", "--config", args.config,
            "--seeds", *map(str, seeds), "--alphas", f"{args.alpha:g}", "--ablation-alphas",
            "--methods", *methods, "--tag", tag, "--data", args.data,
            "--jobs", str(args.jobs)]  # fmt: skip
     if args.archive:
         cmd += ["--archive", args.archive]
+    if left is not None:
+        cmd += ["--stop-after", f"{max(left, 0.0):.0f}"]
     cmd += [*args.overrides, f"strategy.epochs={budget}"]
     print("coboosting_budget:", " ".join(cmd), file=sys.stderr, flush=True)
     return subprocess.call(cmd, cwd=ROOT)
@@ -137,6 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     start = time.monotonic()
 
+    def left() -> float | None:
+        return None if args.stop_after is None else args.stop_after - (time.monotonic() - start)
+
     def out_of_time() -> bool:
         late = args.stop_after is not None and time.monotonic() - start > args.stop_after
         if late:
@@ -148,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for budget in args.budgets:
         if out_of_time():
             return 1
-        if table_driver(args, pilot_tag(budget), args.tuning_seeds, STUDENTS, budget):
+        if table_driver(args, pilot_tag(budget), args.tuning_seeds, STUDENTS, budget, left()):
             return 1
         pilot[budget] = pilot_accuracies(results / pilot_tag(budget), args.alpha, args.tuning_seeds)
         chosen, cleared = choose_budget(pilot, args.threshold)
@@ -168,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for seeds in batches:
         if out_of_time():
             return 1
-        if table_driver(args, report_tag(chosen), seeds, args.report_methods, chosen):
+        if table_driver(args, report_tag(chosen), seeds, args.report_methods, chosen, left()):
             return 1
     return 0
 

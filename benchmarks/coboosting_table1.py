@@ -67,6 +67,7 @@ import logging
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -319,11 +320,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="runs at once (default 1); a run that reuses uploads starts once their source "
         "is over. Give each run its share of the cores (e.g. resources.server_cpus=1)",
     )
+    parser.add_argument(
+        "--stop-after",
+        type=float,
+        default=None,
+        metavar="S",
+        help="start no run after S seconds (those under way finish and are kept); run again "
+        "to go on",
+    )
     add_data_arguments(parser)
     parser.add_argument("--table-only", action="store_true")
     args = parse_with_overrides(parser, argv)
     if args.jobs < 1:
         parser.error("--jobs: at least 1")
+    if args.stop_after is not None and args.stop_after < 0:
+        parser.error("--stop-after: seconds >= 0")
     return args
 
 
@@ -333,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         child(argv[1:])
         return
     args = parse_args(argv)
+    stop_at = None if args.stop_after is None else time.monotonic() + args.stop_after
     results = ROOT / "benchmarks" / "results" / args.tag
     try:
         methods = method_grid(args.alphas, args.ablation_alphas, args.methods)
@@ -345,7 +357,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         imagefolder = dataset == "imagefolder"
         args.data = ensure_data(ROOT / args.data, args.archive) if imagefolder else None
         run: Callable[[str, int], Path] = lambda m, s: run_one(m, s, args, results)  # noqa: E731
-        failed = run_grid(methods, args.seeds, run, results, jobs=args.jobs, after=source_method)
+        failed = run_grid(
+            methods, args.seeds, run, results, jobs=args.jobs, after=source_method, stop_at=stop_at
+        )
     text = table(
         results,
         args.alphas,

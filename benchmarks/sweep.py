@@ -199,6 +199,7 @@ def run_grid(
     root: Path = ROOT,
     jobs: int = 1,
     after: Callable[[str], str | None] | None = None,
+    stop_at: float | None = None,
 ) -> list[str]:
     """:func:`sweep` one (seed, method) at a time, so that a failed run (:class:`RunFailed`)
     is reported and the others still run; returns the failures' messages.
@@ -207,22 +208,36 @@ def run_grid(
     called from worker threads). A run waits until the run of its seed that ``after(method)``
     names (the source whose files it reuses) is over, if that one is still to run here. This
     thread keeps the finished runs' records, one at a time, as they end (:func:`keep_run`).
+
+    ``stop_at`` (a :func:`time.monotonic` time): no run starts after it; the runs under way
+    finish and are kept, and the runs not started are one failure message (a device lease
+    ends at a fixed time, and a run cut short is lost).
     """
+    late = lambda: stop_at is not None and time.monotonic() >= stop_at  # noqa: E731
     if jobs <= 1:
         failed = []
+        skipped = 0
         for seed in seeds:
             for method in methods:
+                if late() and not finished(results, run_name(method, seed)):
+                    skipped += 1
+                    continue
                 try:
                     sweep([method], [seed], run, results, root=root)
                 except RunFailed as exc:
                     failed.append(report_failure(exc))
-        return failed
+        return failed + not_started(skipped)
     done = set(Kept(results).names())
     pending = [(s, m) for s in seeds for m in methods if run_name(m, s) not in done]
     running: dict[Future, tuple[int, str]] = {}
     failed = []
     with ThreadPoolExecutor(jobs) as pool:
         while pending or running:
+            if late():
+                failed += not_started(len(pending))
+                pending = []
+                if not running:
+                    break
             waiting = {run_name(m, s) for s, m in [*pending, *running.values()]}
             for seed, method in list(pending):
                 if len(running) >= jobs:
@@ -242,6 +257,11 @@ def run_grid(
                 except RunFailed as exc:
                     failed.append(report_failure(exc))
     return failed
+
+
+def not_started(count: int) -> list[str]:
+    """The failure message for ``count`` runs left out by ``stop_at`` (none for 0)."""
+    return [f"{count} run(s) not started: the time limit was reached"] if count else []
 
 
 def keep_finished(run_dir: Path, results: Path, name: str, root: Path | None) -> None:

@@ -48,15 +48,17 @@ def test_no_budget_clears_then_the_largest_is_taken_and_said_so():
     assert budget.choose_budget(pilot) == (80, False)
 
 
-def standin(tmp_path, monkeypatch, accuracy):
+def standin(tmp_path, monkeypatch, accuracy, lefts=None):
     """The table driver replaced: each call records its arguments and keeps, for every method
     and seed it was given, a summary whose ``final_accuracy`` is ``accuracy(method, budget,
     seed)``, as ``benchmarks/results/<tag>/<a0.1-method>-seed<N>/summary.json``."""
     calls = []
     monkeypatch.setattr(budget, "ROOT", tmp_path)
 
-    def table_driver(args, tag, seeds, methods, epochs):
+    def table_driver(args, tag, seeds, methods, epochs, left=None):
         calls.append((tag, list(seeds), list(methods), epochs))
+        if lefts is not None:
+            lefts.append(left)
         for method in methods:
             for seed in seeds:
                 run = tmp_path / "benchmarks" / "results" / tag / f"a0.1-{method}-seed{seed}"
@@ -120,6 +122,20 @@ def test_a_failed_table_run_or_the_time_limit_stops_the_driver(tmp_path, monkeyp
     calls = standin(tmp_path / "b", monkeypatch, lambda m, e, s: 0.3)
     assert budget.main(["--budgets", "40", "--stop-after", "-1"]) == 1
     assert calls == []
+
+
+def test_the_time_left_goes_to_each_table_driver_call(tmp_path, monkeypatch):
+    """``--stop-after``: every table-driver call gets the seconds still left (so it starts no
+    run after the limit); without it, none."""
+    lefts = []
+    standin(tmp_path, monkeypatch, lambda m, e, s: 0.3, lefts)
+    assert budget.main(["--budgets", "40", "--jobs", "2", "--stop-after", "500"]) == 0
+    assert len(lefts) == 2 and all(400 < left <= 500 for left in lefts)
+    assert lefts[1] <= lefts[0]
+    lefts.clear()
+    standin(tmp_path / "b", monkeypatch, lambda m, e, s: 0.3, lefts)
+    assert budget.main(["--budgets", "40"]) == 0
+    assert lefts and set(lefts) == {None}
 
 
 @pytest.mark.parametrize(

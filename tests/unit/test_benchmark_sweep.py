@@ -127,6 +127,30 @@ def test_run_grid_with_jobs_overlaps_runs_waits_for_sources_and_goes_on_after_a_
         sweep.run_grid(["x", "y"], [0], run_one, results, jobs=2, after={"x": "y", "y": "x"}.get)
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_run_grid_starts_no_run_after_its_time_limit(sweep, tmp_path, jobs) -> None:
+    """``stop_at``: the runs under way when it passes finish and are kept; none starts after
+    it, and the runs left out are one failure message."""
+    import time
+
+    root, results = tmp_path / "repo", tmp_path / "repo" / "results"
+    started = []
+    stop_at = time.monotonic() + 0.3
+
+    def run_one(method: str, seed: int) -> Path:
+        started.append(run_name := f"{method}-seed{seed}")
+        time.sleep(0.4)  # the first run (both, with jobs=2) ends after the limit
+        assert run_name
+        return _fake_run(root / "outputs", root, method, seed, 0.5)
+
+    failed = sweep.run_grid(["a", "b", "c"], [0], run_one, results, jobs=jobs, stop_at=stop_at)
+    assert started == ["a-seed0", "b-seed0"][:jobs]
+    assert sweep.Kept(results).names() == started
+    assert failed == [f"{3 - jobs} run(s) not started: the time limit was reached"]
+    assert sweep.run_grid(["a", "b", "c"], [0], run_one, results, jobs=jobs) == []
+    assert sweep.Kept(results).names() == ["a-seed0", "b-seed0", "c-seed0"]
+
+
 def test_runs_written_into_the_results_folder_stay_loose(sweep, tmp_path) -> None:
     def run_one(method: str, seed: int) -> Path:
         return _fake_run(tmp_path, tmp_path, method, seed, 0.5)
