@@ -77,6 +77,7 @@ from fedgo_flwr.runtime import messages as msgs
 from fedgo_flwr.runtime.fileio import atomic_torch_save
 from fedgo_flwr.runtime.kernels import (
     use_channels_last,
+    use_deterministic,
     use_gpu_inference_batch,
     use_precision,
 )
@@ -388,6 +389,7 @@ def _job(msg: Message, context: Context, message_type: str) -> tuple[ClientAlgor
     use_channels_last(cfg.resources.channels_last)
     use_gpu_inference_batch(cfg.resources.gpu_inference_batch)
     use_precision(cfg.resources.precision)
+    use_deterministic(cfg.resources.deterministic)
     device = get_device(cfg.client_device)
     _log_device_once(device)
     job = ClientJob(

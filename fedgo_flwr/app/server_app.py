@@ -55,6 +55,7 @@ from fedgo_flwr.learning.training import get_device
 from fedgo_flwr.runtime import shutdown
 from fedgo_flwr.runtime.kernels import (
     use_channels_last,
+    use_deterministic,
     use_gpu_inference_batch,
     use_precision,
 )
@@ -179,6 +180,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
     use_channels_last(cfg.resources.channels_last)
     use_gpu_inference_batch(cfg.resources.gpu_inference_batch)
     use_precision(cfg.resources.precision)
+    use_deterministic(cfg.resources.deterministic)
     use_waiting_threads(cfg.resources.server_cpus_waiting)
     shutdown.watch()
     ckpt = None

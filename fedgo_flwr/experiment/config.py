@@ -220,7 +220,10 @@ class ResourcesConfig:
     :func:`fedgo_flwr.runtime.kernels.inference_batch`), server and clients; 0 keeps the
     configured batches. CPU runs always keep them. ``precision``: ``fp32`` (default) or
     ``bf16``, the classifiers' forward passes and losses under bfloat16 autocast
-    (:func:`fedgo_flwr.runtime.kernels.autocast`; it changes the numbers, so it is opt-in)."""
+    (:func:`fedgo_flwr.runtime.kernels.autocast`; it changes the numbers, so it is opt-in).
+    ``deterministic``: PyTorch's deterministic kernels, server and clients
+    (:func:`fedgo_flwr.runtime.kernels.use_deterministic`): on a GPU, two runs of one seed then
+    give the same numbers (CPU runs do already); slower, so off by default."""
 
     client_cpus: int = 1
     client_gpus: float = 0.0
@@ -229,6 +232,7 @@ class ResourcesConfig:
     channels_last: bool = False
     gpu_inference_batch: int = 512
     precision: str = "fp32"
+    deterministic: bool = False
 
     def check(self, c: Checker) -> None:
         c.require("client_cpus", self.client_cpus >= 1, "must be >= 1")

@@ -1,4 +1,4 @@
-"""How models run on the device: memory format, inference batch and precision.
+"""How models run on the device: memory format, inference batch, determinism and precision.
 
 :func:`place` puts a model on its device. With ``resources.channels_last`` on, a model's 4-D
 weights (its convolutions) are stored channels-last (NHWC); PyTorch then runs each convolution
@@ -18,6 +18,17 @@ In eval mode a batch holds no state, so only the order of float sums can differ,
 runs a large batch much faster than the training batch. On a CPU the configured batch is kept,
 so CPU runs are unchanged.
 
+:func:`use_deterministic` (``resources.deterministic``) asks PyTorch for its deterministic
+kernels: cuDNN's deterministic convolution algorithms and no autotuning
+(``torch.backends.cudnn.deterministic`` / ``benchmark``), cuBLAS with a fixed workspace
+(``CUBLAS_WORKSPACE_CONFIG=:4096:8``, set for the process unless the user set it), and
+:func:`torch.use_deterministic_algorithms` in its ``warn_only`` mode, so an operation with no
+deterministic kernel on the device warns with its name and runs anyway rather than stopping a
+run. On a CPU every kernel this project uses is deterministic already; on a GPU the default
+cuDNN kernels are not (on an H200 two runs of one seed's one-shot clients ended 0.05 points
+apart). Off by default, as PyTorch has it: deterministic kernels can be slower, and
+``benchmarks/determinism.py`` measures both the repeat and the cost on a device.
+
 :func:`autocast` is the context of a classifier's forward pass and its loss (local training,
 teacher and test logits, distillation, CPFL's L1 distillation): with ``resources.precision:
 bf16`` PyTorch's autocast runs the matrix products and convolutions in bfloat16 while the
@@ -32,6 +43,7 @@ either way. Figures for both: ``benchmarks/README.md``, "The GPU against its own
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 from torch import nn
@@ -78,6 +90,26 @@ def inference_batch(batch: int, device: torch.device | str) -> int:
     if _gpu_inference_batch and torch.device(device).type == "cuda":
         return max(int(batch), _gpu_inference_batch)
     return batch
+
+
+CUBLAS_WORKSPACE = ":4096:8"
+"""``CUBLAS_WORKSPACE_CONFIG`` for deterministic cuBLAS (CUDA >= 10.2; PyTorch's
+"Reproducibility" notes); read when a process first uses cuBLAS, so it is set before that."""
+
+
+def use_deterministic(on: bool) -> None:
+    """Turn PyTorch's deterministic kernels on or off for this process (module docstring)."""
+    on = bool(on)
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.backends.cudnn.deterministic = on
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(on, warn_only=True)
+
+
+def deterministic() -> bool:
+    """Whether :func:`use_deterministic` is on."""
+    return torch.are_deterministic_algorithms_enabled()
 
 
 def use_precision(name: str) -> None:

@@ -1,8 +1,9 @@
-"""The kernel switches of fedgo_flwr.runtime.kernels: channels-last (resources.channels_last)
-and bfloat16 autocast (resources.precision)."""
+"""The kernel switches of fedgo_flwr.runtime.kernels: channels-last (resources.channels_last),
+bfloat16 autocast (resources.precision) and deterministic kernels (resources.deterministic)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -184,3 +185,51 @@ def test_a_run_with_bf16_is_deterministic_and_set_from_its_config(tmp_path):
     finally:
         kernels.use_precision("fp32")
     assert runs["a"] == runs["a-again"] != runs["b"]
+
+
+# -- resources.deterministic --------------------------------------------------------------------
+
+
+@pytest.fixture
+def cudnn_flags():
+    saved = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    yield
+    kernels.use_deterministic(False)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved
+
+
+def test_deterministic_sets_torch_cudnn_and_cublas_and_off_undoes_them(monkeypatch, cudnn_flags):
+    """On: deterministic algorithms in warn-only mode (an operation without a deterministic
+    kernel warns and runs), cuDNN's deterministic convolutions without autotuning, and cuBLAS's
+    fixed workspace unless the user set one; off: torch's defaults again."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    torch.backends.cudnn.benchmark = True
+    kernels.use_deterministic(True)
+    assert kernels.deterministic() and torch.is_deterministic_algorithms_warn_only_enabled()
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    kernels.use_deterministic(False)
+    assert not kernels.deterministic() and not torch.backends.cudnn.deterministic
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # the user's own choice stays
+    kernels.use_deterministic(True)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+def test_a_run_with_deterministic_kernels_sets_them_and_on_a_cpu_changes_no_number(
+    tmp_path, cudnn_flags
+):
+    """``resources.deterministic: true`` turns the kernels on for the run (a later run without
+    it turns them off), and on a CPU, where this project's kernels are deterministic already,
+    the metrics equal those of the same run without it."""
+    from helpers import rows_of, tiny_config, without_timing
+
+    from fedgo_flwr.app.inprocess import run_inprocess
+
+    runs = {}
+    for name, on in (("on", "true"), ("off", "false")):
+        out = tmp_path / name
+        feddf = ["strategy.name=feddf", "strategy.distill.epochs=1", "model.name=cnn_bn"]
+        run_inprocess(tiny_config(out, *feddf, f"resources.deterministic={on}"))
+        assert kernels.deterministic() == (on == "true")
+        runs[name] = without_timing(rows_of(out))
+    assert runs["on"] == runs["off"]
