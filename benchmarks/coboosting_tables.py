@@ -210,6 +210,13 @@ def ablation_rows(ablation_alphas: Sequence[float], runs: dict[str, list[Run]]) 
     return rows
 
 
+SIGN_NOTE = (
+    " Co-Boosting's diversification (eq. 10): an L2-normalised step in its columns "
+    "(`strategy.boost.variant: paper`, the default), the authors' code's signed step in "
+    '"sign step" (`variant: code`).'
+)
+"""Said under the table when it has the sign-step column (issue 36: which step the table uses)."""
+
 PAIRS = (  # (variant, baseline): the paper's claims on Table 1, and what this project adds
     ("coboosting", "dense"),
     ("coboosting", "feddf"),
@@ -310,7 +317,8 @@ def table(
         "",
         "Test accuracy %, mean ± sd over seeds (sample sd); (n=k): only k of the row's seeds "
         "have that run; –: none has. Every server method of a seed starts from the same "
-        "client models (those of oneshot; the FedGO runs' own, checked below).",
+        "client models (those of oneshot; the FedGO runs' own, checked below)."
+        + (SIGN_NOTE if "coboosting_sign" in shown else ""),
         "",
         *accuracy_table(
             "Server model (paper Table 1; FedAvg: the one-shot parameter average):",

@@ -554,10 +554,13 @@ def test_intervals_and_paired_differences_by_hand(driver, records) -> None:
         "| 0.1 | Co-Boosting - FedDF | +11.0 [-39.8, +61.8] p=0.22 (n=2) |"
     ]
     assert "Co-Boosting, sign step" not in text  # no run of it: no column, no row
+    assert "signed step" not in text  # ... nor the note on which step each column uses
     _run(records, "a0.1-coboosting_sign-seed1", final_accuracy=0.60, total_time=90.0)
     _run(records, "a0.1-coboosting_sign-seed100", final_accuracy=0.61)
     text = driver.table(records, alphas=[0.1], ablation_alphas=[])
     server = _section(text, "Server model", "Ensemble of the client models")
+    assert "an L2-normalised step in its columns (`strategy.boost.variant: paper`" in text
+    assert "the authors' code's signed step in \"sign step\" (`variant: code`)" in text
     assert "| Co-Boosting | Co-Boosting, sign step | CB + FedGO" in server
     assert _rows(server, "0.1") == [
         "| 0.1 | 4 | 30.00 ± 5.00 (n=3) | 45.00 ± 7.07 (n=2) | – | 56.00 ± 1.41 (n=2) "
