@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -12,13 +12,11 @@ DOCS = ROOT / "docs"
 
 
 def load_generator():
-    spec = importlib.util.spec_from_file_location(
-        "gen_configuration", DOCS / "gen_configuration.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    """``docs.gen_configuration``, imported as ``python -m docs.gen_configuration`` runs it
+    (``docs`` is no installed package: the repository's root goes on the path)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module("docs.gen_configuration")
 
 
 def test_configuration_reference_is_the_generators_output():
@@ -35,7 +33,7 @@ def test_every_config_key_is_described():
     _, undocumented = gen.generate()
     assert not undocumented, (
         "keys without a description (give the field an attribute docstring, name it in the "
-        f"class docstring, or add it to NOTES in docs/gen_configuration.py): {undocumented}"
+        f"class docstring, or add it to NOTES in docs/configuration_text.py): {undocumented}"
     )
     assert not gen.stale_notes()
 
