@@ -18,6 +18,13 @@ odds). The weights enter everywhere the ensemble does: synthesis, the weight ste
 diversification, distillation, and the reported ``ensemble_accuracy_fedgo`` (odds only) and
 ``ensemble_accuracy_learned`` (the combination). A client whose discriminator is missing or
 unusable is left out with its model (it has no weight to give).
+
+``disc_mode``: the odds from a discriminator logit ``z``, FedGO's App. E.2 double sigmoid
+``exp(sigmoid(z))`` by default or its Def. 3.5 odds ``exp(z)`` (``sigmoid``). Against an
+untrained G every discriminator calls real images real with near certainty, and the double
+sigmoid's odds, bounded in ``(1, e)``, then leave the weights near uniform, where the exact
+odds keep the clients' differences (``benchmarks/README.md``, "Why Co-Boosting + FedGO's odds
+rows equal uniform").
 """
 
 from __future__ import annotations
