@@ -41,8 +41,24 @@ BASE_OVERRIDES: dict[str, list[str]] = {
     "feddf": ["strategy.name=feddf", "rounds=1", "strategy.weighting=uniform"],
     "coboosting_fedgo": ["strategy.name=coboosting_fedgo", "strategy.combine=odds_learned"],
     "coboosting_fedgo_odds": ["strategy.name=coboosting_fedgo", "strategy.combine=odds"],
+    # FedGO's Def. 3.5 odds exp(z) instead of App. E.2's exp(sigmoid(z)), which an untrained
+    # generator's saturated discriminators leave near uniform (benchmarks/oneshot_odds.py).
+    "coboosting_fedgo_exact": [
+        "strategy.name=coboosting_fedgo",
+        "strategy.combine=odds_learned",
+        "strategy.disc_mode=sigmoid",
+    ],
+    "coboosting_fedgo_exact_odds": [
+        "strategy.name=coboosting_fedgo",
+        "strategy.combine=odds",
+        "strategy.disc_mode=sigmoid",
+    ],
 }
-REUSED = {"coboosting_fedgo_odds": "coboosting_fedgo"}
+REUSED = {
+    "coboosting_fedgo_odds": "coboosting_fedgo",
+    "coboosting_fedgo_exact": "coboosting_fedgo",
+    "coboosting_fedgo_exact_odds": "coboosting_fedgo",
+}
 """Whose uploads a method reuses (``strategy.teachers_from``) when not the oneshot run's."""
 TRAINS_CLIENTS = ("oneshot", "feddf", "coboosting_fedgo")
 """Methods whose run trains the clients itself (no ``teachers_from``)."""
@@ -92,7 +108,7 @@ DEFAULT_METHODS = (
     "coboosting_fedgo_odds",
 )
 """The methods of a seed by default (the paper's Table 1 and 2, and Co-Boosting with FedGO)."""
-EXTRA_METHODS = ("coboosting_sign",)
+EXTRA_METHODS = ("coboosting_sign", "coboosting_fedgo_exact", "coboosting_fedgo_exact_odds")
 """Methods run only when ``--methods`` names them."""
 ALL_METHODS = (*DEFAULT_METHODS, *EXTRA_METHODS)
 
@@ -114,7 +130,8 @@ def base_methods(ablation: bool, chosen: Iterable[str] | None = None) -> list[st
     methods = [m for m in order if m in chosen]
     if ablation:
         methods += [ablation_name(*f) for f in ABLATION if ablation_name(*f) != "coboosting"]
-    later = ["feddf", "coboosting_fedgo", "coboosting_fedgo_odds"]
+    later = ["feddf", "coboosting_fedgo", "coboosting_fedgo_odds", "coboosting_fedgo_exact",
+             "coboosting_fedgo_exact_odds"]  # fmt: skip
     return [*methods, *(m for m in later if m in chosen)]
 
 

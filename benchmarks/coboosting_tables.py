@@ -70,6 +70,8 @@ TABLE1_COLUMNS = [  # (header, method, summary key)
     ("Co-Boosting, sign step", "coboosting_sign", "final_accuracy"),
     ("CB + FedGO odds x learned", "coboosting_fedgo", "final_accuracy"),
     ("CB + FedGO odds", "coboosting_fedgo_odds", "final_accuracy"),
+    ("CB + FedGO exact odds x learned", "coboosting_fedgo_exact", "final_accuracy"),
+    ("CB + FedGO exact odds", "coboosting_fedgo_exact_odds", "final_accuracy"),
 ]
 TABLE2_COLUMNS = [
     ("uniform (FedENS)", "oneshot", "ensemble_accuracy_uniform"),
@@ -77,6 +79,8 @@ TABLE2_COLUMNS = [
     ("learned (Co-Boosting)", "coboosting", "ensemble_accuracy_learned"),
     ("FedGO odds", "coboosting_fedgo", "ensemble_accuracy_fedgo"),
     ("odds x learned", "coboosting_fedgo", "ensemble_accuracy_learned"),
+    ("exact odds", "coboosting_fedgo_exact", "ensemble_accuracy_fedgo"),
+    ("exact odds x learned", "coboosting_fedgo_exact", "ensemble_accuracy_learned"),
 ]
 SAME = 1e-7
 """Two test accuracies of the same models are equal up to float rounding (one test image of
@@ -225,6 +229,9 @@ PAIRS = (  # (variant, baseline): the paper's claims on Table 1, and what this p
     ("coboosting_sign", "coboosting"),
     ("coboosting_fedgo_odds", "coboosting"),
     ("coboosting_fedgo", "coboosting"),
+    ("coboosting_fedgo_exact_odds", "coboosting"),
+    ("coboosting_fedgo_exact", "coboosting"),
+    ("coboosting_fedgo_exact", "coboosting_fedgo"),
 )
 NAMES = {m: header for header, m, _ in TABLE1_COLUMNS}
 
@@ -310,6 +317,7 @@ def table(
     # A method run only on request (``--methods``) has a column where some run of it is kept.
     shown = {m for m in ALL_METHODS if any(runs.get(method_name(a, m)) for a in alphas)}
     table1 = [c for c in TABLE1_COLUMNS if c[1] not in EXTRA_METHODS or c[1] in shown]
+    table2 = [c for c in TABLE2_COLUMNS if c[1] not in EXTRA_METHODS or c[1] in shown]
     rows = [
         f"# Co-Boosting at CPU scale: {title} (benchmarks/coboosting_table1.py)",
         "",
@@ -332,7 +340,7 @@ def table(
         *accuracy_table(
             "Ensemble of the client models (paper Table 2; the paper reports FedENS and "
             "learned only):",
-            TABLE2_COLUMNS,
+            table2,
             alphas,
             runs,
             PAPER_TABLE2.get(reference or ""),

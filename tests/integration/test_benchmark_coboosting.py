@@ -123,6 +123,20 @@ def test_methods_choose_the_runs_and_bring_the_sources_they_reuse(driver) -> Non
     assert (sign.strategy.name, sign.strategy.params.boost.variant) == ("coboosting", "code")
     assert paper.strategy.params.boost.variant == "paper"
     assert driver.source_method("a0.1-coboosting_sign") == "a0.1-oneshot"
+    # FedGO's exact odds: the same discriminators as coboosting_fedgo (its uploads), read
+    # through exp(z) instead of exp(sigmoid(z)); only when asked.
+    assert driver.method_grid([0.1], [], ["coboosting_fedgo_exact_odds"]) == [
+        "a0.1-coboosting_fedgo",
+        "a0.1-coboosting_fedgo_exact_odds",
+    ]
+    for base, combine in (("exact", "odds_learned"), ("exact_odds", "odds")):
+        method = f"a0.1-coboosting_fedgo_{base}"
+        cfg = driver.load_config(DIGITS, driver.method_overrides(method))
+        assert (cfg.strategy.params.disc_mode, cfg.strategy.params.combine) == ("sigmoid", combine)
+        assert driver.source_method(method) == "a0.1-coboosting_fedgo"
+        assert method not in driver.method_grid([0.1])
+    fedgo = driver.load_config(DIGITS, driver.method_overrides("a0.1-coboosting_fedgo"))
+    assert fedgo.strategy.params.disc_mode == "double_sigmoid"
     driver.check_grid(DIGITS, driver.method_grid([0.1], [], driver.ALL_METHODS), [])
 
 
@@ -574,6 +588,21 @@ def test_intervals_and_paired_differences_by_hand(driver, records) -> None:
     ]
     assert _rows(_section(text, "Wall time per run"), "coboosting_sign") == [
         "| coboosting_sign | 90.0 ± 0.0 |"
+    ]
+    assert "exact odds" not in text  # no run of the exact odds: no column, no row
+    _run(records, "a0.1-coboosting_fedgo_exact-seed0", final_accuracy=0.70,
+         ensemble_accuracy_fedgo=0.66, ensemble_accuracy_learned=0.72)  # fmt: skip
+    text = driver.table(records, alphas=[0.1], ablation_alphas=[])
+    server = _section(text, "Server model", "Ensemble of the client models")
+    assert server.splitlines()[2].endswith("| CB + FedGO exact odds x learned |")
+    assert _rows(server, "0.1")[0].endswith("| 70.00 ± 0.00 (n=1) |")
+    ensemble = _section(text, "Ensemble of the client models", "Same client models")
+    assert ensemble.splitlines()[2].endswith("| exact odds | exact odds x learned |")
+    assert _rows(ensemble, "0.1")[0].endswith("| 66.00 ± 0.00 (n=1) | 72.00 ± 0.00 (n=1) |")
+    part = _section(text, "Server model, test accuracy % with the half-width")
+    # seed 0: 70 - 58 (CB + FedGO odds x learned, the same discriminators' double sigmoid)
+    assert _rows(part, "0.1 | CB + FedGO exact odds x learned - CB + FedGO odds x learned") == [
+        "| 0.1 | CB + FedGO exact odds x learned - CB + FedGO odds x learned | +12.0 (n=1) |"
     ]
     report = records / "report"
     for seed, acc in ((100, 0.2), (101, 0.3)):
