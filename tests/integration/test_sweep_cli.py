@@ -84,3 +84,20 @@ def test_a_sweep_runs_resumes_and_tabulates_its_runs(tmp_path, capsys) -> None:
     table = json.loads((out / "table.json").read_text())
     assert [(x["variant"], x["seed"]) for x in table["left_out"]] == [("lr", 0), ("lr", 1)]
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*") if p.is_file()} == stamps
+
+
+def test_a_sweep_past_its_time_limit_starts_nothing_and_names_the_runs_left(
+    tmp_path, capsys
+) -> None:
+    """``--stop-after 0``: no run starts, the table leaves both out as not started, exit 1 (a
+    sweep to run again); a negative limit is a bad command line (exit 2, nothing runs)."""
+    out = tmp_path / "sweep"
+    argv = [f"fedavg={CONFIG}", "--seeds", "0,1", "--out", str(out), *TINY_RUN]
+    assert main([*argv, "--stop-after", "0"]) == 1
+    assert "--stop-after reached: 2 runs not started" in capsys.readouterr().err
+    assert not list(out.glob("*/*/run.log"))
+    left = json.loads((out / "table.json").read_text())["left_out"]
+    assert [(x["variant"], x["seed"]) for x in left] == [("fedavg", 0), ("fedavg", 1)]
+    assert all("not started: --stop-after" in x["why"] for x in left)
+    assert main([*argv, "--stop-after", "-1"]) == 2
+    assert "--stop-after must be >= 0" in capsys.readouterr().err

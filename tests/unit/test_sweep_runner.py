@@ -49,3 +49,35 @@ def test_runs_side_by_side_as_the_cpus_hold_their_threads(monkeypatch) -> None:
     assert default_jobs([job]) == 2
     assert default_jobs([FakeJob("a", 0, Path("x"), "", threads=8), job]) == 1
     assert default_jobs([FakeJob("a", 0, Path("x"), "", threads=16)]) == 1
+
+
+def test_no_run_starts_after_the_time_limit_and_those_under_way_finish(tmp_path) -> None:
+    """``stop_at``: the run started before it (one at a time, each 0.6 s, the limit at 0.3 s)
+    finishes and is kept; the others are ``unstarted``, named, and never started (no folder).
+    A limit already past starts nothing."""
+    import time
+
+    slow = "import time; time.sleep(0.6); open('{}', 'w').write('{{}}')"
+    jobs = [
+        FakeJob("a", s, tmp_path / f"a/seed{s}", slow.format(tmp_path / f"a/seed{s}/summary.json"))
+        for s in range(3)
+    ]
+    said: list[str] = []
+    kept: list[int] = []
+    outcomes = execute(
+        jobs,
+        1,
+        say=said.append,
+        on_done=lambda j: kept.append(j.seed),
+        stop_at=time.monotonic() + 0.3 + 0.3,
+    )
+    assert sorted((o.seed, o.status) for o in outcomes) == [
+        (0, "done"),
+        (1, "unstarted"),
+        (2, "unstarted"),
+    ]
+    assert all("--stop-after" in o.detail for o in outcomes if o.status == "unstarted")
+    assert kept == [0] and not (tmp_path / "a/seed1").exists()
+    assert "sweep: --stop-after reached: 2 runs not started" in said
+    outcomes = execute(jobs[1:], 1, say=said.append, stop_at=time.monotonic() - 1)
+    assert [o.status for o in outcomes] == ["unstarted", "unstarted"]

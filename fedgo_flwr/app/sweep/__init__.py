@@ -1,7 +1,8 @@
 """Sweeps and claims: variants x seeds, one table with confidence intervals and paired tests.
 
 ``python -m fedgo_flwr.app.sweep VARIANT... --seeds tuning|report|N,N,... [--baseline NAME]
-[--out DIR] [--archive PATH.tar.xz] [--jobs N] [--metric KEY] [--table-only] [k=v ...]``
+[--out DIR] [--archive PATH.tar.xz] [--jobs N] [--stop-after S] [--metric KEY] [--table-only]
+[k=v ...]``
 (``./run.sh --sweep``):
 
 - a **variant** is ``PATH.yaml``, ``NAME=PATH.yaml`` or ``"NAME=PATH.yaml k=v ..."`` (one
@@ -14,6 +15,8 @@
   time where the CPUs allow, resumable, a failed run recorded and the others going on
   (:mod:`fedgo_flwr.app.sweep.runner`); ``--archive`` keeps the finished runs' records in one
   file that a sweep on another machine restores first (:mod:`fedgo_flwr.app.sweep.archive`);
+  ``--stop-after S`` starts no run after S seconds (the runs under way finish and are kept:
+  a lease or batch job that ends at a fixed time), the runs left are named in the table;
 - ``<out>/table.md``, ``table.json`` and ``curves.png``: mean, 95% t interval and sd of the
   final metric per variant, paired differences against the baseline with a paired t-test, the
   curves with 95% bands; a table of tuning seeds says "tuning seeds: not for claims"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 from fedgo_flwr.app.sweep.archive import pack, restore
@@ -15,8 +16,8 @@ from fedgo_flwr.app.sweep.variants import SweepArgumentError, parse_words
 
 USAGE = """\
 python -m fedgo_flwr.app.sweep VARIANT [VARIANT ...] --seeds tuning|report|N,N,... \
-[--baseline NAME] [--out DIR] [--archive PATH.tar.xz] [--jobs N] [--metric KEY] [--table-only] \
-[k=v ...]
+[--baseline NAME] [--out DIR] [--archive PATH.tar.xz] [--jobs N] [--stop-after S] [--metric KEY] \
+[--table-only] [k=v ...]
 
 VARIANT is one word: PATH.yaml, NAME=PATH.yaml, or "NAME=PATH.yaml k=v ..." (quoted);
 a k=v word outside a variant applies to every variant (a variant's own win)."""
@@ -44,6 +45,13 @@ def parser() -> argparse.ArgumentParser:
         "after every finished run (a sweep that goes on on another machine)",
     )
     p.add_argument("--jobs", type=int, help="runs at a time (default: CPUs / a run's threads)")
+    p.add_argument(
+        "--stop-after",
+        type=float,
+        metavar="S",
+        help="start no run after S seconds; the runs under way finish and are kept (a lease "
+        "that ends at a fixed time); run the sweep again to go on",
+    )
     p.add_argument("--metric", default="test_accuracy", help="a metrics.jsonl key")
     p.add_argument(
         "--table-only", action="store_true", help="run nothing; the table of the runs there"
@@ -55,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit 0 when every requested run is in the table, 1 when one is not (failed, stale, or
     not run with ``--table-only``) or the archive could not be written, 2 for a bad command
     line or configuration (before anything runs)."""
+    start = time.monotonic()
     args, rest = parser().parse_known_args(argv)
     words = [*args.words, *rest]
     unknown = [w for w in words if w.startswith("--")]
@@ -69,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SweepArgumentError(f"--baseline {baseline}: not a variant ({', '.join(names)})")
         if args.jobs is not None and args.jobs < 1:
             raise SweepArgumentError("--jobs must be >= 1")
+        if args.stop_after is not None and not args.stop_after >= 0:
+            raise SweepArgumentError("--stop-after must be >= 0 (seconds)")
         out = Path(args.out)
         archive = Path(args.archive) if args.archive else None
         restored = restore(archive, out) if archive else []
@@ -103,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     elif jobs:
         parallel = args.jobs or default_jobs(jobs)
         say(f"sweep: {len(jobs)} runs to go, {parallel} at a time; {skipped} finished already")
-        outcomes += execute(jobs, parallel, say=say, on_done=keep if archive else None)
+        stop_at = None if args.stop_after is None else start + args.stop_after
+        on_done = keep if archive else None
+        outcomes += execute(jobs, parallel, say=say, on_done=on_done, stop_at=stop_at)
     else:
         say(f"sweep: all {skipped} runs finished already")
     kept = keep() if archive and not args.table_only else True
@@ -111,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     excluded |= {
         (o.variant, o.seed): f"failed: {o.detail}" for o in outcomes if o.status == "failed"
     }
+    excluded |= {(o.variant, o.seed): o.detail for o in outcomes if o.status == "unstarted"}
     table = build_table(out, variants, seed_set, baseline, args.metric, excluded, common)
     paths = write_table(table, out)
     print(markdown(table))

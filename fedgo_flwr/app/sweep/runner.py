@@ -62,7 +62,7 @@ class Job:
 class Outcome:
     variant: str
     seed: int
-    status: str  # "done" | "skipped" | "failed" | "stale"
+    status: str  # "done" | "skipped" | "failed" | "stale" | "unstarted"
     detail: str = ""
 
 
@@ -156,17 +156,30 @@ def _tail(path: Path, chars: int = 1500) -> str:
         return ""
 
 
-def execute(jobs: Sequence[Job], parallel: int, say=print, on_done=None) -> list[Outcome]:
+def execute(
+    jobs: Sequence[Job],
+    parallel: int,
+    say=print,
+    on_done=None,
+    stop_at: float | None = None,
+) -> list[Outcome]:
     """Run ``jobs``, ``parallel`` at a time; return each run's outcome. A run succeeded when
     it exited 0 and left a ``summary.json`` written after it started; ``on_done(job)`` is then
-    called (the sweep's archive keeps it). Ctrl-C stops the runs this started (each by its own
-    process) and re-raises."""
+    called (the sweep's archive keeps it). ``stop_at`` (a :func:`time.monotonic` time): no run
+    starts after it, the runs under way finish, and the others are ``unstarted`` (a lease or
+    batch job that ends at a fixed time loses no finished run; the next sweep goes on). Ctrl-C
+    stops the runs this started (each by its own process) and re-raises."""
     pending = list(jobs)
     running: list[tuple[Job, subprocess.Popen, object, float]] = []
     outcomes: list[Outcome] = []
     total = len(pending)
     try:
         while pending or running:
+            if pending and stop_at is not None and time.monotonic() >= stop_at:
+                say(f"sweep: --stop-after reached: {len(pending)} runs not started")
+                why = "not started: --stop-after reached (run the sweep again to go on)"
+                outcomes += [Outcome(j.variant.name, j.seed, "unstarted", why) for j in pending]
+                pending = []
             while pending and len(running) < parallel:
                 job = pending.pop(0)
                 proc, log = _start(job)
