@@ -52,6 +52,23 @@ def without_timing(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "elapsed" and "time" not in k} for r in rows]
 
 
+ONESHOT_TINY = [
+    "data.train_subset=400",
+    "data.test_subset=120",
+    "data.num_clients=4",
+    "train.local_epochs=2",
+    "strategy.epochs=3",
+    "strategy.nz=16",
+    "strategy.ngf=8",
+    "strategy.synthesis.batch_size=16",
+    "strategy.synthesis.steps=3",
+    "strategy.boost.batch_size=16",
+    "eval.every=2",
+    "checkpoint=false",
+]
+"""``conf/coboosting.yaml`` cut to seconds: 4 clients, 400 images, a small generator."""
+
+
 SMALL_GAN = [
     "strategy.generator.latent_dim=16",
     "strategy.generator.width=8",

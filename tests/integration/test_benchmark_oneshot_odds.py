@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import ONESHOT_TINY
 
 from benchmarks import oneshot_odds
 from fedgo_flwr.app.inprocess import run_inprocess
@@ -13,19 +14,10 @@ from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
+    *ONESHOT_TINY,
     "strategy.name=coboosting_fedgo",
-    "data.train_subset=400",
-    "data.test_subset=120",
-    "data.num_clients=4",
-    "train.local_epochs=2",
     "strategy.epochs=1",
-    "strategy.nz=16",
-    "strategy.ngf=8",
-    "strategy.synthesis.batch_size=16",
-    "strategy.synthesis.steps=3",
-    "strategy.boost.batch_size=16",
     "strategy.discriminator.epochs=1",
-    "checkpoint=false",
 ]
 
 

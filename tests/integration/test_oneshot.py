@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import rows_of, without_timing
+from helpers import ONESHOT_TINY, rows_of, without_timing
 
 from fedgo_flwr.app.cli import preflight
 from fedgo_flwr.app.inprocess import run_inprocess
@@ -19,20 +19,7 @@ from strategies.coboosting import CoBoosting
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TINY = [
-    "data.train_subset=400",
-    "data.test_subset=120",
-    "data.num_clients=4",
-    "train.local_epochs=2",
-    "strategy.epochs=3",
-    "strategy.nz=16",
-    "strategy.ngf=8",
-    "strategy.synthesis.batch_size=16",
-    "strategy.synthesis.steps=3",
-    "strategy.boost.batch_size=16",
-    "eval.every=2",
-    "checkpoint=false",
-]
+TINY = ONESHOT_TINY
 
 
 def config(out: Path, *overrides: str, name: str = "coboosting"):
