@@ -322,6 +322,9 @@ REFUSED = {
         "resources.server_cpus_waiting", "must be >= 1", ("resources.server_cpus_waiting=0",)
     ),
     "precision": Refused("resources.precision", "fp32, bf16", ("resources.precision=fp16",)),
+    "deterministic-int": Refused(
+        "resources.deterministic", "must be bool", ("resources.deterministic=1",)
+    ),
     "decay-nan": Refused("train.weight_decay", NOT_FINITE, ("train.weight_decay=.nan",)),
     "fault-seconds-nan": Refused(
         "faults[0].seconds", NOT_FINITE, ("faults=[{kind: hang, seconds: .nan}]",)
