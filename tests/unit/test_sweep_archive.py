@@ -112,7 +112,7 @@ def test_a_sweep_goes_on_when_its_archive_cannot_be_written(tmp_path, monkeypatc
 
     out = tmp_path / "out"
 
-    def fake_execute(jobs, parallel, say, on_done):  # each job "finishes" at once
+    def fake_execute(jobs, parallel, say, on_done, stop_at=None):  # each job "finishes" at once
         for job in jobs:
             _run(job.folder, 0.5)
             on_done(job)
