@@ -233,3 +233,29 @@ def test_a_run_with_deterministic_kernels_sets_them_and_on_a_cpu_changes_no_numb
         assert kernels.deterministic() == (on == "true")
         runs[name] = without_timing(rows_of(out))
     assert runs["on"] == runs["off"]
+
+
+def test_the_data_free_path_with_deterministic_kernels_changes_no_number_on_a_cpu(
+    tmp_path, cudnn_flags
+):
+    """Co-Boosting + FedGO (generator synthesis with transposed convolutions and upsampling,
+    the discriminators, the weight steps) with ``resources.deterministic`` on and off: the same
+    metrics on a CPU, and no operation warned of as lacking a deterministic kernel."""
+    import warnings
+
+    from helpers import ONESHOT_TINY, rows_of, without_timing
+
+    from fedgo_flwr.app.inprocess import run_inprocess
+    from strategies import load_experiment
+
+    conf = Path(__file__).resolve().parents[2] / "conf/coboosting.yaml"
+    runs = {}
+    for on in ("true", "false"):
+        out = tmp_path / on
+        overrides = ["strategy.name=coboosting_fedgo", f"resources.deterministic={on}"]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run_inprocess(load_experiment(conf, [*ONESHOT_TINY, *overrides, f"output_dir={out}"]))
+        assert not [w for w in caught if "deterministic implementation" in str(w.message)]
+        runs[on] = without_timing(rows_of(out))
+    assert runs["true"] == runs["false"]
