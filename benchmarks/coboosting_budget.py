@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return None if args.stop_after is None else args.stop_after - (time.monotonic() - start)
 
     def out_of_time() -> bool:
-        late = args.stop_after is not None and time.monotonic() - start > args.stop_after
+        late = (remaining := left()) is not None and remaining < 0
         if late:
             print("coboosting_budget: --stop-after reached; run again to go on", file=sys.stderr)
         return late

@@ -316,8 +316,10 @@ def table(
     name = REFERENCE_NAMES.get(reference or "", "")
     # A method run only on request (``--methods``) has a column where some run of it is kept.
     shown = {m for m in ALL_METHODS if any(runs.get(method_name(a, m)) for a in alphas)}
-    table1 = [c for c in TABLE1_COLUMNS if c[1] not in EXTRA_METHODS or c[1] in shown]
-    table2 = [c for c in TABLE2_COLUMNS if c[1] not in EXTRA_METHODS or c[1] in shown]
+    table1, table2 = (
+        [c for c in columns if c[1] not in EXTRA_METHODS or c[1] in shown]
+        for columns in (TABLE1_COLUMNS, TABLE2_COLUMNS)
+    )
     rows = [
         f"# Co-Boosting at CPU scale: {title} (benchmarks/coboosting_table1.py)",
         "",

@@ -21,11 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from benchmarks.sweep import RunFailed, run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / "outputs" / "determinism"
@@ -48,16 +48,15 @@ def largest_difference(a: list[dict], b: list[dict], key: str) -> float | None:
 
 
 def run_once(config: str, overrides: Sequence[str], out: Path) -> dict:
-    """One run in its own process: wall time, final accuracy and the operations warned of."""
+    """One run in its own process (:func:`benchmarks.sweep.run_command`, its output in
+    ``out/run.log``): wall time, final accuracy and the operations warned of."""
     cmd = [sys.executable, "-m", "fedgo_flwr.app.inprocess", config, *overrides,
            f"output_dir={out}", "overwrite=true"]  # fmt: skip
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if proc.returncode:
-        sys.exit(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    log = out / "run.log"
+    log.unlink(missing_ok=True)  # the warnings read below are this run's
+    wall = run_command(cmd, log)
     summary = json.loads((out / "summary.json").read_text())
-    ops = sorted(set(WARNING.findall(proc.stdout + proc.stderr)))
+    ops = sorted(set(WARNING.findall(log.read_text())))
     return {"wall_s": round(wall, 2), "final_accuracy": summary["final_accuracy"], "warned": ops}
 
 
@@ -107,10 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {}
     for setting in ("false", "true"):
         dirs = [SCRATCH / f"{setting}-{i}" for i in (1, 2)]
-        runs = [
-            run_once(args.config, [*args.overrides, f"resources.deterministic={setting}"], d)
-            for d in dirs
-        ]
+        overrides = [*args.overrides, f"resources.deterministic={setting}"]
+        try:
+            runs = [run_once(args.config, overrides, d) for d in dirs]
+        except RunFailed as exc:
+            sys.exit(str(exc))
         result[setting] = {"runs": runs, "compare": compare(*dirs)}
         print(f"determinism: {setting}: {result[setting]}", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

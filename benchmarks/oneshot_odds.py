@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from benchmarks.sweep import RunFailed, run_command
 from fedgo_flwr.datafree import fedgo_multipliers, weighted_logits
 from fedgo_flwr.experiment.task import load_bundle, new_model
 from fedgo_flwr.learning.training import predict_logits
@@ -44,16 +44,18 @@ BATCH = 500
 
 
 def run_seed(config: str, seed: int, overrides: Sequence[str]) -> Path:
-    """The preset's one round for ``seed`` (kept: not run again); its folder."""
+    """The preset's one round for ``seed`` (kept: not run again); its folder. The run's output
+    goes to its ``run.log`` (:func:`benchmarks.sweep.run_command`)."""
     out = SCRATCH / f"seed{seed}"
     if (out / "summary.json").is_file() and (out / "client_models.pt").is_file():
         return out
     cmd = [sys.executable, "-m", "fedgo_flwr.app.inprocess", config,
            "strategy.name=coboosting_fedgo", f"seed={seed}", "strategy.epochs=1", *overrides,
            f"output_dir={out}", "overwrite=true"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode:
-        sys.exit(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    try:
+        run_command(cmd, out / "run.log")
+    except RunFailed as exc:
+        sys.exit(str(exc))
     return out
 
 
