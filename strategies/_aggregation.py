@@ -21,7 +21,8 @@ import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.supercore import log
 
-from fedgo_flwr.learning.aggregation import clip_update, new_average
+from fedgo_flwr.learning.aggregation import clip_update
+from fedgo_flwr.learning.clipping import ClippedMean, round_average
 from fedgo_flwr.runtime.messages import to_record
 from strategies._replies import Reply, client_metrics
 
@@ -31,9 +32,18 @@ class RobustAveraging:
     ``strategy.aggregation`` (``running``) and the count of clipped replies."""
 
     def begin_round(self, server_round: int) -> None:
-        """Reset what :meth:`absorb` accumulates."""
-        self.running = new_average(self.aggregation)
+        """Reset what :meth:`absorb` accumulates: the round's average, each update clipped
+        relative to the round (``clip_factor``, :class:`~fedgo_flwr.learning.clipping.
+        ClippedMean`) against the model the clients were sent."""
+        self.running = round_average(
+            self.aggregation, self.sent_arrays_global(), f"Round {server_round}"
+        )
         self.clipped_replies = 0
+
+    def sent_arrays_global(self) -> dict[str, np.ndarray] | None:
+        """The global model sent this round, against which updates are clipped (``None``: the
+        clients were sent none, e.g. one-shot FL's fresh models)."""
+        return self.global_arrays or None
 
     def robust(self, reply: Reply) -> dict[str, np.ndarray]:
         """``reply``'s arrays with its update clipped to ``strategy.aggregation.clip_norm``
@@ -48,15 +58,32 @@ class RobustAveraging:
     def absorb(self, server_round: int, reply: Reply) -> None:
         """Fold one accepted reply in; its arrays are dropped afterwards (kept by the median
         and trimmed mean, which need all of a round's replies at once)."""
-        self.running.add(self.robust(reply), reply.num_examples)
+        self.running.add(self.robust(reply), reply.num_examples, reply.partition_id)
 
     def averaged(self) -> dict[str, np.ndarray]:
         """The round's average under ``strategy.aggregation`` of what :meth:`absorb` took:
-        the n_k-weighted mean by default, else the unweighted median or trimmed mean; with
-        ``clip_norm`` the round records ``clients_clipped``."""
+        the n_k-weighted mean by default (each update clipped relative to the round), else the
+        unweighted median or trimmed mean; with ``clip_norm`` the round records
+        ``clients_clipped``, with the relative clip :meth:`record_update_norms`'s figures."""
         if self.aggregation.clip_norm is not None:
             self.last_round["clients_clipped"] = self.clipped_replies
-        return self.running.result()
+        out = self.running.result()
+        self.record_update_norms(self.running)
+        return out
+
+    def record_update_norms(self, average: object) -> None:
+        """What a :class:`~fedgo_flwr.learning.clipping.ClippedMean` saw, into the round's
+        metrics: ``update_ratio_max`` (the largest update norm over the round's lower median),
+        ``update_ratio_client`` (whose it is: the client to look at when a round's model turns
+        out bad) and ``clients_clipped_relative`` (how many updates ``clip_factor`` clipped)."""
+        if not isinstance(average, ClippedMean) or not average.norms:
+            return
+        ratio, client = average.ratio_max()
+        self.last_round["update_ratio_max"] = float(ratio)
+        self.last_round["update_ratio_client"] = (
+            int(client) if isinstance(client, (int, np.integer)) else -1
+        )
+        self.last_round["clients_clipped_relative"] = len(average.clipped)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
         """The average of the client models (``replies`` hold metadata only, sorted by

@@ -100,7 +100,7 @@ class ReplyIntake:
         if sent is not None and bound is not None:
             problem = update_problem(reply.arrays, sent, bound, self.sent_norm(sent))
             if problem is not None:
-                self.drop(reply, problem)
+                self.drop(reply, problem, model_fault=True)
                 return None
         return reply
 
@@ -126,10 +126,12 @@ class ReplyIntake:
             return f"arrays (its model '{self.client_arch(pid)}')", "that model"
         return f"ArrayRecord {key!r}", "the server's"
 
-    def drop(self, reply: Reply, reason: str) -> None:
-        """Drop an accepted ``reply`` after all (:class:`ReplyRejected` from :meth:`absorb`)."""
+    def drop(self, reply: Reply, reason: str, model_fault: bool = False) -> None:
+        """Drop an accepted ``reply`` after all (:class:`ReplyRejected` from :meth:`absorb`);
+        ``model_fault``: the reason points at the model sent (an update beyond
+        ``update_bound``: :attr:`RoundIntake.model_faults`)."""
         self.intake.accepted.discard(reply.partition_id)
-        self.intake.reject(reply.partition_id, reply.node_id, reason)
+        self.intake.reject(reply.partition_id, reply.node_id, reason, model_fault)
 
     def collect(self, server_round: int, replies: Iterable[Message]) -> tuple[list[Reply], float]:
         """The one loop over a round's replies: each, as it arrives, through the intake

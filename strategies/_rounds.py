@@ -7,13 +7,27 @@ round and server epochs elsewhere), its evaluation and its checkpoint. A strateg
 rows by overriding :meth:`~RoundLoop.plan`, :meth:`~RoundLoop.begin_run`,
 :meth:`~RoundLoop.rows`, :meth:`~RoundLoop.row_title` and :meth:`~RoundLoop.run_row`, which
 returns a :class:`Row`.
+
+**Rollback.** A model that makes honest training diverge would otherwise freeze a run: every
+later round's replies are refused (a NaN training loss, non-finite arrays) and the model is
+kept, for good. So after each row whose replies were mostly refused for reasons that point at
+the model sent (:meth:`fedgo_flwr.protocol.RoundIntake.model_broken`), the loop discards that
+row's result and goes back to the last model that a round's clients trained from without any
+such fault, with a WARNING that names the round that trained from it (its aggregate was the
+first model with faults) and that round's client with the largest update
+(``update_ratio_client`` of its row), and records ``rolled_back: 1``. A model that some but not
+most replies fault is used, not rolled back to. A strategy whose rows are not rounds of one
+global model (CPFL's cohorts, one-shot FL, central training) sets :attr:`RoundLoop.rolls_back`
+``False``. After a resume
+the model resumed from is the first one to roll back to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from logging import INFO
+from logging import INFO, WARNING
+from typing import ClassVar
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
@@ -44,6 +58,9 @@ class Row:
 
 class RoundLoop:
     """The round loop of :class:`strategies.base.Strategy` (a mixin)."""
+
+    rolls_back: ClassVar[bool] = True
+    """Whether a row whose replies say its model was broken is undone (module docstring)."""
 
     def start(
         self,
@@ -87,6 +104,9 @@ class RoundLoop:
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
         train_config = ConfigRecord() if train_config is None else train_config
+        good = arrays  # the last model a round's clients trained from without model faults
+        good_row: int | None = None  # the row that trained from it (and made the next model)
+        leaders: dict[int, tuple] = {}  # row -> (client, ratio) of its largest update
         for row in self.rows(first_round, num_rounds):
             title = self.row_title(row, num_rounds)
             if title:
@@ -96,6 +116,19 @@ class RoundLoop:
             # Clients that died with a Ctrl-C/TERM must not make a row
             # (fedgo_flwr.runtime.shutdown).
             raise_if_stopping(f"round {row}")
+            if self.rolls_back:
+                if self.intake.model_broken():
+                    out = self.roll_back(row, out, leaders.get(good_row), good_row)
+                    arrays = good
+                    result.arrays = arrays
+                else:
+                    if not self.intake.model_faults and self.intake.accepted:
+                        good, good_row = arrays, row
+                    self.last_round["rolled_back"] = 0
+                leaders[row] = (
+                    self.last_round.get("update_ratio_client"),
+                    self.last_round.get("update_ratio_max"),
+                )
             if out.arrays is not None:
                 arrays = out.arrays
                 result.arrays = arrays
@@ -113,6 +146,39 @@ class RoundLoop:
             if self.finished:
                 break
         return result
+
+    def roll_back(self, row: int, out: Row, leader: tuple | None, made_by: int | None) -> Row:
+        """Row ``row``'s replies say the model it sent is broken: its result is dropped (the
+        loop goes back to the last model a round trained from without model faults), a
+        WARNING names the row that trained from that model (and so made the next one) and its
+        client with the largest update (``leader``: client and ratio), and the row records
+        ``rolled_back: 1``."""
+        faults = self.intake.model_faults
+        pid, reason = min(faults.items())
+        blame = ""
+        if made_by is not None:
+            blame = f"; the model after round {made_by}'s was the first with faults"
+            client, ratio = leader if leader is not None else (None, None)
+            if client is not None and client >= 0:
+                blame += (
+                    f" (round {made_by}'s largest update came from client {client}, "
+                    f"{ratio:.3g} x the round's median update norm)"
+                )
+        log(
+            WARNING,
+            "Round %d: %d of %d replies refused because of the model sent (client %d: %s); "
+            "rolling back to the last model a round trained from without such faults%s",
+            row,
+            len(faults),
+            self.intake.arrived,
+            pid,
+            reason,
+            blame,
+        )
+        metrics = MetricRecord(dict(self.last_round)) if out.metrics is None else out.metrics
+        metrics["rolled_back"] = 1
+        self.last_round["rolled_back"] = 1
+        return Row(arrays=None, metrics=metrics, due=out.due)
 
     def plan(self, first_round: int, num_rounds: int) -> str:
         """How the start of the loop describes the rows to come (logged)."""

@@ -52,6 +52,7 @@ class Central(Strategy):
     """The server trains the model on all client data; no client takes part."""
 
     name = "central"
+    rolls_back = False  # no clients
     Config = CentralConfig
 
     @classmethod

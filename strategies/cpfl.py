@@ -178,6 +178,7 @@ class CPFL(CohortRounds, CohortDistillation, DiscriminatorStage, Strategy):
     """Cohorts trained in parallel to convergence, then distilled into one model (Alg. 1)."""
 
     name = "cpfl"
+    rolls_back = False  # rows are cohort rounds and stage 2, not rounds of one global model
     client_algorithm = "cpfl"
     Config = CPFLConfig
     uses_public_data = True

@@ -95,6 +95,7 @@ class OneShot(Strategy):
     """One round of local training; the global model is the clients' average (one-shot FedAvg)."""
 
     name = "oneshot"
+    rolls_back = False  # one round of clients, then server epochs
     client_algorithm = "fedavg"
     Config = OneShotConfig
 

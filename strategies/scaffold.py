@@ -43,6 +43,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import bound_uploads, check_arrays, new_average, warn_bounded
+from fedgo_flwr.learning.clipping import round_average
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
 from fedgo_flwr.runtime.messages import to_numpy, to_record
 from strategies.base import BaseConfig, Reply, Strategy
@@ -127,7 +128,9 @@ class Scaffold(Strategy):
 
     def begin_round(self, server_round: int) -> None:
         super().begin_round(server_round)  # the clipping count
-        self.param_avg = new_average(self.aggregation)  # uniform (the paper) or n_k-weighted
+        # uniform (the paper) or n_k-weighted; each update clipped relative to the round
+        sent = {k: v for k, v in self.global_arrays.items() if k in (self.control or {})}
+        self.param_avg = round_average(self.aggregation, sent, f"Round {server_round}")
         self.buffer_avg = new_average(self.aggregation)  # BatchNorm statistics: as FedAvg
         self.deltas: list[dict[str, np.ndarray]] = []
         self.delta_pids: list[int] = []
@@ -137,7 +140,8 @@ class Scaffold(Strategy):
         arrays = self.robust(reply)
         params = {k: v for k, v in arrays.items() if k in self.control}
         buffers = {k: v for k, v in arrays.items() if k not in self.control}
-        self.param_avg.add(params, reply.num_examples if self.params.weighted else 1.0)
+        weight = reply.num_examples if self.params.weighted else 1.0
+        self.param_avg.add(params, weight, reply.partition_id)
         if buffers:
             self.buffer_avg.add(buffers, reply.num_examples)
         self.deltas.append(to_numpy(reply.content[CONTROL_DELTA_KEY]))
@@ -148,6 +152,7 @@ class Scaffold(Strategy):
         if self.aggregation.clip_norm is not None:
             self.last_round["clients_clipped"] = self.clipped_replies
         averaged = self.param_avg.result()
+        self.record_update_norms(self.param_avg)
         buffers_avg = self.buffer_avg.result() if self.buffer_avg.count else {}
         out: dict[str, np.ndarray] = {}
         for key, x in self.global_arrays.items():

@@ -26,6 +26,13 @@ Checked, in order:
 
 :attr:`RoundIntake.failed` is the number of partitions the round sent work to that have no
 accepted reply: each counted once, whatever it (or another node in its name) sent.
+
+:attr:`RoundIntake.model_faults` names the partitions whose reply was refused for a reason that
+points at the model the server sent rather than at the client: non-finite values (a training
+loss that is NaN or infinite, arrays that overflowed) or an update far beyond the model's own
+norm. One client can send those on purpose, but when most of a round's replies have them the
+model itself is broken (it diverges under honest training), and the round loop rolls back
+(:meth:`strategies._rounds.RoundLoop.start`).
 """
 
 from __future__ import annotations
@@ -109,6 +116,7 @@ class RoundIntake:
         self.accepted: set[int] = set()
         self.answered: set[int] = set()  # partitions some reply was credited to
         self.rejected = 0  # replies refused (a partition may be refused more than once)
+        self.model_faults: dict[int, str] = {}  # partition -> why its reply points at the model
 
     def pid_of(self, msg: Message) -> int:
         return partition_of_reply(msg, self.node_ids, self.partition_of)
@@ -154,15 +162,31 @@ class RoundIntake:
         except Exception as exc:  # noqa: BLE001 - no reply may end the run
             reason = f"unreadable reply ({type(exc).__name__}: {exc})"
         if reason is not None:
-            self.reject(pid, node, reason)
+            self.reject(pid, node, reason, model_fault=pid in self.expected and _nonfinite(msg))
             return None
         self.accepted.add(pid)
         return checked
 
-    def reject(self, pid: int, node: int, reason: str) -> None:
-        """Count and log a refused reply of partition ``pid`` (``-1``: unknown) from ``node``."""
+    def reject(self, pid: int, node: int, reason: str, model_fault: bool = False) -> None:
+        """Count and log a refused reply of partition ``pid`` (``-1``: unknown) from ``node``;
+        ``model_fault``: the reason points at the model the server sent
+        (:attr:`model_faults`)."""
         self.rejected += 1
+        if model_fault and pid >= 0:
+            self.model_faults.setdefault(pid, reason)
         log(WARNING, "Dropping %s of client %d (node %d): %s", self.what, pid, node, reason)
+
+    @property
+    def arrived(self) -> int:
+        """Partitions sent work this round that some reply answered for."""
+        return len(self.answered & self.expected)
+
+    def model_broken(self) -> bool:
+        """Whether most of the replies that arrived were refused for reasons that point at
+        the model sent (:attr:`model_faults`): strictly more than half of them, so that one
+        client of two cannot make a round look broken."""
+        faults = len(self.model_faults.keys() & self.expected)
+        return faults > 0 and 2 * faults > self.arrived
 
     def _problem(self, msg: Message, pid: int, spec: ReplySpec) -> str | None:
         if msg.has_error():
@@ -226,3 +250,23 @@ class RoundIntake:
             if problem is not None:
                 return problem
         return None
+
+
+def _nonfinite(msg: Message) -> bool:
+    """Whether a refused reply holds a non-finite metric (a NaN training loss) or non-finite
+    floating arrays: what honest training from a diverged model sends."""
+    try:
+        if msg.has_error():
+            return False
+        content = msg.content
+        for record in content.metric_records.values():
+            for value in record.values():
+                if isinstance(value, float) and not np.isfinite(value):
+                    return True
+        for record in content.array_records.values():
+            for value in to_numpy(record).values():
+                if value.dtype.kind == "f" and not np.isfinite(value).all():
+                    return True
+    except Exception:  # noqa: BLE001 - an unreadable reply is the client's fault
+        return False
+    return False

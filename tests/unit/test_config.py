@@ -29,7 +29,9 @@ MEAN = {
         "rule": "mean",
         "trim_fraction": 0.2,
         "clip_norm": None,
-        "upload_bound": 100.0,
+        "clip_factor": 10.0,
+        "clip_keep": 3,
+        "upload_bound": 10.0,
         "update_bound": 50.0,
     }
 }
