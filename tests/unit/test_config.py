@@ -280,6 +280,26 @@ REFUSED = {
         where="file",
     ),
     # -- names and types --------------------------------------------------------------------
+    # names that cannot be a folder: each refused at the check, naming its key (issue 49)
+    "name-too-long": Refused("name", "at most 255 bytes", ("name=" + "n" * 300,)),
+    "name-too-many-bytes": Refused("name", "at most 255 bytes", ("name=" + "é" * 128,)),
+    "name-dot-dot": Refused("name", "plain folder name", ("name='..'",)),
+    "name-slash": Refused("name", "plain folder name", ("name=a/b",)),
+    "name-newline": Refused(
+        "name", "control character '\\n'", ('name="a\\nb"', "output_dir={tmp}")
+    ),
+    "output-dir-newline": Refused(
+        "output_dir", "control character '\\n'", ('output_dir="{tmp}/a\\nb"',)
+    ),
+    "output-dir-nul": Refused(
+        "output_dir", "control character '\\x00'", ('output_dir="{tmp}/a\\0b"',)
+    ),
+    "output-dir-escape": Refused(
+        "output_dir", "control character '\\x1b'", ('output_dir="{tmp}/a\\eb"',)
+    ),
+    "output-dir-long-part": Refused(
+        "output_dir", "component of 300 bytes", ("output_dir={tmp}/" + "d" * 300,)
+    ),
     "strategy-name": Refused("strategy.name", "unknown", ("strategy.name=fedfoo",)),
     "dataset": Refused("data.dataset", "unknown", ("data.dataset=mnist3",)),
     "model": Refused("model.name", "unknown", ("model.name=resnet7",)),
