@@ -287,3 +287,30 @@ def test_the_sweep_refuses_a_planted_link_at_a_run_folder(tmp_path, capsys) -> N
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"{out / 'default' / 'seed1'} is a symbolic link" in err
     assert list(victim.iterdir()) == []
+
+
+def test_an_archive_spoiled_during_the_sweep_is_said_and_the_runs_go_on(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """The archive read back when a run finishes may have been replaced since the restore: one
+    line says it could not be written, and the sweep finishes its runs and table."""
+    from helpers import ROOT
+
+    from fedgo_flwr.app.sweep import __main__ as cli
+
+    out, archive = tmp_path / "out", tmp_path / "runs.tar.xz"
+
+    def fake_execute(jobs, parallel, say, on_done, stop_at=None):
+        _tar(archive, [("../seed9/summary.json", b"{}")])  # planted after the restore
+        for job in jobs:
+            _run(job.folder, 0.5)
+            on_done(job)
+        return []
+
+    monkeypatch.setattr(cli, "execute", fake_execute)
+    argv = [str(ROOT / "conf" / "default.yaml"), "--seeds", "0", "--out", str(out)]
+    assert cli.main([*argv, "--archive", str(archive)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("could not write") == 2
+    assert "'../seed9/summary.json' is not a run record" in err
+    assert (out / "table.md").is_file() and not (tmp_path / "seed9").exists()
