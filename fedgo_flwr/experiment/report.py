@@ -428,6 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"fedgo-flwr report: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file that cannot be read or written (e.g. a name too long)
+        print(f"fedgo-flwr report: {exc}", file=sys.stderr)
+        return 1
     for path in written:
         print(path)
     return 0

@@ -191,3 +191,12 @@ def test_a_bad_run_file_is_one_error_naming_it(tmp_path, capsys, file, text, pro
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert str(tmp_path / "runs" / "b-seed0" / file) in err and problem in err
     assert not out.exists()
+
+
+@pytest.mark.filterwarnings("ignore:Tight layout not applied")  # the 250-character legend
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    """A run folder named with 250 bytes makes partition-<run>.png too long a file name."""
+    run_dir = fake_run(tmp_path / ("r" * 250))
+    assert report_main([str(run_dir), "--out", str(tmp_path / "report")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("fedgo-flwr report: ") and "too long" in err
