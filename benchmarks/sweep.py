@@ -56,6 +56,7 @@ from pathlib import Path
 
 from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify
 from fedgo_flwr.app.sweep.stats import paired, summarize
+from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_text, path_inside
 
 __all__ = ["REPORT_SEEDS", "TUNING_SEEDS"]  # the named seed sets, for the drivers' defaults
 
@@ -315,8 +316,26 @@ def ensure_data(data: Path, archive: str | None) -> Path:
         )
     data.mkdir(parents=True, exist_ok=True)
     print(f"unpacking {archive} -> {data}", file=sys.stderr)
-    with tarfile.open(archive) as tar:
-        tar.extractall(data, filter="data")
+    try:
+        with tarfile.open(archive) as tar:
+            # every member checked first, so a bad archive unpacks nothing (the "data" filter
+            # would stop half-way); then extractall's own "data" filter, as a second guard
+            for member in tar.getmembers():
+                if not (member.isfile() or member.isdir()):
+                    raise UnsafePathError(
+                        f"{archive}: member {member.name!r} is neither a file nor a folder "
+                        "(a link or a device); nothing is unpacked"
+                    )
+                name = member.name.rstrip("/")
+                while name.startswith("./"):  # made by `tar -C tree -czf archive .`
+                    name = name[2:]
+                if not (name == "." and member.isdir()):
+                    path_inside(data, name, f"{archive}: member ")
+            tar.extractall(data, filter="data")
+    except UnsafePathError as exc:
+        sys.exit(str(exc))
+    except (tarfile.TarError, OSError) as exc:
+        sys.exit(f"cannot unpack {archive}: {exc}")
     inner = [p for p in data.iterdir() if p.is_dir() and (p / "train").is_dir()]
     if not (data / "train").is_dir() and inner:
         for child in inner[0].iterdir():
@@ -441,11 +460,23 @@ def archive_path(results: Path) -> Path:
 
 
 def read_archive(path: Path) -> dict[str, bytes]:
-    """Every file of a ``.tar.xz`` or ``.tar.gz`` (``{}`` if there is none)."""
+    """Every file of a ``.tar.xz`` or ``.tar.gz`` (``{}`` if there is none). A member that is
+    not a regular file (a link, a device, a folder) or whose name would leave the results
+    folder (absolute, a ``..`` or ``.`` component) refuses the whole archive: one
+    :class:`ValueError` naming the member and the archive."""
     if not path.is_file():
         return {}
+    files = {}
     with tarfile.open(path, "r:*") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        for member in tar.getmembers():
+            if not member.isfile():
+                raise UnsafePathError(
+                    f"{path}: member {member.name!r} is not a regular file (a link, a device "
+                    "or a folder); the archive is not read"
+                )
+            path_inside(path.parent, member.name, f"{path}: member ")
+            files[member.name] = tar.extractfile(member).read()
+    return files
 
 
 def write_archive(path: Path, files: dict[str, bytes]) -> None:
@@ -538,7 +569,7 @@ def fmt(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
 def write_table(results: Path, text: str, name: str = "table.md") -> None:
     """Write a driver's table to ``results/<name>`` (with a final newline) and print it."""
     results.mkdir(parents=True, exist_ok=True)
-    (results / name).write_text(text + "\n")
+    atomic_write_text(results / name, text + "\n")  # a link at that name is replaced, not followed
     print(text)
 
 

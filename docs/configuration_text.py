@@ -9,7 +9,8 @@ from __future__ import annotations
 NOTES: dict[str, str] = {
     # ExperimentConfig (top-level keys)
     "ExperimentConfig.name": "Run name: the prefix of the run's log lines, and the folder "
-    "`outputs/<name>/` of its runs when `output_dir` is not set.",
+    "`outputs/<name>/` of its runs when `output_dir` is not set. Never a control character "
+    "(newline, NUL, ...), whatever `output_dir`.",
     "ExperimentConfig.seed": "Seeds the partition, the model's initialisation, client sampling "
     "and client training; every random draw of a round is derived from `(seed, round, ...)`.",
     "ExperimentConfig.rounds": "Federated rounds (for CPFL: the most rounds a cohort runs; the "
@@ -21,9 +22,10 @@ NOTES: dict[str, str] = {
     "ExperimentConfig.output_dir": "Where the run writes its files (relative paths: against "
     "`$FEDGO_WORKDIR` if set, else the working directory). Not set (`null`), every run gets a "
     "new folder `outputs/<name>/<date-time>` (`%Y-%m-%d_%H-%M-%S`, then `-1`, `-2` ... if "
-    "taken), and `outputs/<name>/latest` links to the newest; the folder chosen is logged. A "
-    "folder named here that holds another run's files is refused unless `resume` or "
-    "`overwrite` is set.",
+    "taken), and `outputs/<name>/latest` links to the newest (a `latest` there that is not a "
+    "link is refused, never replaced); the folder chosen is logged. A folder named here that "
+    "holds another run's files is refused unless `resume` or `overwrite` is set, and so is a "
+    "path with a control character (newline, NUL, ...) or a component over 255 bytes.",
     "ExperimentConfig.device": "The server's device: `auto` (CUDA if present, else MPS, else "
     "the CPU), `cpu`, `cuda`, `cuda:N` or `mps`.",
     "ExperimentConfig.client_device": "The clients' device, the same choices. In a simulation "

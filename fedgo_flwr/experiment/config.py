@@ -36,11 +36,14 @@ import yaml
 from fedgo_flwr.experiment.names import (
     DATASET_NAMES,
     HF_PREFIX,
+    MAX_NAME_BYTES,
     MODEL_NAMES,
     NAME_PATTERN,
     PARTITION_SCHEMES,
     PRECISIONS,
     is_dataset_name,
+    path_problem,
+    unprintable,
 )
 from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
 
@@ -392,12 +395,21 @@ class ExperimentConfig:
             self.output_dir is None or bool(self.output_dir),
             "must not be empty",
         )
+        if self.output_dir is not None:
+            problem = path_problem(self.output_dir)
+            c.require("output_dir", problem is None, f"{problem}: not a folder name")
         c.require(
             "name",
-            self.output_dir is not None or NAME_PATTERN.fullmatch(self.name) is not None,
+            self.output_dir is not None
+            or (
+                NAME_PATTERN.fullmatch(self.name) is not None
+                and len(self.name.encode()) <= MAX_NAME_BYTES
+            ),
             "must be a plain folder name when output_dir is not set (letters, digits, '.', "
-            "'_', '+', '-'; not starting with '.')",
+            f"'_', '+', '-'; not starting with '.'; at most {MAX_NAME_BYTES} bytes)",
         )
+        problem = unprintable(self.name)  # the name is in every log line and summary.json
+        c.require("name", problem is None, f"{problem}")
         c.require("round_timeout", self.round_timeout > 0, "must be > 0 (seconds)")
         c.require(
             "round_timeout",

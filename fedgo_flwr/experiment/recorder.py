@@ -39,6 +39,7 @@ from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig
 from fedgo_flwr.experiment.runfolders import (
     LATEST,
     RUNS_ROOT,
+    latest_problem,
     latest_run,
     new_run_folder,
     point_latest,
@@ -109,7 +110,8 @@ def decide_output_dir(cfg: ExperimentConfig) -> ExperimentConfig:
     - unset, with ``resume: true``: the run ``outputs/<name>/latest`` points to (the folder it
       names, so that a newer run cannot move it), or a new folder if there is none;
     - unset: a new folder ``outputs/<name>/<date-time>``, and ``latest`` then points to it
-      (:mod:`fedgo_flwr.experiment.runfolders`).
+      (:mod:`fedgo_flwr.experiment.runfolders`); a ``latest`` there that is not a link is
+      refused (:class:`ConfigError` on ``output_dir``, before any folder is made).
 
     A folder chosen here is absolute, so the clients, which get ``cfg`` from the server, use
     the same one whatever their working directory.
@@ -118,6 +120,9 @@ def decide_output_dir(cfg: ExperimentConfig) -> ExperimentConfig:
         check_output_dir(cfg)
         return cfg
     parent = resolve_output_dir(RUNS_ROOT) / cfg.name
+    problem = latest_problem(parent)
+    if problem is not None:  # before a folder is made: a refused run leaves nothing behind
+        raise ConfigError("output_dir", cfg.output_dir, problem)
     if cfg.resume:
         folder = latest_run(parent)
         if folder is not None:

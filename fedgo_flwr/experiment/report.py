@@ -19,12 +19,20 @@ Written to ``--out`` (default ``report/``):
   how many did), wall time and bytes sent down and up (when the run recorded them);
 - ``partition-<run>.png``: a heatmap of each distinct partition, clients x classes, from
   ``partition.json`` (one per group's first run).
+
+A run's files are read as untrusted: a ``metrics.jsonl`` line that is not a JSON object with
+an integer ``round``, a ``summary.json`` or ``partition.json`` that is not a JSON object (or
+not JSON), a ``config.yaml`` that is not a YAML mapping, stops the report with one error naming
+the file (and line), before anything is written. Every output file is written atomically
+(:func:`fedgo_flwr.runtime.fileio.atomic_write`): a symbolic link at one of their names in
+``--out`` is replaced by the file, never written through.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import re
@@ -38,6 +46,7 @@ from typing import Any
 import yaml
 
 from fedgo_flwr.experiment.runfolders import LATEST, is_run_stamp
+from fedgo_flwr.runtime.fileio import atomic_write, atomic_write_text
 
 __all__ = ["Run", "find_runs", "group_runs", "load_run", "main", "summary_rows"]
 
@@ -71,7 +80,8 @@ def _finite(value: Any) -> bool:
 
 
 def load_run(path: Path, label_by: str = "dir") -> Run:
-    """The run in folder ``path`` (``ValueError`` if it has no ``metrics.jsonl``)."""
+    """The run in folder ``path``; ``ValueError`` naming the file if it has no
+    ``metrics.jsonl`` or one of its files is not what a run writes (see the module)."""
     if path.name == LATEST and path.is_symlink():
         path = path.resolve()  # the dated folder it names
     metrics = path / "metrics.jsonl"
@@ -81,21 +91,69 @@ def load_run(path: Path, label_by: str = "dir") -> Run:
     for n, line in enumerate(metrics.read_text().splitlines(), 1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{metrics}:{n}: not JSON ({exc.msg})") from exc
+            if not isinstance(row, dict):
+                raise ValueError(f"{metrics}:{n}: a JSON {_kind(row)}, not an object")
+            if not _integer(row.get("round")):
+                raise ValueError(f"{metrics}:{n}: no integer 'round'")
+            rows.append(row)
     summary = _read_json(path / "summary.json") or {}
     partition = _read_json(path / "partition.json")
+    _check_partition(path / "partition.json", partition)
     config = {}
     if (path / "config.yaml").is_file():
-        config = yaml.safe_load((path / "config.yaml").read_text()) or {}
-    strategy = str(summary.get("strategy") or config.get("strategy", {}).get("name") or "?")
+        try:
+            config = yaml.safe_load((path / "config.yaml").read_text()) or {}
+        except yaml.YAMLError as exc:  # one line: the file, the line, the problem
+            mark = getattr(exc, "problem_mark", None)
+            at = f":{mark.line + 1}" if mark is not None else ""
+            why = getattr(exc, "problem", None) or type(exc).__name__
+            raise ValueError(f"{path / 'config.yaml'}{at}: not YAML ({why})") from exc
+        if not isinstance(config, dict):
+            raise ValueError(f"{path / 'config.yaml'}: a YAML {_kind(config)}, not a mapping")
+    section = config.get("strategy")
+    named = section.get("name") if isinstance(section, dict) else None
+    strategy = str(summary.get("strategy") or named or "?")
     seed = config.get("seed")
+    if seed is not None and not _integer(seed):
+        raise ValueError(f"{path / 'config.yaml'}: seed {seed!r} is not an integer")
     match = SEED_SUFFIX.search(path.name)
     if seed is None and match:
         seed = int(match.group(1))
     label = strategy if label_by == "strategy" else SEED_SUFFIX.sub("", _run_name(path))
     return Run(path, label, strategy, seed, rows, summary, partition)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _kind(value: Any) -> str:
+    """A JSON or YAML value's kind, for an error: ``array``, ``string``, ``number`` ..."""
+    return "null" if value is None else _KINDS.get(type(value), type(value).__name__)
+
+
+def _check_partition(path: Path, partition: Any) -> None:
+    """``partition.json``'s ``class_histogram``, if any, is a table of numbers (clients x
+    classes, every row as long); ``ValueError`` naming the file otherwise."""
+    hist = (partition or {}).get("class_histogram")
+    if not hist:
+        return
+    rows_ok = isinstance(hist, list) and all(isinstance(r, list) and r for r in hist)
+    if (
+        not rows_ok
+        or len({len(r) for r in hist}) != 1
+        or not all(_finite(v) for r in hist for v in r)
+    ):
+        raise ValueError(
+            f"{path}: class_histogram is not a table of numbers (clients x classes, "
+            "every row as long)"
+        )
 
 
 def _run_name(path: Path) -> str:
@@ -106,13 +164,18 @@ def _run_name(path: Path) -> str:
     return path.name
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (``None``: no such file); ``ValueError`` naming the file if
+    it is not JSON or not an object."""
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc.msg})") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: a JSON {_kind(value)}, not an object")
+    return value
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
@@ -177,7 +240,9 @@ def summary_rows(groups: dict[str, list[Run]], target: float | None) -> list[dic
             "best": [max(a) for a in accs],
             "last10": [statistics.fmean(a[-10:]) for a in accs],
             "wall_s": [
-                float(r.rows[-1]["elapsed"]) for r in runs if _finite(r.rows[-1].get("elapsed"))
+                float(r.rows[-1]["elapsed"])
+                for r in runs
+                if r.rows and _finite(r.rows[-1].get("elapsed"))
             ],
         }
         for key in ("bytes_down", "bytes_up"):
@@ -230,23 +295,25 @@ def write_metrics_csv(runs: Sequence[Run], path: Path) -> None:
     for run in runs:
         for row in run.rows:
             keys.extend(k for k in row if k not in keys)
-    with open(path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["run", "label", "seed", *keys])
-        for run in runs:
-            for row in run.rows:
-                values = [row.get(k) for k in keys]
-                writer.writerow(
-                    [run.path.name, run.label, run.seed, *["" if v is None else v for v in values]]
-                )
+    fh = io.StringIO(newline="")
+    writer = csv.writer(fh)
+    writer.writerow(["run", "label", "seed", *keys])
+    for run in runs:
+        for row in run.rows:
+            values = [row.get(k) for k in keys]
+            writer.writerow(
+                [run.path.name, run.label, run.seed, *["" if v is None else v for v in values]]
+            )
+    atomic_write_text(path, fh.getvalue())
 
 
 def write_table_csv(rows: list[dict[str, Any]], path: Path) -> None:
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
+    fh = io.StringIO(newline="")
+    writer = csv.DictWriter(fh, fieldnames=keys)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, fh.getvalue())
 
 
 def _pyplot():
@@ -286,7 +353,7 @@ def plot_accuracy(groups: dict[str, list[Run]], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
     plt.close(fig)
 
 
@@ -306,7 +373,7 @@ def plot_partition(run: Run, path: Path) -> bool:
     ax.set_title(f"{run.path.name}: samples per client and class", fontsize=9)
     fig.colorbar(image, ax=ax, label="samples")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
     plt.close(fig)
     return True
 
@@ -322,7 +389,7 @@ def report(
     plot_accuracy(groups, out / "accuracy.png")
     write_metrics_csv(runs, out / "metrics.csv")
     rows = summary_rows(groups, target)
-    (out / "table.md").write_text(markdown_table(rows))
+    atomic_write_text(out / "table.md", markdown_table(rows))
     write_table_csv(rows, out / "table.csv")
     written += [out / n for n in ("accuracy.png", "metrics.csv", "table.md", "table.csv")]
     seen = set()
@@ -361,6 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"fedgo-flwr report: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file that cannot be read or written (e.g. a name too long)
+        print(f"fedgo-flwr report: {exc}", file=sys.stderr)
+        return 1
     for path in written:
         print(path)
     return 0

@@ -6,7 +6,9 @@ as any relative ``output_dir``), named by its start time, ``%Y-%m-%d_%H-%M-%S``,
 ``-2`` ... appended when a run started in the same second already holds that name. The folder
 is claimed by creating it (``mkdir`` fails if it exists), so runs started side by side never
 share one. ``latest`` beside it is a relative symbolic link to the newest folder, replaced
-atomically once the new folder exists; ``resume: true`` continues the run it points to.
+atomically once the new folder exists; ``resume: true`` continues the run it points to. A
+``latest`` that is not a link (a folder or file someone put there) is never replaced:
+:func:`latest_problem` names it before any folder is made.
 
 Only names and folders here: :func:`fedgo_flwr.experiment.recorder.decide_output_dir` decides a
 run's folder from its config, and :mod:`fedgo_flwr.experiment.report` reads dated folders as runs of
@@ -25,6 +27,7 @@ __all__ = [
     "RUNS_ROOT",
     "STAMP_FORMAT",
     "is_run_stamp",
+    "latest_problem",
     "latest_run",
     "new_run_folder",
     "point_latest",
@@ -58,10 +61,27 @@ def new_run_folder(parent: Path, now: datetime.datetime | None = None) -> Path:
     raise FileExistsError(f"{parent}: 10000 run folders named {stamp}[-N] already")
 
 
+def latest_problem(parent: Path) -> str | None:
+    """Why ``parent/latest`` cannot be made the link to a new run (it exists and is not a
+    link: a folder or a file that this code did not make and must not replace), or ``None``."""
+    link = parent / LATEST
+    if link.is_symlink() or not link.exists():
+        return None
+    kind = "a folder" if link.is_dir() else "a file"
+    return (
+        f"{link} is {kind}, not the link to the newest run kept there; move it away, or "
+        "set output_dir"
+    )
+
+
 def point_latest(folder: Path) -> None:
     """Make ``<folder's parent>/latest`` a relative link to ``folder``, atomically (a link
-    made beside it, then renamed over the old one: a reader never finds it missing)."""
+    made beside it, then renamed over the old one: a reader never finds it missing). A
+    ``latest`` that is not a link is left alone: :class:`FileExistsError` naming it."""
     link = folder.parent / LATEST
+    problem = latest_problem(folder.parent)
+    if problem is not None:
+        raise FileExistsError(problem)
     tmp = folder.parent / f".{LATEST}.{os.getpid()}"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(folder.name, target_is_directory=True)

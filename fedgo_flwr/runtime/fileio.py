@@ -5,6 +5,12 @@ target's folder (same file system, so the rename is atomic), flushed and ``fsync
 over the target with ``os.replace``, and then the folder is ``fsync``-ed so the rename itself
 survives a power loss. On any error the temporary file is removed and the target is untouched.
 
+A symbolic link at the target is replaced, never followed: the temporary file is created with
+``O_EXCL`` (which does not follow a link) and ``os.replace`` renames it onto the link's own name,
+so a link planted where a file is written redirects nothing. :func:`path_inside` checks a name
+inside a folder before anything is written or read there: it stays inside (no absolute name, no
+``..``) and no part of the path below the folder is a link.
+
 The temporary file is created like ``open(path, "w")`` would create the target (mode ``0o666``
 less the umask), so the written file has the permissions a plain write would give it; ``mode``
 sets them explicitly (e.g. ``0o644`` for a cache that other users read).
@@ -29,15 +35,18 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
-import torch
 from flwr.supercore import log
 
+from fedgo_flwr.experiment.names import path_problem
+
 __all__ = [
+    "UnsafePathError",
     "atomic_numpy_save",
     "atomic_torch_save",
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
+    "path_inside",
     "strict_json",
 ]
 
@@ -74,6 +83,35 @@ def atomic_write(
     return target
 
 
+class UnsafePathError(ValueError):
+    """A name that would leave its folder, or a path through a link this code did not make."""
+
+
+def path_inside(folder: str | os.PathLike[str], name: str, what: str = "") -> Path:
+    """``folder / name``, once it is safe to write or read there; else :class:`UnsafePathError`.
+
+    ``name`` is ``/``-separated and relative: not absolute, no empty, ``.`` or ``..``
+    component, no control character, no component over 255 bytes
+    (:func:`fedgo_flwr.experiment.names.path_problem`), so it stays inside ``folder``. Every
+    part of the path below ``folder`` that exists must not be a symbolic link: a link planted
+    there (``out/variant -> /elsewhere``) would carry a write or a read out of the folder.
+    ``folder`` itself is taken as given (the user's choice). ``what`` starts the error
+    message (e.g. ``"runs.tar.xz: member "``).
+    """
+    problem = path_problem(name, relative=True)
+    if problem is not None:
+        raise UnsafePathError(f"{what}{name!r} {problem}")
+    path = Path(folder)
+    for part in name.split("/"):
+        path = path / part
+        if path.is_symlink():
+            raise UnsafePathError(
+                f"{what}{name!r}: {path} is a symbolic link this run did not make; nothing is "
+                "written or read through it (remove it)"
+            )
+    return path
+
+
 def atomic_write_bytes(
     path: str | os.PathLike[str], data: bytes, *, mode: int | None = None
 ) -> Path:
@@ -90,6 +128,8 @@ def atomic_write_text(
 
 def atomic_torch_save(path: str | os.PathLike[str], obj: Any, *, mode: int | None = None) -> Path:
     """``torch.save(obj, path)``, atomically."""
+    import torch  # here: the report and the sweep's table write files without importing torch
+
     return atomic_write(path, lambda fh: torch.save(obj, fh), mode=mode)
 
 

@@ -117,3 +117,86 @@ def test_report_names_a_folder_that_holds_no_runs(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert report_main([str(tmp_path / "empty")]) == 2
     assert "neither a run folder nor a folder of runs" in capsys.readouterr().err
+
+
+# -- runs and report folders someone else wrote into (issue 49) -------------------------------
+
+REPORT_FILES = ("accuracy.png", "metrics.csv", "table.md", "table.csv", "partition-a-seed0.png")
+
+
+def fake_run(folder: Path, **files: str) -> Path:
+    """A run folder written by hand: two rounds, a 2 x 2 partition; ``files`` replace any."""
+    folder.mkdir(parents=True)
+    rows = [{"round": r, "test_accuracy": 0.1 * r, "elapsed": float(r)} for r in (0, 1)]
+    defaults = {
+        "metrics.jsonl": "".join(json.dumps(r) + "\n" for r in rows),
+        "summary.json": json.dumps({"strategy": "fedavg", "final_accuracy": 0.1}),
+        "partition.json": json.dumps({"class_histogram": [[3, 1], [0, 4]]}),
+        "config.yaml": "seed: 0\nstrategy: {name: fedavg}\n",
+    }
+    for name, text in {**defaults, **files}.items():
+        (folder / name.replace("_", ".")).write_text(text)
+    return folder
+
+
+def test_the_report_replaces_a_planted_link_and_never_writes_through_it(tmp_path, capsys):
+    """A link at any output name in --out is replaced by the file; its target keeps its bytes."""
+    run_dir = fake_run(tmp_path / "runs" / "a-seed0")
+    out, victims = tmp_path / "report", tmp_path / "victims"
+    out.mkdir()
+    victims.mkdir()
+    for name in REPORT_FILES:
+        (victims / name).write_text(f"precious {name}\n")
+        (out / name).symlink_to(victims / name)
+    assert report_main([str(run_dir), "--out", str(out)]) == 0
+    for name in REPORT_FILES:
+        assert (victims / name).read_text() == f"precious {name}\n"
+        assert (out / name).is_file() and not (out / name).is_symlink()
+    assert "| a | 1 | 10.0 ± 0.0 |" in (out / "table.md").read_text()
+    image_ok(out / "accuracy.png")
+    assert sorted(p.name for p in out.iterdir()) == sorted(REPORT_FILES)  # no temp file left
+    assert str(out / "table.md") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "problem"),
+    [
+        ("summary.json", "[1, 2]", "summary.json: a JSON array, not an object"),
+        ("summary.json", '"done"', "summary.json: a JSON string, not an object"),
+        ("summary.json", "{bad", "summary.json: not JSON"),
+        ("metrics.jsonl", '{"round": 0}\n[1]\n', "metrics.jsonl:2: a JSON array, not an object"),
+        ("metrics.jsonl", '"x"\n', "metrics.jsonl:1: a JSON string, not an object"),
+        ("metrics.jsonl", '{"test_accuracy": 0.5}\n', "metrics.jsonl:1: no integer 'round'"),
+        ("metrics.jsonl", '{"round": "1"}\n', "metrics.jsonl:1: no integer 'round'"),
+        ("partition.json", "[]", "partition.json: a JSON array, not an object"),
+        ("partition.json", '{"class_histogram": [[1], [1, 2]]}', "not a table of numbers"),
+        ("partition.json", '{"class_histogram": [["a"]]}', "not a table of numbers"),
+        ("config.yaml", "- a\n- b\n", "config.yaml: a YAML array, not a mapping"),
+        ("config.yaml", "a: [\n", "config.yaml:2: not YAML"),
+        ("config.yaml", "seed: abc\n", "config.yaml: seed 'abc' is not an integer"),
+        ("config.yaml", "strategy: fedavg\nseed: 0\n", None),  # no mapping: the name is "?"
+    ],
+)
+def test_a_bad_run_file_is_one_error_naming_it(tmp_path, capsys, file, text, problem):
+    """Exit 2 and one line naming the file (and line), no traceback, nothing written."""
+    good = fake_run(tmp_path / "runs" / "a-seed0")
+    fake_run(tmp_path / "runs" / "b-seed0", **{file.replace(".", "_"): text})
+    out = tmp_path / "report"
+    code = report_main([str(good.parent), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if problem is None:
+        assert code == 0
+        return
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert str(tmp_path / "runs" / "b-seed0" / file) in err and problem in err
+    assert not out.exists()
+
+
+@pytest.mark.filterwarnings("ignore:Tight layout not applied")  # the 250-character legend
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    """A run folder named with 250 bytes makes partition-<run>.png too long a file name."""
+    run_dir = fake_run(tmp_path / ("r" * 250))
+    assert report_main([str(run_dir), "--out", str(tmp_path / "report")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("fedgo-flwr report: ") and "too long" in err

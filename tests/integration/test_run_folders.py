@@ -23,7 +23,7 @@ from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.experiment.config import ConfigError, split_overrides
 from fedgo_flwr.experiment.recorder import decide_output_dir
 from fedgo_flwr.experiment.report import find_runs, load_run
-from fedgo_flwr.experiment.runfolders import LATEST, is_run_stamp, new_run_folder
+from fedgo_flwr.experiment.runfolders import LATEST, is_run_stamp, new_run_folder, point_latest
 from strategies import load_experiment
 
 TINY = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
@@ -120,6 +120,32 @@ def test_a_name_that_cannot_name_a_folder_is_refused_without_output_dir(workdir)
     with pytest.raises(ConfigError, match="name = '../x'"):
         config("name=../x")
     config("name=../x", f"output_dir={workdir / 'x'}")  # with output_dir the name is free
+
+
+@pytest.mark.parametrize("resume", ["false", "true"])
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_a_latest_that_is_not_a_link_is_refused_and_kept(workdir, capsys, kind, resume):
+    """``outputs/<name>/latest`` made by someone else (a folder or a file) is never replaced:
+    one error naming it, exit 2 from ``run.sh``'s check, no run folder made beside it."""
+    parent = workdir / "outputs" / "default"
+    parent.mkdir(parents=True)
+    latest = parent / LATEST
+    if kind == "folder":
+        latest.mkdir()
+        (latest / "mine.txt").write_text("kept\n")
+    else:
+        latest.write_text("kept\n")
+    with pytest.raises(ConfigError, match=f"output_dir = None: {latest} is a {kind}, not the"):
+        decide_output_dir(config(f"resume={resume}"))
+    argv = ["prepare", str(ROOT / "conf/default.yaml"), *TINY, f"resume={resume}"]
+    assert cli.main([*argv, "--run-toml", str(workdir / "run.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"{latest} is a {kind}" in err
+    assert sorted(p.name for p in parent.iterdir()) == [LATEST]  # no dated folder left behind
+    kept = latest / "mine.txt" if kind == "folder" else latest
+    assert kept.read_text() == "kept\n"
+    with pytest.raises(FileExistsError, match=f"{latest} is a {kind}"):
+        point_latest(new_run_folder(parent))  # the last guard refuses it too
 
 
 def test_the_report_reads_an_experiments_runs_once_each_as_one_group(workdir):

@@ -222,3 +222,88 @@ def test_the_share_outside_compute_spreads_the_clients_over_the_workers() -> Non
     assert overhead.setup_share(rows, 2) is None  # no handler times: no split
     timed = [{**r, "client_handler_time_sum": 7.2} if r["round"] > 0 else r for r in rows]
     assert overhead.setup_share(timed, 2) == pytest.approx((7.2 - 6.0) / 2 / 6.0)
+
+
+# -- archives from elsewhere: nothing leaves its folder (issue 49) ----------------------------
+
+
+def _tar(path: Path, members) -> None:
+    """``path`` (.tar.xz / .tar.gz by name) holding ``(name, bytes)`` files or ``TarInfo``s."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:xz" if path.name.endswith(".xz") else "w:gz") as tar:
+        for member in members:
+            if isinstance(member, tarfile.TarInfo):
+                tar.addfile(member)
+                continue
+            info = tarfile.TarInfo(member[0])
+            info.size = len(member[1])
+            tar.addfile(info, io.BytesIO(member[1]))
+
+
+def _link(name: str, target: str):
+    import tarfile
+
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.SYMTYPE, target
+    return info
+
+
+@pytest.mark.parametrize(
+    ("member", "why"),
+    [
+        (("../summary.json", b"{}"), "'../summary.json' has an empty, '.' or '..' component"),
+        (("/abs/summary.json", b"{}"), "'/abs/summary.json' is an absolute path"),
+        (_link("a-seed0/summary.json", "/etc/passwd"), "is not a regular file"),
+    ],
+)
+def test_a_results_archive_with_a_bad_member_is_not_read(sweep, tmp_path, member, why) -> None:
+    _tar(tmp_path / sweep.ARCHIVE, [("a-seed0/summary.json", b"{}"), member])
+    with pytest.raises(ValueError, match=why) as info:
+        sweep.Kept(tmp_path)
+    assert str(tmp_path / sweep.ARCHIVE) in str(info.value)
+
+
+def test_a_data_archive_with_a_link_unpacks_nothing(sweep, tmp_path) -> None:
+    """One error naming the member and the archive; not even the files before it are unpacked
+    (the "data" filter alone would have stopped half-way)."""
+    archive = tmp_path / "cifar.tar.gz"
+    _tar(archive, [("cifar/train/0/a.jpg", b"x"), _link("cifar/evil", "/etc/passwd")])
+    with pytest.raises(SystemExit, match=r"cifar.tar.gz: member 'cifar/evil' is neither a file"):
+        sweep.ensure_data(tmp_path / "data", str(archive))
+    assert list((tmp_path / "data").iterdir()) == []
+
+
+def test_a_data_archive_is_not_unpacked_through_a_planted_link(sweep, tmp_path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "cifar").symlink_to(victim)
+    archive = tmp_path / "cifar.tar.gz"
+    _tar(archive, [("./cifar/train/0/a.jpg", b"x")])
+    with pytest.raises(SystemExit, match="is a symbolic link this run did not make"):
+        sweep.ensure_data(tmp_path / "data", str(archive))
+    assert list(victim.iterdir()) == []
+
+
+def test_a_data_archive_made_with_a_leading_dot_unpacks(sweep, tmp_path) -> None:
+    import tarfile
+
+    archive = tmp_path / "cifar.tar.gz"
+    root = tarfile.TarInfo(".")  # what `tar -C tree -czf cifar.tar.gz .` starts with
+    root.type = tarfile.DIRTYPE
+    _tar(archive, [root, ("./cifar/train/0/a.jpg", b"x")])
+    data = sweep.ensure_data(tmp_path / "data", str(archive))
+    assert (data / "train" / "0" / "a.jpg").read_bytes() == b"x"
+
+
+def test_a_table_is_written_over_a_planted_link_not_through_it(sweep, tmp_path, capsys) -> None:
+    victim = tmp_path / "victim.md"
+    victim.write_text("precious\n")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "table.md").symlink_to(victim)
+    sweep.write_table(tmp_path / "results", "| a |")
+    assert victim.read_text() == "precious\n"
+    assert (tmp_path / "results" / "table.md").read_text() == "| a |\n"
+    assert not (tmp_path / "results" / "table.md").is_symlink()

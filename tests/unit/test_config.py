@@ -173,6 +173,12 @@ def test_peer_paper_presets_carry_fedgos_settings(name):
         )
 
 
+def test_the_longest_folder_name_is_a_name_and_control_characters_are_not():
+    assert load_experiment(CONF / "default.yaml", ["name=" + "n" * 255]).name == "n" * 255
+    with pytest.raises(ConfigError, match=r"name = 'a\\tb': holds the control character"):
+        load_experiment(CONF / "default.yaml", ['name="a\\tb"', "output_dir=/tmp/x"])
+
+
 def test_base_chain_and_overrides(tmp_path):
     base = write(tmp_path, "rounds: 3\ndata: {alpha: 0.5, num_clients: 4}\n", "base.yaml")
     child = write(
@@ -282,6 +288,26 @@ REFUSED = {
         where="file",
     ),
     # -- names and types --------------------------------------------------------------------
+    # names that cannot be a folder: each refused at the check, naming its key (issue 49)
+    "name-too-long": Refused("name", "at most 255 bytes", ("name=" + "n" * 300,)),
+    "name-256": Refused("name", "at most 255 bytes", ("name=" + "n" * 256,)),
+    "name-dot-dot": Refused("name", "plain folder name", ("name='..'",)),
+    "name-slash": Refused("name", "plain folder name", ("name=a/b",)),
+    "name-newline": Refused(
+        "name", "control character '\\n'", ('name="a\\nb"', "output_dir={tmp}")
+    ),
+    "output-dir-newline": Refused(
+        "output_dir", "control character '\\n'", ('output_dir="{tmp}/a\\nb"',)
+    ),
+    "output-dir-nul": Refused(
+        "output_dir", "control character '\\x00'", ('output_dir="{tmp}/a\\0b"',)
+    ),
+    "output-dir-escape": Refused(
+        "output_dir", "control character '\\x1b'", ('output_dir="{tmp}/a\\eb"',)
+    ),
+    "output-dir-long-part": Refused(
+        "output_dir", "component of 300 bytes", ("output_dir={tmp}/" + "d" * 300,)
+    ),
     "strategy-name": Refused("strategy.name", "unknown", ("strategy.name=fedfoo",)),
     "dataset": Refused("data.dataset", "unknown", ("data.dataset=mnist3",)),
     "model": Refused("model.name", "unknown", ("model.name=resnet7",)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -82,3 +83,48 @@ def test_the_folder_is_synced_after_the_rename(
     monkeypatch.setattr(fileio, "_fsync_dir", synced.append)
     atomic_write_text(tmp_path / "a.txt", "x")
     assert synced == [tmp_path]
+
+
+def test_a_write_replaces_a_planted_link_and_leaves_its_target(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "out").symlink_to(victim)
+    fileio.atomic_write_text(tmp_path / "out", "new")
+    assert victim.read_text() == "precious"
+    assert not (tmp_path / "out").is_symlink() and (tmp_path / "out").read_text() == "new"
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("../x", "'..' component"),
+        ("a/../../x", "'..' component"),
+        ("./x", "'.' or '..' component"),
+        ("a//x", "empty"),
+        ("", "empty"),
+        ("/etc/passwd", "absolute path"),
+        ("a\nb", "control character '\\n'"),
+        ("a\0b", "control character '\\x00'"),
+        ("x" * 256, "component of 256 bytes"),
+    ],
+)
+def test_path_inside_refuses_a_name_that_leaves_its_folder(tmp_path, name, problem) -> None:
+    with pytest.raises(fileio.UnsafePathError, match=re.escape(problem)):
+        fileio.path_inside(tmp_path, name, "archive: member ")
+
+
+def test_path_inside_refuses_a_link_at_any_part_below_the_folder(tmp_path) -> None:
+    folder, elsewhere = tmp_path / "folder", tmp_path / "elsewhere"
+    (folder / "a").mkdir(parents=True)
+    elsewhere.mkdir()
+    assert fileio.path_inside(folder, "a/b/c.txt") == folder / "a" / "b" / "c.txt"  # may not exist
+    assert fileio.path_inside(folder, "x" * 255) == folder / ("x" * 255)
+    (folder / "a" / "b").symlink_to(elsewhere)
+    with pytest.raises(fileio.UnsafePathError, match=f"{folder / 'a' / 'b'} is a symbolic link"):
+        fileio.path_inside(folder, "a/b/c.txt")
+    (folder / "a" / "dangling").symlink_to(tmp_path / "missing")  # a link to nothing, too
+    with pytest.raises(fileio.UnsafePathError, match="is a symbolic link"):
+        fileio.path_inside(folder, "a/dangling")
+    linked = tmp_path / "linked"
+    linked.symlink_to(folder)  # the folder itself is the caller's choice: taken as given
+    assert fileio.path_inside(linked, "a/c.txt") == linked / "a" / "c.txt"

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         """Write the archive; a failure is said and the runs go on (the next write retries)."""
         try:
             say(f"sweep: {len(pack(archive, out))} finished runs kept in {archive}")
-        except OSError as exc:
+        except (OSError, ValueError, tarfile.TarError) as exc:  # e.g. replaced since restore
             say(f"sweep: could not write {archive}: {exc}")
             return False
         return True

@@ -12,22 +12,47 @@ Checkpoints and logs stay out, so the archive of a benchmark can be committed be
 which the resume check ignores) is kept as the run's place in ``--out``, ``<variant>/seed<N>``.
 A restored run is skipped like a finished one; to run it again, delete its folder and its entry
 in the archive (or the archive).
+
+An archive is untrusted input (it comes from another machine): a member that is not a run's
+record is refused with one error naming the member and the archive, and **nothing** of that
+archive is restored (the runs it holds stay in it; fix or replace it and run again). Refused:
+
+- a name other than ``<variant>/seed<N>/<record>`` (an absolute name, a ``..`` or ``.``
+  component: it would leave ``--out``);
+- a member that is not a regular file (a link, a device, a folder), a record named twice;
+- a run without a summary, and a record that is not what a run writes: ``summary.json`` not a
+  JSON object, a ``metrics.jsonl`` line not a JSON object (its ``round``, if any, an integer),
+  ``config.yaml`` not a YAML mapping.
+
+Nothing is written through a link in ``--out`` either: a symbolic link at any part of a
+restored run's path below ``--out`` (planted there, e.g. ``<out>/fedavg -> /elsewhere``)
+refuses the restore before any file is written (:func:`fedgo_flwr.runtime.fileio.path_inside`),
+and :func:`pack` leaves such a run out of the archive with a WARNING (it reads nothing through
+a link).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import tarfile
+from logging import WARNING
 from pathlib import Path
 
+import yaml
+from flwr.supercore import log
+
 from fedgo_flwr.app.sweep.table import SUMMARY
+from fedgo_flwr.app.sweep.variants import NAME
+from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_bytes, path_inside
 
 RECORDS = ("config.yaml", "metrics.jsonl", SUMMARY)
 """The files of a finished run that the archive keeps."""
 
-_MEMBER = re.compile(r"(?P<run>[A-Za-z0-9_.+-]+/seed\d+)/(?P<file>[^/]+)")
+_MEMBER = re.compile(rf"(?P<run>(?:{NAME.pattern})/seed\d+)/(?P<file>[^/]+)")
+"""A record's name in the archive: a variant's name (never ``.`` or ``..``), its seed, the file."""
 _OUTPUT_DIR = re.compile(rb"^output_dir: .*$", re.MULTILINE)
 
 
@@ -39,40 +64,93 @@ def _record(folder: Path, name: str, run: str) -> bytes:
     return data
 
 
+def _kind(member: tarfile.TarInfo) -> str:
+    """What a tar member is, for the error that refuses it."""
+    if member.issym():
+        return f"a symbolic link (to {member.linkname!r})"
+    if member.islnk():
+        return f"a hard link (to {member.linkname!r})"
+    if member.isdir():
+        return "a folder"
+    if member.ischr() or member.isblk():
+        return "a device"
+    if member.isfifo():
+        return "a named pipe"
+    return "not a regular file"
+
+
+def _record_problem(name: str, data: bytes) -> str | None:
+    """Why a record's bytes are not what a run writes (the table and the resume check read
+    them), or ``None``."""
+    try:
+        text = data.decode()
+        if name == SUMMARY:
+            if not isinstance(json.loads(text), dict):
+                return "is not a JSON object"
+        elif name == "config.yaml":
+            if not isinstance(yaml.safe_load(text), dict):
+                return "is not a YAML mapping"
+        else:
+            for n, line in enumerate(text.splitlines(), 1):
+                row = json.loads(line) if line.strip() else {}
+                if not isinstance(row, dict) or type(row.get("round", 0)) is not int:
+                    return f"line {n} is not a JSON object (with an integer 'round' if any)"
+    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+        return f"cannot be read ({type(exc).__name__})"
+    return None
+
+
 def _read(archive: Path) -> dict[str, dict[str, bytes]]:
-    """The archive's records by run (``variant/seedN`` -> file name -> bytes; absent: none);
-    a member that is not a run record is refused."""
+    """The archive's records by run (``variant/seedN`` -> file name -> bytes; absent: none).
+    Any member that is not a run record refuses the whole archive (``ValueError`` naming the
+    member and the archive): nothing of it is read."""
     if not archive.is_file():
         return {}
     runs: dict[str, dict[str, bytes]] = {}
     with tarfile.open(archive) as tar:
         for member in tar.getmembers():
+            where = f"{archive}: member {member.name!r}"
             match = _MEMBER.fullmatch(member.name)
-            if not member.isfile() or not match or match["file"] not in RECORDS:
+            if not match or match["file"] not in RECORDS:
                 raise ValueError(
-                    f"{archive}: {member.name!r} is not a run record "
-                    f"(<variant>/seed<N>/{{{','.join(RECORDS)}}})"
+                    f"{where} is not a run record (<variant>/seed<N>/"
+                    f"{{{','.join(RECORDS)}}}); nothing of the archive is restored"
                 )
+            if not member.isfile():
+                raise ValueError(f"{where} is {_kind(member)}; nothing of the archive is restored")
+            files = runs.setdefault(match["run"], {})
+            if match["file"] in files:
+                raise ValueError(f"{where} is there twice; nothing of the archive is restored")
             data = tar.extractfile(member)
             assert data is not None  # a regular file (checked above)
-            runs.setdefault(match["run"], {})[match["file"]] = data.read()
+            files[match["file"]] = data.read()
+            problem = _record_problem(match["file"], files[match["file"]])
+            if problem is not None:
+                raise ValueError(f"{where} {problem}; nothing of the archive is restored")
     return runs
 
 
 def restore(archive: Path, out: Path) -> list[str]:
     """Copy every finished run of ``archive`` (absent: none) into ``out`` whose folder holds no
-    ``summary.json`` yet; return the runs restored (``variant/seedN``). A run in the archive
-    without a summary is refused (the archive holds finished runs only)."""
-    restored = []
-    for run, files in sorted(_read(archive).items()):
+    ``summary.json`` yet; return the runs restored (``variant/seedN``). Refused, before any
+    file is written (``ValueError`` naming the culprit): an archive with a member that is not a
+    run record, a run without a summary, a link at any part of a run's path below ``out``."""
+    runs = _read(archive)
+    for run, files in sorted(runs.items()):
         if SUMMARY not in files:
-            raise ValueError(f"{archive}: {run} has no {SUMMARY}")
+            raise ValueError(
+                f"{archive}: {run} has no {SUMMARY}; nothing of the archive is restored"
+            )
+        for name in files:
+            path_inside(out, f"{run}/{name}", f"{archive}: restoring ")
+    restored = []
+    for run, files in sorted(runs.items()):
         folder = out / run
         if (folder / SUMMARY).is_file():
             continue
         folder.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
-            (folder / name).write_bytes(data)
+            atomic_write_bytes(path_inside(out, f"{run}/{name}", f"{archive}: restoring "), data)
         restored.append(run)
     return restored
 
@@ -85,8 +163,14 @@ def pack(archive: Path, out: Path) -> list[str]:
     for summary in out.glob(f"*/seed*/{SUMMARY}"):
         folder = summary.parent
         run = folder.relative_to(out).as_posix()
-        if _MEMBER.fullmatch(f"{run}/{SUMMARY}"):
-            kept[run] = {n: _record(folder, n, run) for n in RECORDS if (folder / n).is_file()}
+        if not _MEMBER.fullmatch(f"{run}/{SUMMARY}"):
+            continue
+        try:
+            names = [n for n in RECORDS if path_inside(out, f"{run}/{n}").is_file()]
+        except UnsafePathError as exc:
+            log(WARNING, "sweep: %s not archived: %s", run, exc)
+            continue
+        kept[run] = {n: _record(folder, n, run) for n in names}
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_name(archive.name + ".partial")
     with tarfile.open(partial, "w:xz") as tar:

@@ -8,7 +8,10 @@ output_dir=<out>/<variant>/seed<N> resume=true`` (the ServerApp and ClientApp co
 now (:func:`fedgo_flwr.experiment.checkpoint.config_differences`, and more rounds than asked) is
 **stale**: it is left out of the table and named, never silently reused nor replaced (delete
 its folder to run it again); one with fewer rounds than asked is extended (``resume=true``).
-A run that fails is recorded (exit code, the log's tail) and the others go on.
+A run that fails is recorded (exit code, the log's tail) and the others go on. A symbolic link
+at a run's folder or at one of its files below ``out`` (``<out>/<variant> -> /elsewhere``) is
+refused before anything runs: the sweep never writes or reads through a link it did not make
+(:func:`fedgo_flwr.runtime.fileio.path_inside`).
 
 Every variant is loaded and checked (:func:`strategies.load_experiment`,
 :func:`fedgo_flwr.app.cli.preflight`) before any run starts, so a bad key stops the sweep at once.
@@ -34,11 +37,14 @@ import yaml
 
 from fedgo_flwr.app.sweep.table import SUMMARY, run_dir
 from fedgo_flwr.app.sweep.variants import Variant
+from fedgo_flwr.runtime.fileio import path_inside
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository: first on the children's ``PYTHONPATH``."""
 
 LOG = "run.log"
+CHECKED = (LOG, SUMMARY, "config.yaml", "metrics.jsonl")
+"""A run's files that the sweep itself writes or reads: none may be a link (nor their folders)."""
 
 
 class InvalidVariant(ValueError):
@@ -94,7 +100,8 @@ def plan(
     """Check every variant's configuration (raises :class:`InvalidVariant`) and sort the
     runs into those to run and those already finished (``skipped``) or finished under another
     configuration (``stale``). Without ``check_machine`` the pre-flight checks of the machine
-    (data paths, devices) are left out: for a table of runs made elsewhere."""
+    (data paths, devices) are left out: for a table of runs made elsewhere. A link at a run's
+    folder or files below ``out`` raises :class:`~fedgo_flwr.runtime.fileio.UnsafePathError`."""
     from fedgo_flwr.app.cli import preflight
     from fedgo_flwr.experiment.checkpoint import config_differences
     from fedgo_flwr.experiment.config import ConfigError
@@ -104,6 +111,8 @@ def plan(
     for v in variants:
         for seed in seeds:
             folder = run_dir(out, v.name, seed)
+            for name in CHECKED:
+                path_inside(out, folder.relative_to(out).joinpath(name).as_posix())
             args = run_args(v, common, seed, folder)
             try:
                 cfg = load_experiment(args[0], args[1:])
@@ -138,7 +147,9 @@ def default_jobs(jobs: Sequence[Job]) -> int:
 
 def _start(job: Job) -> tuple[subprocess.Popen, object]:
     job.folder.mkdir(parents=True, exist_ok=True)
-    log = open(job.folder / LOG, "a")  # noqa: SIM115 - closed when the run ends
+    # appended to, never through a link (plan refused one; O_NOFOLLOW if one appeared since)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    log = os.fdopen(os.open(job.folder / LOG, flags, 0o666), "a")  # closed when the run ends
     pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
     cmd = job.command
     log.write(f"$ {' '.join(cmd)}\n")

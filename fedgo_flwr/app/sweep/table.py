@@ -20,6 +20,7 @@ from pathlib import Path
 from fedgo_flwr.app.sweep.seeds import SeedSet
 from fedgo_flwr.app.sweep.stats import LEVEL, finite, paired, summarize
 from fedgo_flwr.app.sweep.variants import Variant
+from fedgo_flwr.runtime.fileio import atomic_write, atomic_write_text
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
@@ -260,7 +261,7 @@ def plot_curves(table: Mapping, path: Path) -> Path:
         ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
     plt.close(fig)
     return path
 
@@ -269,7 +270,8 @@ def write_table(table: Mapping, out: Path) -> dict[str, Path]:
     """Write ``table.json``, ``table.md`` and ``curves.png`` into ``out``; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "table.json", "md": out / "table.md", "png": out / "curves.png"}
-    paths["json"].write_text(json.dumps(table, indent=1, allow_nan=False) + "\n")
-    paths["md"].write_text(markdown(table))
+    # atomic writes: a link planted at one of these names is replaced, never written through
+    atomic_write_text(paths["json"], json.dumps(table, indent=1, allow_nan=False) + "\n")
+    atomic_write_text(paths["md"], markdown(table))
     plot_curves(table, paths["png"])
     return paths
