@@ -159,6 +159,15 @@ def test_a_known_failure_still_fails(name, kind, case, tmp_path_factory):
     check_case(name, fr.replay(clean, kind, **case), clean, tmp_path_factory)
 
 
+@pytest.mark.parametrize("name", fr.strategy_names())
+def test_no_honest_reply_is_refused_for_its_token(name, tmp_path_factory):
+    """Every message type of every strategy (its clean run, cached for the fuzzing tests)
+    carries a reply token that its honest reply echoes: none is refused for it."""
+    clean = clean_of(name, tmp_path_factory)
+    refused = [w for w in clean.outcome.warnings if any(t in w for t in fr.TOKEN_REFUSALS)]
+    assert not refused, refused
+
+
 @pytest.mark.parametrize(
     ("kind", "fields", "reason"),
     [
