@@ -55,7 +55,9 @@ class ReplyIntake:
         """Send work to partitions ``pids`` this round: only their replies are taken, once
         each (:class:`fedgo_flwr.protocol.RoundIntake`)."""
         self.sampled = list(pids)
-        self.intake = RoundIntake(self.node_ids, self.sampled, self.client_sizes)
+        self.intake = RoundIntake(
+            self.node_ids, self.sampled, self.client_sizes, tokens=self.reply_tokens
+        )
         self._sent_norms: dict[int, tuple[Mapping[str, np.ndarray], Any]] = {}  # sent_norm's
 
     def reply_spec(self) -> ReplySpec:

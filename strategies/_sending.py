@@ -3,7 +3,8 @@
 :class:`Sending` is the part of :class:`strategies.base.Strategy` that builds messages: the
 ConfigRecord every message carries (the core experiment, the client algorithm's name and its
 own parameters, the run token: :mod:`fedgo_flwr.runtime.messages`), one message per sampled
-partition to the node that serves it (the partition id in its ``group_id``), seeded client sampling
+partition to the node that serves it (the partition id in its ``group_id``, a reply token of its
+own in its config), seeded client sampling
 (:func:`fedgo_flwr.experiment.task.sample_clients`: every strategy trains the same clients in the
 same round, and a run is repeatable) and, with ``model.client_models``, one record per architecture.
 """
@@ -52,16 +53,28 @@ class Sending:
     ) -> list[Message]:
         """One message of ``message_type`` with ``content`` for each partition in ``pids``, to
         the node that serves it, the partition id in its ``group_id`` (a simulated node may
-        serve several; the reply carries the group id back: :meth:`pid_of`)."""
-        return [
-            Message(
-                content=content,
-                message_type=message_type,
-                dst_node_id=self.node_ids[pid],
-                group_id=str(pid),
+        serve several; the reply carries the group id back: :meth:`pid_of`).
+
+        Each message gets a fresh reply token (:func:`fedgo_flwr.runtime.messages.new_reply_token`)
+        in its own copy of the ConfigRecord (the other records are shared, not copied), kept in
+        :attr:`reply_tokens` as the token of partition ``pid``'s latest instruction: the round's
+        intake takes only a reply that echoes it (:class:`fedgo_flwr.protocol.RoundIntake`)."""
+        config = content.config_records.get(msgs.CONFIG)
+        out = []
+        for pid in pids:
+            token = msgs.new_reply_token()
+            own = ConfigRecord(dict(config.items()) if config is not None else {})
+            own[msgs.REPLY_TOKEN] = token
+            self.reply_tokens[pid] = token
+            out.append(
+                Message(
+                    content=RecordDict({**dict(content.items()), msgs.CONFIG: own}),
+                    message_type=message_type,
+                    dst_node_id=self.node_ids[pid],
+                    group_id=str(pid),
+                )
             )
-            for pid in pids
-        ]
+        return out
 
     def pid_of(self, msg: Message) -> int:
         """The partition a reply answers for (``-1``: none this server knows): its group id

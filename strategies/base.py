@@ -203,7 +203,9 @@ class Strategy(
         self.global_arrays: dict[str, np.ndarray] = {}
         self.num_rounds = cfg.rounds  # set again by start()
         self.sampled: list[int] = []
-        self.intake = RoundIntake(self.node_ids, ())  # replaced by each round's
+        # partition id -> the reply token of the latest message sent to it (messages_to)
+        self.reply_tokens: dict[int, str] = {}
+        self.intake = RoundIntake(self.node_ids, (), tokens=self.reply_tokens)  # each round's
         self.last_round: dict[str, float | int] = {}  # read by the run recorder
         self.run_token = ""  # names this run's client-state files (kept when resuming)
         self.resuming = False  # set by the ServerApp when the run continues from a checkpoint

@@ -22,6 +22,10 @@ The verdict of a case (:func:`verdict`), in this order:
    client (its partition id or its node id; logged between the reply's arrival and the
    server's next messages, and not logged by the clean run), or the final model is still
    usable (a finite test loss);
+4a. a reply is refused for its reply token (the echo of the message it answers:
+   :class:`fedgo_flwr.protocol.RoundIntake`) only where the mutation changed that token
+   (:data:`TOKEN_KINDS`): every other mutation keeps the client's echo, so a drop for the token
+   would mean the mutation was never checked for what it changed;
 5. with the robust options (:data:`ROBUST`, on in both the clean and the mutated run), the
    final test accuracy is at most :data:`ROBUST_MARGIN` below the clean run's, dropped or not.
 """
@@ -276,6 +280,9 @@ def _pid_of(reply: Message) -> int:
 
 
 def _slots(reply: Message) -> tuple[Slot, ...]:
+    """The reply's records, but for the protocol's echo of the reply token, which only the
+    token kinds (:data:`TOKEN_KINDS`) change: a kind that draws a record draws one the client
+    algorithm declares, as before the echo existed."""
     content = reply.content
     out = []
     for name, rec in content.array_records.items():
@@ -285,7 +292,8 @@ def _slots(reply: Message) -> tuple[Slot, ...]:
     for name, rec in content.metric_records.items():
         out.append(Slot(name, "metric", tuple(rec.keys())))
     for name, rec in content.config_records.items():
-        out.append(Slot(name, "config", tuple(rec.keys())))
+        if name != msgs.ECHO:
+            out.append(Slot(name, "config", tuple(rec.keys())))
     return tuple(out)
 
 
@@ -316,10 +324,20 @@ KINDS: dict[str, str] = {
     "group_garbage": "metadata.group_id -> garbage",
     "duplicate": "the reply yielded twice (the same Message)",
     "duplicate_copy": "the reply yielded twice (a deep copy)",
+    "token_missing": "the echo of the reply token removed",
+    "token_garbage": "the echoed reply token -> garbage (not a token, or not a string)",
+    "token_other": "the echoed reply token -> that of another client's message of the batch",
 }
 """Every mutation kind; the benchmark runs each on each strategy."""
 
 METADATA_KINDS = {k for k in KINDS if k.startswith(("group_", "duplicate"))}
+
+TOKEN_KINDS = {k for k in KINDS if k.startswith("token_")}
+"""The kinds that change the reply's echo of its reply token; only their replies may be
+refused for the token (:func:`verdict`)."""
+
+TOKEN_REFUSALS = ("reply token",)
+"""What the intake's WARNING says when it refuses a reply for its token."""
 
 WITHHOLD = "withhold"
 """Not a mutation but the yardstick of the robust verdict: the reply never reaches the server
@@ -330,7 +348,7 @@ def applicable(kind: str, target: Target) -> bool:
     """Whether ``kind`` has something to change in ``target``'s reply."""
     slots = target.slots
     arrays = [s for s in slots if s.kind == "array" and s.keys]
-    if kind in METADATA_KINDS or kind == "extra_record":
+    if kind in METADATA_KINDS or kind in TOKEN_KINDS or kind == "extra_record":
         return True
     if kind in ("extra_key", "missing_record"):
         return bool(slots)
@@ -373,11 +391,15 @@ class Mutation:
     __repr__ = describe  # what Hypothesis prints for a falsifying example
 
     # -- applying --------------------------------------------------------------------------
-    def apply(self, reply: Message) -> list[Message]:
-        """The messages the server gets instead of ``reply`` (edited in place)."""
+    def apply(self, reply: Message, sent: list[Message] | None = None) -> list[Message]:
+        """The messages the server gets instead of ``reply`` (edited in place); ``sent``: the
+        batch of messages ``reply`` answers one of (``token_other`` takes another's token)."""
         kind = self.kind
         if kind == WITHHOLD:
             return []
+        if kind in TOKEN_KINDS:
+            self._token(reply, sent or [])
+            return [reply]
         if kind == "duplicate":
             return [reply, reply]
         if kind == "duplicate_copy":
@@ -407,6 +429,24 @@ class Mutation:
         else:
             content[self.record] = self._scalars(rec)
         return [reply]
+
+    def _token(self, reply: Message, sent: list[Message]) -> None:
+        content = reply.content
+        if self.kind == "token_missing":
+            content.pop(msgs.ECHO, None)
+            return
+        if self.kind == "token_garbage":
+            value: Any = {"int": 7, "empty": "", "nonhex": "z" * 32}.get(self.other, self.other)
+            content[msgs.ECHO] = ConfigRecord({msgs.REPLY_TOKEN: value})
+            return
+        own = reply.metadata.src_node_id
+        others = [
+            m.content[msgs.CONFIG][msgs.REPLY_TOKEN]
+            for m in sent
+            if m.metadata.dst_node_id != own and msgs.REPLY_TOKEN in m.content[msgs.CONFIG]
+        ]
+        if others:  # else (one client in the batch) the echo is left alone: nothing to swap in
+            content[msgs.ECHO] = ConfigRecord({msgs.REPLY_TOKEN: others[0]})
 
     def _arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, Array]:
         kind, key = self.kind, self.key
@@ -476,8 +516,10 @@ def choose(kind: str, target: Target, pick: Callable[[list], Any], others: list[
     def slot(where: Callable[[Slot], bool]) -> Slot:
         return slots[pick([s.name for s in target.slots if where(s)])]
 
-    if kind in ("duplicate", "duplicate_copy"):
+    if kind in ("duplicate", "duplicate_copy", "token_missing", "token_other"):
         return Mutation(target, kind)
+    if kind == "token_garbage":
+        return Mutation(target, kind, other=pick(["int", "empty", "nonhex"]))
     if kind.startswith("group_"):
         if kind == "group_other":
             value = str(pick(others or [target.pid + 1]))
@@ -589,7 +631,7 @@ def intercepted(
                 state.applied.append(mutation.describe())
                 if not state.window:
                     state.window.append(len(logged))
-                yield from mutation.apply(reply)
+                yield from mutation.apply(reply, messages)
             else:
                 yield reply
 
@@ -812,6 +854,10 @@ def verdict(
     if not outcome.applied:
         return None  # the target reply never came (the strategy took another path): no finding
     target = mutation.target
+    if mutation.kind not in TOKEN_KINDS:
+        for line in outcome.answer:
+            if _names_client(line, target) and any(t in line for t in TOKEN_REFUSALS):
+                return f"refused for its reply token, not for its mutation: {line}"
     was_dropped = dropped(mutation, outcome, clean)
     acc, ref = outcome.accuracy, clean.outcome.accuracy
     if acc is None or ref is None:

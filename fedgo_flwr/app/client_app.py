@@ -2,7 +2,9 @@
 
 The server sends the core experiment (JSON), the client algorithm's name and that algorithm's
 own parameters in every message (:mod:`fedgo_flwr.runtime.messages`), so a SuperNode needs only its
-``partition-id`` (and optionally ``data-path``) in its node config. Handlers:
+``partition-id`` (and optionally ``data-path``) in its node config. Every reply echoes the reply
+token of the message it answers (:func:`reply_token_mod`, whichever handler made it), so that
+the server can tell it from a reply to another message. Handlers:
 
 - ``query``: reply with the node's partition id (the server maps partition ids to node ids with
   it, for seeded client sampling).
@@ -54,7 +56,7 @@ from logging import INFO, WARNING
 from pathlib import Path
 
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore import log
@@ -93,7 +95,20 @@ def node_policy_mod(msg: Message, context: Context, call_next: ClientAppCallable
         return call_next(msg, context)
 
 
-app = ClientApp(mods=[node_policy_mod])
+def reply_token_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Echo the reply token of the message in its reply (ConfigRecord ``"echo"``), whichever
+    handler made the reply: the server takes only a reply that answers the message it sent
+    (:class:`fedgo_flwr.protocol.RoundIntake`). A message without a token (the discovery
+    query) and an error reply are left as they are."""
+    reply = call_next(msg, context)
+    config = msg.content.config_records.get(msgs.CONFIG) if msg.has_content() else None
+    token = None if config is None else config.get(msgs.REPLY_TOKEN)
+    if isinstance(token, str) and reply.has_content():
+        reply.content[msgs.ECHO] = ConfigRecord({msgs.REPLY_TOKEN: token})
+    return reply
+
+
+app = ClientApp(mods=[node_policy_mod, reply_token_mod])
 
 
 def inject_fault(cfg: ExperimentConfig, pid: int, server_round: int, stage: str) -> str | None:

@@ -25,6 +25,10 @@ several partitions) and maps the partitions 0..K-1, K = ``data.num_clients``, to
   agree (else its node config is wrong and it would refuse the partition's messages), its
   ``num-partitions`` must be the map's size, and a node that is not in the map is not used.
 
+Every query carries a fresh reply token of its own, which the node's reply must echo
+(:func:`fedgo_flwr.app.client_app.reply_token_mod`, as for every message: a reply that echoes
+another token answers another message, e.g. a reply replayed from an earlier query).
+
 Every problem ends the run with one :class:`NodeDiscoveryError` (one line naming the node or
 nodes and the value); a map that cannot be read is a
 :class:`~fedgo_flwr.experiment.schema.ConfigError` of the run config key ``node-map``, raised before
@@ -50,10 +54,14 @@ from flwr.supercore import log
 from fedgo_flwr.experiment.schema import ConfigError
 from fedgo_flwr.runtime.messages import (
     CONFIG,
+    ECHO,
     METRICS,
     NUM_PARTITIONS,
     PARTITION_ID,
+    REPLY_TOKEN,
     SHARES_PARTITIONS,
+    echoed_token,
+    new_reply_token,
     stream_replies,
 )
 
@@ -234,12 +242,18 @@ class _Claim:
     shares: bool
 
 
-def _claim(reply: Message, node: int) -> _Claim:
-    """A node's reply to the partition-id query, checked; :class:`NodeDiscoveryError` if the
-    reply is an error or malformed."""
+def _claim(reply: Message, node: int, token: str) -> _Claim:
+    """A node's reply to the partition-id query whose reply token is ``token``, checked;
+    :class:`NodeDiscoveryError` if the reply is an error, answers another message or is
+    malformed."""
     if reply.has_error():
         reason = " ".join(str(reply.error.reason).split())[:300]
         raise NodeDiscoveryError(f"node {node} failed to report its partition id: {reason}")
+    if echoed_token(reply.content) != token:
+        raise NodeDiscoveryError(
+            f"node {node}'s reply to the partition-id query does not echo the query's reply "
+            f"token (ConfigRecord '{ECHO}'): it answers another message"
+        )
     record = reply.content[METRICS] if METRICS in reply.content else None
     if not isinstance(record, MetricRecord | ConfigRecord):
         raise NodeDiscoveryError(
@@ -267,9 +281,9 @@ def _claim(reply: Message, node: int) -> _Claim:
     return _Claim(pid, size, bool(shares))
 
 
-def _query(node: int) -> Message:
+def _query(node: int, token: str) -> Message:
     return Message(
-        content=RecordDict({CONFIG: ConfigRecord({})}),
+        content=RecordDict({CONFIG: ConfigRecord({REPLY_TOKEN: token})}),
         message_type=MessageType.QUERY,
         dst_node_id=node,
     )
@@ -322,14 +336,15 @@ def discover_nodes(
             new.append(node)
         if new:
             left = max(1.0, deadline - time.monotonic())
-            queried = set(new)
-            for reply in stream_replies(grid, [_query(n) for n in new], left):
+            queried = {n: new_reply_token() for n in new}
+            queries = [_query(n, token) for n, token in queried.items()]
+            for reply in stream_replies(grid, queries, left):
                 node = reply.metadata.src_node_id
                 if node not in queried or node in asked:
                     log(WARNING, "node discovery: dropped an unexpected reply from node %s", node)
                     continue
                 asked.add(node)
-                claim = _claim(reply, node)
+                claim = _claim(reply, node, queried[node])
                 size = claim.size if claim.size is not None else num_clients
                 if node_map is not None:
                     if claim.pid != mapped[node]:

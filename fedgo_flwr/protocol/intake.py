@@ -12,12 +12,17 @@ Checked, in order:
 
 - the reply is no error;
 - its ``metadata.group_id`` is a partition id in ASCII digits (``str.isdigit`` also takes
-  ``"²"`` and ``"١"``, which ``int`` refuses), that the round sent work to, that the replying
-  node serves, and that has not replied before in this round (a replayed or relabelled reply
-  is refused, never counted twice); a reply without a group id answers for the node's only
-  partition;
-- its records are the declared ones, no more (:meth:`ReplySpec.records_problem`), and its
-  metrics the declared ones, each a finite number of the declared kind and bounds;
+  ``"²"`` and ``"١"``, which ``int`` refuses), that the round sent work to and that the
+  replying node serves; a reply without a group id answers for the node's only partition;
+- it echoes the reply token of the message this round sent to that partition (the
+  ConfigRecord ``"echo"``: :func:`fedgo_flwr.runtime.messages.echoed_token`): a reply that
+  echoes none, or another token, answers another instruction (an earlier round's, or another
+  partition's) and is refused;
+- the partition has not replied before in this round (a duplicated reply is refused, never
+  counted twice);
+- its records are the declared ones, no more (:meth:`ReplySpec.records_problem`; the echo is
+  the protocol's, allowed in every reply), and its metrics the declared ones, each a finite
+  number of the declared kind and bounds;
 - ``num-examples`` equals the server's count of the partition (``client_sizes``), where the
   server has one: n_k weighs every average, and the server never takes a client's word for it
   (FedAvg, McMahan et al. 2017, Alg. 1; FedGAN, Rasouli et al. 2020, Alg. 1);
@@ -33,10 +38,25 @@ loss that is NaN or infinite, arrays that overflowed) or an update far beyond th
 norm. One client can send those on purpose, but when most of a round's replies have them the
 model itself is broken (it diverges under honest training), and the round loop rolls back
 (:meth:`strategies._rounds.RoundLoop.start`).
+
+The reply token is per message, not per round. Every message to a client carries a fresh
+token of its own (:func:`fedgo_flwr.runtime.messages.new_reply_token`, from :mod:`secrets`, so
+it is unpredictable and no seeded result depends on it), and the ClientApp echoes it in its
+reply (:func:`fedgo_flwr.app.client_app.reply_token_mod`). A token per round would tie a reply
+to its round only; one per message also ties it to its partition, so a reply captured from one
+client cannot be passed off as another's, in the same round or any other, and costs nothing
+more (the messages of a round already differ in their group id). Flower's
+``metadata.reply_to_message_id`` does not do this here: the in-process grid
+(:mod:`fedgo_flwr.app.inprocess`) sends messages that have no id, and a message id is a hash of
+the message, which a client can compute, not a secret. What the token does not stop: a client
+that holds a fresh token can attach it to any content, its own stale model included, which is
+then checked like any other model (the records, the arrays, ``strategy.aggregation``'s
+bounds); a replay cannot be told from an honest reply only by its content.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from logging import WARNING
@@ -48,7 +68,14 @@ from flwr.supercore import log
 
 from fedgo_flwr.learning.aggregation import check_arrays
 from fedgo_flwr.protocol.spec import ReplySpec
-from fedgo_flwr.runtime.messages import METRICS, NUM_EXAMPLES, to_numpy
+from fedgo_flwr.runtime.messages import (
+    ECHO,
+    METRICS,
+    NUM_EXAMPLES,
+    REPLY_TOKEN,
+    echoed_token,
+    to_numpy,
+)
 
 __all__ = ["Checked", "RoundIntake", "parse_group_id", "partition_of_reply"]
 
@@ -95,7 +122,10 @@ class RoundIntake:
 
     ``node_ids``: partition id -> node id; ``expected``: the partitions sent work this round;
     ``client_sizes``: the server's n_k per partition (``None``: take the claim, which must be
-    a whole number in ``[1, 2**53]``); ``what``: how the WARNING names the round's replies.
+    a whole number in ``[1, 2**53]``); ``what``: how the WARNING names the round's replies;
+    ``tokens``: partition id -> the reply token of the latest message sent to it, read when
+    each reply is taken (the strategy's own mapping, filled as it sends: messages and intake
+    may be made in either order); a reply must echo its partition's.
     """
 
     def __init__(
@@ -104,6 +134,8 @@ class RoundIntake:
         expected: Collection[int],
         client_sizes: Sequence[int] | None = None,
         what: str = "reply",
+        *,
+        tokens: Mapping[int, str],
     ) -> None:
         self.node_ids = node_ids
         served: dict[int, int] = {}
@@ -113,6 +145,7 @@ class RoundIntake:
         self.expected = set(expected)
         self.client_sizes = client_sizes
         self.what = what
+        self.tokens = tokens
         self.accepted: set[int] = set()
         self.answered: set[int] = set()  # partitions some reply was credited to
         self.rejected = 0  # replies refused (a partition may be refused more than once)
@@ -197,6 +230,9 @@ class RoundIntake:
             return "not a partition this node serves"
         if pid not in self.expected:
             return "not sent work in this round"
+        reason = self._token_problem(msg.content, pid)
+        if reason is not None:
+            return reason
         if pid in self.accepted:
             return "a second reply for this client in this round"
         content = msg.content
@@ -215,8 +251,27 @@ class RoundIntake:
                 )
         return spec.metrics_problem(metrics)
 
+    def _token_problem(self, content: RecordDict, pid: int) -> str | None:
+        """Why the reply does not answer the message this round sent to partition ``pid``."""
+        sent = self.tokens.get(pid)
+        echo = echoed_token(content)
+        if sent is None:  # the strategy sent no token: nothing could answer it
+            return "the server holds no reply token for this client's message"
+        if echo is None:
+            return (
+                f"echoes no reply token (a ConfigRecord {ECHO!r} holding only a string "
+                f"{REPLY_TOKEN!r}): it answers no message sent"
+            )
+        if not (echo.isascii() and hmac.compare_digest(echo.encode(), sent.encode())):
+            return (
+                "answers another instruction: its reply token is not that of the message sent "
+                "to this client in this round (a reply of an earlier round, or another client's)"
+            )
+        return None
+
     def _unpack(self, msg: Message, pid: int) -> Checked:
-        content = msg.content
+        # The echo has been checked: no strategy sees it.
+        content = RecordDict({k: v for k, v in msg.content.items() if k != ECHO})
         metrics = dict(content[METRICS])
         claim = int(metrics[NUM_EXAMPLES])
         return Checked(

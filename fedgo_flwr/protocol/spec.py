@@ -5,7 +5,9 @@ A client algorithm declares, per message type it answers, a :class:`ReplySpec`: 
 templates at intake time: the model it sent, the generator it sent, the prototypes' shape)
 and which metrics, each a :class:`Scalar` with its kind and bounds. Nothing else may be in the
 reply: an unknown record or metric key is refused, so a strategy never reads a value nobody
-declared.
+declared. Every reply may also carry the protocol's own ConfigRecord ``"echo"`` (the reply
+token of the message it answers, :data:`fedgo_flwr.runtime.messages.ECHO`), which the intake
+checks before these records and removes before a strategy sees the reply.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedgo_flwr.runtime.messages import ARRAYS, METRICS, NUM_EXAMPLES, NUM_PARTITIONS, PARTITION_ID
+from fedgo_flwr.runtime.messages import (
+    ARRAYS,
+    ECHO,
+    METRICS,
+    NUM_EXAMPLES,
+    NUM_PARTITIONS,
+    PARTITION_ID,
+)
 
 __all__ = ["COMMON_METRICS", "TRAIN_METRICS", "ReplySpec", "Scalar", "is_number"]
 
@@ -114,7 +123,8 @@ class ReplySpec:
         return None
 
     def records_problem(self, array_records: Any, metric_records: Any, other: Any) -> str | None:
-        """Why the reply's set of records differs from this spec's (``None``: it does not)."""
+        """Why the reply's set of records differs from this spec's (``None``: it does not).
+        ``other`` (the ConfigRecords) may hold the protocol's :data:`ECHO`, whatever the spec."""
         missing = [k for k in self.arrays if k not in array_records]
         if missing:
             return f"no ArrayRecord {missing[0]!r}"
@@ -125,7 +135,7 @@ class ReplySpec:
         if METRICS not in metric_records:
             return f"no MetricRecord {METRICS!r}"
         extra = sorted(str(k) for k in metric_records if k != METRICS)
-        extra += sorted(str(k) for k in other)
+        extra += sorted(str(k) for k in other if k != ECHO)
         if extra:
             return f"undeclared record {extra[0]!r}"
         return None

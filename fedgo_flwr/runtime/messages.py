@@ -8,9 +8,14 @@ Every message of a round carries, in ``content``:
 - ``"config"`` (:data:`CONFIG`), server -> client: :data:`SERVER_ROUND`, :data:`ALGORITHM` (the
   client algorithm, a module of ``clients/``), :data:`EXPERIMENT` (the core experiment as JSON,
   without any strategy's parameters), :data:`CLIENT_PARAMS` (the client algorithm's own
-  parameters as JSON) and :data:`RUN_TOKEN` (names the client's state files);
+  parameters as JSON), :data:`RUN_TOKEN` (names the client's state files) and
+  :data:`REPLY_TOKEN` (names this one message: :func:`new_reply_token`);
 - ``"metrics"`` (:data:`METRICS`), client -> server: :data:`NUM_EXAMPLES`, :data:`PARTITION_ID` and
-  training metrics.
+  training metrics;
+- ``"echo"`` (:data:`ECHO`), client -> server: a ConfigRecord holding only :data:`REPLY_TOKEN`,
+  the token of the message the reply answers (the ClientApp adds it to every reply:
+  :func:`fedgo_flwr.app.client_app.reply_token_mod`; the intake compares it with the one it
+  sent: :class:`fedgo_flwr.protocol.RoundIntake`).
 
 Every message to a client names its partition in ``metadata.group_id`` (``str(k)``), and the
 reply carries it back: a simulated node may serve several partitions
@@ -27,6 +32,7 @@ and metrics are a few hundred bytes and not counted); the recorder puts them in 
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -47,12 +53,33 @@ ALGORITHM = "client-algorithm"
 EXPERIMENT = "experiment"
 CLIENT_PARAMS = "client-params"
 RUN_TOKEN = "run-token"
+REPLY_TOKEN = "reply-token"
+
+# The client's echo of the message it answers (a ConfigRecord of the reply)
+ECHO = "echo"
 
 # Keys of a client's MetricRecord
 NUM_EXAMPLES = "num-examples"
 PARTITION_ID = "partition-id"
 NUM_PARTITIONS = "num-partitions"
 SHARES_PARTITIONS = "shares-partitions"  # query reply: the node may serve several partitions
+
+
+def new_reply_token() -> str:
+    """A fresh token for one message to a client: 32 hex digits from the operating system's
+    randomness (:mod:`secrets`), never from the run's seeded generators, so that nobody can
+    predict it and no seeded result depends on it."""
+    return secrets.token_hex(16)
+
+
+def echoed_token(content: RecordDict) -> str | None:
+    """The reply token a reply's ``content`` echoes (``None``: no :data:`ECHO` ConfigRecord
+    holding exactly one string :data:`REPLY_TOKEN`)."""
+    echo = content.config_records.get(ECHO)
+    if echo is None or set(echo.keys()) != {REPLY_TOKEN}:
+        return None
+    token = echo[REPLY_TOKEN]
+    return token if isinstance(token, str) else None
 
 
 def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:

@@ -24,6 +24,7 @@ from helpers import run_context
 
 from fedgo_flwr.app import server_app
 from fedgo_flwr.app.client_app import app as client_app
+from fedgo_flwr.app.client_app import reply_token_mod
 from fedgo_flwr.app.discovery import (
     NodeDiscoveryError,
     discover_nodes,
@@ -49,11 +50,12 @@ def claim(pid, size=None, shares=None, record=MetricRecord) -> RecordDict:
 
 
 class CraftedGrid(InProcessGrid):
-    """Nodes 2, 3, ... whose query replies are ``replies[node]``; ``keys[node]`` is the public
-    key (PEM) the SuperLink would report for it (``Grid.get_nodes``)."""
+    """Nodes 2, 3, ... whose query replies are ``replies[node]`` (echoing the query's reply
+    token, as the real ClientApp's do); ``keys[node]`` is the public key (PEM) the SuperLink
+    would report for it (``Grid.get_nodes``)."""
 
     def __init__(self, replies: dict[int, RecordDict], keys: dict[int, bytes] | None = None):
-        app = ClientApp()
+        app = ClientApp(mods=[reply_token_mod])
 
         @app.query()
         def query(msg: Message, context: Context) -> Message:
@@ -81,6 +83,29 @@ def test_honest_claims_map_partitions_to_nodes():
     assert discover_nodes(grid, 3, timeout=2) == {0: 3, 1: 4, 2: 2}
     # The real ClientApp's replies, as before.
     assert discover_nodes(InProcessGrid(client_app, 3), 3, timeout=2) == {0: 2, 1: 3, 2: 4}
+
+
+def test_a_query_reply_replayed_from_an_earlier_query_is_refused(monkeypatch):
+    """Node 3's honest reply to a first discovery, replayed to a second one: its claim is
+    still right, but it echoes the first query's token, so it answers another message."""
+    grid = InProcessGrid(client_app, 2)
+    original = InProcessGrid.stream
+    captured: dict[int, Message] = {}
+
+    def capture(self, messages, *, timeout=None):
+        for r in original(self, messages, timeout=timeout):
+            captured.setdefault(r.metadata.src_node_id, r)
+            yield r
+
+    def replay(self, messages, *, timeout=None):
+        for r in original(self, messages, timeout=timeout):
+            yield captured[3] if r.metadata.src_node_id == 3 else r
+
+    monkeypatch.setattr(InProcessGrid, "stream", capture)
+    assert discover_nodes(grid, 2, timeout=2) == {0: 2, 1: 3}
+    monkeypatch.setattr(InProcessGrid, "stream", replay)
+    text = refused(grid, 2)
+    assert text.startswith("node 3's reply to the partition-id query does not echo"), text
 
 
 @pytest.mark.parametrize("first_is_hostile", [True, False])

@@ -7,8 +7,11 @@ cut) is run once clean (cached per strategy) and then with ONE client's replies 
 type (any the strategy exchanges: ``train``, FedGO's ``train.discriminator`` and
 ``train.fedgan`` ...) in ONE round mutated: non-finite or huge values in arrays or metrics,
 wrong dtypes and shapes, list or string scalars, missing or extra keys and records, scaled
-weights, a forged ``metadata.group_id``, a duplicated reply (``fuzz_replies.KINDS``). Hypothesis
-draws the kind, the message type and round, the client, the record and the key.
+weights, a forged ``metadata.group_id``, a duplicated reply, a missing, garbage or another
+client's reply token (``fuzz_replies.KINDS``). Hypothesis draws the kind, the message type and
+round, the client, the record and the key. A reply refused for its reply token must be one whose
+mutation changed the token (``fuzz_replies.TOKEN_KINDS``): any other mutation is to be judged by
+what it changed.
 
 Each case must finish (no exception out of ``run_inprocess``), leave strictly parseable
 ``*.json`` / ``*.jsonl`` files and write nothing outside its run folder
@@ -154,3 +157,47 @@ def known_cases():
 def test_a_known_failure_still_fails(name, kind, case, tmp_path_factory):
     clean = clean_of(name, tmp_path_factory)
     check_case(name, fr.replay(clean, kind, **case), clean, tmp_path_factory)
+
+
+@pytest.mark.parametrize("name", fr.strategy_names())
+def test_no_honest_reply_is_refused_for_its_token(name, tmp_path_factory):
+    """Every message type of every strategy (its clean run, cached for the fuzzing tests)
+    carries a reply token that its honest reply echoes: none is refused for it."""
+    clean = clean_of(name, tmp_path_factory)
+    refused = [w for w in clean.outcome.warnings if any(t in w for t in fr.TOKEN_REFUSALS)]
+    assert not refused, refused
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "reason"),
+    [
+        ("token_missing", {}, "echoes no reply token"),
+        ("token_garbage", {"other": "nonhex"}, "answers another instruction"),
+        ("token_other", {}, "answers another instruction"),
+    ],
+)
+def test_a_reply_with_a_changed_token_is_dropped_for_it(kind, fields, reason, tmp_path_factory):
+    """FedAvg's round-2 reply of client 0 with its echoed token removed, made garbage or
+    swapped for another client's: dropped, naming the client and the token."""
+    clean = dataclasses.replace(clean_of("fedavg", tmp_path_factory), robust=False)
+    mutation = fr.replay(clean, kind, "train@2/client 0", **fields)
+    out = tmp_path_factory.mktemp("fuzz-token-")
+    try:
+        outcome = fr.run_case("fedavg", out / "run", mutation)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    assert fr.judge("fedavg", mutation, outcome, clean) is None
+    said = [w for w in outcome.answer if "client 0 (node 2)" in w]
+    assert len(said) == 1 and reason in said[0], outcome.answer
+
+
+def test_a_drop_for_the_token_of_another_mutation_is_a_finding():
+    """The verdict does not take a drop for the reply token as the answer to a mutation that
+    left the token alone (the intake would never have checked what the mutation changed)."""
+    target = fr.Target("train", 1, 0, (fr.Slot("metrics", "metric", ("train_loss",)),))
+    clean = fr.Clean("fedavg", fr.Outcome(accuracy=0.6, loss=1.0), [target])
+    line = "Dropping reply of client 0 (node 2): echoes no reply token"
+    outcome = fr.Outcome(answer=[line], applied=["x"], warnings=[line], accuracy=0.6, loss=1.0)
+    mutation = fr.Mutation(target, "metric_nan", "metrics", "train_loss")
+    assert "refused for its reply token" in fr.verdict("fedavg", mutation, outcome, clean)
+    assert fr.verdict("fedavg", fr.Mutation(target, "token_missing"), outcome, clean) is None

@@ -176,10 +176,16 @@ def bare_strategy(tmp_path: Path):
     arrays = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     strategy.global_arrays = arrays
     strategy.open_round([0, 1])
+    strategy.reply_tokens.update(BARE_TOKENS)  # as if it had sent the round's messages
     return strategy, arrays
 
 
+BARE_TOKENS = {p: f"{p + 10:x}" * 32 for p in range(4)}
+"""The reply tokens of :func:`bare_strategy`'s messages (partition ``p`` on node ``p + 2``)."""
+
+
 def reply_from(node: int, arrays, metrics: dict) -> Message:
+    """A reply from ``node`` that echoes its partition's token."""
     request = Message(
         RecordDict({msgs.CONFIG: ConfigRecord()}), dst_node_id=node, message_type="train"
     )
@@ -189,6 +195,8 @@ def reply_from(node: int, arrays, metrics: dict) -> Message:
             msgs.METRICS: MetricRecord(metrics),
         }
     )
+    if node - 2 in BARE_TOKENS:
+        content[msgs.ECHO] = ConfigRecord({msgs.REPLY_TOKEN: BARE_TOKENS[node - 2]})
     return Message(content, reply_to=request)
 
 
@@ -348,6 +356,7 @@ DISC_EDITS: dict[str, tuple[Edit, str]] = {
     "dtype": (map_arrays(lambda v: v.astype(np.float64)), "dtype"),
     "no_arrays": (drop_record(msgs.ARRAYS), "no ArrayRecord"),
     "no_metrics": (drop_record(msgs.METRICS), "no MetricRecord"),
+    "no_token": (drop_record(msgs.ECHO), "echoes no reply token"),
     "unreadable": (
         replace_first_array(Array(dtype="float32", shape=(2,), stype="weird", data=bytes(8))),
         "unreadable",
