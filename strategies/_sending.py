@@ -52,7 +52,9 @@ class Sending:
     ) -> list[Message]:
         """One message of ``message_type`` with ``content`` for each partition in ``pids``, to
         the node that serves it, the partition id in its ``group_id`` (a simulated node may
-        serve several; the reply carries the group id back: :meth:`pid_of`)."""
+        serve several; the reply carries the group id back: :meth:`pid_of`). A partition
+        without a node (refused at node discovery: several nodes claimed it) gets none; it is
+        sent no work, and counts as a client that failed."""
         return [
             Message(
                 content=content,
@@ -61,6 +63,7 @@ class Sending:
                 group_id=str(pid),
             )
             for pid in pids
+            if pid in self.node_ids
         ]
 
     def pid_of(self, msg: Message) -> int:

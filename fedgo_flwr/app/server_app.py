@@ -33,6 +33,7 @@ from flwr.supercore.logger import LOGGER_NAME
 from fedgo_flwr.app.cli import preflight
 from fedgo_flwr.app.discovery import (
     NODE_MAP,
+    SETTLE_SECONDS,
     NodeDiscoveryError,
     NodeMap,
     discover_nodes,
@@ -145,7 +146,7 @@ def main(grid: Grid, context: Context) -> None:
     try:
         cfg = config_from_context(context)
         node_map = load_node_map(context.run_config.get(NODE_MAP, ""))
-        run_experiment(grid, cfg, node_map=node_map)
+        run_experiment(grid, cfg, node_map=node_map, settle=SETTLE_SECONDS)
     except (ConfigError, NodeDiscoveryError, CheckpointError) as exc:
         log(ERROR, "fedgo-flwr: %s", exc)
         setattr(exc, REPORTED, True)
@@ -201,7 +202,9 @@ def server_app_for(cfg: ExperimentConfig) -> ServerApp:
     return bound
 
 
-def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None = None) -> dict:
+def run_experiment(
+    grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None = None, settle: float = 0.0
+) -> dict:
     """Run one experiment end to end; return its summary (also in summary.json).
 
     The run folder is ``output_dir``, or a new ``outputs/<name>/<date-time>`` if it is unset
@@ -214,7 +217,10 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
     ``cfg`` comes resolved, its strategy's parameters typed once where it was read
     (:func:`strategies.load_experiment`); an unresolved one is a ``TypeError``.
     ``node_map`` (run config ``node-map``) says which node serves which partition
-    (:func:`~fedgo_flwr.app.discovery.discover_nodes`; without it the nodes' own claims are used).
+    (:func:`~fedgo_flwr.app.discovery.discover_nodes`; without it the nodes' own claims are used,
+    and deployment nodes that connect within ``settle`` seconds after every partition was
+    claimed are still asked). A partition claimed by several nodes serves no client; the run
+    goes on without its clients if at least ``min_clients`` clients keep a node.
     """
     require_resolved(cfg, "run_experiment")
     marks = [("", time.perf_counter())]  # the start-up's steps, logged before round 1
@@ -261,7 +267,9 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
         check_resumable(ckpt, template, strategy_cls.last_round(cfg))
     marks.append(("data, partition and model", time.perf_counter()))
 
-    node_ids = discover_nodes(grid, cfg.data.num_clients, node_map=node_map)
+    node_ids = discover_nodes(
+        grid, cfg.data.num_clients, node_map=node_map, min_clients=cfg.min_clients, settle=settle
+    )
     marks.append((f"node discovery ({len(set(node_ids.values()))} nodes)", time.perf_counter()))
     TRAFFIC.take()  # this run's messages only
     resources = ServerResources(bundle, partition, device, out_dir)
