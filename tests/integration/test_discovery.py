@@ -25,6 +25,7 @@ from helpers import rows_of, run_context, tiny_config
 from fedgo_flwr.app import server_app
 from fedgo_flwr.app.client_app import app as client_app
 from fedgo_flwr.app.discovery import (
+    SETTLE_SECONDS,
     NodeDiscoveryError,
     discover_nodes,
     load_node_map,
@@ -134,7 +135,7 @@ def test_a_squatter_connecting_first_is_refused_when_the_honest_node_connects(fl
     conflicts with node 5's and both are refused (before, node 5 took partition 0 silently)."""
     replies = {2: claim(0, 3), 3: claim(1, 3), 4: claim(2, 3), 5: claim(0, 3)}
     grid = LateGrid(replies, [[5], [3, 4], [], [2]])
-    assert discover_nodes(grid, 3, timeout=10, settle=3.0) == {1: 3, 2: 4}
+    assert discover_nodes(grid, 3, timeout=10, settle=1.5) == {1: 3, 2: 4}
     [line] = error_lines(flwr_log)
     assert "nodes 2 and 5 both claim partition-id 0; refusing both" in line
     # The honest node connecting while the others reply: no waiting needed.
@@ -370,9 +371,12 @@ def test_the_server_app_logs_one_line_when_discovery_fails(tmp_path, flwr_log, m
     )
 
 
-def _hostile_discovery(grid, num_clients, node_map=None, **kwargs):
+def _hostile_discovery(grid, num_clients, node_map=None, min_clients=1, settle=0.0):
+    assert settle == SETTLE_SECONDS  # the Flower ServerApp waits for late deployment nodes
     crafted = CraftedGrid({2: claim(0, 2), 3: claim(0, 2), 4: claim(1, 2)})
-    return discover_nodes(crafted, num_clients, timeout=2, node_map=node_map, **kwargs)
+    return discover_nodes(
+        crafted, num_clients, timeout=2, node_map=node_map, min_clients=min_clients
+    )
 
 
 def test_a_run_goes_on_without_the_refused_partitions_clients(tmp_path, flwr_log):
