@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Context, RecordDict
-from helpers import log_messages, rows_of, tiny_config
+from helpers import SMALL_GAN, log_messages, rows_of, tiny_config
 
 from fedgo_flwr.app.client_app import restore_state
 from fedgo_flwr.app.inprocess import run_inprocess
@@ -372,3 +372,65 @@ def test_the_server_app_logs_one_line_for_a_bad_checkpoint(finished_round_1, tmp
         server_app.main(InProcessGrid(client_app, 4), run_context(overrides=overrides))
     [line] = [r.getMessage() for r in flwr_log.records if r.levelno == logging.ERROR]
     assert line.startswith(f"fedgo-flwr: checkpoint {out / CHECKPOINT_FILE}: field 'arrays'")
+
+
+G3 = [
+    *FEDGO,
+    *SMALL_GAN,
+    "strategy.generator.steps=0",
+    "strategy.generator.federated_rounds=2",
+    "strategy.generator.local_epochs=1",
+]
+"""FedGO's scenario G3: the generator trained by FedGAN rounds, saved in ``fedgan.pt``."""
+
+
+@pytest.fixture(scope="module")
+def stopped_in_fedgan(tmp_path_factory) -> Path:
+    """A G3 run folder as a run stopped after its FedGAN rounds leaves it: ``fedgan.pt`` of
+    round 2, no generator, discriminators, checkpoint or summary yet."""
+    out = tmp_path_factory.mktemp("g3")
+    run_inprocess(tiny_config(out, *G3))
+    for name in ("generator.pt", "discriminators.pt", CHECKPOINT_FILE, PREVIOUS_FILE):
+        (out / name).unlink(missing_ok=True)
+    (out / "summary.json").unlink()
+    return out
+
+
+def nan_generator(saved):
+    key = next(iter(saved["generator"]))
+    saved["generator"][key] = torch.full_like(saved["generator"][key], float("nan"))
+
+
+def misshaped_critic(saved):
+    key = next(iter(saved["critic"]))
+    saved["critic"][key] = torch.zeros(3)
+
+
+def round_99(saved):
+    saved["round"] = 99
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (nan_generator, r"'generator': '[\w.]+' holds non-finite values"),
+        (misshaped_critic, r"'critic': '[\w.]+' has shape \(3,\), expected"),
+        (round_99, r"'round' is 99, not one of the 2 rounds"),
+    ],
+    ids=["nan", "shape", "round"],
+)
+def test_a_fedgan_checkpoint_that_does_not_fit_is_refused(
+    stopped_in_fedgan, tmp_path, change, problem
+):
+    """Before, a NaN pair was resumed, a misshaped one was a raw RuntimeError and round 99
+    skipped the FedGAN rounds with the saved pair."""
+    out = tmp_path / "run"
+    shutil.copytree(stopped_in_fedgan, out)
+    saved = torch.load(out / "fedgan.pt")
+    change(saved)
+    torch.save(saved, out / "fedgan.pt")
+    with pytest.raises(CheckpointError) as info:
+        run_inprocess(tiny_config(out, *G3, "resume=true"))
+    text = str(info.value)
+    assert text.startswith(f"FedGAN checkpoint {out / 'fedgan.pt'}: ") and "\n" not in text
+    assert re.search(problem, text), text
