@@ -177,7 +177,9 @@ def restore_strategy(strategy: Any, ckpt: Checkpoint, out_dir: Path) -> None:
     if ckpt.round < last and not strategy.finished:
         return
     if (out_dir / "summary.json").is_file():
-        extend = "raise rounds to extend it, or " if last == strategy.cfg.rounds else ""
+        # More rounds extend a run that ran out of rounds, not one its strategy ended (CPFL).
+        more = last == strategy.cfg.rounds and not strategy.finished
+        extend = "raise rounds to extend it, or " if more else ""
         raise CheckpointError(
             f"{where} is of round {ckpt.round}, the end of the finished run in {out_dir} "
             f"(summary.json is there): nothing to resume; {extend}set overwrite=true to run "
