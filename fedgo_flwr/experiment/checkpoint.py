@@ -78,10 +78,9 @@ Honest runs stay far below it: measured, the checkpoints of the resume tests (ev
 on digits) hold no value above 1.5 in magnitude, nor do those of ``cnn_bn`` and ``resnet8``
 after 3 rounds of 2 local epochs (about 1.04, BatchNorm statistics included); trained weights
 are of order 1 and BatchNorm running variances are those of normalised activations. A value
-above 1e6
-is a diverged or tampered model: sent to the clients, its outputs overflow float32 in a few
-layers, so every reply would be non-finite and dropped, and the run would go on with 0 usable
-replies a round. It is the bound of a teacher's logits, too
+above 1e6 is a diverged or tampered model, one no run should be continued from: a model of
+1e30 sent to the clients makes every reply non-finite (each is dropped, and the run goes on
+with 0 usable replies a round). 1e6 is the bound of a teacher's logits, too
 (:data:`fedgo_flwr.learning.distill.MAX_TEACHER_LOGIT`). Integer arrays (BatchNorm's
 ``num_batches_tracked``) count batches and have no such bound."""
 
