@@ -434,3 +434,33 @@ def test_a_fedgan_checkpoint_that_does_not_fit_is_refused(
     text = str(info.value)
     assert text.startswith(f"FedGAN checkpoint {out / 'fedgan.pt'}: ") and "\n" not in text
     assert re.search(problem, text), text
+
+
+def misshaped_protos(ckpt):
+    ckpt.strategy_state["global_protos"] = np.zeros((2, 2), np.float32)
+
+
+def misshaped_tgp(ckpt):
+    tgp = ckpt.strategy_state["tgp"]
+    tgp[next(iter(tgp))] = torch.zeros(1)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (misshaped_protos, r"'strategy_state.global_protos': 'protos' has shape \(2, 2\)"),
+        (misshaped_tgp, r"'strategy_state.tgp': '[\w.]+' has shape \(1,\), expected"),
+    ],
+    ids=["global_protos", "tgp"],
+)
+def test_a_fedtgp_state_that_does_not_fit_is_refused(tmp_path, change, problem):
+    """Before, misshaped prototypes were sent to every client (round 2 had 0 usable replies)
+    and a misshaped TGP network was a raw RuntimeError."""
+    run_inprocess(tiny_config(tmp_path / "base", "strategy.name=fedtgp"))
+    out = tampered(tmp_path / "base", tmp_path / "run", change)
+    before = run_files(out)
+    with pytest.raises(CheckpointError) as info:
+        run_inprocess(tiny_config(out, "strategy.name=fedtgp", "rounds=2", "resume=true"))
+    assert run_files(out) == before
+    assert str(out / CHECKPOINT_FILE) in str(info.value)
+    assert re.search(problem, str(info.value)), str(info.value)
