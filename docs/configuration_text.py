@@ -39,7 +39,11 @@ NOTES: dict[str, str] = {
     "`outputs/<name>/latest` names (none yet: a new run); a run that stopped before its first "
     "checkpoint starts again. The configuration must equal the checkpoint's except for "
     "`rounds`, `resume`, `overwrite`, `round_timeout`, `faults`, `checkpoint`, `device`, "
-    "`resources`, `name` and `output_dir`; raising `rounds` extends a finished run.",
+    "`resources`, `name` and `output_dir`; raising `rounds` extends a finished run. A "
+    "checkpoint whose values do not fit the configured run (its model's shapes or dtypes, "
+    "non-finite or huge values, a round beyond `rounds`) is refused with one error naming the "
+    "file, as is resuming a finished run without raising `rounds` ([running.md](running.md), "
+    "*Checkpoints are data, checked on load*).",
     "ExperimentConfig.overwrite": "Replace the earlier run in `output_dir`. Without it (or "
     "`resume`), a folder that holds a run's files (`metrics.jsonl`, `summary.json`, "
     "`model.pt`, checkpoints, FedGO's files) is refused before anything is written.",

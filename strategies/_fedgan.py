@@ -32,7 +32,12 @@ Choices where the papers are silent (kept simple, and said here):
   replace the mean.
 
 Each round's pair is saved (``fedgan.pt`` in the run folder), so a resumed run goes on from the
-last finished round; the messages are ``train.fedgan``, answered by ``clients/fedgo.py``.
+last finished round; the messages are ``train.fedgan``, answered by ``clients/fedgo.py``. A saved
+pair is checked before it is used (:func:`read_fedgan_checkpoint`): the generator's and the
+critic's arrays must have the keys, shapes and dtypes of the configured pair and finite values,
+and its round must be one of ``federated_rounds``; otherwise the run stops with one
+:class:`~fedgo_flwr.experiment.checkpoint.CheckpointError` naming the file (a file of another
+configuration is not the run's: it is started over, with a WARNING).
 """
 
 from __future__ import annotations
@@ -46,7 +51,12 @@ from flwr.app import ArrayRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.checkpoint import config_differences, safe_torch_load
+from fedgo_flwr.experiment.checkpoint import (
+    CheckpointError,
+    arrays_problem,
+    config_differences,
+    safe_torch_load,
+)
 from fedgo_flwr.learning.aggregation import AggregationConfig, BoundedAverage
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
 from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
@@ -83,7 +93,7 @@ class FedGANStage:
         if self.cfg.resume and checkpoint.is_file():
             # The run may have stopped inside the pre-FL stage, before any round checkpoint
             # of the ServerApp: the FedGAN checkpoint carries its own config to compare.
-            saved = safe_torch_load(str(checkpoint), "FedGAN checkpoint")
+            saved = read_fedgan_checkpoint(checkpoint, templates, gp.federated_rounds)
             changed = config_differences(saved["config"], self.cfg)
             if changed:
                 log(
@@ -93,9 +103,9 @@ class FedGANStage:
                     changed,
                 )
             else:
-                generator.load_state_dict(saved[GENERATOR_KEY])
-                critic.load_state_dict(saved[CRITIC_KEY])
-                rounds, first = list(saved["rounds"]), int(saved["round"]) + 1
+                generator.load_state_dict(_as_state(saved[GENERATOR_KEY]))
+                critic.load_state_dict(_as_state(saved[CRITIC_KEY]))
+                rounds, first = list(saved["rounds"]), saved["round"] + 1
                 log(INFO, "FedGAN: resuming after round %d", first - 1)
         bytes_pair = sum(a.nbytes for t in templates.values() for a in t.values())
         spec = FEDGO.reply(FEDGAN_MESSAGE)
@@ -166,6 +176,49 @@ class FedGANStage:
             # Both ways, every round, every client: the generator and the critic.
             "bytes_per_client_per_round": 2 * bytes_pair,
         }
+
+
+def read_fedgan_checkpoint(
+    path, templates: dict[str, dict[str, np.ndarray]], federated_rounds: int
+) -> dict:
+    """``fedgan.pt`` loaded safely and checked: a dict whose ``config`` is a dict, whose
+    generator and critic are arrays like ``templates``' (keys, shapes, dtypes, finite values:
+    a run's own averages of accepted replies, which are finite and shaped so), whose ``round``
+    is an int in 1..``federated_rounds`` and ``rounds`` a list; the pair comes back as numpy
+    arrays. Anything else is one :class:`CheckpointError` naming ``path``."""
+    try:
+        saved = safe_torch_load(str(path), "FedGAN checkpoint")
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from exc
+
+    def fail(problem: str) -> CheckpointError:
+        return CheckpointError(f"FedGAN checkpoint {path}: {problem}")
+
+    names = {"round", "config", GENERATOR_KEY, CRITIC_KEY, "rounds"}
+    if not isinstance(saved, dict) or set(saved) != names:
+        found = sorted(map(str, saved)) if isinstance(saved, dict) else type(saved).__name__
+        raise fail(f"holds {found}, expected the fields {sorted(names)}")
+    if not isinstance(saved["config"], dict) or not isinstance(saved["rounds"], list):
+        raise fail("'config' must be a dict and 'rounds' a list")
+    rnd = saved["round"]
+    if type(rnd) is not int or not 1 <= rnd <= federated_rounds:
+        raise fail(
+            f"'round' is {rnd!r}, not one of the {federated_rounds} rounds "
+            "(strategy.generator.federated_rounds)"
+        )
+    out = dict(saved)
+    for key, template in templates.items():
+        state = saved[key]
+        if not isinstance(state, dict) or not all(
+            isinstance(v, torch.Tensor) for v in state.values()
+        ):
+            raise fail(f"'{key}' is not a dict of tensors")
+        arrays = {k: v.detach().cpu().numpy() for k, v in state.items()}
+        problem = arrays_problem(arrays, template, f"'{key}'", f"the configured {key}", None)
+        if problem:
+            raise fail(problem)
+        out[key] = arrays
+    return out
 
 
 def _arrays_of(module: torch.nn.Module) -> dict[str, np.ndarray]:

@@ -147,3 +147,18 @@ class GlobalModelBuffer:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.buffer = list(state.get("gkd_buffer") or [])
+
+    def state_problem(self, state: Mapping[str, Any], server_round: int) -> str | None:
+        """The buffer holds at most ``buffer_length`` models of ``model.name``."""
+        problem = super().state_problem(state, server_round)  # type: ignore[misc]
+        buffer = state.get("gkd_buffer") or []
+        if problem is None and not isinstance(buffer, list):
+            return "'strategy_state.gkd_buffer': not a list of models"
+        if problem is None and len(buffer) > self.params.buffer_length:
+            return (
+                f"'strategy_state.gkd_buffer': {len(buffer)} models, more than "
+                f"strategy.buffer_length = {self.params.buffer_length}"
+            )
+        for i, arrays in enumerate(buffer):
+            problem = problem or self.model_problem(arrays, f"'strategy_state.gkd_buffer[{i}]'")
+        return problem

@@ -164,6 +164,14 @@ class ReplyIntake:
     def warn_silent(self, server_round: int) -> None:
         """One WARNING per partition of the round that no reply answered for."""
         for pid in self.intake.silent:
+            if pid not in self.node_ids:
+                log(
+                    WARNING,
+                    "Round %d: client %d has no node (refused at node discovery); left out",
+                    server_round,
+                    pid,
+                )
+                continue
             log(
                 WARNING,
                 "Round %d: client %d (node %d) sent no reply within round_timeout (%.0fs)",

@@ -53,7 +53,9 @@ class Sending:
     ) -> list[Message]:
         """One message of ``message_type`` with ``content`` for each partition in ``pids``, to
         the node that serves it, the partition id in its ``group_id`` (a simulated node may
-        serve several; the reply carries the group id back: :meth:`pid_of`).
+        serve several; the reply carries the group id back: :meth:`pid_of`). A partition
+        without a node (refused at node discovery: several nodes claimed it) gets none; it is
+        sent no work, and counts as a client that failed.
 
         Each message gets a fresh reply token (:func:`fedgo_flwr.runtime.messages.new_reply_token`)
         in its own copy of the ConfigRecord (the other records are shared, not copied), kept in
@@ -62,6 +64,8 @@ class Sending:
         config = content.config_records.get(msgs.CONFIG)
         out = []
         for pid in pids:
+            if pid not in self.node_ids:
+                continue
             token = msgs.new_reply_token()
             own = ConfigRecord(dict(config.items()) if config is not None else {})
             own[msgs.REPLY_TOKEN] = token

@@ -95,6 +95,7 @@ from torch import nn
 from fedgo_flwr.data import ArrayDataset, DataBundle
 from fedgo_flwr.data.imagefolder import load_unlabeled
 from fedgo_flwr.data.partition import Partition
+from fedgo_flwr.experiment.checkpoint import MAX_PARAMETER, arrays_problem
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import heterogeneous_models
@@ -288,6 +289,29 @@ class Strategy(
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+    def state_problem(self, state: Mapping[str, Any], server_round: int) -> str | None:
+        """Why ``state``, a checkpoint's ``strategy_state`` after ``server_round``, cannot be
+        this strategy's (``"'strategy_state.<key>': ..."``), or ``None``. Called before
+        :meth:`load_state_dict` on resume; the checkpoint has already been checked for
+        non-finite values. A strategy whose state holds arrays of a known form (a model, a
+        control variate) says here what they must be; this one holds none."""
+        return None
+
+    def model_problem(
+        self, arrays: Any, what: str, bound: float | None = MAX_PARAMETER
+    ) -> str | None:
+        """Why ``arrays`` is not a model of ``model.name`` (keys, shapes, dtypes, finite values
+        of at most ``bound``, :data:`~fedgo_flwr.experiment.checkpoint.MAX_PARAMETER` unless
+        told), or ``None``."""
+        template = {k: v.detach().numpy() for k, v in self._template.state_dict().items()}
+        return arrays_problem(arrays, template, what, bound=bound)
+
+    @classmethod
+    def last_round(cls, cfg: ExperimentConfig) -> int:
+        """The run's last row of ``metrics.jsonl``, the largest round a checkpoint may have:
+        ``rounds``."""
+        return cfg.rounds
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

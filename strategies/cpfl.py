@@ -68,6 +68,7 @@ deadlines, teacher weights, L1 distillation) :mod:`fedgo_flwr.learning.cohorts`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
@@ -316,6 +317,32 @@ class CPFL(CohortRounds, CohortDistillation, DiscriminatorStage, Strategy):
             "model_bytes": self.model_bytes,
             "upload_clock": self.upload_clock.state(),
         }
+
+    def state_problem(self, state: Mapping[str, Any], server_round: int) -> str | None:
+        """One saved cohort per cohort of the configuration, each model (the cohort's, its best,
+        those of its history) a model of ``model.name``."""
+        saved = state.get("cohorts")
+        if not isinstance(saved, list) or len(saved) != len(self.groups):
+            found = len(saved) if isinstance(saved, list) else type(saved).__name__
+            return f"'strategy_state.cohorts': {found} cohorts, the config has {len(self.groups)}"
+        for i, s in enumerate(saved):
+            where = f"'strategy_state.cohorts[{i}]"
+            if not isinstance(s, Mapping):
+                return f"{where}': not a dict"
+            models = [(f"{where}.arrays'", s.get("arrays"))]
+            if s.get("best") is not None:
+                models.append((f"{where}.best'", s["best"]))
+            history = s.get("history") or []
+            if not isinstance(history, list):
+                return f"{where}.history': not a list"
+            for j, entry in enumerate(history):
+                arrays = entry[1] if isinstance(entry, list | tuple) and len(entry) == 2 else None
+                models.append((f"{where}.history[{j}]'", arrays))
+            for what, arrays in models:
+                problem = self.model_problem(arrays, what)
+                if problem:
+                    return problem
+        return None
 
     def load_state_dict(self, state) -> None:
         saved = state["cohorts"]

@@ -53,7 +53,7 @@ from flwr.supercore import log
 from torch import Tensor
 
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.checkpoint import safe_torch_load
+from fedgo_flwr.experiment.checkpoint import arrays_problem, safe_torch_load
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.gan import generated_set
@@ -167,6 +167,14 @@ class DaFKD(FedDF):
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "generator": self.generator}
+
+    def state_problem(self, state: Mapping[str, Any], server_round: int) -> str | None:
+        """The generator is ``strategy.generator``'s (keys, shapes, dtypes, finite values)."""
+        problem = super().state_problem(state, server_round)
+        if problem is None and state.get("generator") is not None:
+            what, of = "'strategy_state.generator'", "strategy.generator's model"
+            problem = arrays_problem(state["generator"], self.generator, what, of, bound=None)
+        return problem
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)

@@ -68,6 +68,7 @@ from flwr.supercore import log
 from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset
+from fedgo_flwr.experiment.checkpoint import arrays_problem
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import heterogeneous_models
@@ -304,6 +305,25 @@ class FedDF(Strategy):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.previous = state.get("previous")
         self.protos.update(state.get("protos") or {})
+
+    def state_problem(self, state: Mapping[str, Any], server_round: int) -> str | None:
+        """The previous round's student is ``None`` or a model of ``model.name``; the
+        prototypes are models of the client architectures they are named by."""
+        problem = super().state_problem(state, server_round)
+        previous = state.get("previous")
+        if problem is None and previous is not None:
+            problem = self.model_problem(previous, "'strategy_state.previous'")
+        protos = state.get("protos") or {}
+        if problem is None and not isinstance(protos, Mapping):
+            return "'strategy_state.protos': not a dict of architectures"
+        for arch, arrays in protos.items():
+            if problem is not None:
+                break
+            if arch not in self._arch_arrays or arch == self.cfg.model.name:
+                return f"'strategy_state.protos': {arch!r} is no client architecture of this run"
+            what = f"'strategy_state.protos.{arch}'"
+            problem = arrays_problem(arrays, self._arch_arrays[arch], what, f"model {arch!r}")
+        return problem
 
     def arrays_for(self, arch: str, arrays: ArrayRecord) -> ArrayRecord:
         """FedDF Alg. 3: clients of another architecture start from its fused prototype."""

@@ -54,6 +54,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import nn
 
 from fedgo_flwr.data import batches
+from fedgo_flwr.experiment.checkpoint import arrays_problem
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import bound_uploads, scale_upload, warn_bounded
 from fedgo_flwr.models.features import FeatureTap
@@ -193,6 +194,33 @@ class FedTGP(FedAvg):
         if state.get("tgp") is not None:
             self.tgp.load_state_dict(state["tgp"])
         self.global_protos = state.get("global_protos")
+
+    def state_problem(self, state: Mapping[str, Any], server_round: int) -> str | None:
+        """The TGP network's state is this run's network's (keys, shapes, dtypes, finite); the
+        global prototypes are ``None`` or a finite float32 ``(C, d)`` array, as the TGP
+        network makes them."""
+        tgp = state.get("tgp")
+        if tgp is not None:
+            if not isinstance(tgp, Mapping) or not all(
+                isinstance(v, torch.Tensor) for v in tgp.values()
+            ):
+                return "'strategy_state.tgp': not a dict of tensors"
+            arrays = {k: v.detach().cpu().numpy() for k, v in tgp.items()}
+            template = {k: v.numpy() for k, v in self.tgp.state_dict().items()}
+            problem = arrays_problem(arrays, template, "'strategy_state.tgp'", "the TGP", None)
+            if problem:
+                return problem
+        protos = state.get("global_protos")
+        if protos is None:
+            return None
+        template = {"protos": np.zeros((self.num_classes, self.dim), dtype=np.float32)}
+        return arrays_problem(
+            {"protos": protos} if isinstance(protos, np.ndarray) else protos,
+            template,
+            "'strategy_state.global_protos'",
+            f"({self.num_classes}, {self.dim}) prototypes",
+            None,
+        )
 
     def train_record(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord

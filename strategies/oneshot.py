@@ -53,7 +53,7 @@ from flwr.supercore import log
 from torch import Tensor, nn
 
 from fedgo_flwr.datafree import weighted_logits
-from fedgo_flwr.experiment.checkpoint import safe_torch_load
+from fedgo_flwr.experiment.checkpoint import arrays_problem, safe_torch_load
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import check_arrays
@@ -446,6 +446,33 @@ class OneShot(Strategy):
             "epochs_done": self.epochs_done,
             "sampled": list(self.sampled),
         }
+
+    @classmethod
+    def last_round(cls, cfg: ExperimentConfig) -> int:
+        """Row ``1 + epochs``, the last server epoch's."""
+        return 1 + int(getattr(cfg.strategy.params, "epochs", 0))
+
+    def state_problem(self, state: Mapping[str, Any], server_round: int) -> str | None:
+        """Each uploaded model is one of a client of this run, shaped as its architecture's
+        (its weights unbounded: what an accepted upload holds is bounded by its logits, see
+        the module's documentation); the average is ``None`` or a model of ``model.name``."""
+        teachers = state.get("teachers", [])
+        if not isinstance(teachers, list):
+            return "'strategy_state.teachers': not a list"
+        for i, t in enumerate(teachers):
+            what = f"'strategy_state.teachers[{i}]'"
+            pid = t.get("pid") if isinstance(t, Mapping) else None
+            if type(pid) is not int or not 0 <= pid < self.cfg.data.num_clients:
+                return f"{what}: 'pid' {pid!r} is no client of this run"
+            problem = arrays_problem(
+                t.get("arrays"), self.client_reference(pid), what, f"client {pid}'s model", None
+            )
+            if problem:
+                return problem
+        average = state.get("average")
+        if average is not None:
+            return self.model_problem(average, "'strategy_state.average'", bound=None)
+        return None
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.teachers = {int(t["pid"]): dict(t["arrays"]) for t in state.get("teachers", [])}

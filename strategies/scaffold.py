@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+from fedgo_flwr.experiment.checkpoint import arrays_problem
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import bound_uploads, check_arrays, new_average, warn_bounded
 from fedgo_flwr.learning.clipping import round_average
@@ -103,6 +104,38 @@ class Scaffold(Strategy):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.control = state.get("control")
+
+    def state_problem(self, state: Mapping[str, Any], server_round: int) -> str | None:
+        """The control variate ``c`` must be ``None`` (no round has sent it yet) or one float32
+        array per trainable parameter, shaped like it, of an L2 norm of at most
+        ``server_round * sqrt(N) * max_control_delta_norm`` (N = ``data.num_clients``): each
+        round adds ``sum_{i in S} delta c_i / N`` to ``c``, every delta at most
+        ``max_control_delta_norm`` long; their sum is at most ``m <= N`` of them, and ``m``
+        times the coordinate-wise median or trimmed mean is at most ``m * sqrt(m)`` of them, so
+        a round moves ``c`` by at most ``sqrt(N)`` deltas' length. A longer ``c`` was never
+        made by a run of this configuration; sent to the clients it would make their updates
+        diverge."""
+        control = state.get("control")
+        if control is None:
+            return None
+        params = dict(self._template.named_parameters())
+        template = {k: np.zeros(tuple(params[k].shape), dtype=np.float32) for k in self.param_names}
+        what, of = "'strategy_state.control'", "the model's parameters"
+        problem = arrays_problem(control, template, what, of, bound=None)
+        if problem:
+            return problem
+        norm = math.sqrt(
+            sum(float(np.sum(np.square(v, dtype=np.float64))) for v in control.values())
+        )
+        bound = server_round * math.sqrt(self.cfg.data.num_clients)
+        bound *= self.params.max_control_delta_norm * (1 + 1e-6)  # float32 rounding
+        if not norm <= bound:
+            return (
+                f"'strategy_state.control': L2 norm {norm:.3g} exceeds {bound:.3g}, the most "
+                f"{server_round} rounds can make (strategy.max_control_delta_norm = "
+                f"{self.params.max_control_delta_norm:g})"
+            )
+        return None
 
     def reply_templates(self, pid: int) -> dict[str, Mapping[str, np.ndarray]]:
         """The model, and the control delta shaped as the server's control variate."""

@@ -8,8 +8,12 @@ several partitions) and maps the partitions 0..K-1, K = ``data.num_clients``, to
 - **Self-reported ids** (the default: a simulation, where Flower gives every simulated node its
   ``partition-id``, and a deployment without a node map). Each claim is checked strictly: an
   int (not a bool, a float, a list, or text of other than ASCII digits) in
-  0..num-partitions-1, the same ``num-partitions`` on every node that reports one, and no
-  partition claimed by two nodes (both are named, whichever replied first).
+  0..num-partitions-1, and the same ``num-partitions`` on every node that reports one. No
+  partition is assigned before every partition the run needs is claimed and every node
+  connected by then has replied (in a deployment, :data:`SETTLE_SECONDS` more); a partition
+  claimed by several nodes goes to none of them (one ERROR line names them all, whichever
+  replied first) and the run goes on without its clients. A node that claims the partition of
+  a node not connected by then takes it: only a node map rules that out.
 - **A node map** (run config ``node-map``, for a deployment whose operator knows its nodes):
   a JSON object from partition ids to node identities, in a file on the server machine (a
   relative path is resolved against ``$FEDGO_WORKDIR``, as ``output_dir`` is) or as the text
@@ -29,8 +33,9 @@ Every query carries a fresh reply token of its own, which the node's reply must 
 (:func:`fedgo_flwr.app.client_app.reply_token_mod`, as for every message: a reply that echoes
 another token answers another message, e.g. a reply replayed from an earlier query).
 
-Every problem ends the run with one :class:`NodeDiscoveryError` (one line naming the node or
-nodes and the value); a map that cannot be read is a
+Every other problem (a malformed claim, too few clients left with a node, a node map that the
+nodes contradict) ends the run with one :class:`NodeDiscoveryError` (one line naming the node
+or nodes and the value); a map that cannot be read is a
 :class:`~fedgo_flwr.experiment.schema.ConfigError` of the run config key ``node-map``, raised before
 the run starts anything.
 """
@@ -43,7 +48,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +72,7 @@ from fedgo_flwr.runtime.messages import (
 
 __all__ = [
     "NODE_MAP",
+    "SETTLE_SECONDS",
     "NodeDiscoveryError",
     "NodeMap",
     "discover_nodes",
@@ -76,6 +82,12 @@ __all__ = [
 
 NODE_MAP = "node-map"
 """The run config key of the node map (``""``: none, the nodes' own claims are used)."""
+
+SETTLE_SECONDS = 5.0
+"""How long the ServerApp keeps asking newly connected nodes once every partition is claimed,
+in a deployment without a node map (nodes that serve one partition each): a node that claimed
+a partition before its own node connected is refused with it if that node connects within
+this time. Simulated nodes (which share partitions) and in-process runs do not wait."""
 
 _MAX_DIGITS = 18  # a partition id or node count as text: no more digits than this
 _MAX_MAP_BYTES = 1 << 20
@@ -297,7 +309,13 @@ def _connected(grid: Grid, node_map: NodeMap | None) -> Iterable[tuple[int, byte
 
 
 def discover_nodes(
-    grid: Grid, num_clients: int, timeout: float = 600.0, node_map: NodeMap | None = None
+    grid: Grid,
+    num_clients: int,
+    timeout: float = 600.0,
+    node_map: NodeMap | None = None,
+    *,
+    min_clients: int = 1,
+    settle: float = 0.0,
 ) -> dict[int, int]:
     """Map partition ids 0..K-1 to node ids by asking every connected node for its id.
 
@@ -307,17 +325,26 @@ def discover_nodes(
     after another (``flwr run .`` with Flower's 2-node default federation); otherwise every
     partition needs a node of its own. With ``node_map``, partition k goes to the node the map
     names, whose claim must agree; nodes not in the map are not asked. Waits up to ``timeout``
-    seconds for the nodes (SuperNodes of a deployment may start late). Raises
-    :class:`NodeDiscoveryError` (see the module's documentation).
+    seconds for the nodes (SuperNodes of a deployment may start late).
+
+    Without a map, no partition is given to a node before every needed partition has been
+    claimed and every node connected by then has been asked (with ``settle`` > 0 and nodes
+    that serve one partition each, a deployment's, newly connected nodes are asked for
+    ``settle`` seconds more). A partition claimed by several nodes goes to none of them (one
+    ERROR line names them); the clients of such partitions have no node and the run goes on
+    with the others, unless fewer than ``min_clients`` (at least 1) clients have one. The
+    returned map then lacks those clients. Raises :class:`NodeDiscoveryError` (see the
+    module's documentation).
     """
     deadline = time.monotonic() + timeout
-    hosts: dict[int, int] = {}  # partition-id -> node id
+    claims: dict[int, list[int]] = {}  # partition-id -> the nodes claiming it, in reply order
     asked: set[int] = set()
     # The num-partitions of the first node that reported one; every later report must equal it
     # (so one comparison a node, not one with every node before it: K can be 10,000).
     size_of: tuple[int, int] | None = None  # (node id, num-partitions)
     sharing: set[bool] = set()
     mapped: dict[int, int] = {}  # node id -> its partition in node_map
+    settled_at: float | None = None  # when every needed partition was first claimed
     while True:
         new: list[int] = []
         seen = set(asked)
@@ -364,12 +391,6 @@ def discover_nodes(
                         f"node {node} reports partition-id {claim.pid}, outside 0..{size - 1} "
                         f"(num-partitions {size})"
                     )
-                if claim.pid in hosts:
-                    raise NodeDiscoveryError(
-                        f"nodes {hosts[claim.pid]} and {node} both claim partition-id "
-                        f"{claim.pid}; refusing both (each SuperNode needs a partition-id of its "
-                        "own; run config node-map names which node has which)"
-                    )
                 if claim.size is not None:
                     if size_of is not None and size_of[1] != claim.size:
                         raise NodeDiscoveryError(
@@ -377,7 +398,7 @@ def discover_nodes(
                             f"and {claim.size}: the nodes of one federation must agree"
                         )
                     size_of = size_of or (node, claim.size)
-                hosts[claim.pid] = node
+                claims.setdefault(claim.pid, []).append(node)
                 sharing.add(claim.shares)
         if node_map is not None:
             total = node_map.size
@@ -390,29 +411,85 @@ def discover_nodes(
                 "SuperNode per client (or node config share-partitions=true on every node)"
             )
         needed = min(total, num_clients)
-        if all(p in hosts for p in range(needed)):
-            if total < num_clients:
-                log(
-                    INFO,
-                    "%d clients on %d nodes: node k serves the clients k, k+%d, ... in turn",
-                    num_clients,
-                    total,
-                    total,
-                )
-            unused = sorted(p for p in hosts if p >= needed)
-            if unused:
-                log(INFO, "Nodes with partition-id %s >= data.num_clients; unused", unused[:10])
-            if node_map is not None:
-                log(INFO, "node map (%s): partitions 0..%d found", node_map.source, needed - 1)
-            return {k: hosts[k % needed] for k in range(num_clients)}
-        if time.monotonic() > deadline:
-            missing = sorted(set(range(needed)) - set(hosts))
+        if all(p in claims for p in range(needed)):
+            now = time.monotonic()
+            settled_at = now if settled_at is None else settled_at
+            wait = settle if sharing == {False} and node_map is None else 0.0
+            if not new and now - settled_at >= wait:  # a last look found no one new
+                return _assign(claims, needed, total, num_clients, min_clients, node_map)
+            if new:
+                continue  # ask whoever connected while these replied, before assigning
+        elif time.monotonic() > deadline:
+            missing = sorted(set(range(needed)) - set(claims))
             named = ""
             if node_map is not None:
                 named = " (" + ", ".join(node_map.identity(p) for p in missing[:10]) + ")"
+            conflicts = "".join(f"; {line}" for line in _conflicts(claims, needed))
             raise NodeDiscoveryError(
-                f"only {len(hosts)} of the {needed} nodes needed for data.num_clients = "
+                f"only {len(claims)} of the {needed} nodes needed for data.num_clients = "
                 f"{num_clients} connected within {timeout:.0f}s; missing partition ids "
-                f"{missing[:10]}{named}"
+                f"{missing[:10]}{named}{conflicts}"
             )
-        time.sleep(1.0)
+        time.sleep(min(1.0, settle) if settled_at is not None else 1.0)
+
+
+def _conflicts(claims: Mapping[int, list[int]], below: int) -> list[str]:
+    """One line per partition id < ``below`` claimed by several nodes, naming them."""
+    lines = []
+    for pid, nodes in sorted(claims.items()):
+        if len(nodes) < 2 or pid >= below:
+            continue
+        ordered = sorted(nodes)
+        named = ", ".join(map(str, ordered[:-1])) + f" and {ordered[-1]}"
+        both = "both" if len(nodes) == 2 else "all"
+        lines.append(
+            f"nodes {named} {both} claim partition-id {pid}; refusing {both} (each SuperNode "
+            "needs a partition-id of its own; run config node-map names which node has which)"
+        )
+    return lines
+
+
+def _assign(
+    claims: Mapping[int, list[int]],
+    needed: int,
+    total: int,
+    num_clients: int,
+    min_clients: int,
+    node_map: NodeMap | None,
+) -> dict[int, int]:
+    """Client k -> the node of partition ``k mod needed``, leaving out the partitions claimed
+    by several nodes (one ERROR line each); :class:`NodeDiscoveryError` (those lines in one)
+    if fewer than ``min_clients`` clients keep a node."""
+    hosts = {pid: nodes[0] for pid, nodes in claims.items() if len(nodes) == 1}
+    refused = _conflicts(claims, needed)
+    clients = {k: hosts[k % needed] for k in range(num_clients) if k % needed in hosts}
+    least = max(min_clients, 1)
+    if len(clients) < least:
+        raise NodeDiscoveryError(
+            f"{'; '.join(refused)}: {len(clients)} of {num_clients} clients have a node, fewer "
+            f"than min_clients = {least}"
+        )
+    for line in refused:
+        log(ERROR, "node discovery: %s", line)
+    if refused:
+        left = sorted(set(range(num_clients)) - set(clients))
+        log(
+            WARNING,
+            "node discovery: clients %s have no node; the run goes on with the other %d",
+            left[:20],
+            len(clients),
+        )
+    if total < num_clients:
+        log(
+            INFO,
+            "%d clients on %d nodes: node k serves the clients k, k+%d, ... in turn",
+            num_clients,
+            total,
+            total,
+        )
+    unused = sorted(p for p in claims if p >= needed)
+    if unused:
+        log(INFO, "Nodes with partition-id %s >= data.num_clients; unused", unused[:10])
+    if node_map is not None:
+        log(INFO, "node map (%s): partitions 0..%d found", node_map.source, needed - 1)
+    return clients

@@ -149,7 +149,9 @@ def run_inprocess(
 def main(argv: list[str] | None = None) -> int:
     """``python -m fedgo_flwr.app.inprocess CONFIG [k=v ...]``: check, run, print the summary's
     scalars as JSON; exit 2 with one message for a bad configuration (the schema's, found when
-    the config loads, or the machine's, found by the run's own ``preflight`` before it starts)."""
+    the config loads, or the machine's, found by the run's own ``preflight`` before it starts)
+    or a checkpoint the run cannot resume from (:class:`CheckpointError`, naming the file)."""
+    from fedgo_flwr.experiment.checkpoint import CheckpointError
     from fedgo_flwr.experiment.config import ConfigError
     from fedgo_flwr.experiment.recorder import decide_output_dir
     from strategies import load_experiment
@@ -163,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_inprocess(cfg)
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    except CheckpointError as exc:
+        print(f"fedgo-flwr: {exc}", file=sys.stderr)
         return 2
     scalars = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
     print(strict_json(scalars, name="summary", nan_is_missing=True))

@@ -33,6 +33,7 @@ from flwr.supercore.logger import LOGGER_NAME
 from fedgo_flwr.app.cli import preflight
 from fedgo_flwr.app.discovery import (
     NODE_MAP,
+    SETTLE_SECONDS,
     NodeDiscoveryError,
     NodeMap,
     discover_nodes,
@@ -40,7 +41,9 @@ from fedgo_flwr.app.discovery import (
 )
 from fedgo_flwr.experiment.checkpoint import (
     Checkpoint,
+    CheckpointError,
     capture_rng,
+    check_resumable,
     config_differences,
     load_checkpoint,
     new_run_token,
@@ -48,7 +51,12 @@ from fedgo_flwr.experiment.checkpoint import (
     save_checkpoint,
 )
 from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig, split_overrides
-from fedgo_flwr.experiment.recorder import RunRecorder, decide_output_dir, resolve_output_dir
+from fedgo_flwr.experiment.recorder import (
+    RunRecorder,
+    check_output_dir,
+    decide_output_dir,
+    resolve_output_dir,
+)
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import check_model_inputs, load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import get_device
@@ -130,19 +138,59 @@ def main(grid: Grid, context: Context) -> None:
     """Run the experiment named by the run config (and its ``node-map``, if any:
     :mod:`fedgo_flwr.app.discovery`).
 
-    A configuration or node-discovery problem is logged as one ERROR line naming the key, the
-    node(s) and the value; it still ends the run with its exception (so Flower marks the run
-    failed and exits non-zero), but Flower's log of that exception, its traceback, is left out
-    (:class:`_SkipReported`).
+    A configuration, node-discovery or checkpoint problem is logged as one ERROR line naming
+    the key, the node(s) or the checkpoint file and the value; it still ends the run with its
+    exception (so Flower marks the run failed and exits non-zero), but Flower's log of that
+    exception, its traceback, is left out (:class:`_SkipReported`).
     """
     try:
         cfg = config_from_context(context)
         node_map = load_node_map(context.run_config.get(NODE_MAP, ""))
-        run_experiment(grid, cfg, node_map=node_map)
-    except (ConfigError, NodeDiscoveryError) as exc:
+        run_experiment(grid, cfg, node_map=node_map, settle=SETTLE_SECONDS)
+    except (ConfigError, NodeDiscoveryError, CheckpointError) as exc:
         log(ERROR, "fedgo-flwr: %s", exc)
         setattr(exc, REPORTED, True)
         raise
+
+
+def restore_strategy(strategy: Any, ckpt: Checkpoint, out_dir: Path) -> None:
+    """Give ``strategy`` the checkpoint's state, checked first
+    (:meth:`~strategies.base.Strategy.state_problem`; a state its ``load_state_dict`` cannot
+    take is refused too): :class:`CheckpointError` naming the file. A checkpoint of a finished
+    run (its last round, or a strategy that ended early) whose ``summary.json`` is there is
+    refused as well, with nothing to resume; without a summary the run writes its final model
+    and summary (the run stopped between its last checkpoint and its summary)."""
+    where = f"checkpoint {ckpt.source}"
+    problem = strategy.state_problem(ckpt.strategy_state, ckpt.round)
+    if problem:
+        raise CheckpointError(f"{where}: field {problem}")
+    strategy.resuming = True
+    try:
+        strategy.load_state_dict(ckpt.strategy_state)
+    except Exception as exc:  # noqa: BLE001 - a state the checks above do not cover
+        first = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise CheckpointError(
+            f"{where}: field 'strategy_state' does not fit strategy {strategy.name} "
+            f"({type(exc).__name__}: {first})"
+        ) from exc
+    last = type(strategy).last_round(strategy.cfg)
+    if ckpt.round < last and not strategy.finished:
+        return
+    if (out_dir / "summary.json").is_file():
+        # More rounds extend a run that ran out of rounds, not one its strategy ended (CPFL).
+        more = last == strategy.cfg.rounds and not strategy.finished
+        extend = "raise rounds to extend it, or " if more else ""
+        raise CheckpointError(
+            f"{where} is of round {ckpt.round}, the end of the finished run in {out_dir} "
+            f"(summary.json is there): nothing to resume; {extend}set overwrite=true to run "
+            "it again"
+        )
+    log(
+        INFO,
+        "resume: %s is of round %d, the run's last; writing its final model and summary",
+        ckpt.source,
+        ckpt.round,
+    )
 
 
 def server_app_for(cfg: ExperimentConfig) -> ServerApp:
@@ -156,7 +204,9 @@ def server_app_for(cfg: ExperimentConfig) -> ServerApp:
     return bound
 
 
-def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None = None) -> dict:
+def run_experiment(
+    grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None = None, settle: float = 0.0
+) -> dict:
     """Run one experiment end to end; return its summary (also in summary.json).
 
     The run folder is ``output_dir``, or a new ``outputs/<name>/<date-time>`` if it is unset
@@ -169,7 +219,10 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
     ``cfg`` comes resolved, its strategy's parameters typed once where it was read
     (:func:`strategies.load_experiment`); an unresolved one is a ``TypeError``.
     ``node_map`` (run config ``node-map``) says which node serves which partition
-    (:func:`~fedgo_flwr.app.discovery.discover_nodes`; without it the nodes' own claims are used).
+    (:func:`~fedgo_flwr.app.discovery.discover_nodes`; without it the nodes' own claims are used,
+    and deployment nodes that connect within ``settle`` seconds after every partition was
+    claimed are still asked). A partition claimed by several nodes serves no client; the run
+    goes on without its clients if at least ``min_clients`` clients keep a node.
     """
     require_resolved(cfg, "run_experiment")
     marks = [("", time.perf_counter())]  # the start-up's steps, logged before round 1
@@ -191,7 +244,7 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
         else:
             changed = config_differences(ckpt.config, cfg)
             if changed:
-                raise ValueError(
+                raise CheckpointError(
                     f"cannot resume {cfg.output_dir}: the configuration differs from the "
                     f"checkpointed run's in {', '.join(changed)}"
                 )
@@ -199,17 +252,8 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
     bundle = load_bundle(cfg.data)
     # A model that cannot take the data's inputs is refused by key, before anything is written.
     check_model_inputs(cfg, bundle, Checker(cfg.strategy.sources))
-    recorder = RunRecorder.create(cfg, ckpt.metrics if ckpt else None)
-    log(
-        INFO,
-        "fedgo-flwr: experiment '%s', strategy %s, output %s",
-        cfg.name,
-        cfg.strategy.name,
-        recorder.out_dir,
-    )
-
+    out_dir = check_output_dir(cfg)  # a folder holding another run: refused before discovery
     partition = make_partition(cfg)
-    recorder.write_partition(partition.to_json(bundle.train.y, bundle.train.num_classes))
     device = get_device(cfg.device)
     log(
         INFO,
@@ -219,20 +263,37 @@ def run_experiment(grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None =
         cfg.client_device,
     )
     model = new_model(cfg, bundle)
+    strategy_cls = strategy_class(cfg.strategy.name)
+    if ckpt is not None:  # its model and round, against this run's
+        template = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+        check_resumable(ckpt, template, strategy_cls.last_round(cfg))
     marks.append(("data, partition and model", time.perf_counter()))
 
-    node_ids = discover_nodes(grid, cfg.data.num_clients, node_map=node_map)
+    node_ids = discover_nodes(
+        grid, cfg.data.num_clients, node_map=node_map, min_clients=cfg.min_clients, settle=settle
+    )
     marks.append((f"node discovery ({len(set(node_ids.values()))} nodes)", time.perf_counter()))
     TRAFFIC.take()  # this run's messages only
-    resources = ServerResources(bundle, partition, device, recorder.out_dir)
-    strategy = strategy_class(cfg.strategy.name)(cfg, node_ids, model, resources)
+    resources = ServerResources(bundle, partition, device, out_dir)
+    strategy = strategy_cls(cfg, node_ids, model, resources)
     strategy.run_token = ckpt.run_token if ckpt else new_run_token()
     initial = ArrayRecord(model.state_dict())
     if ckpt is not None:
-        log(INFO, "resume: continuing %s after round %d", recorder.out_dir, ckpt.round)
-        strategy.resuming = True
-        strategy.load_state_dict(ckpt.strategy_state)
+        restore_strategy(strategy, ckpt, out_dir)
         initial = to_record(ckpt.arrays)
+    # Only now, with the checkpoint and the strategy's state accepted, are the run folder's
+    # files rewritten (config.yaml, metrics.jsonl; a resumed run's old summary.json removed).
+    recorder = RunRecorder.create(cfg, ckpt.metrics if ckpt else None)
+    log(
+        INFO,
+        "fedgo-flwr: experiment '%s', strategy %s, output %s",
+        cfg.name,
+        cfg.strategy.name,
+        recorder.out_dir,
+    )
+    recorder.write_partition(partition.to_json(bundle.train.y, bundle.train.num_classes))
+    if ckpt is not None:
+        log(INFO, "resume: continuing %s after round %d", recorder.out_dir, ckpt.round)
     strategy.setup(grid)
     recorder.attach(strategy, model, bundle.test, device)
     if ckpt is not None:

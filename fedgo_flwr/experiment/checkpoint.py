@@ -14,7 +14,14 @@ tensor}`` marker, so it comes back as the same numpy array) and everything else 
 Python data, so it is read with ``torch.load(..., weights_only=True)``, which refuses any other
 object. A planted or foreign ``checkpoint.pt`` can therefore not run code on resume; it is
 refused (or skipped for the previous checkpoint, with a WARNING), and every field is checked
-before the run uses it.
+before the run uses it: its types, and its values (:func:`read_checkpoint`: the model's
+arrays real numbers, finite and at most :data:`MAX_PARAMETER` in magnitude, every floating
+array of the strategy's state finite). Once the configured model exists, the ServerApp checks
+the checkpoint's model against it and its round against the run's
+(:func:`check_resumable`), and the strategy checks its own state
+(:meth:`strategies.base.Strategy.state_problem`); each problem is one
+:class:`CheckpointError` naming the file, raised before round 1 and before the run folder's
+files are rewritten.
 
 A run started with ``resume: true`` whose folder holds a checkpoint continues after the
 checkpoint's round. Every random draw of a round is seeded from ``(seed, round, ...)``, so the
@@ -28,7 +35,7 @@ import random
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from logging import WARNING
 from pathlib import Path
 from typing import Any
@@ -38,6 +45,7 @@ import torch
 from flwr.supercore import log
 
 from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.learning.aggregation import check_arrays
 from fedgo_flwr.runtime.fileio import atomic_torch_save
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -63,6 +71,19 @@ RESUMABLE_CHANGES = {
     "name",
 }
 
+MAX_PARAMETER = 1e6
+"""The largest magnitude of a floating value in a checkpoint's model.
+
+Honest runs stay far below it: measured, the checkpoints of the resume tests (every strategy
+on digits) hold no value above 1.5 in magnitude, nor do those of ``cnn_bn`` and ``resnet8``
+after 3 rounds of 2 local epochs (about 1.04, BatchNorm statistics included); trained weights
+are of order 1 and BatchNorm running variances are those of normalised activations. A value
+above 1e6 is a diverged or tampered model, one no run should be continued from: a model of
+1e30 sent to the clients makes every reply non-finite (each is dropped, and the run goes on
+with 0 usable replies a round). 1e6 is the bound of a teacher's logits, too
+(:data:`fedgo_flwr.learning.distill.MAX_TEACHER_LOGIT`). Integer arrays (BatchNorm's
+``num_batches_tracked``) count batches and have no such bound."""
+
 _RUN_TOKEN = re.compile(r"[0-9a-f]{32}")
 _NUMPY, _NUMPY_SCALAR = "__numpy__", "__numpy_scalar__"
 
@@ -70,6 +91,10 @@ _NUMPY, _NUMPY_SCALAR = "__numpy__", "__numpy_scalar__"
 def new_run_token() -> str:
     """A fresh run token (names the clients' state folders of one run): 32 hex digits."""
     return uuid.uuid4().hex
+
+
+class CheckpointError(ValueError):
+    """A checkpoint this run cannot resume from; the message names the file and the problem."""
 
 
 def is_run_token(token: object) -> bool:
@@ -88,6 +113,12 @@ class Checkpoint:
     config: dict[str, Any]
     run_token: str = field(default_factory=new_run_token)
     rng: dict[str, Any] = field(default_factory=dict)
+    source: Path | None = field(default=None, compare=False)
+    """The file it was read from (not saved)."""
+
+
+SAVED_FIELDS = tuple(f.name for f in fields(Checkpoint) if f.name != "source")
+"""The fields a checkpoint file holds."""
 
 
 def capture_rng() -> dict[str, Any]:
@@ -173,7 +204,7 @@ def save_checkpoint(out_dir: Path, ckpt: Checkpoint) -> Path:
     The data is encoded first (nothing is renamed if it cannot be saved). Between the two
     renames only ``checkpoint.prev.pt`` exists; :func:`load_checkpoint` then uses it.
     """
-    data = {"format": FORMAT, **encode(dict(ckpt.__dict__))}
+    data = {"format": FORMAT, **encode({name: getattr(ckpt, name) for name in SAVED_FIELDS})}
     newest = Path(out_dir) / CHECKPOINT_FILE
     if newest.is_file():
         os.replace(newest, newest.with_name(PREVIOUS_FILE))
@@ -181,21 +212,27 @@ def save_checkpoint(out_dir: Path, ckpt: Checkpoint) -> Path:
 
 
 def read_checkpoint(path: Path) -> Checkpoint:
-    """One checkpoint file, loaded safely and checked field by field (``ValueError``)."""
-    raw = safe_torch_load(path, "checkpoint")
+    """One checkpoint file, loaded safely and checked field by field: types, and the values
+    that need no model to check (:class:`CheckpointError`, a ``ValueError``)."""
+    try:
+        raw = safe_torch_load(path, "checkpoint")
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from exc
     if not isinstance(raw, dict):
-        raise ValueError(f"checkpoint {path}: holds a {type(raw).__name__}, not a dict")
+        raise CheckpointError(f"checkpoint {path}: holds a {type(raw).__name__}, not a dict")
     fmt = raw.pop("format", 1)
     if fmt != FORMAT:
-        raise ValueError(f"checkpoint {path}: field 'format' is {fmt!r}, expected {FORMAT}")
-    names = set(Checkpoint.__dataclass_fields__)
+        raise CheckpointError(f"checkpoint {path}: field 'format' is {fmt!r}, expected {FORMAT}")
+    names = set(SAVED_FIELDS)
     if set(raw) != names:
         missing, extra = sorted(names - set(raw)), sorted(set(raw) - names)
-        raise ValueError(f"checkpoint {path}: missing fields {missing}, unknown fields {extra}")
-    ckpt = Checkpoint(**decode(raw))
-    problem = _field_problem(ckpt)
+        raise CheckpointError(
+            f"checkpoint {path}: missing fields {missing}, unknown fields {extra}"
+        )
+    ckpt = Checkpoint(**decode(raw), source=Path(path))
+    problem = _field_problem(ckpt) or _value_problem(ckpt)
     if problem:
-        raise ValueError(f"checkpoint {path}: field {problem}")
+        raise CheckpointError(f"checkpoint {path}: field {problem}")
     return ckpt
 
 
@@ -232,6 +269,97 @@ def _field_problem(ckpt: Checkpoint) -> str | None:
     return None
 
 
+def _real_arrays_problem(
+    arrays: Mapping[str, np.ndarray], bound: float | None = MAX_PARAMETER
+) -> str | None:
+    """Why ``arrays`` (a model's) is no model a run can hold, or ``None``: an array of other
+    than real numbers, a non-finite value, or one above ``bound`` in magnitude."""
+    for key, value in arrays.items():
+        if value.dtype.kind not in "fiu":
+            return f"'{key}' has dtype {value.dtype.name}, not real numbers"
+        if value.dtype.kind == "f" and value.size:
+            if not np.isfinite(value).all():
+                return f"'{key}' holds non-finite values"
+            peak = float(np.abs(value).max())
+            if bound is not None and peak > bound:
+                return f"'{key}' holds {peak:.3g}, above {bound:g} in magnitude"
+    return None
+
+
+def _nonfinite_at(value: Any, where: str) -> str | None:
+    """The first place in ``value`` (nested dicts, lists, tuples) of a floating array or tensor
+    holding a non-finite value, or ``None``."""
+    if isinstance(value, np.ndarray):
+        bad = value.dtype.kind in "fc" and value.size and not np.isfinite(value).all()
+        return where if bad else None
+    if isinstance(value, torch.Tensor):
+        bad = value.is_floating_point() and value.numel() and not torch.isfinite(value).all()
+        return where if bad else None
+    items: Any = ()
+    if isinstance(value, Mapping):
+        items = ((f"{where}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    for name, item in items:
+        found = _nonfinite_at(item, name)
+        if found:
+            return found
+    return None
+
+
+def _value_problem(ckpt: Checkpoint) -> str | None:
+    """The first value of ``ckpt`` that no run writes, as far as it can be told without the
+    configured model: the model's arrays (:func:`_real_arrays_problem`) and the floating arrays
+    of the strategy's state, which must be finite."""
+    problem = _real_arrays_problem(ckpt.arrays)
+    if problem:
+        return f"'arrays': {problem}"
+    where = _nonfinite_at(ckpt.strategy_state, "strategy_state")
+    if where:
+        return f"'{where}' holds non-finite values"
+    return None
+
+
+def arrays_problem(
+    arrays: Any,
+    template: Mapping[str, np.ndarray],
+    what: str,
+    of: str = "the configured model",
+    bound: float | None = MAX_PARAMETER,
+) -> str | None:
+    """Why ``arrays`` (named ``what`` in the message) cannot stand for ``template`` (named
+    ``of``): not a dict of numpy arrays, other keys, shapes or dtypes, non-finite values, or a
+    value above ``bound`` in magnitude (``None``: no bound); ``None`` if it can."""
+    if not isinstance(arrays, Mapping) or not all(
+        isinstance(v, np.ndarray) for v in arrays.values()
+    ):
+        return f"{what}: not a dict of arrays (holds a {type(arrays).__name__})"
+    problem = check_arrays(arrays, template, what, of)
+    if problem is None:
+        problem = _real_arrays_problem(arrays, bound)
+        problem = f"{what}: {problem}" if problem else None
+    return problem
+
+
+def check_resumable(ckpt: Checkpoint, template: Mapping[str, np.ndarray], last_round: int) -> None:
+    """Raise :class:`CheckpointError` (naming the file) unless the run can go on from ``ckpt``:
+    its model must have the keys, shapes and dtypes of ``template`` (the configured model's
+    state), and its round must be at most ``last_round``, the run's last round (``rounds``;
+    a one-shot strategy's last server epoch). A checkpoint of the last round itself is a
+    finished run (:func:`fedgo_flwr.app.server_app.restore_strategy` says what resuming it
+    does)."""
+    where = f"checkpoint {ckpt.source}" if ckpt.source else "checkpoint"
+    problem = arrays_problem(ckpt.arrays, template, "'arrays'")
+    if problem:
+        raise CheckpointError(f"{where}: field {problem}")
+    if ckpt.round > last_round:
+        raise CheckpointError(
+            f"{where}: field 'round' is {ckpt.round}, beyond this run's last round "
+            f"{last_round}: a run cannot be resumed with fewer rounds than it has done (set "
+            "rounds to at least its round, or delete the checkpoint files to start over)"
+        )
+
+
 def load_checkpoint(out_dir: Path) -> Checkpoint | None:
     """The run folder's checkpoint, or ``None`` if it has none.
 
@@ -254,7 +382,7 @@ def load_checkpoint(out_dir: Path) -> Checkpoint | None:
         return ckpt
     if not problems:
         return None
-    raise ValueError(f"{'; '.join(problems)}. Delete the checkpoint files to start over")
+    raise CheckpointError(f"{'; '.join(problems)}. Delete the checkpoint files to start over")
 
 
 def config_differences(saved: dict[str, Any], cfg: ExperimentConfig) -> list[str]:

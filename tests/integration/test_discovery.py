@@ -20,12 +20,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.proto.node_pb2 import NodeInfo
-from helpers import run_context
+from helpers import rows_of, run_context, tiny_config
 
 from fedgo_flwr.app import server_app
 from fedgo_flwr.app.client_app import app as client_app
 from fedgo_flwr.app.client_app import reply_token_mod
 from fedgo_flwr.app.discovery import (
+    SETTLE_SECONDS,
     NodeDiscoveryError,
     discover_nodes,
     load_node_map,
@@ -69,9 +70,9 @@ class CraftedGrid(InProcessGrid):
         return [NodeInfo(node_id=n, public_key=self.keys.get(n, b"")) for n in self.contexts]
 
 
-def refused(grid, num_clients: int, node_map=None) -> str:
+def refused(grid, num_clients: int, node_map=None, **kwargs) -> str:
     with pytest.raises(NodeDiscoveryError) as info:
-        discover_nodes(grid, num_clients, timeout=2, node_map=node_map)
+        discover_nodes(grid, num_clients, timeout=2, node_map=node_map, **kwargs)
     text = str(info.value)
     assert "\n" not in text and "Traceback" not in text
     return text
@@ -108,13 +109,67 @@ def test_a_query_reply_replayed_from_an_earlier_query_is_refused(monkeypatch):
     assert text.startswith("node 3's reply to the partition-id query does not echo"), text
 
 
+def error_lines(flwr_log) -> list[str]:
+    return [r.getMessage() for r in flwr_log.records if r.levelno == logging.ERROR]
+
+
 @pytest.mark.parametrize("first_is_hostile", [True, False])
-def test_a_partition_claimed_twice_is_refused_naming_both_nodes(first_is_hostile):
-    """Whichever of the two replied first, both are named and neither gets the partition."""
+def test_a_partition_claimed_twice_is_refused_naming_both_nodes(first_is_hostile, flwr_log):
+    """Whichever of the two replied first, both are named in one ERROR line and neither gets
+    the partition; the run goes on with the other partitions (before, the run ended)."""
     hostile, honest = (2, 3) if first_is_hostile else (3, 2)
-    grid = CraftedGrid({hostile: claim(1, 3), honest: claim(1, 3), 4: claim(0, 3)})
-    text = refused(grid, 3)
-    assert "nodes 2 and 3 both claim partition-id 1" in text
+    replies = {hostile: claim(1, 4), honest: claim(1, 4), 4: claim(0, 4), 5: claim(2, 4)}
+    replies[6] = claim(3, 4)
+    grid = CraftedGrid(dict(sorted(replies.items())))
+    assert discover_nodes(grid, 4, timeout=2, min_clients=2) == {0: 4, 2: 5, 3: 6}
+    [line] = error_lines(flwr_log)
+    assert line.startswith("node discovery: nodes 2 and 3 both claim partition-id 1; refusing")
+    # Three claimants: all refused, all named.
+    grid = CraftedGrid({2: claim(0, 2), 3: claim(1, 2), 4: claim(1, 2), 5: claim(1, 2)})
+    assert discover_nodes(grid, 2, timeout=2) == {0: 2}
+    assert "nodes 3, 4 and 5 all claim partition-id 1; refusing all" in error_lines(flwr_log)[-1]
+
+
+def test_too_few_clients_left_after_refused_claims_is_one_error():
+    grid = CraftedGrid({2: claim(0, 3), 3: claim(0, 3), 4: claim(1, 3), 5: claim(2, 3)})
+    text = refused(grid, 3, min_clients=3)
+    assert text == (
+        "nodes 2 and 3 both claim partition-id 0; refusing both (each SuperNode needs a "
+        "partition-id of its own; run config node-map names which node has which): 2 of 3 "
+        "clients have a node, fewer than min_clients = 3"
+    )
+
+
+class LateGrid(CraftedGrid):
+    """Nodes that connect in waves: ``get_node_ids`` lists the nodes of ``waves[0]``, then
+    also those of ``waves[1]`` once asked again, and so on (each listing is one poll)."""
+
+    def __init__(self, replies, waves: list[list[int]]):
+        super().__init__(replies)
+        self.waves, self.polls = waves, 0
+
+    def get_node_ids(self):
+        self.polls += 1
+        return [n for wave in self.waves[: self.polls] for n in wave]
+
+
+def test_a_squatter_connecting_first_is_refused_when_the_honest_node_connects(flwr_log):
+    """Node 5 claims partition 0 before node 2, whose partition it is, connects. Discovery
+    asks whoever connected while the others replied before it gives a partition away, and a
+    deployment's nodes (one partition each) for ``settle`` seconds more: node 2's claim then
+    conflicts with node 5's and both are refused (before, node 5 took partition 0 silently)."""
+    replies = {2: claim(0, 3), 3: claim(1, 3), 4: claim(2, 3), 5: claim(0, 3)}
+    grid = LateGrid(replies, [[5], [3, 4], [], [2]])
+    assert discover_nodes(grid, 3, timeout=10, settle=1.5) == {1: 3, 2: 4}
+    [line] = error_lines(flwr_log)
+    assert "nodes 2 and 5 both claim partition-id 0; refusing both" in line
+    # The honest node connecting while the others reply: no waiting needed.
+    grid = LateGrid(replies, [[5], [3, 4], [2]])
+    assert discover_nodes(grid, 3, timeout=10) == {1: 3, 2: 4}
+    # What discovery cannot see without a node map: an honest node that does not connect
+    # before it ends. Node 5 then serves partition 0 (docs/deployment.md says so).
+    grid = LateGrid(replies, [[5], [3, 4], [], [], [], [], [2]])
+    assert discover_nodes(grid, 3, timeout=10, settle=1.0) == {0: 5, 1: 3, 2: 4}
 
 
 @pytest.mark.parametrize(
@@ -225,7 +280,9 @@ def test_with_a_node_map_an_intruder_claiming_a_partition_is_not_used(flwr_log):
     node_map = load_node_map(json.dumps({"0": 4, "1": 3, "2": 2}))
     assert discover_nodes(grid, 3, timeout=2, node_map=node_map) == {0: 4, 1: 3, 2: 2}
     assert "node 5 is not in the node map (given inline); unused" in flwr_log.text
-    assert "nodes 4 and 5 both claim" in refused(grid, 3)  # the same grid without the map
+    # The same grid without the map: both claimants of partition 0 are refused.
+    assert discover_nodes(grid, 3, timeout=2) == {1: 3, 2: 2}
+    assert "nodes 4 and 5 both claim partition-id 0" in error_lines(flwr_log)[-1]
 
 
 def test_a_node_map_by_public_key_finds_the_nodes_the_superlink_authenticated(tmp_path):
@@ -329,15 +386,33 @@ def test_the_server_app_logs_one_line_for_a_bad_node_map(flwr_log):
 
 def test_the_server_app_logs_one_line_when_discovery_fails(tmp_path, flwr_log, monkeypatch):
     monkeypatch.setattr(server_app, "discover_nodes", _hostile_discovery)
-    overrides = f"rounds=1 data.num_clients=2 output_dir={tmp_path}"
+    overrides = f"rounds=1 data.num_clients=2 min_clients=2 output_dir={tmp_path}"
     with pytest.raises(NodeDiscoveryError):
         server_app.main(InProcessGrid(client_app, 2), run_context(overrides=overrides))
     [line] = [r.getMessage() for r in flwr_log.records if r.levelno == logging.ERROR]
     assert line == "fedgo-flwr: nodes 2 and 3 both claim partition-id 0; refusing both (each " + (
-        "SuperNode needs a partition-id of its own; run config node-map names which node has which)"
+        "SuperNode needs a partition-id of its own; run config node-map names which node has "
+        "which): 1 of 2 clients have a node, fewer than min_clients = 2"
     )
 
 
-def _hostile_discovery(grid, num_clients, node_map=None):
-    crafted = CraftedGrid({2: claim(0, 2), 3: claim(0, 2)})
-    return discover_nodes(crafted, num_clients, timeout=2, node_map=node_map)
+def _hostile_discovery(grid, num_clients, node_map=None, min_clients=1, settle=0.0):
+    assert settle == SETTLE_SECONDS  # the Flower ServerApp waits for late deployment nodes
+    crafted = CraftedGrid({2: claim(0, 2), 3: claim(0, 2), 4: claim(1, 2)})
+    return discover_nodes(
+        crafted, num_clients, timeout=2, node_map=node_map, min_clients=min_clients
+    )
+
+
+def test_a_run_goes_on_without_the_refused_partitions_clients(tmp_path, flwr_log):
+    """Nodes 3 and 4 both claim partition 1 of 4: client 1 has no node, and the run trains the
+    others (each round samples client 1 too, and counts it as failed)."""
+    flwr_log.set_level(logging.INFO, logger="flwr")
+    cfg = tiny_config(tmp_path, "rounds=2", "fraction=1.0", "min_clients=2")
+    grid = InProcessGrid(client_app, 5)  # the real ClientApp, its node configs changed
+    for node, pid in [(2, 0), (3, 1), (4, 1), (5, 2), (6, 3)]:
+        grid.contexts[node].node_config.update({"partition-id": pid, "num-partitions": 4})
+    server_app.run_experiment(grid, cfg)
+    rows = rows_of(tmp_path)
+    assert [(r["clients_replied"], r["clients_failed"]) for r in rows[1:]] == [(3, 1), (3, 1)]
+    assert "client 1 has no node (refused at node discovery)" in flwr_log.text

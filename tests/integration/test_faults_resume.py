@@ -12,7 +12,7 @@ import torch
 from helpers import rows_of, without_timing
 
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.checkpoint import load_checkpoint
+from fedgo_flwr.experiment.checkpoint import CheckpointError, load_checkpoint
 from fedgo_flwr.experiment.config import ConfigError
 from fedgo_flwr.experiment.task import sample_clients
 from strategies import available, load_experiment, strategy_class
@@ -251,3 +251,18 @@ def test_resume_extends_a_finished_run(tmp_path):
     run_inprocess(config(tmp_path / "two", "rounds=3", "resume=true"))
     run_inprocess(config(tmp_path / "three", "rounds=3"))
     assert without_timing(rows_of(tmp_path / "two")) == without_timing(rows_of(tmp_path / "three"))
+
+
+def test_resuming_a_run_its_strategy_ended_offers_no_more_rounds(tmp_path):
+    """CPFL ends with stage 2, so raising ``rounds`` cannot extend it: resuming it (summary.json
+    there) is refused with one message that says to overwrite, and changes nothing."""
+    case = golden.strategy_case("cpfl")
+    run_inprocess(case.config(tmp_path))
+    before = (tmp_path / "summary.json").read_bytes()
+    more = load_experiment(
+        ROOT / case.path, [*case.all_overrides, f"output_dir={tmp_path}", "resume=true", "rounds=9"]
+    )
+    with pytest.raises(CheckpointError, match="the end of the finished run") as info:
+        run_inprocess(more)
+    assert "nothing to resume; set overwrite=true to run it again" in str(info.value)
+    assert (tmp_path / "summary.json").read_bytes() == before

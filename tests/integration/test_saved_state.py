@@ -4,21 +4,26 @@ and plain data (also the client state files and FedGO's generator/discriminator 
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from flwr.app import Context, RecordDict
-from helpers import log_messages, rows_of, tiny_config
+from helpers import SMALL_GAN, log_messages, rows_of, tiny_config
 
 from fedgo_flwr.app.client_app import restore_state
 from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.experiment.checkpoint import (
     CHECKPOINT_FILE,
     PREVIOUS_FILE,
+    SAVED_FIELDS,
     Checkpoint,
+    CheckpointError,
     capture_rng,
     load_checkpoint,
     save_checkpoint,
@@ -96,7 +101,7 @@ def good_checkpoint() -> dict:
         config=cfg.to_dict(),
         rng=capture_rng(),
     )
-    return ckpt.__dict__
+    return {name: getattr(ckpt, name) for name in SAVED_FIELDS}
 
 
 def test_a_checkpoint_round_trips_exactly(tmp_path):
@@ -204,3 +209,258 @@ def test_planted_fedgo_files_run_no_code(tmp_path, monkeypatch, planted):
     with pytest.raises(ValueError, match=f"{planted}s? file {evil}"):
         run_inprocess(tiny_config(tmp_path / "run", *FEDGO, *paths))
     assert not marker.exists()
+
+
+# -- resuming checks values, not only types ------------------------------------------------
+SCAFFOLD = ["strategy.name=scaffold"]
+
+
+@pytest.fixture(scope="module")
+def finished_round_1(tmp_path_factory) -> Path:
+    """A SCAFFOLD run of one round (its checkpoint is of round 1), made once per module."""
+    out = tmp_path_factory.mktemp("round1")
+    run_inprocess(tiny_config(out, *SCAFFOLD))
+    return out
+
+
+def tampered(base: Path, out: Path, change) -> Path:
+    """A copy of run folder ``base`` whose checkpoint ``change(ckpt)`` altered (rewritten as
+    a run would write it: the attack is in the values, not the format)."""
+    shutil.copytree(base, out)
+    ckpt = load_checkpoint(out)
+    change(ckpt)
+    (out / CHECKPOINT_FILE).unlink()
+    save_checkpoint(out, ckpt)
+    (out / PREVIOUS_FILE).unlink(missing_ok=True)  # nothing to fall back to
+    return out
+
+
+def run_files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def refused_resume(out: Path, *overrides: str) -> str:
+    """The one error of resuming ``out`` with ``rounds=2``; the run folder stays as it was."""
+    before = run_files(out)
+    with pytest.raises(CheckpointError) as info:
+        run_inprocess(tiny_config(out, *SCAFFOLD, "rounds=2", "resume=true", *overrides))
+    assert run_files(out) == before  # nothing rewritten, nothing removed
+    text = str(info.value)
+    assert "\n" not in text and str(out / CHECKPOINT_FILE) in text
+    return text
+
+
+def first_weight(ckpt: Checkpoint) -> str:
+    return next(k for k, v in ckpt.arrays.items() if v.dtype == np.float32 and v.ndim > 1)
+
+
+def set_first(value):
+    def change(ckpt):
+        key = first_weight(ckpt)
+        ckpt.arrays[key] = np.full_like(ckpt.arrays[key], value)
+
+    return change
+
+
+def as_float64(ckpt):
+    ckpt.arrays = {
+        k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in ckpt.arrays.items()
+    }
+
+
+def misshaped(ckpt):
+    ckpt.arrays[first_weight(ckpt)] = np.zeros((3, 3), np.float32)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (set_first(np.nan), r"field 'arrays': '[\w.]+' holds non-finite values"),
+        (set_first(1e30), r"field 'arrays': '[\w.]+' holds 1e\+30, above 1e\+06 in magnitude"),
+        (as_float64, r"field 'arrays': '[\w.]+' has dtype float64, expected float32"),
+        (misshaped, r"field 'arrays': '[\w.]+' has shape \(3, 3\), expected \(32, 1, 3, 3\)"),
+    ],
+    ids=["nan", "1e30", "float64", "shape"],
+)
+def test_a_checkpoint_whose_model_does_not_fit_is_refused(
+    finished_round_1, tmp_path, change, problem
+):
+    """Before, NaN, 1e30 and float64 models were resumed (every later round had 0 usable
+    replies) and a wrong shape was a raw RuntimeError."""
+    out = tampered(finished_round_1, tmp_path / "run", change)
+    assert re.search(problem, refused_resume(out))
+
+
+def test_a_checkpoint_beyond_the_configured_rounds_is_refused(finished_round_1, tmp_path):
+    """Before, ``round = 10**18`` "finished" the run silently."""
+
+    def far(ckpt):
+        ckpt.round = 10**18
+
+    out = tampered(finished_round_1, tmp_path / "run", far)
+    text = refused_resume(out)
+    assert f"field 'round' is {10**18}, beyond this run's last round 2" in text
+
+
+def test_resuming_a_finished_run_says_so_and_changes_nothing(finished_round_1, tmp_path, flwr_log):
+    """Its summary.json there, a finished run is refused with one message; without it (the run
+    stopped between its last checkpoint and its summary) the summary is written."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_round_1, out)
+    before = run_files(out)
+    with pytest.raises(CheckpointError) as info:
+        run_inprocess(tiny_config(out, *SCAFFOLD, "resume=true"))
+    assert run_files(out) == before
+    assert str(info.value) == (
+        f"checkpoint {out / CHECKPOINT_FILE} is of round 1, the end of the finished run in "
+        f"{out} (summary.json is there): nothing to resume; raise rounds to extend it, or set "
+        "overwrite=true to run it again"
+    )
+    (out / "summary.json").unlink()
+    flwr_log.set_level(logging.INFO, logger="flwr")
+    run_inprocess(tiny_config(out, *SCAFFOLD, "resume=true"))
+    assert json.loads((out / "summary.json").read_text())["rounds"] == 1
+    assert [r["round"] for r in rows_of(out)] == [0, 1]
+    assert any(
+        "the run's last; writing its final model and summary" in m for m in log_messages(flwr_log)
+    )
+
+
+def nan_control(ckpt):
+    control = ckpt.strategy_state["control"]
+    key = next(iter(control))
+    control[key] = np.full_like(control[key], np.nan)
+
+
+def misshaped_control(ckpt):
+    control = ckpt.strategy_state["control"]
+    control[next(iter(control))] = np.zeros(2, np.float32)
+
+
+def huge_control(ckpt):
+    control = ckpt.strategy_state["control"]
+    key = next(iter(control))
+    control[key] = np.full_like(control[key], 1e30)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (nan_control, r"field 'strategy_state.control.[\w.]+' holds non-finite values"),
+        (misshaped_control, r"'strategy_state.control': '[\w.]+' has shape \(2,\), expected"),
+        (huge_control, r"'strategy_state.control': L2 norm [\d.e+]+ exceeds [\d.e+]+, the most 1 "),
+    ],
+    ids=["nan", "shape", "norm"],
+)
+def test_a_strategy_state_that_does_not_fit_is_refused(finished_round_1, tmp_path, change, problem):
+    """SCAFFOLD's control variate: before, each was resumed and sent to the clients, whose
+    replies were then all dropped."""
+    out = tampered(finished_round_1, tmp_path / "run", change)
+    assert re.search(problem, refused_resume(out))
+
+
+def test_the_server_app_logs_one_line_for_a_bad_checkpoint(finished_round_1, tmp_path, flwr_log):
+    from helpers import TINY_RUN, run_context
+
+    from fedgo_flwr.app import server_app
+    from fedgo_flwr.app.client_app import app as client_app
+    from fedgo_flwr.app.inprocess import InProcessGrid
+
+    out = tampered(finished_round_1, tmp_path / "run", set_first(np.nan))
+    overrides = " ".join([*TINY_RUN, *SCAFFOLD, "rounds=2", "resume=true", f"output_dir={out}"])
+    with pytest.raises(CheckpointError):
+        server_app.main(InProcessGrid(client_app, 4), run_context(overrides=overrides))
+    [line] = [r.getMessage() for r in flwr_log.records if r.levelno == logging.ERROR]
+    assert line.startswith(f"fedgo-flwr: checkpoint {out / CHECKPOINT_FILE}: field 'arrays'")
+
+
+G3 = [
+    *FEDGO,
+    *SMALL_GAN,
+    "strategy.generator.steps=0",
+    "strategy.generator.federated_rounds=2",
+    "strategy.generator.local_epochs=1",
+]
+"""FedGO's scenario G3: the generator trained by FedGAN rounds, saved in ``fedgan.pt``."""
+
+
+@pytest.fixture(scope="module")
+def stopped_in_fedgan(tmp_path_factory) -> Path:
+    """A G3 run folder as a run stopped after its FedGAN rounds leaves it: ``fedgan.pt`` of
+    round 2, no generator, discriminators, checkpoint or summary yet."""
+    out = tmp_path_factory.mktemp("g3")
+    run_inprocess(tiny_config(out, *G3))
+    for name in ("generator.pt", "discriminators.pt", CHECKPOINT_FILE, PREVIOUS_FILE):
+        (out / name).unlink(missing_ok=True)
+    (out / "summary.json").unlink()
+    return out
+
+
+def nan_generator(saved):
+    key = next(iter(saved["generator"]))
+    saved["generator"][key] = torch.full_like(saved["generator"][key], float("nan"))
+
+
+def misshaped_critic(saved):
+    key = next(iter(saved["critic"]))
+    saved["critic"][key] = torch.zeros(3)
+
+
+def round_99(saved):
+    saved["round"] = 99
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (nan_generator, r"'generator': '[\w.]+' holds non-finite values"),
+        (misshaped_critic, r"'critic': '[\w.]+' has shape \(3,\), expected"),
+        (round_99, r"'round' is 99, not one of the 2 rounds"),
+    ],
+    ids=["nan", "shape", "round"],
+)
+def test_a_fedgan_checkpoint_that_does_not_fit_is_refused(
+    stopped_in_fedgan, tmp_path, change, problem
+):
+    """Before, a NaN pair was resumed, a misshaped one was a raw RuntimeError and round 99
+    skipped the FedGAN rounds with the saved pair."""
+    out = tmp_path / "run"
+    shutil.copytree(stopped_in_fedgan, out)
+    saved = torch.load(out / "fedgan.pt")
+    change(saved)
+    torch.save(saved, out / "fedgan.pt")
+    with pytest.raises(CheckpointError) as info:
+        run_inprocess(tiny_config(out, *G3, "resume=true"))
+    text = str(info.value)
+    assert text.startswith(f"FedGAN checkpoint {out / 'fedgan.pt'}: ") and "\n" not in text
+    assert re.search(problem, text), text
+
+
+def misshaped_protos(ckpt):
+    ckpt.strategy_state["global_protos"] = np.zeros((2, 2), np.float32)
+
+
+def misshaped_tgp(ckpt):
+    tgp = ckpt.strategy_state["tgp"]
+    tgp[next(iter(tgp))] = torch.zeros(1)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (misshaped_protos, r"'strategy_state.global_protos': 'protos' has shape \(2, 2\)"),
+        (misshaped_tgp, r"'strategy_state.tgp': '[\w.]+' has shape \(1,\), expected"),
+    ],
+    ids=["global_protos", "tgp"],
+)
+def test_a_fedtgp_state_that_does_not_fit_is_refused(tmp_path, change, problem):
+    """Before, misshaped prototypes were sent to every client (round 2 had 0 usable replies)
+    and a misshaped TGP network was a raw RuntimeError."""
+    run_inprocess(tiny_config(tmp_path / "base", "strategy.name=fedtgp"))
+    out = tampered(tmp_path / "base", tmp_path / "run", change)
+    before = run_files(out)
+    with pytest.raises(CheckpointError) as info:
+        run_inprocess(tiny_config(out, "strategy.name=fedtgp", "rounds=2", "resume=true"))
+    assert run_files(out) == before
+    assert str(out / CHECKPOINT_FILE) in str(info.value)
+    assert re.search(problem, str(info.value)), str(info.value)
