@@ -186,7 +186,7 @@ class FedDisco(FedAvg):
         arrays = self.robust(reply)
         weight = self.weight[reply.partition_id]
         if weight > 0:
-            self.running.add(arrays, weight)
+            self.running.add(arrays, weight, reply.partition_id)
         else:
             self.zero_weighted.add(arrays, reply.num_examples)
 

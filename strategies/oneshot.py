@@ -281,7 +281,7 @@ class OneShot(Strategy):
                 if pid in self.teachers:
                     size = self.teacher_sizes[pid]
                     reply = Reply(-1, pid, size, self.teachers[pid], {}, RecordDict())
-                    self.running.add(self.robust(reply), size)
+                    self.running.add(self.robust(reply), size, pid)
             self.average = self.averaged()
 
     def drop_teacher(self, pid: int) -> None:
