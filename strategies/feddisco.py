@@ -54,6 +54,7 @@ from flwr.supercore import log
 
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import new_average
+from fedgo_flwr.learning.weighted_rules import new_weighted_average
 from strategies.base import BaseConfig, Reply
 from strategies.fedavg import FedAvg
 
@@ -175,7 +176,7 @@ class FedDisco(FedAvg):
 
     def begin_round(self, server_round: int) -> None:
         super().begin_round(server_round)
-        self.running = new_average(self.aggregation, weighted=True)  # the rules take p_k
+        self.running = new_weighted_average(self.aggregation)  # the rules take p_k
         self.zero_weighted = new_average(self.aggregation)  # used only if no one else replies
 
     def absorb(self, server_round: int, reply: Reply) -> None:

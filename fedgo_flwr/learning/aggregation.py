@@ -172,18 +172,15 @@ class ReplyStack:
 
     The coordinate-wise median and trimmed mean need every reply of a coordinate at once, so
     memory grows with the number of replies (``K`` models), unlike :class:`RunningAverage`.
-    Weights are checked as there; both rules are unweighted unless ``weighted`` (then
-    :mod:`fedgo_flwr.learning.weighted_rules`: for a strategy whose weights are its method).
+    Weights are checked as there but not used: both rules are unweighted (:func:`robust_average`).
     """
 
-    def __init__(self, rule: str, trim_fraction: float = 0.0, weighted: bool = False) -> None:
+    def __init__(self, rule: str, trim_fraction: float = 0.0) -> None:
         if rule not in ("median", "trimmed_mean"):
             raise ValueError(f"ReplyStack takes median or trimmed_mean, not {rule!r}")
         self.rule = rule
         self.trim_fraction = trim_fraction
-        self.weighted = weighted
         self.replies: list[Arrays] = []
-        self.weights: list[float] = []
 
     @property
     def count(self) -> int:
@@ -196,17 +193,8 @@ class ReplyStack:
         if self.replies and set(arrays) != set(self.replies[0]):
             raise ValueError("array sets have different keys")
         self.replies.append(arrays)
-        self.weights.append(w)
 
     def result(self) -> dict[str, np.ndarray]:
-        if self.weighted:
-            from fedgo_flwr.learning import weighted_rules  # it imports this module
-
-            if self.rule == "median":
-                return weighted_rules.weighted_median(self.replies, self.weights)
-            return weighted_rules.weighted_trimmed_mean(
-                self.replies, self.weights, self.trim_fraction
-            )
         if self.rule == "median":
             return coordinate_median(self.replies)
         m = len(self.replies)
@@ -220,12 +208,11 @@ class ReplyStack:
         return trimmed_mean(self.replies, self.trim_fraction)
 
 
-def new_average(config: AggregationConfig, weighted: bool = False) -> RunningAverage | ReplyStack:
-    """An empty accumulator for ``config.rule`` (``add(arrays, weight)``, ``result()``);
-    ``weighted``: the median and trimmed mean take the weights too (:class:`ReplyStack`)."""
+def new_average(config: AggregationConfig) -> RunningAverage | ReplyStack:
+    """An empty accumulator for ``config.rule`` (``add(arrays, weight)``, ``result()``)."""
     if config.rule == "mean":
         return RunningAverage()
-    return ReplyStack(config.rule, config.trim_fraction, weighted)
+    return ReplyStack(config.rule, config.trim_fraction)
 
 
 def trim_count(replies: int, trim_fraction: float) -> int:

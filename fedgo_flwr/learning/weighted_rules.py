@@ -26,9 +26,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedgo_flwr.learning.aggregation import Arrays, _cast_like, _stacked
+from fedgo_flwr.learning.aggregation import (
+    AggregationConfig,
+    Arrays,
+    ReplyStack,
+    RunningAverage,
+    _cast_like,
+    _stacked,
+)
 
-__all__ = ["weighted_median", "weighted_trimmed_mean"]
+__all__ = ["WeightedReplyStack", "new_weighted_average", "weighted_median", "weighted_trimmed_mean"]
 
 
 def _checked(arrays: Sequence[Arrays], weights: Sequence[float]) -> tuple[list[Arrays], np.ndarray]:
@@ -87,3 +94,30 @@ def weighted_trimmed_mean(
         mean = (kept * values).sum(axis=0) / kept.sum(axis=0)
         out[key] = _cast_like(mean, np.asarray(arrays[0][key]))
     return out
+
+
+class WeightedReplyStack(ReplyStack):
+    """:class:`~fedgo_flwr.learning.aggregation.ReplyStack` whose median and trimmed mean take
+    the weights the replies were added with (:func:`weighted_median`,
+    :func:`weighted_trimmed_mean`)."""
+
+    def __init__(self, rule: str, trim_fraction: float = 0.0) -> None:
+        super().__init__(rule, trim_fraction)
+        self.weights: list[float] = []
+
+    def add(self, arrays: Arrays, weight: float) -> None:
+        super().add(arrays, weight)
+        self.weights.append(float(weight))
+
+    def result(self) -> dict[str, np.ndarray]:
+        if self.rule == "median":
+            return weighted_median(self.replies, self.weights)
+        return weighted_trimmed_mean(self.replies, self.weights, self.trim_fraction)
+
+
+def new_weighted_average(config: AggregationConfig) -> RunningAverage | WeightedReplyStack:
+    """:func:`~fedgo_flwr.learning.aggregation.new_average` for a strategy whose weights are its
+    method: the weighted mean, or the weighted median / trimmed mean of ``config.rule``."""
+    if config.rule == "mean":
+        return RunningAverage()
+    return WeightedReplyStack(config.rule, config.trim_fraction)

@@ -39,7 +39,11 @@ from fedgo_flwr.learning.aggregation import (
     warn_bounded,
     weighted_average,
 )
-from fedgo_flwr.learning.weighted_rules import weighted_median, weighted_trimmed_mean
+from fedgo_flwr.learning.weighted_rules import (
+    new_weighted_average,
+    weighted_median,
+    weighted_trimmed_mean,
+)
 
 MODULE_LOG = "fedgo_flwr.learning.aggregation"
 
@@ -737,7 +741,8 @@ def test_weighted_rules_check_their_inputs() -> None:
 
 def test_a_weighted_reply_stack_takes_the_weights() -> None:
     a = [{"w": np.array([v])} for v in (1.0, 2.0, 10.0)]
-    stack = new_average(AggregationConfig(rule="median"), weighted=True)
+    stack = new_weighted_average(AggregationConfig(rule="median"))
+    assert isinstance(new_weighted_average(AggregationConfig()), RunningAverage)
     plain = new_average(AggregationConfig(rule="median"))
     for arrays, w in zip(a, (0.2, 0.2, 0.6), strict=True):
         stack.add(arrays, w)
