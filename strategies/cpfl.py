@@ -46,7 +46,8 @@ with a warning; the round's signal is the median of the members' losses (``loss_
 the paper's ``mean`` and ``trimmed_mean`` are options) after clipping any above
 ``loss_bound`` x the cohort's median of the round (a WARNING names the member;
 :func:`fedgo_flwr.learning.cohorts.cohort_loss`), so that one member of a cohort of three or
-more can neither stop nor stall it with any loss it reports.
+more can stop it early with no loss it reports (it can delay the stop: the signal is then
+the other members' median).
 
 **Failures.** A cohort whose clients all fail in a round keeps its model (the round counts as
 one without improvement); a cohort that never got a usable reply is reported and left out of

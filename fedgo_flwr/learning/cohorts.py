@@ -280,7 +280,7 @@ def cohort_loss(
 
     - ``median`` (the default): the losses' median (mean of the two middle ones for an even
       count). One member of a cohort of three or more cannot move it beyond its neighbours,
-      whatever it reports, so it can neither stop nor stall its cohort.
+      whatever it reports, so it cannot stop its cohort early.
     - ``mean`` (the paper): ``np.mean`` of the (clipped) losses -- exactly the paper's float
       operations where nothing is clipped -- or, where that sum would overflow, a scaled mean.
       A liar moves it by up to ``bound x median / n``.
