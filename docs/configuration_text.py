@@ -128,8 +128,9 @@ NOTES: dict[str, str] = {
     "clipped.",
     "AggregationConfig.upload_bound": "Bounds FedGAN's generator and critic (G3), DaFKD's "
     "generator and discriminator heads, FedTGP's prototypes (each class's; the median one "
-    "vote per client), SCAFFOLD's control deltas, and each teacher's logit scale (FedDF "
-    "family: scaled down; one-shot: left out). An upload whose L2 norm exceeds `upload_bound` "
+    "vote per client), SCAFFOLD's control deltas, each teacher's logit scale (FedDF family: "
+    "rescaled to the median; one-shot: left out) and each discriminator's (FedGO, CPFL, "
+    "Co-Boosting + FedGO: neutral weight). An upload whose L2 norm exceeds `upload_bound` "
     "times the round's (lower) median is scaled down to it, with a WARNING naming the client.",
     # strategy.name
     "StrategyConfig.name": "The server algorithm: a module of `strategies/` ({strategies}). "

@@ -197,15 +197,15 @@ class CohortRounds:
                     c.index,
                 )
             reported = losses[c.index]
-            val, left_out = cohort_loss([v for _, v in reported], p.loss_reduce, p.loss_bound)
-            if left_out:
+            val, clipped = cohort_loss([v for _, v in reported], p.loss_reduce, p.loss_bound)
+            if clipped:
                 log(
                     WARNING,
-                    "Round %d: cohort %d leaves out the validation loss of client(s) %s: "
-                    "above strategy.loss_bound (%g) x the round's median",
+                    "Round %d: cohort %d clips the validation loss of client(s) %s to "
+                    "strategy.loss_bound (%g) x the cohort's median of the round",
                     server_round,
                     c.index,
-                    ", ".join(str(reported[i][0]) for i in left_out),
+                    ", ".join(str(reported[i][0]) for i in clipped),
                     p.loss_bound,
                 )
             if c.stopper.observe(val):

@@ -17,7 +17,12 @@ against an untrained G already help.
 odds). The weights enter everywhere the ensemble does: synthesis, the weight steps,
 diversification, distillation, and the reported ``ensemble_accuracy_fedgo`` (odds only) and
 ``ensemble_accuracy_learned`` (the combination). A client whose discriminator is missing or
-unusable is left out with its model (it has no weight to give).
+unusable is left out with its model (it has no weight to give). Once every reply is in, each
+discriminator's logit scale is checked against the others' (``strategy.aggregation.upload_bound``
+times their median; :meth:`CoBoostingFedGO.screened`): one far above them, a large bias or a
+scaled last layer, weighs with the neutral logit 0 instead. No client's odds weight averaged
+over a batch exceeds ``max(2/n, 3 n_k / sum n)``
+(:func:`~fedgo_flwr.weighting.cap_mean_shares`; it cannot bind on the double sigmoid's odds).
 
 ``disc_mode``: the odds from a discriminator logit ``z``, FedGO's App. E.2 double sigmoid
 ``exp(sigmoid(z))`` by default or its Def. 3.5 odds ``exp(z)`` (``sigmoid``). Against an
@@ -32,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -49,12 +54,18 @@ from fedgo_flwr.datafree import (
 from fedgo_flwr.experiment.checkpoint import safe_torch_load
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.gan import discriminator_scale_outliers
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.learning.aggregation import check_arrays
 from fedgo_flwr.learning.training import predict_logits
 from fedgo_flwr.protocol.oneshot_fedgo import DISCRIMINATOR_KEY
 from fedgo_flwr.runtime.messages import to_numpy
-from fedgo_flwr.weighting import DISC_MODES
+from fedgo_flwr.weighting import (
+    DISC_MODES,
+    MAX_SHARE_FACTOR,
+    cap_mean_shares,
+    mean_share_caps,
+)
 from strategies._prefl import check_generator, seeded_generator, train_generator
 from strategies.base import Reply, ReplyRejected
 from strategies.coboosting import CoBoosting, CoBoostingConfig
@@ -78,6 +89,13 @@ class CoBoostingFedGOConfig(CoBoostingConfig):
         super().check(c)
         c.choice("combine", COMBINE)
         c.choice("disc_mode", DISC_MODES)
+
+
+class NeutralDiscriminator(nn.Module):
+    """The stand-in for a discriminator the screen refused: logit 0 (odds 1) on every input."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.new_zeros(x.shape[0], 1)
 
 
 class CoBoostingFedGO(CoBoosting):
@@ -211,26 +229,68 @@ class CoBoostingFedGO(CoBoosting):
 
     # -- the weights -----------------------------------------------------------------------
     def discriminator_modules(self) -> list[nn.Module]:
-        """The uploaded discriminators, in :attr:`pids` order, frozen."""
+        """The uploaded discriminators, in :attr:`pids` order, frozen; each one screened
+        against the others before it weighs anything (:meth:`screened`)."""
         if self._disc_modules is None:
             shape = self.resources.bundle.train.input_shape
-            mods = []
+            mods: list[nn.Module] = []
             for pid in self.pids:
                 d = self.params.discriminator.build(shape)
                 d.load_state_dict(
                     {k: torch.from_numpy(v) for k, v in self.discriminators[pid].items()}
                 )
                 mods.append(d.to(self.resources.device).eval().requires_grad_(False))
-            self._disc_modules = mods
+            self._disc_modules = self.screened(mods)
         return self._disc_modules
+
+    def screened(self, mods: list[nn.Module]) -> list[nn.Module]:
+        """``mods`` with every discriminator whose logit scale on the test split exceeds
+        ``strategy.aggregation.upload_bound`` times the lower median of all of them
+        (:func:`~fedgo_flwr.gan.discriminator_scale_outliers`: the root mean square of its raw
+        logits, so a large bias counts as much as a scaled last layer) replaced by the neutral
+        logit 0 (odds 1: it neither takes nor gives weight), a WARNING naming the client.
+
+        All of the round's discriminators arrive before any of them is screened: the check
+        compares each with the others, and no weight is computed before it. Its model stays a
+        member of the ensemble (its logits are checked as a teacher's)."""
+        res, bound = self.resources, self.aggregation.upload_bound
+        z = torch.stack(
+            [
+                predict_logits(d, res.bundle.test, self.params.teacher_batch_size, res.device)
+                .float()
+                .view(-1)
+                .cpu()
+                for d in mods
+            ]
+        )
+        out = list(mods)
+        for i, scale, median in discriminator_scale_outliers(z, range(len(mods)), bound):
+            log(
+                WARNING,
+                "%s: the discriminator of client %d: its logit scale %.3g on the test split is "
+                "%.3g x the median %.3g, above strategy.aggregation.upload_bound = %g; "
+                "neutral weight",
+                self.name,
+                self.pids[i],
+                scale,
+                scale / median if median > 0 else float("inf"),
+                median,
+                bound,
+            )
+            out[i] = NeutralDiscriminator()
+        return out
 
     def sizes(self) -> Tensor:
         return torch.tensor([self.teacher_sizes[p] for p in self.pids], dtype=torch.float32)
 
     def odds_weights(self, x: Tensor) -> Tensor:
-        """``n_k Phi_k(x) / sum_i n_i Phi_i(x)`` on a batch of model inputs, ``(n, N)``."""
+        """``n_k Phi_k(x) / sum_i n_i Phi_i(x)`` on a batch of model inputs, ``(n, N)``, with
+        no client's mean share over the batch above ``max(2/n, 3 n_k / sum n)``
+        (:func:`~fedgo_flwr.weighting.cap_mean_shares`)."""
         z = torch.stack([d(x).float().view(-1) for d in self.discriminator_modules()])
-        return fedgo_multipliers(z, self.sizes().to(z.device), self.params.disc_mode)
+        sizes = self.sizes()
+        w = fedgo_multipliers(z, sizes.to(z.device), self.params.disc_mode)
+        return cap_mean_shares(w, mean_share_caps(sizes))[0]
 
     def boost_settings(self) -> BoostSettings:
         """``odds`` keeps the scalar weights at 1/n: no weight steps."""
@@ -255,7 +315,21 @@ class CoBoostingFedGO(CoBoosting):
                     for d in self.discriminator_modules()
                 ]
             )
-            self._test_disc = fedgo_multipliers(z, self.sizes(), self.params.disc_mode)
+            sizes = self.sizes()
+            odds = fedgo_multipliers(z, sizes, self.params.disc_mode)
+            caps = mean_share_caps(sizes)
+            self._test_disc, capped = cap_mean_shares(odds, caps)
+            for i in capped:
+                log(
+                    WARNING,
+                    "%s: the odds weights of client %d on the test split: mean share above "
+                    "max(2/K, %g n_k / sum n) = %.3g; scaled down to it (and on every "
+                    "synthetic batch)",
+                    self.name,
+                    self.pids[i],
+                    MAX_SHARE_FACTOR,
+                    float(caps[i]),
+                )
         return self._test_disc
 
     def ensemble_metrics(self) -> dict[str, float]:

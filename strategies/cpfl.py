@@ -42,10 +42,12 @@ distillation time.
 
 **Untrusted members** (beyond the paper). A member's ``val_loss`` must be a finite number
 ``>= 0`` (and be absent for a client without a validation split), else its reply is dropped
-with a warning; the round's signal is the paper's mean of the members' losses after leaving
-out any above ``loss_bound`` x the round's median (``loss_reduce``: also ``median`` or
-``trimmed_mean``; :func:`fedgo_flwr.learning.cohorts.cohort_loss`), so that one member of a cohort
-of three or more can neither stop nor stall it with an extreme loss.
+with a warning; the round's signal is the median of the members' losses (``loss_reduce``;
+the paper's ``mean`` and ``trimmed_mean`` are options) after clipping any above
+``loss_bound`` x the cohort's median of the round (a WARNING names the member;
+:func:`fedgo_flwr.learning.cohorts.cohort_loss`), so that one member of a cohort of three or
+more can stop it early with no loss it reports (it can delay the stop: the signal is then
+the other members' median).
 
 **Failures.** A cohort whose clients all fail in a round keeps its model (the round counts as
 one without improvement); a cohort that never got a usable reply is reported and left out of
@@ -122,8 +124,9 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
 
     ``fraction`` (core) is each cohort's participation rate per round (paper: 1.0) and
     ``rounds`` (core) the most rounds a cohort may run. ``loss_reduce`` and ``loss_bound``
-    make a round's validation signal out of the members' losses (beyond the paper: the paper's
-    mean, each loss above ``loss_bound`` x the round's median left out; null: no bound;
+    make a round's validation signal out of the members' losses (beyond the paper: their
+    median by default, the paper's ``mean`` as an option; each loss above ``loss_bound`` x the
+    cohort's median of the round clipped to it; null: no bound;
     :func:`fedgo_flwr.learning.cohorts.cohort_loss`).
     """
 
@@ -131,7 +134,7 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
     grouping: str = "random"
     window: int = 20
     patience: int = 50
-    loss_reduce: str = "mean"
+    loss_reduce: str = "median"
     loss_bound: float | None = LOSS_BOUND
     teacher: str = "best"
     distill_when: float = 1.0

@@ -15,7 +15,10 @@ general form, and the weighting is chosen by name (``strategy.weighting``):
 
 What a weighting needs and which parameters it takes (``strategy.weighting_params``) come from
 its entry in :data:`fedgo_flwr.weighting.WEIGHTING_METHODS`; this strategy only reads them.
-``strategy.weight_cap`` bounds any one client's share of the weights of a sample
+No client's weight averaged over the samples exceeds ``max(2/K, 3 n_k / sum n)``
+(:func:`fedgo_flwr.weighting.cap_mean_shares`, always on; it cannot bind on the uniform,
+data-size or FedGO double-sigmoid weights), and ``strategy.weight_cap`` bounds any one
+client's share of the weights of a sample
 (:func:`fedgo_flwr.weighting.cap_weights`) in the pseudo-labels and the ensemble evaluation;
 the ``pl_acc_*`` diagnostics show the weightings as defined, uncapped. The initial parameter
 average follows ``strategy.aggregation`` (:class:`strategies.base.BaseConfig`); the teachers
@@ -90,14 +93,17 @@ from fedgo_flwr.runtime.kernels import inference_batch
 from fedgo_flwr.runtime.messages import to_record
 from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from fedgo_flwr.weighting import (
+    MAX_SHARE_FACTOR,
     WEIGHTING_METHODS,
     WEIGHTING_NAMES,
     WeightingInputs,
+    cap_mean_shares,
     cap_weights,
     check_weight_cap,
     compute_weights,
     ensemble_logits,
     get_weighting,
+    mean_share_caps,
     pseudo_labels,
 )
 from strategies.base import BaseConfig, Reply, ReplyRejected, Strategy
@@ -345,13 +351,17 @@ class FedDF(Strategy):
         labels: Tensor | None,
         params: Mapping[str, Any] | None = None,
         cap: float | None = None,
+        share_cap: bool = False,
     ) -> Tensor:
         """``(K, V, N)`` weights of method ``name`` for teacher logits ``(K, V, N, C)``.
 
         ``params``: the method's parameters; by default its ``weighting_params`` (registry
-        defaults for what is not configured). ``cap``: the largest share of one client
-        (:func:`~fedgo_flwr.weighting.cap_weights`; raised to ``1/K`` with a log line when
-        fewer clients replied than ``1/cap``).
+        defaults for what is not configured). ``share_cap``: no client's weight averaged over
+        the views and samples above ``max(2/K, 3 n_k / sum n)``
+        (:func:`~fedgo_flwr.weighting.cap_mean_shares`, a WARNING naming the client; the
+        weights of the ensemble, not the ``pl_acc_*`` diagnostics). ``cap``: then the largest
+        share of one client on any sample (:func:`~fedgo_flwr.weighting.cap_weights`; raised
+        to ``1/K`` with a log line when fewer clients replied than ``1/cap``).
         """
         if params is None:
             params = self.params.weighting_params.get(name, {})
@@ -370,6 +380,21 @@ class FedDF(Strategy):
             )
             per_view.append(compute_weights(name, inputs, **params))
         weights = torch.stack(per_view, dim=1)
+        if share_cap:
+            sizes = torch.tensor([float(r.num_examples) for r in replies])
+            caps = mean_share_caps(sizes)
+            weights, capped = cap_mean_shares(weights, caps)
+            for k in capped:
+                log(
+                    WARNING,
+                    "the %s weights of client %d on %s: mean share above max(2/K, %g n_k / "
+                    "sum n) = %.3g; scaled down to it",
+                    name,
+                    pids[k],
+                    "the test split" if split == "test" else "the distillation set",
+                    MAX_SHARE_FACTOR,
+                    float(caps[k]),
+                )
         if cap is not None:
             k = len(replies)
             if cap * k < 1 - 1e-12:
@@ -452,7 +477,7 @@ class FedDF(Strategy):
     ) -> Tensor:
         """The round's teacher logits ``(K, ..., C)`` (in ``replies``' order) with every
         teacher whose logit scale exceeds ``strategy.aggregation.upload_bound`` times the
-        round's median teacher scale scaled down to it, a WARNING naming the client
+        round's median teacher scale rescaled to that median, a WARNING naming the client
         (:func:`~fedgo_flwr.learning.distill.bound_teachers`). Its model is in the parameter average
         already (the classifier's bounds are ``clip_norm`` and the rules); here it stops the
         client from steering the ensemble by scaling its last layer up."""
@@ -461,8 +486,8 @@ class FedDF(Strategy):
             log(
                 WARNING,
                 "round %d: the teacher logits of client %d on %s: scale %.3g is %.3g x the "
-                "round's median %.3g, above strategy.aggregation.upload_bound = %g; scaled "
-                "down to it",
+                "round's median %.3g, above strategy.aggregation.upload_bound = %g; "
+                "rescaled to the median",
                 server_round,
                 replies[k].partition_id,
                 where,
@@ -498,7 +523,13 @@ class FedDF(Strategy):
         distill_labels = self.distill_labels
         cap = self.params.weight_cap
         weights = self.weights(
-            self.params.weighting, logits, replies, "distill", distill_labels, cap=cap
+            self.params.weighting,
+            logits,
+            replies,
+            "distill",
+            distill_labels,
+            cap=cap,
+            share_cap=True,
         )
         targets = pseudo_labels(logits, weights, self.params.distill.temperature)
         metrics = {"teacher_time": self.teacher_time + time.perf_counter() - t0}
@@ -514,7 +545,9 @@ class FedDF(Strategy):
             tl = normalise_teachers(tl, self.params.teacher_norm)
             tl = self.bounded_teachers(tl, replies, "the test split", server_round)
             test_labels = torch.as_tensor(res.bundle.test.y)
-            w = self.weights(self.params.weighting, tl, replies, "test", test_labels, cap=cap)
+            w = self.weights(
+                self.params.weighting, tl, replies, "test", test_labels, cap=cap, share_cap=True
+            )
             mixed = ensemble_logits(tl[:, 0], w[:, 0])
             metrics["ensemble_test_accuracy"] = (
                 (mixed.argmax(-1) == test_labels).float().mean().item()

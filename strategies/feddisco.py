@@ -31,7 +31,13 @@ and replies are averaged as they arrive (one model in memory). If some fail, the
 weights are renormalised among themselves; the paper's formula over only the replying clients
 would differ slightly (its n_k and KL normalisation would be over fewer clients). If every
 client with a positive weight failed, the round averages the replying ones by n_k and logs it.
-The median and trimmed mean ignore weights, so they are refused (``aggregation.rule``).
+
+**Robust rules.** ``strategy.aggregation.rule: median`` / ``trimmed_mean`` take FedDisco's
+weights: the weighted coordinate-wise median and trimmed mean
+(:mod:`fedgo_flwr.learning.weighted_rules`), so a client counts by ``p_k`` as in the mean but
+moves no coordinate beyond what its weight allows (a client with less than half of the
+round's weight cannot set the median). ``clip_norm`` clips each update before any rule, as for
+every strategy; ``update_bound`` drops a model far longer than the one it was sent.
 """
 
 from __future__ import annotations
@@ -40,16 +46,15 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import new_average
+from fedgo_flwr.learning.weighted_rules import new_weighted_average
 from strategies.base import BaseConfig, Reply
 from strategies.fedavg import FedAvg
 
@@ -134,15 +139,6 @@ class FedDisco(FedAvg):
     client_algorithm = "fedavg"
     Config = FedDiscoConfig
 
-    @classmethod
-    def check_config(cls, config: Any, c: Checker, cfg: ExperimentConfig | None = None) -> None:
-        super().check_config(config, c, cfg)
-        c.at(f"{c.prefix}aggregation.", config.aggregation).require(
-            "rule",
-            config.aggregation.rule == "mean",
-            "FedDisco's weights need the weighted mean (median and trimmed mean are unweighted)",
-        )
-
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.resources is None:
@@ -180,6 +176,7 @@ class FedDisco(FedAvg):
 
     def begin_round(self, server_round: int) -> None:
         super().begin_round(server_round)
+        self.running = new_weighted_average(self.aggregation)  # the rules take p_k
         self.zero_weighted = new_average(self.aggregation)  # used only if no one else replies
 
     def absorb(self, server_round: int, reply: Reply) -> None:

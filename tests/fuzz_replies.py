@@ -84,8 +84,8 @@ median (a median of 2 would be their mean)."""
 
 def robust_overrides(name: str) -> list[str]:
     """``name``'s overrides that turn :data:`ROBUST` on where its ``Config`` has the field and
-    the strategy accepts the value (FedDisco refuses the unweighted median: its weights need
-    the weighted mean); empty: none applies."""
+    the strategy accepts the value (a value the strategy refuses is skipped); empty: none
+    applies."""
     if name not in _ROBUST:
         defaults = _fields(strategy_class(name).Config)
         chosen: list[str] = []

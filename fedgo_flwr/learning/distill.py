@@ -122,16 +122,21 @@ def teacher_scale_outliers(logits: Tensor, factor: float | None) -> list[tuple[i
 def bound_teachers(
     logits: Tensor, factor: float | None
 ) -> tuple[Tensor, list[tuple[int, float, float]]]:
-    """``logits`` ``(K, ..., C)`` with every :func:`teacher_scale_outliers` teacher scaled
-    down to ``factor`` times the median teacher scale, and those teachers (``logits`` itself
-    when none is)."""
+    """``logits`` ``(K, ..., C)`` with every :func:`teacher_scale_outliers` teacher rescaled to
+    the round's median teacher scale, and those teachers (``logits`` itself when none is).
+
+    To the median, not to ``factor`` times it: honest teachers stay well below the factor
+    (``benchmarks/README.md``, "Honest ratios under the reply bounds"), so one above it has
+    scaled its logits, and at ``factor`` times the median it would still outweigh several
+    honest teachers in the logit average; at the median it counts as one teacher, by its
+    ranking of the classes (as under ``teacher_norm: std``). Teachers within the factor are
+    left as they are."""
     outliers = teacher_scale_outliers(logits, factor)
     if not outliers:
         return logits, []
-    assert factor is not None
     out = logits.clone()
     for k, scale, median in outliers:
-        out[k] = out[k] * (factor * median / scale)
+        out[k] = out[k] * (median / scale)
     return out, outliers
 
 

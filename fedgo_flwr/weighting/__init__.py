@@ -18,7 +18,8 @@ part owns:
 * :mod:`fedgo_flwr.weighting.methods` -- the weighting methods the FedGO paper compares, their
   registry :data:`WEIGHTING_METHODS` and :func:`compute_weights`;
 * :mod:`fedgo_flwr.weighting.ensemble` -- the weighted ensemble :func:`ensemble_logits`, its
-  :func:`pseudo_labels`, and a cap on any one client's share (:func:`cap_weights`).
+  :func:`pseudo_labels`, and caps on any one client's share, per sample (:func:`cap_weights`)
+  and averaged over the samples (:func:`cap_mean_shares`, :func:`mean_share_caps`).
 
 Use :func:`compute_weights` with a name from :data:`WEIGHTING_NAMES` (e.g. read from YAML), then
 :func:`ensemble_logits` / :func:`pseudo_labels`. The names below are re-exported here:
@@ -36,9 +37,12 @@ from fedgo_flwr.weighting.discriminators import (
     make_byzantine,
 )
 from fedgo_flwr.weighting.ensemble import (
+    MAX_SHARE_FACTOR,
+    cap_mean_shares,
     cap_weights,
     check_weight_cap,
     ensemble_logits,
+    mean_share_caps,
     pseudo_labels,
 )
 from fedgo_flwr.weighting.inputs import WeightingInputs
@@ -53,10 +57,12 @@ from fedgo_flwr.weighting.methods import (
 __all__ = [
     "BYZANTINE_LOGIT",
     "DISC_MODES",
+    "MAX_SHARE_FACTOR",
     "WEIGHTING_METHODS",
     "WEIGHTING_NAMES",
     "WeightingInputs",
     "WeightingMethod",
+    "cap_mean_shares",
     "cap_weights",
     "check_weight_cap",
     "compute_weights",
@@ -68,5 +74,6 @@ __all__ = [
     "log_discriminator_odds",
     "log_discriminator_probability",
     "make_byzantine",
+    "mean_share_caps",
     "pseudo_labels",
 ]

@@ -1,10 +1,12 @@
-"""The weighted ensemble of the teachers' logits, its pseudo-labels, and a cap on any share.
+"""The weighted ensemble of the teachers' logits, its pseudo-labels, and caps on any share.
 
 FedGO Alg. 1/2 pseudo-label a sample ``x`` with ``softmax(Σ_k w_k(x) f_k(x))`` (AVGLOGITS of
 FedDF when ``w = 1/K``): :func:`ensemble_logits` is the one implementation of that sum
 (distillation targets, pseudo-label diagnostics and ensemble evaluation all use it),
 :func:`pseudo_labels` its softmax. :func:`cap_weights` bounds any one client's share of the
-weights of :mod:`fedgo_flwr.weighting.methods`, a robustness step not in the paper.
+weights of :mod:`fedgo_flwr.weighting.methods` on each sample (opt-in), and
+:func:`cap_mean_shares` its share averaged over the samples (on by default in every weighted
+ensemble); both are robustness steps not in the paper.
 """
 
 from __future__ import annotations
@@ -16,7 +18,27 @@ from torch import Tensor
 
 from fedgo_flwr.weighting.methods import _positive_float
 
-__all__ = ["cap_weights", "check_weight_cap", "ensemble_logits", "pseudo_labels"]
+__all__ = [
+    "MAX_SHARE_FACTOR",
+    "cap_mean_shares",
+    "cap_weights",
+    "check_weight_cap",
+    "ensemble_logits",
+    "mean_share_caps",
+    "pseudo_labels",
+]
+
+MAX_SHARE_FACTOR = 3.0
+"""The factor of :func:`mean_share_caps`: no teacher's weight, averaged over the samples, above
+``max(2 / K, 3 n_k / sum_i n_i)``. Why 3: FedGO's optimal weights (Thm 3.4, Eq. (8))
+``w_k(x) = pi_k p_k(x) / sum_i pi_i p_i(x)`` average to exactly ``pi_k = n_k / sum_i n_i`` over
+samples of the clients' mixture ``sum_i pi_i p_i``, so an honest teacher's mean share is near
+its data share on data like the clients'; and the paper's double-sigmoid odds lie in
+``(1, e)``, so ``w_k(x) <= e n_k / (e n_k + sum_{i != k} n_i) < e pi_k < 3 pi_k`` on every
+sample: the cap can never bind on FedGO's default weights. It binds where the odds are exact
+(``disc_mode: sigmoid``, DaFKD's ``domain``) or logit-based (``variance``, ``entropy``) and one
+teacher takes several times its data share of every sample: a discriminator with a large
+bias says "mine" everywhere."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -77,6 +99,75 @@ def cap_weights(weights: Tensor, cap: float) -> Tensor:
     w = w.clamp(max=cap).to(weights.dtype)  # clamp: rounding of the last pass
     touched = fixed.any(0, keepdim=True)
     return torch.where(touched, w, weights)
+
+
+def mean_share_caps(sizes: Tensor, factor: float = MAX_SHARE_FACTOR) -> Tensor:
+    """``(K,)`` float64 caps ``min(1, max(2 / K, factor * n_k / sum_i n_i))`` for the teachers
+    of ``sizes`` ``n`` ``(K,)`` (:data:`MAX_SHARE_FACTOR`; ``n`` all 0: ``2 / K``)."""
+    n = sizes.detach().to(torch.float64).cpu().clamp_min(0)
+    k = n.numel()
+    total = float(n.sum())
+    pi = n / total if total > 0 else torch.zeros_like(n)
+    return (factor * pi).clamp_min(2.0 / max(k, 1)).clamp_max(1.0)
+
+
+def cap_mean_shares(weights: Tensor, caps: Tensor) -> tuple[Tensor, list[int]]:
+    """``weights`` ``(K, ...)`` (summing to 1 over ``K`` at every sample) with no teacher's mean
+    share over the samples above its cap ``caps`` ``(K,)``, and the teachers it scaled down.
+
+    Each pass takes every teacher whose mean share ``m_k`` exceeds ``cap_k``, multiplies its
+    weights by ``cap_k / m_k`` on every sample (so its mean share is exactly ``cap_k`` and its
+    ranking of the samples is kept) and gives the removed weight of each sample to the
+    teachers not yet scaled, in proportion to their weights there (equally where theirs are
+    all 0); at most ``K`` passes, since a scaled teacher is not raised again. Every sample's
+    weights still sum to 1. Why: a per-sample weighting lets one teacher take nearly every
+    sample (a discriminator whose bias is large says "mine" everywhere); the cap bounds its
+    say over the ensemble as a whole while leaving its ranking. No teacher above its cap:
+    ``weights`` itself. The factors are computed without gradients and applied to
+    ``weights``, so gradients flow through them (the synthesis of Co-Boosting + FedGO).
+    """
+    k = weights.shape[0]
+    if caps.shape != (k,):
+        raise ValueError(f"caps must have shape ({k},), got {tuple(caps.shape)}")
+    if k == 0 or weights[0].numel() == 0:
+        return weights, []
+    flat = weights.reshape(k, -1)
+    passes: list[tuple[Tensor, Tensor, Tensor]] = []  # (scaled rows, their factors, free rows)
+    with torch.no_grad():
+        w = flat.detach().to(torch.float64)
+        cap = caps.detach().to(device=w.device, dtype=torch.float64)
+        fixed = torch.zeros(k, dtype=torch.bool, device=w.device)
+        for _ in range(k):
+            shares = w.mean(1)
+            over = (shares > cap * (1 + 1e-9)) & ~fixed
+            if not bool(over.any()):
+                break
+            fixed = fixed | over
+            if bool(fixed.all()):  # caps summing below 1: nothing can take the weight
+                break
+            step = (over, torch.where(over, cap / shares, torch.ones_like(shares)), ~fixed)
+            passes.append(step)
+            w = _rescaled(w, *step)
+    if not passes:
+        return weights, []
+    out = flat.to(torch.float64)
+    for step in passes:
+        out = _rescaled(out, *step)
+    capped = sorted({int(i) for over, _, _ in passes for i in torch.nonzero(over).flatten()})
+    return out.to(weights.dtype).reshape(weights.shape), capped
+
+
+def _rescaled(w: Tensor, over: Tensor, factor: Tensor, free: Tensor) -> Tensor:
+    """``w`` ``(K, M)`` with the ``over`` rows times ``factor`` and the weight they give up in
+    every column spread over the ``free`` rows (in proportion to theirs; equally where they
+    hold none); every other row as it is."""
+    kept = w * torch.where(over, factor, torch.ones_like(factor))[:, None]
+    removed = (w - kept).sum(0, keepdim=True)  # (1, M)
+    free_w = w * free[:, None]
+    mass = free_w.sum(0, keepdim=True)
+    count = free.sum().clamp_min(1)
+    share = torch.where(mass > 0, free_w / torch.where(mass > 0, mass, 1.0), free[:, None] / count)
+    return kept + removed * share
 
 
 # ------------------------------------------------------------------------------------------

@@ -152,14 +152,8 @@ def test_every_averaging_strategy_takes_the_aggregation_section(strategy):
             ],
         )
 
-    rule = "trimmed_mean"
-    try:
-        cfg = load(rule)
-    except ConfigError as err:  # FedDisco's weights (tests/unit/test_config.py: feddisco-median)
-        assert err.key == "strategy.aggregation.rule" and "weighted mean" in str(err)
-        rule = "mean"
-        cfg = load(rule)
-    assert cfg.strategy.params.aggregation == AggregationConfig(rule, 0.25, 3.0)
+    cfg = load("trimmed_mean")
+    assert cfg.strategy.params.aggregation == AggregationConfig("trimmed_mean", 0.25, 3.0)
     default = load_experiment(ROOT / "conf/default.yaml", [f"strategy.name={strategy}"])
     assert default.strategy.params.aggregation == AggregationConfig()  # mean, no clipping
 
@@ -358,3 +352,18 @@ def test_feddf_pseudo_labels_use_the_capped_weights(tmp_path, monkeypatch):
     final_rows(tmp_path, "plain", *args, "strategy.weighting=data_size")
     final_rows(tmp_path, "capped", *args, "strategy.weighting=data_size", "strategy.weight_cap=0.2")
     assert seen[0] > 0.2 and seen[1] <= 0.2 + 1e-6
+
+
+def test_feddisco_takes_its_weights_into_the_robust_rules(tmp_path, monkeypatch):
+    """FedDisco's weighted mean takes a client whose model is its trained one times -10 at its
+    weight p_k and collapses; the weighted median and trimmed mean (FedDisco's p_k, the
+    poisoned client below half of them) stay near the clean run."""
+    disco = ["strategy.name=feddisco"]
+    clean = final_rows(tmp_path, "clean", *disco)[-1]["test_accuracy"]
+    poison(monkeypatch, FedAvgClient)
+    plain = final_rows(tmp_path, "mean", *disco)[-1]["test_accuracy"]
+    assert plain < 0.2 <= clean - MARGIN
+    for rule in ("median", "trimmed_mean"):
+        rows = final_rows(tmp_path, rule, *disco, f"strategy.aggregation.rule={rule}")
+        assert rows[-1]["test_accuracy"] >= clean - MARGIN, (rule, rows[-1])
+        assert all(r["disco_weight_max"] < 0.5 for r in rows[1:])

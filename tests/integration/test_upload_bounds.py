@@ -596,6 +596,73 @@ def test_coboosting_fedgo_drops_a_client_whose_discriminator_gives_nonfinite_log
     assert json.loads((tmp_path / "summary.json").read_text())["clients_used"] == [0, 2, 3]
 
 
+def rolled(factor: float) -> Edit:
+    """The classifier's last layer rolled by one class (every prediction one class off) and
+    multiplied by ``factor``."""
+
+    def edit(content: RecordDict) -> None:
+        model = {k: v.numpy() for k, v in content[msgs.ARRAYS].items()}
+        for k in list(model)[-2:]:
+            model[k] = (np.roll(model[k], 1, axis=0) * np.float32(factor)).astype(model[k].dtype)
+        content[msgs.ARRAYS] = ArrayRecord({k: Array(v) for k, v in model.items()})
+
+    return edit
+
+
+def test_feddf_gives_a_scaled_teacher_the_median_scale(tmp_path, monkeypatch, flwr_log):
+    """One of four teachers rolls its last layer by one class and multiplies it by 30 (inside
+    ``update_bound``'s reach only with the bound off, as here). Bounded at 10 x the round's
+    median teacher scale, it is rescaled to that median on both sets, a WARNING naming it
+    (the accuracy effect is in ``tests/unit/test_distill_equations.py``: on this tiny data the
+    honest teachers are too weak, ensemble accuracy 0.26, for one wrong teacher of four not
+    to steer it at any scale)."""
+    four = ["strategy.name=feddf", "strategy.distill.epochs=1", "fraction=1.0", "rounds=1"]
+    four += [NO_UPDATE_BOUND, "strategy.aggregation.upload_bound=10"]
+    tamper(monkeypatch, rolled(30.0), pid=1)
+    run_inprocess(config(tmp_path, *four))
+    for where in ("the distillation set", "the test split"):
+        assert warnings_naming(flwr_log, "client 1", where, "rescaled to the median")
+    assert np.isfinite(rows_of(tmp_path)[1]["ensemble_test_loss"])
+
+
+def biased_and_rolled(content: RecordDict) -> None:
+    """The discriminator's last bias + 50 (it calls every image its own) and the classifier's
+    last layer rolled by one class (its norms unchanged: every prediction one class off)."""
+    disc = {k: v.numpy() for k, v in content[DISCRIMINATOR_KEY].items()}
+    last = list(disc)[-1]
+    disc[last] = (disc[last] + np.float32(50)).astype(disc[last].dtype)
+    content[DISCRIMINATOR_KEY] = ArrayRecord({k: Array(v) for k, v in disc.items()})
+    model = {k: v.numpy() for k, v in content[msgs.ARRAYS].items()}
+    for k in list(model)[-2:]:
+        model[k] = np.roll(model[k], 1, axis=0).copy()
+    content[msgs.ARRAYS] = ArrayRecord({k: Array(v) for k, v in model.items()})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warning"),
+    [([], "logit scale"), (["strategy.aggregation.upload_bound=null"], "mean share")],
+    ids=["screened", "capped-only"],
+)
+def test_coboosting_fedgo_bounds_a_biased_discriminator(
+    tmp_path, monkeypatch, flwr_log, overrides, warning
+):
+    """With exact odds (``disc_mode: sigmoid``) a discriminator bias of + 50 gave its client
+    weight 1.0 on every sample, and with its rolled classifier the odds-weighted ensemble fell
+    to 0.04 (uniform 0.59). The screen gives that discriminator the neutral weight: the
+    ensemble stays within 0.05 of uniform's. Without the screen (``upload_bound`` off) the cap
+    on the mean share (3/4 here: 4 clients of similar size) still bounds it: above 0.2 of
+    accuracy rather than 0.04 (measured 0.26; the ensemble with the learned weights 0.39)."""
+    tamper(monkeypatch, biased_and_rolled, pid=1)
+    gan = ["strategy.discriminator.epochs=1", "strategy.generator.steps=0", *SMALL_GAN]
+    trained = ["train.local_epochs=5", "data.alpha=1.0", "strategy.disc_mode=sigmoid"]
+    run_inprocess(oneshot_config(tmp_path, "coboosting_fedgo", *gan, *trained, *overrides))
+    assert warnings_naming(flwr_log, "client 1", warning)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    least = summary["ensemble_accuracy_uniform"] - 0.05 if not overrides else 0.2
+    assert summary["ensemble_accuracy_fedgo"] > least, summary
+    assert summary["ensemble_accuracy_learned"] > least, summary
+
+
 def test_neutralise_nonfinite_and_discriminator_scale_outliers():
     a = torch.tensor([[[1.0, -2.0]], [[float("inf"), 0.0]], [[3.0, 1.0]]])  # (K=3, V=1, N=2)
     b = torch.tensor([[0.5], [1.0], [float("nan")]])

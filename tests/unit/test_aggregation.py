@@ -39,6 +39,11 @@ from fedgo_flwr.learning.aggregation import (
     warn_bounded,
     weighted_average,
 )
+from fedgo_flwr.learning.weighted_rules import (
+    new_weighted_average,
+    weighted_median,
+    weighted_trimmed_mean,
+)
 
 MODULE_LOG = "fedgo_flwr.learning.aggregation"
 
@@ -689,3 +694,57 @@ def test_a_fraction_just_below_a_half_leaves_a_value_to_average() -> None:
     assert w(out) == 2.0
     out = trimmed_mean(sets(*range(1000)), 0.4999999999999)
     assert w(out) == 499.5  # the two middle values
+
+
+# -- the weighted rules (FedDisco's p_k) -----------------------------------------------------
+def test_weighted_median_by_hand() -> None:
+    """Values 1, 2, 10 with weights 0.2, 0.3, 0.5: cumulative 0.2, 0.5, 1.0 reaches half
+    (0.5) exactly at 2, so the median is (2 + 10) / 2 = 6; with weights 0.2, 0.2, 0.6 the
+    client holding more than half sets it alone (10); with 0.4, 0.4, 0.2 it is 2."""
+    a = [{"w": np.array([v], dtype=np.float32)} for v in (10.0, 1.0, 2.0)]  # any order
+    assert weighted_median(a, [0.5, 0.2, 0.3])["w"][0] == 6.0
+    assert weighted_median(a, [0.6, 0.2, 0.2])["w"][0] == 10.0
+    assert weighted_median(a, [0.2, 0.4, 0.4])["w"][0] == 2.0
+    assert weighted_median(a, [0.2, 0.4, 0.4])["w"].dtype == np.float32
+    # equal weights: numpy's median, for odd and even counts, coordinate by coordinate
+    b = [{"w": np.array([[v, -v]])} for v in (3.0, 1.0, 7.0, 4.0)]
+    np.testing.assert_array_equal(weighted_median(b, [2] * 4)["w"], coordinate_median(b)["w"])
+    np.testing.assert_array_equal(
+        weighted_median(b[:3], [1] * 3)["w"], coordinate_median(b[:3])["w"]
+    )
+
+
+def test_weighted_trimmed_mean_by_hand() -> None:
+    """Values 1, 2, 10 with weights 0.2, 0.3, 0.5 on [0, 1], beta 0.25: cut [0, 0.25) and
+    (0.75, 1]; kept 1 on 0 (its part 0-0.2 is all cut), 2 on 0.25-0.5 (0.25), 10 on 0.5-0.75
+    (0.25): (2 * 0.25 + 10 * 0.25) / 0.5 = 6. Zero weights have no say; equal weights with
+    beta m whole are the unweighted trimmed mean."""
+    a = [{"w": np.array([v])} for v in (1.0, 2.0, 10.0, 1e9)]
+    assert weighted_trimmed_mean(a, [0.2, 0.3, 0.5, 0.0], 0.25)["w"][0] == pytest.approx(6.0)
+    assert weighted_trimmed_mean(a[:3], [0.2, 0.3, 0.5], 0.0)["w"][0] == pytest.approx(
+        0.2 + 0.6 + 5.0
+    )
+    b = [{"w": np.array([v, 2 * v])} for v in (3.0, 1.0, 7.0, 4.0)]
+    np.testing.assert_allclose(
+        weighted_trimmed_mean(b, [1] * 4, 0.25)["w"], trimmed_mean(b, 0.25)["w"]
+    )
+
+
+def test_weighted_rules_check_their_inputs() -> None:
+    a = [{"w": np.array([1.0])}, {"w": np.array([2.0])}]
+    for bad in ([1.0], [-1.0, 1.0], [float("nan"), 1.0], [0.0, 0.0]):
+        with pytest.raises(ValueError):
+            weighted_median(a, bad)
+    with pytest.raises(ValueError, match="trim_fraction"):
+        weighted_trimmed_mean(a, [1.0, 1.0], 0.5)
+
+
+def test_a_weighted_reply_stack_takes_the_weights() -> None:
+    a = [{"w": np.array([v])} for v in (1.0, 2.0, 10.0)]
+    stack = new_weighted_average(AggregationConfig(rule="median"))
+    assert isinstance(new_weighted_average(AggregationConfig()), RunningAverage)
+    plain = new_average(AggregationConfig(rule="median"))
+    for arrays, w in zip(a, (0.2, 0.2, 0.6), strict=True):
+        stack.add(arrays, w)
+        plain.add(arrays, w)
+    assert stack.result()["w"][0] == 10.0 and plain.result()["w"][0] == 2.0

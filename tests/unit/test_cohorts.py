@@ -270,38 +270,50 @@ def test_plateau_state_round_trips_and_parses_stored_numbers() -> None:
 
 
 @pytest.mark.parametrize(
-    ("losses", "reduce", "bound", "expected", "left_out"),
+    ("losses", "reduce", "bound", "expected", "clipped"),
     [
         ([], "mean", LOSS_BOUND, None, []),
         ([1, 2, 3], "mean", None, 2.0, []),
-        ([1, 1, 1, 100], "mean", 10, 1.0, [3]),  # 100 > 10 x median 1: left out
+        ([1, 1, 1, 100], "mean", 10, 13 / 4, [3]),  # 100 > 10 x median 1: clipped to 10
         ([1, 1, 10], "mean", 10, 4.0, []),  # at the bound: kept
-        ([1, 1, 100, 3, 3], "mean", 10, 2.0, [2]),  # median of the sorted losses, 3
-        ([1, 1, 1, 2e4], "mean", LOSS_BOUND, 1.0, [3]),
-        ([1, 1, 1, 9e3], "mean", LOSS_BOUND, 2250.75, []),
+        ([1, 1, 100, 3, 3], "mean", 10, 38 / 5, [2]),  # median 3: 100 -> 30
+        ([1, 1, 1, 2e4], "mean", 1e4, 2500.75, [3]),  # 2e4 -> 1e4
+        ([1, 1, 1, 9e3], "mean", 1e4, 2250.75, []),
         ([3, 1, 2], "median", None, 2.0, []),
         ([1, 2, 3, 10], "median", None, 2.5, []),  # even: mean of the middle two
         ([2, 4], "median", None, 3.0, []),
         ([1, 1, 100], "median", 10, 1.0, [2]),
+        ([1, 2, 3, 1000], "median", 10, 2.5, [3]),  # clipped to 25: the median stays 2.5
         ([1, 2, 100], "trimmed_mean", None, 2.0, []),  # n = 3: one off each end
         ([1, 3], "trimmed_mean", None, 2.0, []),  # fewer than three: the mean
         ([float(i * i) for i in range(20)], "trimmed_mean", None, 111.5, []),  # 20 // 10 = 2
         ([0.0, 0.0, 5.0], "mean", 2, 0.0, [2]),  # median 0: every positive loss is above
     ],
 )
-def test_cohort_loss(losses, reduce, bound, expected, left_out) -> None:
+def test_cohort_loss(losses, reduce, bound, expected, clipped) -> None:
     value, out = cohort_loss(losses, reduce, bound)
-    assert out == left_out
+    assert out == clipped
     if expected is None:
         assert value is None
     else:
         assert value == pytest.approx(expected, rel=1e-12)
 
 
-def test_cohort_loss_defaults_to_the_papers_mean_with_the_default_bound() -> None:
-    assert LOSS_BOUND == 1e4
-    assert cohort_loss([1.0, 1.0, 1.0, 2e4]) == (1.0, [3])
-    assert cohort_loss([1.0, 1.0, 1.0, 9e3]) == (2250.75, [])
+def test_cohort_loss_defaults_to_the_median_with_a_clip_at_ten() -> None:
+    assert LOSS_BOUND == 10.0
+    assert cohort_loss([1.0, 2.0, 1.5, 2e4]) == (1.75, [3])  # median 1.75: 2e4 -> 17.5
+    assert cohort_loss([1.0, 2.0, 1.5, 17.0]) == (1.75, [])
+
+
+def test_the_clip_never_moves_the_median() -> None:
+    """Values above the limit keep their order when clipped, and with a bound of 2 or more the
+    limit is at or above the upper middle value (``b <= 2 (a + b) / 2``), so the median with
+    the bound is the unbounded median, bit for bit, whatever the losses."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        losses = list(np.exp(rng.normal(0, 3, size=int(rng.integers(1, 9)))))
+        bound = float(rng.choice([2.0, 3.0, 10.0]))
+        assert cohort_loss(losses, "median", bound)[0] == cohort_loss(losses, "median", None)[0]
 
 
 def test_cohort_loss_mean_does_not_overflow() -> None:

@@ -611,12 +611,6 @@ REFUSED = {
     "feduv-negative-weight": Refused(
         "strategy.variance_weight", ">= 0", ("strategy.variance_weight=-1",), conf="feduv.yaml"
     ),
-    "feddisco-median": Refused(
-        "strategy.aggregation.rule",
-        "weighted mean",
-        ("strategy.aggregation.rule=median",),
-        conf="feddisco.yaml",
-    ),
     "feddisco-metric": Refused(
         "strategy.metric", "unknown", ("strategy.metric=js",), conf="feddisco.yaml"
     ),

@@ -182,11 +182,11 @@ def test_teacher_scale_outliers_exceed_factor_times_the_lower_median() -> None:
     assert teacher_scale_outliers(torch.zeros(0, 2, 3), 2.0) == []
 
 
-def test_bound_teachers_scales_the_outliers_down_to_the_bound() -> None:
+def test_bound_teachers_scales_the_outliers_down_to_the_median() -> None:
     logits = scaled(3.0, 1.0, 10.0, 2.0)
     out, outliers = bound_teachers(logits, 4.0)
     assert [k for k, _, _ in outliers] == [2]
-    torch.testing.assert_close(out[2], logits[2] * 0.8)  # scale 10 -> 4 * 2
+    torch.testing.assert_close(out[2], logits[2] * 0.2)  # scale 10 -> the lower median 2
     torch.testing.assert_close(out[[0, 1, 3]], logits[[0, 1, 3]])
     torch.testing.assert_close(logits, scaled(3.0, 1.0, 10.0, 2.0))  # the input is left alone
     same, none = bound_teachers(logits, 5.0)
@@ -636,3 +636,24 @@ def test_feddf_needs_a_validation_split() -> None:
         match=r"^the feddf protocol needs a labelled validation split \(validate=\.\.\.\)$",
     ):
         run(DistillConfig(protocol="feddf"))
+
+
+def test_a_bounded_teacher_counts_as_one_of_k() -> None:
+    """Four honest teachers agree on the true class (logit 2 against 0); a fifth names the next
+    class at 30 x their scale (inside a factor of 100, above one of 10). Scaled down to 10 x
+    the median it still decides every sample; at the median it is one voice of five."""
+    n, c = 20, 10
+    labels = torch.arange(n) % c
+    honest = torch.zeros(4, n, c)
+    honest[:, torch.arange(n), labels] = 2.0
+    wrong = torch.zeros(1, n, c)
+    wrong[0, torch.arange(n), (labels + 1) % c] = 60.0
+    logits = torch.cat([honest, wrong]).double()
+    accuracy = {}
+    for factor in (100.0, 10.0):
+        out, _ = bound_teachers(logits, factor)
+        accuracy[factor] = (out.mean(0).argmax(-1) == labels).double().mean().item()
+    at_the_bound = logits.clone()
+    at_the_bound[4] *= 10 / 30  # what scaling to the factor (not to the median) would leave
+    steered = (at_the_bound.mean(0).argmax(-1) == labels).double().mean().item()
+    assert accuracy == {100.0: 0.0, 10.0: 1.0} and steered == 0.0

@@ -19,6 +19,7 @@ from fedgo_flwr.weighting import (
     WEIGHTING_NAMES,
     WeightingInputs,
     byzantine_clients,
+    cap_mean_shares,
     compute_weights,
     discriminator_odds,
     discriminator_probability,
@@ -26,6 +27,7 @@ from fedgo_flwr.weighting import (
     get_weighting,
     log_discriminator_odds,
     make_byzantine,
+    mean_share_caps,
     pseudo_labels,
 )
 
@@ -674,3 +676,68 @@ def test_parameter_errors_name_the_method_and_what_it_accepts() -> None:
         compute_weights("domain", inputs, disc_mode="x")
     with pytest.raises(ValueError, match=r"^inputs must be a WeightingInputs, got dict$"):
         compute_weights("uniform", {})  # type: ignore[arg-type]
+
+
+# -- the cap on a teacher's mean share ------------------------------------------------------------
+def test_mean_share_caps_by_hand() -> None:
+    # K = 4, n = (10, 10, 60, 20): 3 pi = (0.3, 0.3, 1.8, 0.6), floor 2/K = 0.5, top 1
+    caps = mean_share_caps(torch.tensor([10.0, 10.0, 60.0, 20.0]))
+    assert caps.tolist() == pytest.approx([0.5, 0.5, 1.0, 0.6])
+
+
+def test_cap_mean_shares_by_hand() -> None:
+    """Teacher 0 holds a mean share of 0.85 > its cap 0.5: its weights are halved times
+    0.5 / 0.85 on every sample, what it gives up goes to 1 and 2 in proportion to their weights
+    (equally on the last sample, where both hold 0), and every column still sums to 1."""
+    w = torch.tensor([[0.9, 0.9, 0.6, 1.0], [0.1, 0.05, 0.4, 0.0], [0.0, 0.05, 0.0, 0.0]])
+    out, capped = cap_mean_shares(w, torch.tensor([0.5, 1.0, 1.0]))
+    c = 0.5 / 0.85
+    assert capped == [0]
+    assert out[0].tolist() == pytest.approx([0.9 * c, 0.9 * c, 0.6 * c, c])
+    removed = 1 - c
+    want1 = [0.1 + 0.9 * removed, 0.05 + 0.9 * removed / 2, 0.4 + 0.6 * removed, removed / 2]
+    assert out[1].tolist() == pytest.approx(want1)
+    assert out.sum(0).tolist() == pytest.approx([1.0] * 4)
+    assert float(out[0].mean()) == pytest.approx(0.5)
+    # within every cap: the same tensor, untouched
+    same, none = cap_mean_shares(w, torch.tensor([0.9, 1.0, 1.0]))
+    assert same is w and none == []
+
+
+def test_cap_mean_shares_second_pass_and_gradient() -> None:
+    """Capping 0 pushes 1 above its cap: a second pass scales 1 and gives to 2 only."""
+    w = torch.tensor([[0.8, 0.8], [0.2, 0.1], [0.0, 0.1]], requires_grad=True)
+    out, capped = cap_mean_shares(w, torch.tensor([0.4, 0.4, 1.0]))
+    assert capped == [0, 1]
+    assert out.mean(1).tolist()[:2] == pytest.approx([0.4, 0.4])
+    assert out.sum(0).tolist() == pytest.approx([1.0, 1.0])
+    out[2].sum().backward()  # the factors are constants; the weights carry the gradient
+    assert w.grad is not None and torch.isfinite(w.grad).all()
+
+
+@pytest.mark.parametrize("k", [2, 4, 10])
+def test_mean_share_cap_never_binds_on_double_sigmoid_odds(k: int) -> None:
+    """FedGO's default odds lie in (1, e), so no mean share can exceed e pi_k < 3 pi_k: the
+    most extreme discriminators (one says "mine" everywhere, the others "not mine") stay
+    below every cap, whatever the sizes."""
+    gen = torch.Generator().manual_seed(k)
+    for _ in range(20):
+        n = torch.randint(1, 1000, (k,), generator=gen).float()
+        z = torch.full((k, 50), -1e3)
+        z[0] = 1e3
+        w = compute_weights("fedgo", WeightingInputs(torch.zeros(k, 50, 3), n, disc_logits=z))
+        assert cap_mean_shares(w, mean_share_caps(n))[1] == []
+
+
+def test_mean_share_cap_binds_on_a_biased_exact_odds_discriminator() -> None:
+    """With exact odds (disc_mode sigmoid) a bias of +50 takes every sample; capped, its mean
+    share is its cap 3 n_k / sum n = 0.6."""
+    k, n = 5, torch.full((5,), 100.0)
+    z = torch.randn(k, 200, generator=torch.Generator().manual_seed(0))
+    z[1] += 50
+    w = compute_weights(
+        "fedgo", WeightingInputs(torch.zeros(k, 200, 3), n, disc_logits=z), disc_mode="sigmoid"
+    )
+    assert float(w[1].mean()) > 0.99
+    out, capped = cap_mean_shares(w, mean_share_caps(n))
+    assert capped == [1] and float(out[1].mean()) == pytest.approx(0.6)
