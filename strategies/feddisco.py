@@ -175,8 +175,9 @@ class FedDisco(FedAvg):
         return messages
 
     def begin_round(self, server_round: int) -> None:
-        super().begin_round(server_round)
-        self.running = new_weighted_average(self.aggregation)  # the rules take p_k
+        super().begin_round(server_round)  # rule mean: the mean clipped relative to the round
+        if self.aggregation.rule != "mean":
+            self.running = new_weighted_average(self.aggregation)  # the rules take p_k
         self.zero_weighted = new_average(self.aggregation)  # used only if no one else replies
 
     def absorb(self, server_round: int, reply: Reply) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -105,7 +106,7 @@ class WeightedReplyStack(ReplyStack):
         super().__init__(rule, trim_fraction)
         self.weights: list[float] = []
 
-    def add(self, arrays: Arrays, weight: float) -> None:
+    def add(self, arrays: Arrays, weight: float, client: Any = None) -> None:
         super().add(arrays, weight)
         self.weights.append(float(weight))
 

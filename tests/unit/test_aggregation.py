@@ -67,7 +67,8 @@ def check(config: AggregationConfig) -> None:
 def test_config_defaults_are_fedavg_with_the_bounds_on() -> None:
     c = AggregationConfig()
     assert (c.rule, c.trim_fraction, c.clip_norm) == ("mean", 0.2, None)
-    assert c.upload_bound == DEFAULT_UPLOAD_BOUND == 100.0
+    assert c.upload_bound == DEFAULT_UPLOAD_BOUND == 10.0
+    assert (c.clip_factor, c.clip_keep) == (10.0, 3)
     assert c.update_bound == DEFAULT_UPDATE_BOUND == 50.0
     assert AGGREGATION_RULES == ("mean", "median", "trimmed_mean")
     check(c)
