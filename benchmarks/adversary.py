@@ -190,12 +190,23 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "cpfl_fedgo": (
         "cpfl",
         [
-            "strategy.cohorts=1",
+            "strategy.cohorts=2",  # the discriminator round is stage 2's, after the cohorts
             "strategy.window=1",
             "strategy.patience=1",
             "strategy.distill.epochs=1",
             "strategy.distill.weights=fedgo",
             *_GAN,
+        ],
+    ),
+    # FedGO's G3: the generator and critic trained by FedGAN at the clients (train.fedgan).
+    "fedgo_g3": (
+        "fedgo",
+        [
+            "strategy.distill.epochs=1",
+            *_GAN,
+            "strategy.generator.federated_rounds=1",
+            "strategy.generator.steps=0",
+            "strategy.generator.local_epochs=1",
         ],
     ),
 }
@@ -587,7 +598,7 @@ def run_case(case_id: str, kind: str, mode: str, seed: int = 0) -> Case:
         case.skipped = types
         return case
     once = max(base.seen[t].replies for t in types) <= (2 if kind == "replay" else 1)
-    if mode == "every" and once:
+    if mode == "every" and once and kind != WITHHOLD:
         case.skipped = f"one attacked reply of {', '.join(types)} a run: 'every' is 'once'"
         return case
     bounds = bounds_of(case_id, seed)

@@ -68,11 +68,15 @@ class Summary:
     worst: float | None = None
     worst_case: str = ""
     failures: list[str] = dataclasses.field(default_factory=list)
+    beyond: list[str] = dataclasses.field(default_factory=list)  # worse than withheld - MARGIN
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def summarise(cases: list[adv.Case]) -> list[Summary]:
+    """Per strategy; a failure is also listed in ``beyond`` where its accuracy is more than
+    MARGIN below the withheld run's too (what losing the attacker altogether costs)."""
     out: dict[str, Summary] = {}
+    withheld = {c.case_id: c.accuracy for c in cases if c.kind == adv.WITHHOLD}
     for c in cases:
         s = out.setdefault(c.case_id, Summary(c.case_id, c.clean_accuracy))
         if c.kind == adv.WITHHOLD:
@@ -86,7 +90,11 @@ def summarise(cases: list[adv.Case]) -> list[Summary]:
         if c.drop is not None and (s.worst is None or c.drop > s.worst):
             s.worst, s.worst_case = c.drop, f"{c.kind}/{c.mode}"
         if c.failure:
-            s.failures.append(f"{c.kind}/{c.mode}{' (known)' if c.known else ''}")
+            label = f"{c.kind}/{c.mode}{' (known)' if c.known else ''}"
+            s.failures.append(label)
+            ref = withheld.get(c.case_id)
+            if c.accuracy is None or ref is None or c.accuracy < ref - adv.MARGIN or c.froze:
+                s.beyond.append(label)
     return list(out.values())
 
 
@@ -96,8 +104,8 @@ def markdown(summaries: list[Summary]) -> str:
 
     rows = [
         "| strategy | clean acc | withheld drop | cases | freezes | largest drop (case) | "
-        "failures | skipped |",
-        "|---|---|---|---|---|---|---|---|",
+        "failures (vs clean) | of which also vs withheld | skipped |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         clean = "n/a" if s.clean is None else f"{s.clean:.3f}"
@@ -105,7 +113,7 @@ def markdown(summaries: list[Summary]) -> str:
         worst = f"{f(s.worst)} ({s.worst_case})" if s.worst_case else "n/a"
         rows.append(
             f"| {s.name} | {clean} | {f(s.withheld)} | {s.cases} | {s.freezes} | {worst} | "
-            f"{', '.join(s.failures) or '-'} | {skipped} |"
+            f"{', '.join(s.failures) or '-'} | {', '.join(s.beyond) or '-'} | {skipped} |"
         )
     return "\n".join(rows) + "\n"
 
@@ -118,7 +126,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write every case here")
     ap.add_argument("--markdown", type=Path, help="write the table here")
+    ap.add_argument(
+        "--merge", type=Path, nargs="+", help="run nothing: summarise these --json files"
+    )
     args = ap.parse_args(argv)
+    if args.merge:
+        fields = {f.name for f in dataclasses.fields(adv.Case)}
+        cases = [
+            adv.Case(**{k: v for k, v in row.items() if k in fields})
+            for path in args.merge
+            for row in json.loads(path.read_text())
+        ]
+        return report(cases, args, 0.0)
     names = args.strategies.split(",") if args.strategies else adv.strategy_names()
     kinds = args.kinds.split(",") if args.kinds else list(adv.KINDS)
     modes = args.modes.split(",")
@@ -128,13 +147,18 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown strategies, kinds or modes: {unknown}")
     t0 = time.perf_counter()
     cases = profile(names, kinds, modes, args.seed)
+    return report(cases, args, time.perf_counter() - t0)
+
+
+def report(cases: list[adv.Case], args: argparse.Namespace, seconds: float) -> int:
     summaries = summarise(cases)
-    print(f"\nmargin {adv.MARGIN}; {time.perf_counter() - t0:.0f}s in all")
+    print(f"\nmargin {adv.MARGIN}; {seconds:.0f}s in all")
     for s in summaries:
         print(
             f"{s.name}: {s.cases} cases, {s.freezes} freezes, largest drop below clean "
             f"{s.worst if s.worst is None else round(s.worst, 4)} ({s.worst_case}), "
-            f"failures: {', '.join(s.failures) or 'none'}"
+            f"failures: {', '.join(s.failures) or 'none'}; also below the withheld run: "
+            f"{', '.join(s.beyond) or 'none'}"
         )
         for kind, why in s.skipped.items():
             print(f"    skipped {kind}: {why}")
