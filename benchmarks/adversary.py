@@ -109,11 +109,148 @@ WITHHOLD = "withhold"
 """Not an attack but the yardstick: the attacker's model replies never reach the server (what
 a defence that spotted every attacked reply would leave)."""
 
+_CLIPPED = (
+    "clipped to clip_factor (10) x the round's median update, one client of 5 still moves the "
+    "mean by up to 2 typical updates against the honest 4/5: the model is steered"
+)
+_CPFL = (
+    "CPFL's cohort mean takes the update unclipped (clients_clipped_relative 0); where the next "
+    "round has no usable reply, stage 1 ends there, without a rollback"
+)
+_LOSS = (
+    "val_loss x1000 (inside loss_bound 1e4) in every round moves the cohort's mean stopping "
+    "loss: stage 1 stops elsewhere"
+)
+_LABEL_FLIP = "a label flip inside every norm bound; nothing checks what a model predicts"
+_WITHHELD = (
+    "as low as the run without the attacker's replies (its reply left out, refused or "
+    "neutralised): losing one client costs this much on these tiny runs"
+)
+
+
+def _known(reason: str, *cases: str) -> dict[tuple[str, str, str], str]:
+    return {tuple(c.split("/")): reason for c in cases}  # type: ignore[misc]
+
+
 KNOWN_FAILURES: dict[tuple[str, str, str], str] = {
-    ("fedavg", "sign_flip", "once"): "clipped to clip_factor (10) x the round's median update, "
-    "the flipped update still outweighs the 4 honest ones: final accuracy 0.31 vs 0.67",
-    ("cpfl", "scaled", "once"): "CPFL's stage 1 takes the unclipped 49x update, every next "
-    "reply is refused and the run ends there with 0 usable replies (no rollback)",
+    **_known(
+        _CLIPPED,
+        "fedavg/sign_flip/once",
+        "fedavg/sign_flip/every",
+        "fedavg/scaled/once",
+        "fedavg/scaled/every",
+        "fedavg/one_class_bias/once",
+        "fedavg/one_class_bias/every",
+        "fedprox/sign_flip/once",
+        "fedprox/sign_flip/every",
+        "fedprox/scaled/once",
+        "fedprox/scaled/every",
+        "fedprox/one_class_bias/once",
+        "fedprox/one_class_bias/every",
+        "scaffold/sign_flip/once",
+        "scaffold/sign_flip/every",
+        "scaffold/scaled/once",
+        "scaffold/scaled/every",
+        "scaffold/one_class_bias/once",
+        "scaffold/one_class_bias/every",
+        "feddisco/sign_flip/once",
+        "feddisco/sign_flip/every",
+        "feddisco/scaled/once",
+        "feddisco/scaled/every",
+        "feddisco/one_class_bias/once",
+        "feddisco/one_class_bias/every",
+        "feddf/scaled/once",
+        "feddf/scaled/every",
+        "feddf/one_class_bias/once",
+        "feddf/one_class_bias/every",
+        "fedgo/scaled/once",
+        "fedgo/scaled/every",
+        "fedgo/one_class_bias/once",
+        "fedgo/one_class_bias/every",
+        "fedgkd/sign_flip/once",
+        "fedgkd/sign_flip/every",
+        "fedgkd/scaled/once",
+        "fedgkd/scaled/every",
+        "fedgkd/one_class_bias/once",
+        "fedgkd/one_class_bias/every",
+        "feduv/sign_flip/once",
+        "feduv/sign_flip/every",
+        "feduv/scaled/once",
+        "feduv/scaled/every",
+        "feduv/one_class_bias/once",
+        "feduv/one_class_bias/every",
+        "fedtgp/sign_flip/once",
+        "fedtgp/sign_flip/every",
+        "fedtgp/scaled/once",
+        "fedtgp/scaled/every",
+        "fedtgp/one_class_bias/once",
+        "fedtgp/one_class_bias/every",
+        "dafkd/scaled/once",
+        "dafkd/scaled/every",
+        "dafkd/one_class_bias/once",
+        "dafkd/one_class_bias/every",
+        "fedgo_g3/scaled/once",
+        "fedgo_g3/scaled/every",
+        "fedgo_g3/one_class_bias/once",
+        "fedgo_g3/one_class_bias/every",
+        "fedgkd_plus/scaled/once",
+        "fedgkd_plus/scaled/every",
+        "fedgkd_plus/one_class_bias/once",
+        "fedgkd_plus/one_class_bias/every",
+    ),
+    **_known(
+        _WITHHELD,
+        "feddf/sign_flip/every",
+        "feddf/rolled_last_layer/every",
+        "feddf/replay/every",
+        "fedgo/sign_flip/once",
+        "fedgo/sign_flip/every",
+        "fedgo/rolled_last_layer/every",
+        "fedgo/replay/every",
+        "feduv/rolled_last_layer/every",
+        "coboosting/sign_flip/once",
+        "coboosting/scaled/once",
+        "coboosting/one_class_bias/once",
+        "coboosting/rolled_last_layer/once",
+        "coboosting_fedgo/sign_flip/once",
+        "coboosting_fedgo/scaled/once",
+        "coboosting_fedgo/one_class_bias/once",
+        "coboosting_fedgo/rolled_last_layer/once",
+        "coboosting_fedgo/discriminator_bias/once",
+        "dense/sign_flip/once",
+        "dense/scaled/once",
+        "dense/one_class_bias/once",
+        "dense/rolled_last_layer/once",
+        "oneshot/sign_flip/once",
+        "oneshot/scaled/once",
+        "oneshot/one_class_bias/once",
+        "oneshot/rolled_last_layer/once",
+        "fedgo_g3/sign_flip/once",
+        "fedgo_g3/sign_flip/every",
+        "fedgo_g3/rolled_last_layer/once",
+        "fedgo_g3/rolled_last_layer/every",
+        "fedgo_g3/replay/every",
+        "fedgkd_plus/sign_flip/every",
+        "fedgkd_plus/replay/every",
+    ),
+    **_known(
+        _LABEL_FLIP,
+        "dafkd/rolled_last_layer/once",
+        "dafkd/rolled_last_layer/every",
+    ),
+    **_known(
+        _CPFL,
+        "cpfl/sign_flip/once",
+        "cpfl/sign_flip/every",
+        "cpfl/scaled/once",
+        "cpfl/scaled/every",
+        "cpfl/one_class_bias/once",
+        "cpfl/one_class_bias/every",
+    ),
+    **_known(
+        _LOSS,
+        "cpfl/loss_report/every",
+    ),
 }
 """(strategy, kind, mode) -> why it fails the verdict: measured findings, kept (the long
 profile lists them; the CI sample marks them ``xfail(strict=True)``)."""

@@ -32,9 +32,9 @@ def profile(names: list[str], kinds: list[str], modes: list[str], seed: int) -> 
     cases: list[adv.Case] = []
     for name in names:
         base = adv.clean(name, seed)
+        who = "no client" if base.node is None else f"attacker client {base.node - 2}"
         print(
-            f"[{name}] clean: final accuracy {base.accuracy:.4f}, attacker client "
-            f"{(base.node or 2) - 2}, {base.seconds:.1f}s",
+            f"[{name}] clean: final accuracy {base.accuracy:.4f}, {who}, {base.seconds:.1f}s",
             flush=True,
         )
         for kind in [adv.WITHHOLD, *kinds]:
@@ -83,14 +83,14 @@ def summarise(cases: list[adv.Case]) -> list[Summary]:
             s.withheld = c.drop
             continue
         if c.skipped:
-            s.skipped[c.kind] = c.skipped
+            s.skipped[f"{c.kind}/every" if "'every' is 'once'" in c.skipped else c.kind] = c.skipped
             continue
         s.cases += 1
         s.freezes += c.froze is not None
         if c.drop is not None and (s.worst is None or c.drop > s.worst):
             s.worst, s.worst_case = c.drop, f"{c.kind}/{c.mode}"
         if c.failure:
-            label = f"{c.kind}/{c.mode}{' (known)' if c.known else ''}"
+            label = f"{c.kind}/{c.mode}{'' if c.known else ' (NEW)'}"
             s.failures.append(label)
             ref = withheld.get(c.case_id)
             if c.accuracy is None or ref is None or c.accuracy < ref - adv.MARGIN or c.froze:
@@ -118,6 +118,31 @@ def markdown(summaries: list[Summary]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def case_table(cases: list[adv.Case]) -> str:
+    """Every case that ran: its accuracy, drop below clean and verdict."""
+    rows = [
+        "| strategy | kind | mode | accuracy | drop below clean | clipped | rolled back "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cases:
+        if c.skipped:
+            continue
+        acc = "n/a" if c.accuracy is None else f"{c.accuracy:.3f}"
+        drop = "n/a" if c.drop is None else f"{c.drop:+.3f}"
+        if c.kind == adv.WITHHOLD:
+            verdict = "yardstick"
+        elif c.failure is None:
+            verdict = "ok"
+        else:
+            verdict = ("known: " if c.known else "FAIL: ") + c.failure.split(" (margin")[0]
+        rows.append(
+            f"| {c.case_id} | {c.kind} | {c.mode} | {acc} | {drop} | {c.clipped} | "
+            f"{c.rolled_back} | {verdict} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--strategies", default="", help="comma-separated (default: all)")
@@ -137,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             for path in args.merge
             for row in json.loads(path.read_text())
         ]
+        for c in cases:  # judged by this checkout's list of known failures
+            c.known = adv.KNOWN_FAILURES.get((c.case_id, c.kind, c.mode)) if c.failure else None
         return report(cases, args, 0.0)
     names = args.strategies.split(",") if args.strategies else adv.strategy_names()
     kinds = args.kinds.split(",") if args.kinds else list(adv.KINDS)
@@ -165,7 +192,7 @@ def report(cases: list[adv.Case], args: argparse.Namespace, seconds: float) -> i
     table = markdown(summaries)
     print("\n" + table)
     if args.markdown:
-        args.markdown.write_text(table)
+        args.markdown.write_text(f"{table}\n## Every case\n\n{case_table(cases)}")
     if args.json:
         rows = [{**dataclasses.asdict(c), "drop": c.drop} for c in cases]
         args.json.write_text(json.dumps(rows, indent=1))
