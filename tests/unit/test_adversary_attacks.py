@@ -3,6 +3,9 @@ just under the bound it is sized to, and keeps every dtype and shape."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
@@ -94,3 +97,34 @@ def test_a_run_freezes_only_if_no_round_recovers():
     assert "the last" in adv.froze([row(1, 5), row(2, 4), row(3, 0)], 1)
     assert "nothing was rolled back" in adv.froze([row(1, 5), row(2, 0), row(3, 0), row(4, 5)], 1)
     assert adv.froze([row(1, 5), row(2, 0), row(3, 0, back=1), row(4, 5)], 1) is None
+
+
+def test_the_profile_summary_counts_cases_freezes_and_failures_against_both_yardsticks(
+    tmp_path, capsys
+):
+    from benchmarks import adversary_profile as prof
+
+    def case(kind, mode, acc, **kw):
+        return adv.Case("s", kind, mode, clean_accuracy=0.8, accuracy=acc, **kw)
+
+    cases = [
+        case(adv.WITHHOLD, "every", 0.6),
+        case("sign_flip", "once", 0.65, failure="below"),  # 0.15 below clean, not withheld
+        case("scaled", "every", 0.1, failure="below", froze="rounds [4]"),
+        case("replay", "once", 0.79),
+        adv.Case("s", "loss_report", "once", skipped="no reported validation loss"),
+    ]
+    (s,) = prof.summarise(cases)
+    assert (s.cases, s.freezes) == (3, 1)
+    assert s.withheld == pytest.approx(0.2) and s.worst == pytest.approx(0.7)
+    assert s.worst_case == "scaled/every"
+    assert s.failures == ["sign_flip/once (NEW)", "scaled/every (NEW)"]
+    assert s.beyond == ["scaled/every (NEW)"]
+    assert s.skipped == {"loss_report": "no reported validation loss"}
+    table = prof.markdown([s])
+    assert table.splitlines()[2].startswith("| s | 0.800 | +0.200 | 3 | 1 | +0.700 (scaled/every)")
+    saved = tmp_path / "cases.json"
+    saved.write_text(json.dumps([dataclasses.asdict(c) for c in cases]))
+    assert prof.main(["--merge", str(saved), "--markdown", str(tmp_path / "t.md")]) == 0
+    assert "| s | 0.800 |" in (tmp_path / "t.md").read_text()
+    assert "s: 3 cases, 1 freezes" in capsys.readouterr().out
