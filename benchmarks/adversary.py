@@ -668,14 +668,15 @@ def clean(case_id: str, seed: int = 0) -> Run:
 def froze(rows: list[dict], first: int) -> str | None:
     """Why the run froze after round ``first`` (``None``: it did not): a round after it with
     no usable reply (``clients_replied`` 0) that no later round recovered from -- the last
-    round without one, or two such rounds in a row without a rollback between."""
+    round without one unless it rolled back (the run then ends on the last good model, and the
+    next round would train from it), or two such rounds in a row without a rollback between."""
     rounds = [r for r in rows if "clients_replied" in r and r.get("round", 0) > first]
     empty = [r["round"] for r in rounds if r["clients_replied"] == 0]
     if not empty:
         return None
-    if rounds and rounds[-1]["clients_replied"] == 0:
-        return f"rounds {empty} had no usable reply, the last one among them"
     rolled = {r["round"] for r in rounds if r.get("rolled_back")}
+    if rounds and rounds[-1]["clients_replied"] == 0 and rounds[-1]["round"] not in rolled:
+        return f"rounds {empty} had no usable reply, the last one among them"
     for a, b in zip(empty, empty[1:], strict=False):
         if b == a + 1 and not rolled & {a, b}:
             return f"rounds {a} and {b} had no usable reply and nothing was rolled back"

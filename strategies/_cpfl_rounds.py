@@ -24,7 +24,8 @@ from flwr.supercore import log
 
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.experiment.task import sample_clients
-from fedgo_flwr.learning.aggregation import clip_update, new_average
+from fedgo_flwr.learning.aggregation import clip_update
+from fedgo_flwr.learning.clipping import round_average
 from fedgo_flwr.learning.cohorts import (
     CONVERGED,
     PAUSED,
@@ -148,8 +149,14 @@ class CohortRounds:
 
     def begin_round(self, server_round: int) -> None:
         """Reset what :meth:`absorb` accumulates: per running cohort, its average and its
-        members' validation losses."""
-        self.averages = {i: new_average(self.aggregation) for i in self.round_plan}
+        members' validation losses; each member's update clipped relative to its cohort's
+        round (``clip_factor``, :class:`~fedgo_flwr.learning.clipping.ClippedMean`)."""
+        self.averages = {
+            i: round_average(
+                self.aggregation, self.cohorts[i].arrays, f"Round {server_round}, cohort {i}"
+            )
+            for i in self.round_plan
+        }
         self.losses: dict[int, list[tuple[int, float]]] = {i: [] for i in self.round_plan}
 
     def absorb(self, server_round: int, reply: Reply) -> None:
@@ -163,7 +170,7 @@ class CohortRounds:
         arrays = reply.arrays
         if self.aggregation.clip_norm is not None:
             arrays, _ = clip_update(arrays, c.arrays, self.aggregation.clip_norm)
-        self.averages[c.index].add(arrays, reply.num_examples)
+        self.averages[c.index].add(arrays, reply.num_examples, reply.partition_id)
         if "val_loss" in reply.metrics:
             self.losses[c.index].append((reply.partition_id, float(reply.metrics["val_loss"])))
 

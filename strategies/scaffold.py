@@ -45,6 +45,7 @@ from fedgo_flwr.experiment.checkpoint import arrays_problem
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import bound_uploads, check_arrays, new_average, warn_bounded
 from fedgo_flwr.learning.clipping import round_average
+from fedgo_flwr.protocol import ModelFault
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
 from fedgo_flwr.runtime.messages import to_numpy, to_record
 from strategies.base import BaseConfig, Reply, Strategy
@@ -152,8 +153,8 @@ class Scaffold(Strategy):
             return problem
         norm = math.sqrt(sum(float(np.sum(np.square(v, dtype=np.float64))) for v in delta.values()))
         bound = self.params.max_control_delta_norm
-        if not norm <= bound:
-            return (
+        if not norm <= bound:  # what honest clients send after a model that diverged
+            return ModelFault(
                 f"{CONTROL_DELTA_KEY}: L2 norm {norm:.3g} exceeds "
                 f"strategy.max_control_delta_norm = {bound:g}"
             )

@@ -23,7 +23,13 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fedgo_flwr.protocol.intake import Checked, RoundIntake, parse_group_id, partition_of_reply
+from fedgo_flwr.protocol.intake import (
+    Checked,
+    ModelFault,
+    RoundIntake,
+    parse_group_id,
+    partition_of_reply,
+)
 from fedgo_flwr.protocol.spec import COMMON_METRICS, TRAIN_METRICS, ReplySpec, Scalar, is_number
 
 __all__ = [
@@ -34,6 +40,7 @@ __all__ = [
     "Declaration",
     "EmptyConfig",
     "ReplySpec",
+    "ModelFault",
     "RoundIntake",
     "Scalar",
     "declaration",

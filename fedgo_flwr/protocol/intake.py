@@ -77,7 +77,15 @@ from fedgo_flwr.runtime.messages import (
     to_numpy,
 )
 
-__all__ = ["Checked", "RoundIntake", "parse_group_id", "partition_of_reply"]
+__all__ = ["Checked", "ModelFault", "RoundIntake", "parse_group_id", "partition_of_reply"]
+
+
+class ModelFault(str):
+    """A reason for refusing a reply that points at the model the server sent, not at the
+    client (:attr:`RoundIntake.model_faults`): a strategy's extra check returns one where
+    honest training from a diverged model gives what it refuses (SCAFFOLD's control delta far
+    beyond its bound)."""
+
 
 Templates = Mapping[str, Mapping[str, np.ndarray]]
 """Per ArrayRecord key, the arrays a reply's record must match in keys, shapes and dtypes."""
@@ -195,7 +203,8 @@ class RoundIntake:
         except Exception as exc:  # noqa: BLE001 - no reply may end the run
             reason = f"unreadable reply ({type(exc).__name__}: {exc})"
         if reason is not None:
-            self.reject(pid, node, reason, model_fault=pid in self.expected and _nonfinite(msg))
+            fault = isinstance(reason, ModelFault) or _nonfinite(msg)
+            self.reject(pid, node, reason, model_fault=pid in self.expected and fault)
             return None
         self.accepted.add(pid)
         return checked

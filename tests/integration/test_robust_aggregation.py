@@ -356,8 +356,8 @@ def test_feddf_pseudo_labels_use_the_capped_weights(tmp_path, monkeypatch):
 
 def test_feddisco_takes_its_weights_into_the_robust_rules(tmp_path, monkeypatch):
     """FedDisco's weighted mean (without the relative clip) takes a client whose model is its
-    trained one times -10 at its weight p_k and collapses; the weighted median and trimmed mean (FedDisco's p_k, the
-    poisoned client below half of them) stay near the clean run."""
+    trained one times -10 at its weight p_k and collapses; the weighted median and trimmed
+    mean (FedDisco's p_k, the poisoned client below half of them) stay near the clean run."""
     disco = ["strategy.name=feddisco"]
     clean = final_rows(tmp_path, "clean", *disco)[-1]["test_accuracy"]
     poison(monkeypatch, FedAvgClient)

@@ -95,6 +95,7 @@ def test_a_run_freezes_only_if_no_round_recovers():
     assert adv.froze([row(1, 5), row(2, 5), row(3, 4)], 1) is None
     assert adv.froze([row(1, 5), row(2, 0), row(3, 4)], 1) is None  # recovered
     assert "the last" in adv.froze([row(1, 5), row(2, 4), row(3, 0)], 1)
+    assert adv.froze([row(1, 5), row(2, 4), row(3, 0, back=1)], 1) is None  # ends rolled back
     assert "nothing was rolled back" in adv.froze([row(1, 5), row(2, 0), row(3, 0), row(4, 5)], 1)
     assert adv.froze([row(1, 5), row(2, 0), row(3, 0, back=1), row(4, 5)], 1) is None
 
