@@ -149,6 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default="", help="comma-separated (default: all)")
     ap.add_argument("--modes", default="once,every")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override for every run, clean and attacked (e.g. the robust rules)",
+    )
     ap.add_argument("--json", type=Path, help="write every case here")
     ap.add_argument("--markdown", type=Path, help="write the table here")
     ap.add_argument(
@@ -172,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown += [k for k in kinds if k not in adv.KINDS] + [m for m in modes if m not in adv.MODES]
     if unknown:
         ap.error(f"unknown strategies, kinds or modes: {unknown}")
+    adv.EXTRA[:] = args.set
     t0 = time.perf_counter()
     cases = profile(names, kinds, modes, args.seed)
     return report(cases, args, time.perf_counter() - t0)
