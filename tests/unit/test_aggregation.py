@@ -716,12 +716,12 @@ def test_weighted_median_by_hand() -> None:
 
 
 def test_weighted_trimmed_mean_by_hand() -> None:
-    """Values 1, 2, 10 with weights 0.2, 0.3, 0.5 on [0, 1], beta 0.25: cut [0, 0.25) and
-    (0.75, 1]; kept 1 on 0 (its part 0-0.2 is all cut), 2 on 0.25-0.5 (0.25), 10 on 0.5-0.75
-    (0.25): (2 * 0.25 + 10 * 0.25) / 0.5 = 6. Zero weights have no say; equal weights with
-    beta m whole are the unweighted trimmed mean."""
-    a = [{"w": np.array([v])} for v in (1.0, 2.0, 10.0, 1e9)]
-    assert weighted_trimmed_mean(a, [0.2, 0.3, 0.5, 0.0], 0.25)["w"][0] == pytest.approx(6.0)
+    """Values 1, 2, 10, 20 with weights 0.1, 0.3, 0.5, 0.1, beta 0.25: floor(0.25 * 4) = 1 value
+    cut at each end by count (1 and 20), the rest by weight: (2 * 0.3 + 10 * 0.5) / 0.8 = 7.
+    Zero weights have no say (left out before the count); equal weights are the unweighted
+    trimmed mean."""
+    a = [{"w": np.array([v])} for v in (1.0, 2.0, 10.0, 20.0, 1e9)]
+    assert weighted_trimmed_mean(a, [0.1, 0.3, 0.5, 0.1, 0.0], 0.25)["w"][0] == pytest.approx(7.0)
     assert weighted_trimmed_mean(a[:3], [0.2, 0.3, 0.5], 0.0)["w"][0] == pytest.approx(
         0.2 + 0.6 + 5.0
     )
@@ -729,6 +729,16 @@ def test_weighted_trimmed_mean_by_hand() -> None:
     np.testing.assert_allclose(
         weighted_trimmed_mean(b, [1] * 4, 0.25)["w"], trimmed_mean(b, 0.25)["w"]
     )
+
+
+def test_a_heavy_client_at_an_extreme_is_cut_whatever_its_weight() -> None:
+    """One client of 5 with weight 0.4 (above beta = 0.2) sending 1e6: cut by count, the mean
+    is the weighted mean of the 3 middle honest values; a cut by weight would keep 0.2 of its
+    weight at 1e6."""
+    vals = (1.0, 2.0, 3.0, 4.0, 1e6)
+    a = [{"w": np.array([v])} for v in vals]
+    got = weighted_trimmed_mean(a, [0.15, 0.15, 0.15, 0.15, 0.4], 0.2)["w"][0]
+    assert got == pytest.approx(3.0)
 
 
 def test_weighted_rules_check_their_inputs() -> None:
