@@ -590,6 +590,8 @@ class _Catcher(logging.Handler):
 
 @contextlib.contextmanager
 def warnings_logged() -> Iterator[list[str]]:
+    """WARNING and above of Flower's logger (the strategies') and fedgo_flwr's, as text (also
+    the reply fuzzer's, ``tests/fuzz_replies.py``)."""
     catcher = _Catcher()
     loggers = [logging.getLogger("flwr"), logging.getLogger("fedgo_flwr")]
     for lg in loggers:

@@ -36,7 +36,6 @@ import contextlib
 import copy
 import dataclasses
 import json
-import logging
 import math
 import os
 import re
@@ -53,6 +52,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 
+from benchmarks.adversary import warnings_logged
 from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.experiment.config import ConfigError
 from fedgo_flwr.runtime import messages as msgs
@@ -563,30 +563,6 @@ def replay(clean: Clean, kind: str, reply: str, **fields: Any) -> Mutation:
 
 
 # -- running ------------------------------------------------------------------------------------
-class _Catcher(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with contextlib.suppress(Exception):
-            self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def warnings_logged() -> Iterator[list[str]]:
-    """WARNING and above of Flower's logger (the strategies') and fedgo_flwr's, as text."""
-    catcher = _Catcher()
-    loggers = [logging.getLogger("flwr"), logging.getLogger("fedgo_flwr")]
-    for lg in loggers:
-        lg.addHandler(catcher)
-    try:
-        yield catcher.lines
-    finally:
-        for lg in loggers:
-            lg.removeHandler(catcher)
-
-
 @dataclass
 class Interception:
     """What :func:`intercepted` saw: the mutations applied, and the slice of the logged
