@@ -450,7 +450,11 @@ def test_the_control_delta_bound_is_configurable(tmp_path, monkeypatch, flwr_log
     run_inprocess(cfg)
     rows = rows_of(tmp_path)
     assert rows[1]["clients_replied"] == 0 and rows[1]["clients_failed"] == 2
-    assert len(warnings_with(flwr_log, "max_control_delta_norm")) == 2
+    dropped = [m for m in warnings_with(flwr_log, "max_control_delta_norm") if "Dropping" in m]
+    assert len(dropped) == 2
+    # A control delta beyond its bound is what honest clients send after a diverged model:
+    # a round whose every reply has one rolls back (here to the initial model, which it kept).
+    assert rows[1]["rolled_back"] == 1
 
 
 def test_the_control_delta_bound_must_be_positive(tmp_path):
