@@ -35,15 +35,8 @@ class RobustAveraging:
         """Reset what :meth:`absorb` accumulates: the round's average, each update clipped
         relative to the round (``clip_factor``, :class:`~fedgo_flwr.learning.clipping.
         ClippedMean`) against the model the clients were sent."""
-        self.running = round_average(
-            self.aggregation, self.sent_arrays_global(), f"Round {server_round}"
-        )
+        self.running = round_average(self.aggregation, self.global_arrays, f"Round {server_round}")
         self.clipped_replies = 0
-
-    def sent_arrays_global(self) -> dict[str, np.ndarray] | None:
-        """The global model sent this round, against which updates are clipped (``None``: the
-        clients were sent none, e.g. one-shot FL's fresh models)."""
-        return self.global_arrays or None
 
     def robust(self, reply: Reply) -> dict[str, np.ndarray]:
         """``reply``'s arrays with its update clipped to ``strategy.aggregation.clip_norm``

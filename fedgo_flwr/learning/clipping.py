@@ -93,7 +93,7 @@ class ClippedMean:
     ``add(arrays, weight, client)`` and ``result()`` as :class:`RunningAverage`; ``factor``
     ``None``: no clipping (the plain mean), the norms are still measured. After
     :meth:`result`: ``clipped`` lists the clipped updates, ``norms`` maps each client to its
-    update norm, ``median`` is the round's lower median.
+    update norm.
     """
 
     def __init__(
@@ -112,7 +112,6 @@ class ClippedMean:
         # min-heap of the `keep` largest: (norm, arrival index, client, arrays, weight)
         self._largest: list[tuple[float, int, Any, Arrays, float]] = []
         self.clipped: list[ClippedUpdate] = []
-        self.median = math.nan
 
     @property
     def count(self) -> int:
@@ -145,7 +144,7 @@ class ClippedMean:
         if not self.norms:
             return self.mean.result()
         norms = sorted(self.norms.values(), reverse=True)
-        self.median = median = lower_median(norms)
+        median = lower_median(norms)
         if self.factor is None:
             return self.mean.result()
         bound = self.factor * median

@@ -97,11 +97,8 @@ def weighted_trimmed_mean(
     out = {}
     for key, stack in _stacked(arrays).items():
         values, ws = _sorted(stack, w)
-        kept, kw = values[b : m - b], ws[b : m - b]
-        total = kw.sum(axis=0)
-        mean = np.where(
-            total > 0, (kw * kept).sum(axis=0) / np.where(total > 0, total, 1), kept.mean(axis=0)
-        )
+        kept, kw = values[b : m - b], ws[b : m - b]  # every weight > 0 (_checked)
+        mean = (kw * kept).sum(axis=0) / kw.sum(axis=0)
         out[key] = _cast_like(mean, np.asarray(arrays[0][key]))
     return out
 
