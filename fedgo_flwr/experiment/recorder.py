@@ -36,6 +36,7 @@ from torch import nn
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.experiment.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE
 from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig
+from fedgo_flwr.experiment.provenance import write_environment
 from fedgo_flwr.experiment.runfolders import (
     LATEST,
     RUNS_ROOT,
@@ -161,6 +162,7 @@ class RunRecorder:
         for name in stale:
             (out_dir / name).unlink(missing_ok=True)
         atomic_write_text(out_dir / "config.yaml", cfg.to_yaml())
+        write_environment(out_dir, cfg.to_dict(), resumed=rows is not None)
         restored = [dict(r) for r in rows or []]
         atomic_write_text(out_dir / "metrics.jsonl", "".join(json_line(r) for r in restored))
         recorder = cls(cfg, out_dir)
