@@ -64,6 +64,8 @@ class Run:
     rows: list[dict[str, Any]]
     summary: dict[str, Any] = field(default_factory=dict)
     partition: dict[str, Any] | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    """The run's ``config.yaml`` (empty if it has none)."""
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """Rounds and finite values of metric ``key``."""
@@ -123,7 +125,7 @@ def load_run(path: Path, label_by: str = "dir") -> Run:
     if seed is None and match:
         seed = int(match.group(1))
     label = strategy if label_by == "strategy" else SEED_SUFFIX.sub("", _run_name(path))
-    return Run(path, label, strategy, seed, rows, summary, partition)
+    return Run(path, label, strategy, seed, rows, summary, partition, config)
 
 
 def _integer(value: Any) -> bool:
