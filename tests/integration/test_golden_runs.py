@@ -245,6 +245,10 @@ process's peak memory, and wall-clock seconds of the GAN stages (``prefl.json``)
 RUN_TOKEN = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
 """A run token (32 hex digits, random per run): names the clients' state folders."""
 
+PROVENANCE = ("env.json",)
+"""Files not compared: what machine, code and command made the run (the start time, host and
+versions differ between identical runs; tests/unit/test_provenance.py covers them)."""
+
 SKIPPED_PT = ("checkpoint.pt", "checkpoint.prev.pt", "fedgan.pt")
 """Saved files not hashed: checkpoints (timings, RNG states; the resume tests cover them)."""
 
@@ -297,7 +301,7 @@ def record_of(out_dir: Path) -> dict[str, Any]:
     tensors: dict[str, str] = {}
     for path in sorted(out_dir.rglob("*")):
         name = RUN_TOKEN.sub("<run>", path.relative_to(out_dir).as_posix())
-        if not path.is_file() or name in ("metrics.jsonl", "summary.json"):
+        if not path.is_file() or name in ("metrics.jsonl", "summary.json", *PROVENANCE):
             continue
         if path.suffix == ".json":
             files[name] = stable(json.loads(path.read_text()), where)
