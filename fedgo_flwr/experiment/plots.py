@@ -73,10 +73,10 @@ def _wrap(*lines: str, width: int) -> str:
     return "\n".join(textwrap.fill(line, width) for line in lines if line)
 
 
-def _save(fig, path: Path) -> None:
+def _save(fig, path: Path, dpi: int = DPI) -> None:
     """Write ``fig`` to ``path`` atomically (a link at ``path`` is replaced) and close it."""
     try:
-        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=DPI))
+        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
     finally:
         _pyplot().close(fig)
 
@@ -337,9 +337,10 @@ _PANELS = [
 ]
 
 
-def plot_accuracy(groups: Mapping[str, Sequence[Any]], path: Path) -> None:
+def plot_accuracy(groups: Mapping[str, Sequence[Any]], path: Path, dpi: int = DPI) -> None:
     """``accuracy.png``: the four panels of the module's description for ``groups`` (label ->
-    its runs, :class:`fedgo_flwr.experiment.report.Run`), titled with their setting."""
+    its runs, :class:`fedgo_flwr.experiment.report.Run`), titled with their setting; ``dpi``
+    sets its size in pixels."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
@@ -389,7 +390,7 @@ def plot_accuracy(groups: Mapping[str, Sequence[Any]], path: Path) -> None:
             fontsize=8,
             frameon=False,
         )
-    _save(fig, path)
+    _save(fig, path, dpi)
 
 
 # -- partitions ------------------------------------------------------------------------------

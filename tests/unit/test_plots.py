@@ -53,9 +53,9 @@ def figures(monkeypatch):
     kept = []
     save = plots._save
 
-    def keep(fig, path):
+    def keep(fig, path, *dpi):
         kept.append(fig)
-        save(fig, path)
+        save(fig, path, *dpi)
 
     monkeypatch.setattr(plots, "_save", keep)
     return kept
