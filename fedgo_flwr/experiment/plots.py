@@ -11,9 +11,9 @@ or a fraction), and clips its bands to what the quantity can be: [0, 100] for an
   runs repeat a seed): test accuracy by round (solid: the server model; dashed: the client
   ensemble of distillation methods), test loss by round, test accuracy against the cumulative
   MB sent down and up (round 0's traffic included: what is sent before round 1, such as a
-  generator), and test accuracy against wall time (``elapsed``, seconds since the strategy
-  started). Each line is the mean over the group's runs at each round; the band is +- one
-  standard deviation over them (2 or more runs). A panel whose quantity no run recorded says so.
+  generator), and test accuracy against wall time (``metrics.jsonl``'s ``elapsed``). Each line
+  is the mean over the group's runs at each round; the band is +- one standard deviation over
+  them (2 or more runs). A panel whose quantity no run recorded says so.
 - ``partition-<run>.png`` (:func:`plot_partitions`): per distinct partition, clients x classes,
   the samples of each class each client holds (numbers in the cells up to 400 cells), titled
   with the run's setting and seed and the groups that share it.
@@ -97,7 +97,7 @@ def _get(config: Mapping, dotted: str) -> Any:
 
 
 def _short(value: Any) -> str:
-    text = f"{value:g}" if isinstance(value, float) else str(value)
+    text = f"{value:g}" if isinstance(value, float) else " ".join(str(value).split())
     return text if len(text) <= 30 else text[:29] + "…"
 
 
@@ -331,7 +331,7 @@ _PANELS = [
         "test accuracy vs wall time",
         "test_accuracy",
         _elapsed,
-        "wall time (s since the strategy started)",
+        "wall time (s)",
         "its wall time",
     ),
 ]
@@ -467,7 +467,7 @@ def _sweep_configs(table: Mapping, runs_dir: Path | None) -> list[Mapping]:
             path = runs_dir / str(entry.get("name")) / f"seed{seed}" / "config.yaml"
             try:
                 config = yaml.safe_load(path.read_text())
-            except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            except (OSError, yaml.YAMLError, ValueError, RecursionError):
                 continue
             if isinstance(config, Mapping):
                 configs.append(config)
