@@ -286,3 +286,18 @@ def test_sweep_curves_of_a_loss_of_missing_values_and_of_nothing(tmp_path, figur
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a (n=2-3 seeds)"]
     plot_curves(sweep_table(b=empty), tmp_path / "none.png", runs_dir=tmp_path / "absent")
     assert (tmp_path / "none.png").is_file() and not figures[1].axes[0].get_lines()
+
+
+@pytest.mark.parametrize("text", ["a: [\n", "- 1\n", "[" * 5000 + "]" * 5000, b"\xff\xfe"])
+def test_a_sweep_run_config_that_cannot_be_read_is_left_out_of_the_title(tmp_path, figures, text):
+    good, bad = tmp_path / "fedavg" / "seed0", tmp_path / "fedavg" / "seed1"
+    good.mkdir(parents=True)
+    bad.mkdir(parents=True)
+    (good / "config.yaml").write_text(yaml.safe_dump(config(rounds=3)))
+    if isinstance(text, bytes):
+        (bad / "config.yaml").write_bytes(text)
+    else:
+        (bad / "config.yaml").write_text(text)
+    plot_curves(sweep_table(fedavg=BAND), tmp_path / "curves.png", runs_dir=tmp_path)
+    assert figures[0].axes[0].get_title().startswith("digits · Dirichlet α=0.1 · 20 clients")
+    assert "3 rounds" in figures[0].axes[0].get_title()
