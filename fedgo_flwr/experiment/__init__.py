@@ -5,5 +5,6 @@ The configuration layer, the bottom one (standard library and YAML only; nothing
 model and partition names a config accepts) and ``config`` (the core sections, YAML files,
 overrides). Above it, as library: ``task`` (an experiment's data, partition and models),
 ``recorder`` (metrics.jsonl, summary.json, model.pt), ``checkpoint`` (per-round checkpoints,
-resuming), ``runfolders`` (a folder per run) and ``report`` (plots and tables of finished runs).
+resuming), ``runfolders`` (a folder per run), ``report`` (plots and tables of finished runs)
+and ``plots`` (its figures and the sweep's).
 """

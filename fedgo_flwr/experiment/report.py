@@ -11,14 +11,16 @@ a dated run folder ``outputs/<name>/<date-time>`` (or ``outputs/<name>/latest``)
 (``--label strategy``: the strategy's name), so the seeds of one method form one group.
 Written to ``--out`` (default ``report/``):
 
-- ``accuracy.png``: server test accuracy by round, mean over each group's seeds with a band of
-  +- one standard deviation; dashed, the ensemble test accuracy of distillation methods;
+- ``accuracy.png``: four panels titled with the runs' setting, one line per group (n in the
+  legend), mean over its runs with a +- one sd band: test accuracy by round (dashed, the client
+  ensemble's of distillation methods), test loss by round, test accuracy vs cumulative MB sent
+  and vs wall time (:func:`fedgo_flwr.experiment.plots.plot_accuracy`);
 - ``metrics.csv``: every row of every run's ``metrics.jsonl`` with its run, label and seed;
 - ``table.md`` / ``table.csv``: per group, the mean +- sd over seeds of the final, best and
   last-10-round mean accuracy, rounds to ``--target`` (mean over the seeds that reached it, and
   how many did), wall time and bytes sent down and up (when the run recorded them);
 - ``partition-<run>.png``: a heatmap of each distinct partition, clients x classes, from
-  ``partition.json`` (one per group's first run).
+  ``partition.json`` (one per group's first run), titled with its setting and seed.
 
 A run's files are read as untrusted: a ``metrics.jsonl`` line that is not a JSON object with
 an integer ``round``, a ``summary.json`` or ``partition.json`` that is not a JSON object (or
@@ -45,8 +47,9 @@ from typing import Any
 
 import yaml
 
+from fedgo_flwr.experiment.plots import plot_accuracy, plot_partitions
 from fedgo_flwr.experiment.runfolders import LATEST, is_run_stamp
-from fedgo_flwr.runtime.fileio import atomic_write, atomic_write_text
+from fedgo_flwr.runtime.fileio import atomic_write_text
 
 __all__ = ["Run", "find_runs", "group_runs", "load_run", "main", "summary_rows"]
 
@@ -318,68 +321,6 @@ def write_table_csv(rows: list[dict[str, Any]], path: Path) -> None:
     atomic_write_text(path, fh.getvalue())
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_accuracy(groups: dict[str, list[Run]], path: Path) -> None:
-    """Server (solid, band: +- sd over seeds) and ensemble (dashed) test accuracy by round."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (label, runs) in enumerate(groups.items()):
-        color = colors[i % len(colors)]
-        for key, style in (("test_accuracy", "-"), ("ensemble_test_accuracy", "--")):
-            by_round: dict[int, list[float]] = {}
-            for run in runs:
-                for x, y in zip(*run.series(key), strict=True):
-                    by_round.setdefault(x, []).append(100 * y)
-            if not by_round:
-                continue
-            xs = sorted(by_round)
-            means = [statistics.fmean(by_round[x]) for x in xs]
-            name = label if key == "test_accuracy" else f"{label} (ensemble)"
-            ax.plot(xs, means, style, color=color, label=name, marker="." if len(xs) < 30 else None)
-            if key == "test_accuracy" and len(runs) > 1:
-                sds = [statistics.stdev(by_round[x]) if len(by_round[x]) > 1 else 0.0 for x in xs]
-                lo = [m - s for m, s in zip(means, sds, strict=True)]
-                hi = [m + s for m, s in zip(means, sds, strict=True)]
-                ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    fig.tight_layout()
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
-    plt.close(fig)
-
-
-def plot_partition(run: Run, path: Path) -> bool:
-    """Heatmap of the run's partition (clients x classes); ``False`` if it has none."""
-    hist = (run.partition or {}).get("class_histogram")
-    if not hist:
-        return False
-    plt = _pyplot()
-    k, c = len(hist), len(hist[0])
-    fig, ax = plt.subplots(figsize=(min(2 + 0.45 * c, 12), min(1.5 + 0.3 * k, 14)))
-    image = ax.imshow(hist, aspect="auto", cmap="viridis", interpolation="nearest")
-    ax.set_xlabel("class")
-    ax.set_ylabel("client")
-    ax.set_xticks(range(c))
-    ax.set_yticks(range(k) if k <= 40 else range(0, k, max(1, k // 20)))
-    ax.set_title(f"{run.path.name}: samples per client and class", fontsize=9)
-    fig.colorbar(image, ax=ax, label="samples")
-    fig.tight_layout()
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
-    plt.close(fig)
-    return True
-
-
 def report(
     paths: Sequence[Path], out: Path, target: float | None = None, label_by: str = "dir"
 ) -> list[Path]:
@@ -394,16 +335,7 @@ def report(
     atomic_write_text(out / "table.md", markdown_table(rows))
     write_table_csv(rows, out / "table.csv")
     written += [out / n for n in ("accuracy.png", "metrics.csv", "table.md", "table.csv")]
-    seen = set()
-    for runs_of in groups.values():
-        run = runs_of[0]
-        key = json.dumps((run.partition or {}).get("class_histogram"))
-        if key in seen:
-            continue
-        seen.add(key)
-        target_png = out / f"partition-{run.path.name}.png"
-        if plot_partition(run, target_png):
-            written.append(target_png)
+    written += plot_partitions(groups, out)
     return written
 
 

@@ -193,7 +193,6 @@ def test_a_bad_run_file_is_one_error_naming_it(tmp_path, capsys, file, text, pro
     assert not out.exists()
 
 
-@pytest.mark.filterwarnings("ignore:Tight layout not applied")  # the 250-character legend
 def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys):
     """A run folder named with 250 bytes makes partition-<run>.png too long a file name."""
     run_dir = fake_run(tmp_path / ("r" * 250))

@@ -7,7 +7,8 @@ mean, the 95% t interval and the sample sd (:func:`fedgo_flwr.app.sweep.stats.su
 variant other than the baseline the paired differences against it on the seeds both finished
 (:func:`fedgo_flwr.app.sweep.stats.paired`); and the runs left out: missing (not finished),
 failed, or finished under another configuration (``excluded``). ``curves.png``
-(:func:`plot_curves`): the metric's mean per round with its 95% band, one line per variant.
+(:func:`fedgo_flwr.experiment.plots.plot_curves`): the metric's mean per round with its 95%
+band, one line per variant, titled with the runs' setting.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 from fedgo_flwr.app.sweep.seeds import SeedSet
 from fedgo_flwr.app.sweep.stats import LEVEL, finite, paired, summarize
 from fedgo_flwr.app.sweep.variants import Variant
-from fedgo_flwr.runtime.fileio import atomic_write, atomic_write_text
+from fedgo_flwr.experiment.plots import plot_curves
+from fedgo_flwr.runtime.fileio import atomic_write_text
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
@@ -227,45 +229,6 @@ def markdown(table: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(table: Mapping, path: Path) -> Path:
-    """``curves.png``: per variant the metric's mean per round and its 95% band (rounds with
-    2 or more runs)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, band in table["curves"].items():
-        if not band["round"]:
-            continue
-        n_max = max(band["n"])
-        (line,) = ax.plot(band["round"], band["mean"], label=f"{name} (n={n_max})")
-        pts = [
-            (r, lo, hi)
-            for r, lo, hi in zip(band["round"], band["ci_low"], band["ci_high"], strict=True)
-            if lo is not None
-        ]
-        if pts:
-            r, lo, hi = zip(*pts, strict=True)
-            ax.fill_between(r, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-    seeds = table["seed_set"]
-    title = f"{table['metric']}: mean and {int(round(100 * table['level']))}% CI over seeds"
-    ax.set_title(f"{title}\n{seeds['note']}", fontsize=9)
-    ax.set_xlabel("round")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel(table["metric"])
-    ax.grid(alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
-    plt.close(fig)
-    return path
-
-
 def write_table(table: Mapping, out: Path) -> dict[str, Path]:
     """Write ``table.json``, ``table.md`` and ``curves.png`` into ``out``; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
@@ -273,5 +236,5 @@ def write_table(table: Mapping, out: Path) -> dict[str, Path]:
     # atomic writes: a link planted at one of these names is replaced, never written through
     atomic_write_text(paths["json"], json.dumps(table, indent=1, allow_nan=False) + "\n")
     atomic_write_text(paths["md"], markdown(table))
-    plot_curves(table, paths["png"])
+    plot_curves(table, paths["png"], runs_dir=out)
     return paths
