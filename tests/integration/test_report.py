@@ -107,9 +107,19 @@ def test_report_of_several_strategies_and_seeds(tmp_path, capsys):
     ]
     assert float(table["fedavg"]["final_mean"]) == pytest.approx(statistics.fmean(finals))
     assert float(table["fedavg"]["final_sd"]) == pytest.approx(statistics.stdev(finals))
-    assert int(table["feddf"]["runs"]) == 2 and table["feddf"]["reached"] == "2"
+    assert table["feddf"]["n"] == "2" and table["feddf"]["reached"] == "2"
+    assert table["fedavg"]["seeds"] == "0 1" and table["fedavg"]["wall_s_from"] == "total_time"
+    walls = [
+        json.loads((runs / f"fedavg-seed{s}" / "summary.json").read_text())["total_time"]
+        for s in (0, 1)
+    ]
+    assert float(table["fedavg"]["wall_s_mean"]) == pytest.approx(statistics.fmean(walls))
+    env = json.loads((runs / "fedavg-seed0" / "env.json").read_text())
+    assert table["fedavg"]["config_fingerprint"] == env["config_fingerprint"]
+    assert table["fedavg"]["commits"].startswith((env["git"]["commit"] or "no git")[:10])
     text = (out / "table.md").read_text()
-    assert "| fedavg | 2 |" in text and "rounds to 5%" in text
+    assert "| fedavg | 2 | 0, 1 |" in text and "rounds to 5%" in text
+    assert "## Provenance" in text and "## Not averaged together" not in text
     assert str(out / "accuracy.png") in capsys.readouterr().out
 
 
@@ -152,7 +162,7 @@ def test_the_report_replaces_a_planted_link_and_never_writes_through_it(tmp_path
     for name in REPORT_FILES:
         assert (victims / name).read_text() == f"precious {name}\n"
         assert (out / name).is_file() and not (out / name).is_symlink()
-    assert "| a | 1 | 10.0 ± 0.0 |" in (out / "table.md").read_text()
+    assert "| a | 1 | 0 | 10.0 | 10.0 | 10.0 (last 1) |" in (out / "table.md").read_text()
     image_ok(out / "accuracy.png")
     assert sorted(p.name for p in out.iterdir()) == sorted(REPORT_FILES)  # no temp file left
     assert str(out / "table.md") in capsys.readouterr().out
@@ -175,6 +185,9 @@ def test_the_report_replaces_a_planted_link_and_never_writes_through_it(tmp_path
         ("config.yaml", "a: [\n", "config.yaml:2: not YAML"),
         ("config.yaml", "seed: abc\n", "config.yaml: seed 'abc' is not an integer"),
         ("config.yaml", "strategy: fedavg\nseed: 0\n", None),  # no mapping: the name is "?"
+        ("env.json", "[]", "env.json: a JSON array, not an object"),
+        ("env.json", "{bad", "env.json: not JSON"),
+        ("env.json", '{"git": "x", "packages": [1]}', None),  # shown as unknown
     ],
 )
 def test_a_bad_run_file_is_one_error_naming_it(tmp_path, capsys, file, text, problem):
