@@ -333,7 +333,9 @@ def summary_rows(groups: dict[str, list[Run]], target: float | None) -> list[dic
             row["reached"] = len(reached)
         prints = list(dict.fromkeys(r.fingerprint or "unknown (no config.yaml)" for r in runs))
         row["config_fingerprint"] = (
-            prints[0] if len(prints) == 1 else f"{len(prints)} configs: " + ", ".join(prints)
+            prints[0]
+            if len(prints) == 1
+            else ", ".join(prints) + " (alike but for own-seed paths and keys added since)"
         )
         row["commits"] = group_commits(runs)
         row["versions"] = group_versions(runs)

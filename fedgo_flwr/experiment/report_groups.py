@@ -3,8 +3,13 @@
 A report's row is the runs of one experiment: :func:`arrange` sorts runs into groups by their
 name (the label :func:`fedgo_flwr.experiment.report.load_run` gives them: the folder's name,
 a sweep's variant, or with ``--label strategy`` the strategy), their strategy and the
-:func:`~fedgo_flwr.experiment.provenance.config_fingerprint` of their ``config.yaml``. Runs
-whose configs differ are never averaged: a name that holds runs of several configs becomes
+:func:`~fedgo_flwr.experiment.provenance.config_fingerprint` of their ``config.yaml`` as
+:func:`comparable` reads it: a core key that an older run's config lacks (added to the project
+since) counts as its default, as when a run resumes
+(:func:`fedgo_flwr.experiment.checkpoint.config_differences`), and the run's own seed in a text
+value (``teachers_from: outputs/bench/x/oneshot-seed1`` in the run of seed 1: the input made by
+the run of the same seed) is written ``seed<N>`` for every seed. Runs whose configs differ
+otherwise are never averaged: a name that holds runs of several configs becomes
 one row per config, labelled with the keys they differ in (``default (rounds=3)``,
 ``default (strategy=feddf)``), and :class:`Arrangement` ``notes`` say so. Two runs of one
 config with the same seed are one seed run twice, not two seeds: the group keeps one, a
@@ -27,12 +32,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedgo_flwr.experiment.provenance import config_differences
+from fedgo_flwr.experiment.provenance import config_differences, config_fingerprint
 
 Run = Any
 """A :class:`fedgo_flwr.experiment.report.Run` (that module imports this one, not the reverse)."""
 
-__all__ = ["Arrangement", "arrange", "cell", "commits", "versions"]
+__all__ = ["Arrangement", "arrange", "cell", "commits", "comparable", "versions"]
 
 SHOWN_KEYS = 3
 """At most this many differing keys in a row's label; all of them are in ``notes``."""
@@ -54,6 +59,45 @@ class Arrangement:
     left_out: list[tuple[Run, str]] = field(default_factory=list)
     splits: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+def _core_defaults() -> dict[str, Any]:
+    from fedgo_flwr.experiment.config import ExperimentConfig
+
+    return ExperimentConfig().to_dict(strategy_params=False)
+
+
+def _with_defaults(config: Any, defaults: Any) -> Any:
+    if not isinstance(config, dict) or not isinstance(defaults, dict):
+        return config
+    out = dict(config)
+    for key, default in defaults.items():
+        out[key] = _with_defaults(config[key], default) if key in config else default
+    return out
+
+
+def _own_seed(value: Any, token: re.Pattern) -> Any:
+    if isinstance(value, str):
+        return token.sub("seed<N>", value)
+    if isinstance(value, dict):
+        return {k: _own_seed(v, token) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_own_seed(v, token) for v in value]
+    return value
+
+
+def comparable(run: Run, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``run.config`` as runs are compared (see the module): the core keys it lacks filled with
+    their defaults (``defaults``: :class:`~fedgo_flwr.experiment.config.ExperimentConfig`'s,
+    strategy section aside), ``seed<S>`` of its own seed ``S`` in a text value as ``seed<N>``."""
+    config = _with_defaults(run.config, _core_defaults() if defaults is None else defaults)
+    if _integer(run.seed):
+        config = _own_seed(config, re.compile(rf"(?<![A-Za-z0-9])seed{run.seed}(?![0-9])"))
+    return config
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def cell(text: Any) -> str:
@@ -82,30 +126,31 @@ def _describe(config: dict[str, Any], keys: Sequence[str]) -> list[str]:
     return shown
 
 
-def _split_labels(name: str, members: list[list[Run]]) -> tuple[list[str], list[str]]:
-    """Labels for the groups of one name that hold runs of different configs (each list in
-    ``members`` is one config's runs), and every key they differ in."""
-    firsts = [runs[0] for runs in members]
+def _split_labels(
+    name: str, firsts: list[Run], views: list[dict[str, Any] | None]
+) -> tuple[list[str], list[str]]:
+    """Labels for the groups of one name that hold runs of different configs (``firsts``: a
+    run of each, ``views``: its :func:`comparable` config, ``None`` without ``config.yaml``),
+    and every key they differ in."""
     strategies = {r.strategy for r in firsts}
-    every: set[str] = set()
     labels = []
-    for run in firsts:
+    for run, view in zip(firsts, views, strict=True):
         parts = [f"strategy={run.strategy}"] if len(strategies) > 1 else []
-        if run.fingerprint is None:
+        if view is None:
             parts.append("no config.yaml")
-        peers = [p for p in firsts if p.strategy == run.strategy and p.fingerprint is not None]
         keys: set[str] = set()
-        if run.fingerprint is not None and len(peers) > 1:
-            for peer in peers:
-                keys.update(config_differences(run.config, peer.config))
-            keys.discard("strategy.name")
+        for peer, other in zip(firsts, views, strict=True):
+            if view is not None and other is not None and peer.strategy == run.strategy:
+                keys.update(config_differences(view, other))
+        keys.discard("strategy.name")
         if keys:
-            parts += _describe(run.config, sorted(keys, key=_key_order))
+            parts += _describe(view, sorted(keys, key=_key_order))
         labels.append(f"{name} ({', '.join(parts)})" if parts else name)
-    for a in firsts:
-        for b in firsts:
-            if a.fingerprint is not None and b.fingerprint is not None:
-                every.update(config_differences(a.config, b.config))
+    every: set[str] = set()
+    for view in views:
+        for other in views:
+            if view is not None and other is not None:
+                every.update(config_differences(view, other))
     return labels, sorted(every, key=_key_order)
 
 
@@ -149,17 +194,22 @@ def _one_per_seed(label: str, runs: list[Run], out: Arrangement) -> list[Run]:
 def arrange(runs: Sequence[Run]) -> Arrangement:
     """Group ``runs`` for a report (see the module)."""
     out = Arrangement()
+    defaults = _core_defaults()
     names: dict[str, dict[tuple, list[Run]]] = {}
+    views: dict[tuple, dict[str, Any] | None] = {}
     for run in runs:
-        configs = names.setdefault(run.label, {})
-        configs.setdefault((run.strategy, run.fingerprint), []).append(run)
+        view = comparable(run, defaults) if run.config else None
+        key = (run.strategy, None if view is None else config_fingerprint(view))
+        names.setdefault(run.label, {}).setdefault(key, []).append(run)
+        views.setdefault(key, view)
     taken = set(names)
     for name, configs in names.items():
         members = list(configs.values())
         labels = [name]
         if len(members) > 1:
-            labels, keys = _split_labels(name, members)
-            labels = _unique(labels, [m[0] for m in members], taken)
+            firsts = [m[0] for m in members]
+            labels, keys = _split_labels(name, firsts, [views[k] for k in configs])
+            labels = _unique(labels, [k[1] for k in configs], name, taken)
             out.splits.append((name, labels, keys))
             listed = ", ".join(keys[:NOTED_KEYS]) + (
                 f" and {len(keys) - NOTED_KEYS} more" if len(keys) > NOTED_KEYS else ""
@@ -184,13 +234,13 @@ def arrange(runs: Sequence[Run]) -> Arrangement:
     return out
 
 
-def _unique(labels: list[str], firsts: list[Run], taken: set[str]) -> list[str]:
-    """``labels`` with the config's fingerprint added where two coincide (or one is another
-    name's)."""
+def _unique(labels: list[str], prints: list[str | None], name: str, taken: set[str]) -> list[str]:
+    """``labels`` with the compared config's fingerprint added where two coincide (or one is
+    another name's)."""
     out = []
-    for label, run in zip(labels, firsts, strict=True):
-        if labels.count(label) > 1 or (label in taken and label != run.label):
-            label = f"{label} [{run.fingerprint or 'no config'}]"
+    for label, fingerprint in zip(labels, prints, strict=True):
+        if labels.count(label) > 1 or (label in taken and label != name):
+            label = f"{label} [{fingerprint or 'no config'}]"
         out.append(label)
     return out
 

@@ -242,3 +242,40 @@ def test_many_differing_keys_are_cut_in_the_label_but_named_in_the_note(tmp_path
     rows, _, err = report(tmp_path, capsys, str(tmp_path / "runs"))
     assert "x (strategy.k0=0, strategy.k1=1, strategy.k2=2, +2 more keys)" in rows
     assert "strategy.k4" in err
+
+
+def test_a_path_naming_the_runs_own_seed_is_the_same_input_for_every_seed(tmp_path, capsys):
+    """Co-Boosting's seed k distils the teachers of oneshot's seed k: one experiment."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        teachers = f"outputs/bench/x/a0.1-oneshot-seed{seed}"
+        cfg = config(seed, strategy="coboosting", teachers_from=teachers)
+        make_run(runs / f"cb-seed{seed}", [0.1, 0.5 + 0.1 * seed], cfg)
+    other = config(2, strategy="coboosting", teachers_from="outputs/bench/x/a0.1-oneshot-seed0")
+    make_run(runs / "cb-seed2", [0.1, 0.9], other)  # seed 2 with seed 0's teachers
+    rows, _, err = report(tmp_path, capsys, str(runs))
+    label = "cb (strategy.teachers_from=outputs/bench/x/a0.1-oneshot-seed{})"
+    assert rows[label.format("<N>")]["seeds"] == "0 1"
+    assert rows[label.format("0")]["seeds"] == "2"
+    assert "(they differ in strategy.teachers_from)" in err
+
+
+def test_a_core_key_added_since_counts_as_its_default(tmp_path, capsys):
+    """A run written before ``data.partition`` existed ran with what is now its default."""
+    from fedgo_flwr.experiment.config import ExperimentConfig
+
+    full = ExperimentConfig().to_dict(strategy_params=False)
+    older = json.loads(json.dumps(full))
+    del older["data"]["partition"]
+    changed = json.loads(json.dumps(full))
+    changed["data"]["partition"] = "shards"
+    runs = tmp_path / "runs"
+    make_run(runs / "x-seed0", [0.1, 0.4], {**older, "seed": 0})
+    make_run(runs / "x-seed1", [0.1, 0.6], {**full, "seed": 1})
+    make_run(runs / "x-seed2", [0.1, 0.8], {**changed, "seed": 2})
+    rows, _, _ = report(tmp_path, capsys, str(runs))
+    default = full["data"]["partition"]
+    assert rows[f"x (data.partition={default})"]["seeds"] == "0 1"
+    assert rows["x (data.partition=shards)"]["seeds"] == "2"
+    # the row's fingerprints are each run's own (as in its env.json), here two
+    assert "alike but for" in rows[f"x (data.partition={default})"]["config_fingerprint"]
