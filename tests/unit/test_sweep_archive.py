@@ -17,6 +17,7 @@ def _run(folder, final: float, finished: bool = True) -> None:
     (folder / "metrics.jsonl").write_text(json.dumps({"round": 1, "test_accuracy": final}) + "\n")
     (folder / "checkpoint.pt").write_bytes(b"\0" * 64)
     (folder / "run.log").write_text("log\n")
+    (folder / "env.json").write_text(json.dumps({"git": {"commit": "a" * 40, "dirty": False}}))
     if finished:
         (folder / "summary.json").write_text(json.dumps({"final_accuracy": final}))
 
@@ -41,7 +42,7 @@ def test_finished_runs_records_go_elsewhere_and_come_back(tmp_path) -> None:
     assert restore(archive, elsewhere) == ["fedavg/seed100", "feddf.v2/seed101"]
     for run in ("fedavg/seed100", "feddf.v2/seed101"):
         assert sorted(p.name for p in (elsewhere / run).iterdir()) == sorted(RECORDS)
-        for name in ("metrics.jsonl", "summary.json"):
+        for name in ("metrics.jsonl", "summary.json", "env.json"):
             assert (elsewhere / run / name).read_bytes() == (out / run / name).read_bytes()
         # the machine's folder is not kept: the run's place in --out instead
         assert str(tmp_path) in (out / run / "config.yaml").read_text()
@@ -176,6 +177,7 @@ def _files_under(folder) -> list[str]:
         (_special("a/seed0/config.yaml", tarfile.FIFOTYPE), "a named pipe"),
         (("ok/seed0/summary.json", b"[1, 2]"), "not a JSON object"),
         (("ok/seed0/summary.json", b"{bad"), "cannot be read"),
+        (("ok/seed0/env.json", b'"a string"'), "not a JSON object"),
         (("ok/seed0/config.yaml", b"- a list\n"), "not a YAML mapping"),
         (("ok/seed0/metrics.jsonl", b'{"round": 0}\n[1]\n'), "line 2 is not a JSON object"),
         (("ok/seed0/metrics.jsonl", b'{"round": "1"}\n'), "line 1 is not a JSON object"),
