@@ -291,6 +291,25 @@ def test_the_sweep_refuses_a_planted_link_at_a_run_folder(tmp_path, capsys) -> N
     assert list(victim.iterdir()) == []
 
 
+def test_the_sweep_refuses_a_planted_link_at_a_runs_env_json(tmp_path, capsys) -> None:
+    """The table reads each run's env.json: a link there is refused, never read through."""
+    from helpers import ROOT
+
+    from fedgo_flwr.app.sweep import __main__ as cli
+
+    out, secret = tmp_path / "out", tmp_path / "secret.json"
+    secret.write_text('{"git": {"commit": "' + "f" * 40 + '"}}')
+    _run(out / "default" / "seed1", 0.5)
+    (out / "default" / "seed1" / "env.json").unlink()
+    (out / "default" / "seed1" / "env.json").symlink_to(secret)
+    argv = [str(ROOT / "conf" / "default.yaml"), "--seeds", "1", "--out", str(out)]
+    assert cli.main([*argv, "--table-only"]) == 2
+    err = capsys.readouterr().err
+    link = out / "default" / "seed1" / "env.json"
+    assert "Traceback" not in err and f"{link} is a symbolic link" in err
+    assert not (out / "table.md").exists()
+
+
 def test_an_archive_spoiled_during_the_sweep_is_said_and_the_runs_go_on(
     tmp_path, monkeypatch, capsys
 ) -> None:
