@@ -34,7 +34,8 @@ to ``--out`` (default ``report/``):
   names them) and package versions from ``env.json`` (``unknown`` without one). ``table.md``
   also lists the names split into several rows and the runs left out;
 - ``partition-<run>.png``: a heatmap of each distinct partition, clients x classes, from
-  ``partition.json`` (one per group's first run).
+  ``partition.json`` (one per group's first run; a folder named by its time or ``seed<N>``
+  with its experiment's or variant's name in front).
 
 A run's files are read as untrusted: a ``metrics.jsonl`` line that is not a JSON object with
 an integer ``round``, a ``summary.json``, ``partition.json`` or ``env.json`` that is not a JSON
@@ -555,10 +556,25 @@ def report(
         if key in seen:
             continue
         seen.add(key)
-        target_png = out / f"partition-{run.path.name}.png"
+        target_png = out / f"partition-{_partition_name(run.path, written)}.png"
         if plot_partition(run, target_png):
             written.append(target_png)
     return written
+
+
+def _partition_name(path: Path, written: Sequence[Path]) -> str:
+    """The run folder's name, with its experiment's or variant's in front when the folder is
+    named by a time or a seed (``default-2026-12-01_10-00-00``, ``fedavg-seed0``), and ``-2``,
+    ``-3`` ... when a partition file of that name is already written."""
+    name = path.name
+    if is_run_stamp(name) or SWEEP_RUN.fullmatch(name):
+        name = f"{path.absolute().parent.name}-{name}"
+    taken = {p.name for p in written}
+    unique, n = name, 1
+    while f"partition-{unique}.png" in taken:
+        n += 1
+        unique = f"{name}-{n}"
+    return unique
 
 
 def main(argv: Sequence[str] | None = None) -> int:

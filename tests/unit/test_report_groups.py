@@ -279,3 +279,14 @@ def test_a_core_key_added_since_counts_as_its_default(tmp_path, capsys):
     assert rows["x (data.partition=shards)"]["seeds"] == "2"
     # the row's fingerprints are each run's own (as in its env.json), here two
     assert "alike but for" in rows[f"x (data.partition={default})"]["config_fingerprint"]
+
+
+def test_each_partition_has_a_file_of_its_own(tmp_path, capsys):
+    """Two variants' ``seed0`` folders with different partitions: two files, named by variant."""
+    out = tmp_path / "sweep"
+    for variant, hist in (("a", [[3, 1], [0, 4]]), ("b", [[1, 1], [2, 2]])):
+        folder = make_run(out / variant / "seed0", [0.1, 0.5], config(0, alpha=variant))
+        (folder / "partition.json").write_text(json.dumps({"class_histogram": hist}))
+    report(tmp_path, capsys, str(out))
+    names = sorted(p.name for p in (tmp_path / "report").glob("partition-*.png"))
+    assert names == ["partition-a-seed0.png", "partition-b-seed0.png"]
