@@ -14,8 +14,9 @@ one row per config, labelled with the keys they differ in (``default (rounds=3)`
 ``default (strategy=feddf)``), and :class:`Arrangement` ``notes`` say so. Two runs of one
 config with the same seed are one seed run twice, not two seeds: the group keeps one, a
 finished run before an unfinished one and then the one started last (``env.json``'s
-``started``, else the time ``metrics.jsonl`` was last written), and the other is
-``left_out`` with the reason. Runs without a seed are all kept.
+``started``, else the time ``metrics.jsonl`` was last written, which also tells apart two
+started in one second), and the other is ``left_out`` with the reason. Runs without a seed
+are all kept.
 
 :func:`commits` and :func:`versions` read a run's ``env.json``
 (:mod:`fedgo_flwr.experiment.provenance`) for the report's provenance section; a run without
@@ -154,9 +155,14 @@ def _split_labels(
     return labels, sorted(every, key=_key_order)
 
 
-def _started(run: Run) -> float:
-    """When the run (last) started: ``env.json``'s ``started``, else when its
+def _started(run: Run) -> tuple[float, float]:
+    """When the run (last) started, ``env.json``'s ``started`` (to the second), else when its
+    ``metrics.jsonl`` was last written; then, to tell apart two started in one second, when its
     ``metrics.jsonl`` was last written."""
+    try:
+        written = (run.path / "metrics.jsonl").stat().st_mtime
+    except OSError:
+        written = 0.0
     stamp = (run.env or {}).get("started")
     if isinstance(stamp, str):
         try:
@@ -166,11 +172,8 @@ def _started(run: Run) -> float:
         if moment is not None:
             if moment.tzinfo is None:
                 moment = moment.astimezone()
-            return moment.timestamp()
-    try:
-        return (run.path / "metrics.jsonl").stat().st_mtime
-    except OSError:
-        return 0.0
+            return moment.timestamp(), written
+    return written, written
 
 
 def _one_per_seed(label: str, runs: list[Run], out: Arrangement) -> list[Run]:

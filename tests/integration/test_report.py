@@ -213,3 +213,29 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys):
     assert report_main([str(run_dir), "--out", str(tmp_path / "report")]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.startswith("fedgo-flwr report: ") and "too long" in err
+
+
+def test_report_of_one_experiment_run_with_other_rounds_and_a_seed_again(tmp_path, capsys):
+    """``outputs/default`` as a user leaves it: two seeds of 2 rounds, one run of 1 round, and
+    seed 0 of 2 rounds run again. Two rows, named by the key that differs; seed 0 counted
+    once (the newer run); the 1-round row one seed without an interval."""
+    parent = tmp_path / "outputs" / "default"
+    stamps = [f"2026-01-01_00-00-0{i}" for i in range(4)]
+    finals = {}
+    for stamp, overrides in zip(
+        stamps, (["seed=0"], ["seed=1"], ["seed=0", "rounds=1"], ["seed=0"]), strict=True
+    ):
+        rows = run(parent / stamp, *overrides)
+        finals[stamp] = rows[-1]["test_accuracy"]
+    out = tmp_path / "report"
+    assert report_main([str(parent), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    table = {r["label"]: r for r in csv.DictReader(open(out / "table.csv"))}
+    assert set(table) == {"default (rounds=2)", "default (rounds=1)"}
+    two, one = table["default (rounds=2)"], table["default (rounds=1)"]
+    assert (two["n"], two["seeds"]) == ("2", "0 1")
+    kept = [finals[stamps[3]], finals[stamps[1]]]  # seed 0's newer run, seed 1
+    assert float(two["final_mean"]) == pytest.approx(statistics.fmean(kept))
+    assert (one["n"], one["final_sd"], one["last_k"]) == ("1", "", "1")
+    assert "(they differ in rounds)" in err
+    assert f"{parent / stamps[0]}: left out: seed 0 again in 'default (rounds=2)'" in err
