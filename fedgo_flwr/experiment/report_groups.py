@@ -42,6 +42,8 @@ __all__ = ["Arrangement", "arrange", "cell", "commits", "comparable", "versions"
 
 SHOWN_KEYS = 3
 """At most this many differing keys in a row's label; all of them are in ``notes``."""
+VALUE_CHARS = 32
+"""At most this many characters of a value in a row's label (``table.md`` names the keys)."""
 NOTED_KEYS = 12
 """At most this many differing keys named in one note."""
 UNKNOWN = "unknown"
@@ -120,8 +122,14 @@ def _key_order(key: str) -> tuple:
     return (key.count("."), key)
 
 
+def _short(text: str) -> str:
+    """A value as a label shows it: at most :data:`VALUE_CHARS` characters, a long one's end
+    (a path's file name) kept."""
+    return text if len(text) <= VALUE_CHARS else "…" + text[-(VALUE_CHARS - 1) :]
+
+
 def _describe(config: dict[str, Any], keys: Sequence[str]) -> list[str]:
-    shown = [f"{k}={_value(config, k)}" for k in keys[:SHOWN_KEYS]]
+    shown = [f"{k}={_short(_value(config, k))}" for k in keys[:SHOWN_KEYS]]
     if len(keys) > SHOWN_KEYS:
         shown.append(f"+{len(keys) - SHOWN_KEYS} more keys")
     return shown

@@ -248,13 +248,13 @@ def test_a_path_naming_the_runs_own_seed_is_the_same_input_for_every_seed(tmp_pa
     """Co-Boosting's seed k distils the teachers of oneshot's seed k: one experiment."""
     runs = tmp_path / "runs"
     for seed in (0, 1):
-        teachers = f"outputs/bench/x/a0.1-oneshot-seed{seed}"
+        teachers = f"out/x/a0.1-oneshot-seed{seed}"
         cfg = config(seed, strategy="coboosting", teachers_from=teachers)
         make_run(runs / f"cb-seed{seed}", [0.1, 0.5 + 0.1 * seed], cfg)
-    other = config(2, strategy="coboosting", teachers_from="outputs/bench/x/a0.1-oneshot-seed0")
+    other = config(2, strategy="coboosting", teachers_from="out/x/a0.1-oneshot-seed0")
     make_run(runs / "cb-seed2", [0.1, 0.9], other)  # seed 2 with seed 0's teachers
     rows, _, err = report(tmp_path, capsys, str(runs))
-    label = "cb (strategy.teachers_from=outputs/bench/x/a0.1-oneshot-seed{})"
+    label = "cb (strategy.teachers_from=out/x/a0.1-oneshot-seed{})"
     assert rows[label.format("<N>")]["seeds"] == "0 1"
     assert rows[label.format("0")]["seeds"] == "2"
     assert "(they differ in strategy.teachers_from)" in err
@@ -290,3 +290,14 @@ def test_each_partition_has_a_file_of_its_own(tmp_path, capsys):
     report(tmp_path, capsys, str(out))
     names = sorted(p.name for p in (tmp_path / "report").glob("partition-*.png"))
     assert names == ["partition-a-seed0.png", "partition-b-seed0.png"]
+
+
+def test_a_long_value_in_a_label_keeps_its_end(tmp_path, capsys):
+    path = "outputs/bench/some-long-benchmark-name/fedgo-seed0/generator.pt"
+    make_run(tmp_path / "runs" / "x-seed0", [0.1, 0.4], config(0, generator=path))
+    make_run(tmp_path / "runs" / "x-seed1", [0.1, 0.6], config(1, generator=None))
+    rows, _, _ = report(tmp_path, capsys, str(tmp_path / "runs"))
+    assert set(rows) == {
+        "x (strategy.generator=…name/fedgo-seed<N>/generator.pt)",
+        "x (strategy.generator=null)",
+    }
