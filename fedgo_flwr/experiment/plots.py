@@ -436,9 +436,14 @@ def _cells(hist: Sequence[Sequence[float]]):
             yield (i, j), value
 
 
-def plot_partitions(groups: Mapping[str, Sequence[Any]], out: Path) -> list[Path]:
-    """``partition-<run>.png`` in ``out`` for each distinct partition among the groups' first
-    runs (named after the first run that has it); returns the files written."""
+def plot_partitions(
+    groups: Mapping[str, Sequence[Any]],
+    out: Path,
+    name: Callable[[Path, Sequence[Path]], str] | None = None,
+) -> list[Path]:
+    """``partition-<name>.png`` in ``out`` for each distinct partition among the groups' first
+    runs, named after the first run that has it: ``name(run folder, files written so far)``,
+    by default the folder's name; returns the files written."""
     first: dict[str, tuple[Any, list[str]]] = {}
     for label, runs in groups.items():
         if not runs:
@@ -447,7 +452,8 @@ def plot_partitions(groups: Mapping[str, Sequence[Any]], out: Path) -> list[Path
         first.setdefault(key, (runs[0], []))[1].append(label)
     written = []
     for run, labels in first.values():
-        target = out / f"partition-{run.path.name}.png"
+        stem = name(run.path, written) if name is not None else run.path.name
+        target = out / f"partition-{stem}.png"
         if plot_partition(run, target, labels):
             written.append(target)
     return written

@@ -1,31 +1,49 @@
 """Plots and tables of finished runs.
 
     python -m fedgo_flwr.experiment.report RUN_DIR [RUN_DIR ...] [--out DIR] [--target 0.5]
+        [--label dir|strategy]
     ./run.sh --report RUN_DIR ...
 
 A run folder is what a run writes (``metrics.jsonl``, ``summary.json``, ``config.yaml``,
-``partition.json``; :mod:`fedgo_flwr.experiment.recorder`); a folder that holds run folders (e.g.
-``outputs/bench/cifar10-cpu-bn``, or ``outputs/<name>`` with its dated runs) stands for all of
-them. Runs are grouped by label: the run folder's name without a trailing ``-seed<N>``, or for
-a dated run folder ``outputs/<name>/<date-time>`` (or ``outputs/<name>/latest``) ``<name>``
-(``--label strategy``: the strategy's name), so the seeds of one method form one group.
-Written to ``--out`` (default ``report/``):
+``partition.json``, ``env.json``; :mod:`fedgo_flwr.experiment.recorder`); a folder that holds
+run folders (e.g. ``outputs/bench/cifar10-cpu-bn``, or ``outputs/<name>`` with its dated runs)
+stands for all of them, and a folder of such folders (a sweep's ``--out``, ``outputs/``) for
+all of theirs. A report's row is the runs of one experiment
+(:mod:`fedgo_flwr.experiment.report_groups`): runs that share a name, a strategy and the
+fingerprint of their ``config.yaml`` (:func:`fedgo_flwr.experiment.provenance.config_fingerprint`:
+the config less the seed and where the run writes). The name is the run folder's without a
+trailing ``-seed<N>``; for a dated run folder ``outputs/<name>/<date-time>`` (or
+``outputs/<name>/latest``) ``<name>``; for a sweep's ``<out>/<variant>/seed<N>`` the variant;
+with ``--label strategy`` the strategy's, whatever the folders are called. Runs of one name
+whose configs differ are never averaged: each config is a row, labelled with the keys they
+differ in (``default (rounds=3)``), and stderr says so. Two runs of one config with the same
+seed count once (the finished one, then the newest; the other is listed as left out). Written
+to ``--out`` (default ``report/``):
 
 - ``accuracy.png``: four panels titled with the runs' setting, one line per group (n in the
   legend), mean over its runs with a +- one sd band: test accuracy by round (dashed, the client
   ensemble's of distillation methods), test loss by round, test accuracy vs cumulative MB sent
   and vs wall time (:func:`fedgo_flwr.experiment.plots.plot_accuracy`);
-- ``metrics.csv``: every row of every run's ``metrics.jsonl`` with its run, label and seed;
-- ``table.md`` / ``table.csv``: per group, the mean +- sd over seeds of the final, best and
-  last-10-round mean accuracy, rounds to ``--target`` (mean over the seeds that reached it, and
-  how many did), wall time and bytes sent down and up (when the run recorded them);
+- ``metrics.csv``: every row of every run's ``metrics.jsonl`` with its run, label, seed and,
+  for a run left out, why;
+- ``table.md`` / ``table.csv``: per group, n and its seeds; the mean +- sample sd over seeds
+  (one seed: the value, no interval) of the final, best and last-10-round mean accuracy
+  (rounds after round 0 only; last k for a run of fewer rounds, ``last_k``), rounds to
+  ``--target`` (mean over the seeds that reached it, and how many did), wall time (each run's
+  ``summary.json`` ``total_time``; an unfinished run's last ``elapsed``, marked ``*``,
+  ``wall_s_from``) and bytes sent down and up (when the run recorded them); the config
+  fingerprint, the commits (``+dirty``: with uncommitted changes; a group of several commits
+  names them) and package versions from ``env.json`` (``unknown`` without one). ``table.md``
+  also lists the names split into several rows and the runs left out;
 - ``partition-<run>.png``: a heatmap of each distinct partition, clients x classes, from
-  ``partition.json`` (one per group's first run), titled with its setting and seed.
+  ``partition.json`` (one per group's first run; a folder named by its time or ``seed<N>``
+  with its experiment's or variant's name in front), titled with its setting and seed.
 
 A run's files are read as untrusted: a ``metrics.jsonl`` line that is not a JSON object with
-an integer ``round``, a ``summary.json`` or ``partition.json`` that is not a JSON object (or
-not JSON), a ``config.yaml`` that is not a YAML mapping, stops the report with one error naming
-the file (and line), before anything is written. Every output file is written atomically
+an integer ``round``, a ``summary.json``, ``partition.json`` or ``env.json`` that is not a JSON
+object (or not JSON), a ``config.yaml`` that is not a YAML mapping, stops the report with one
+error naming the file (and line), before anything is written; a field of ``env.json`` that is
+not what a run writes is shown as ``unknown``. Every output file is written atomically
 (:func:`fedgo_flwr.runtime.fileio.atomic_write`): a symbolic link at one of their names in
 ``--out`` is replaced by the file, never written through.
 """
@@ -48,12 +66,23 @@ from typing import Any
 import yaml
 
 from fedgo_flwr.experiment.plots import plot_accuracy, plot_partitions
+from fedgo_flwr.experiment.provenance import ENV_FILE, config_fingerprint
+from fedgo_flwr.experiment.report_groups import (
+    Arrangement,
+    arrange,
+    cell,
+    group_commits,
+    group_versions,
+)
 from fedgo_flwr.experiment.runfolders import LATEST, is_run_stamp
 from fedgo_flwr.runtime.fileio import atomic_write_text
 
 __all__ = ["Run", "find_runs", "group_runs", "load_run", "main", "summary_rows"]
 
 SEED_SUFFIX = re.compile(r"-seed(\d+)$")
+SWEEP_RUN = re.compile(r"seed(\d+)")
+"""A sweep's run folder, ``<out>/<variant>/seed<N>`` (:mod:`fedgo_flwr.app.sweep`)."""
+LAST_K = 10
 
 
 @dataclass
@@ -69,6 +98,11 @@ class Run:
     partition: dict[str, Any] | None = None
     config: dict[str, Any] = field(default_factory=dict)
     """The run's ``config.yaml`` (empty if it has none)."""
+    env: dict[str, Any] | None = None
+    """The run's ``env.json`` (:mod:`fedgo_flwr.experiment.provenance`; ``None``: none)."""
+    fingerprint: str | None = None
+    """:func:`~fedgo_flwr.experiment.provenance.config_fingerprint` of ``config`` (``None``:
+    no ``config.yaml``)."""
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """Rounds and finite values of metric ``key``."""
@@ -78,6 +112,20 @@ class Run:
 
     def accuracies(self) -> list[float]:
         return self.series("test_accuracy")[1]
+
+    def trained_accuracies(self) -> list[float]:
+        """Test accuracy of the rounds after round 0 (the model before any training)."""
+        return [y for x, y in zip(*self.series("test_accuracy"), strict=True) if x > 0]
+
+    def wall_time(self) -> tuple[float | None, str]:
+        """The run's whole time in seconds and where it comes from: ``summary.json``'s
+        ``total_time``, or for a run without one (unfinished) the last row's ``elapsed``."""
+        total = self.summary.get("total_time")
+        if _finite(total):
+            return float(total), "total_time"
+        if self.rows and _finite(self.rows[-1].get("elapsed")):
+            return float(self.rows[-1]["elapsed"]), "elapsed"
+        return None, ""
 
 
 def _finite(value: Any) -> bool:
@@ -105,6 +153,7 @@ def load_run(path: Path, label_by: str = "dir") -> Run:
                 raise ValueError(f"{metrics}:{n}: no integer 'round'")
             rows.append(row)
     summary = _read_json(path / "summary.json") or {}
+    env = _read_json(path / ENV_FILE)
     partition = _read_json(path / "partition.json")
     _check_partition(path / "partition.json", partition)
     config = {}
@@ -124,11 +173,12 @@ def load_run(path: Path, label_by: str = "dir") -> Run:
     seed = config.get("seed")
     if seed is not None and not _integer(seed):
         raise ValueError(f"{path / 'config.yaml'}: seed {seed!r} is not an integer")
-    match = SEED_SUFFIX.search(path.name)
+    match = SEED_SUFFIX.search(path.name) or SWEEP_RUN.fullmatch(path.name)
     if seed is None and match:
         seed = int(match.group(1))
     label = strategy if label_by == "strategy" else SEED_SUFFIX.sub("", _run_name(path))
-    return Run(path, label, strategy, seed, rows, summary, partition, config)
+    fingerprint = config_fingerprint(config) if config else None
+    return Run(path, label, strategy, seed, rows, summary, partition, config, env, fingerprint)
 
 
 def _integer(value: Any) -> bool:
@@ -163,8 +213,9 @@ def _check_partition(path: Path, partition: Any) -> None:
 
 def _run_name(path: Path) -> str:
     """The folder's name, or for a dated run folder ``outputs/<name>/<date-time>`` (or its
-    ``latest`` link) the experiment's: the runs of one experiment form one group."""
-    if path.name == LATEST or is_run_stamp(path.name):
+    ``latest`` link) the experiment's, for a sweep's ``<out>/<variant>/seed<N>`` the
+    variant's: the runs of one experiment share a name."""
+    if path.name == LATEST or is_run_stamp(path.name) or SWEEP_RUN.fullmatch(path.name):
         return path.absolute().parent.name
     return path.name
 
@@ -183,21 +234,32 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return value
 
 
+def _runs_in(folder: Path) -> list[Path]:
+    """The run folders directly inside ``folder``, sorted (a ``latest`` link is not one)."""
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if (p / "metrics.jsonl").is_file() and not (p.name == LATEST and p.is_symlink())
+    )
+
+
 def find_runs(paths: Iterable[Path]) -> list[Path]:
-    """Each path if it is a run folder, else the run folders directly inside it (sorted; an
-    experiment's ``latest`` link is not counted again)."""
+    """Each path if it is a run folder, else the run folders directly inside it, else those
+    one level further down (a sweep's ``<out>``, ``outputs/``); sorted, an experiment's
+    ``latest`` link not counted again."""
     found = []
     for path in paths:
         if (path / "metrics.jsonl").is_file():
             found.append(path)
         elif path.is_dir():
-            inner = sorted(
-                p
-                for p in path.iterdir()
-                if (p / "metrics.jsonl").is_file() and not (p.name == LATEST and p.is_symlink())
-            )
+            inner = _runs_in(path)
             if not inner:
-                raise ValueError(f"{path}: neither a run folder nor a folder of runs")
+                subs = sorted(p for p in path.iterdir() if p.is_dir() and p.name != LATEST)
+                inner = [run for sub in subs for run in _runs_in(sub)]
+            if not inner:
+                raise ValueError(
+                    f"{path}: neither a run folder nor a folder of runs (nor of such folders)"
+                )
             found.extend(inner)
         else:
             raise ValueError(f"{path}: no such folder")
@@ -205,13 +267,10 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 
 
 def group_runs(runs: Sequence[Run]) -> dict[str, list[Run]]:
-    """Runs by label, in the order labels first appear; each group sorted by seed."""
-    groups: dict[str, list[Run]] = {}
-    for run in runs:
-        groups.setdefault(run.label, []).append(run)
-    for members in groups.values():
-        members.sort(key=lambda r: (r.seed is None, r.seed or 0))
-    return groups
+    """The runs of each experiment by label (:func:`fedgo_flwr.experiment.report_groups.arrange`:
+    runs of different configs never share a group, a seed counts once), in the order labels
+    first appear; each group sorted by seed."""
+    return arrange(runs).groups
 
 
 def rounds_to_target(run: Run, target: float) -> int | None:
@@ -227,87 +286,179 @@ def _total(run: Run, key: str) -> float | None:
     return sum(values) if values else None
 
 
-def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+def _mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample sd (``None`` below two values: one seed has no spread to show)."""
     if not values:
-        return math.nan, math.nan
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+        return math.nan, None
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def _span(values: Sequence[int]) -> str:
+    low, high = min(values, default=0), max(values, default=0)
+    return str(low) if low == high else f"{low}-{high}"
 
 
 def summary_rows(groups: dict[str, list[Run]], target: float | None) -> list[dict[str, Any]]:
-    """One row per group: mean and sd over its runs of each summary figure."""
+    """One row per group: the seeds, mean and sd over its runs of each summary figure, where
+    its wall times come from, and its provenance (config fingerprint, commits, versions)."""
     out = []
     for label, runs in groups.items():
-        accs = [r.accuracies() for r in runs]
-        accs = [a for a in accs if a]
-        row: dict[str, Any] = {"label": label, "strategy": runs[0].strategy, "runs": len(runs)}
+        accs = [a for a in (r.trained_accuracies() for r in runs) if a]
+        seeds = [str(r.seed) for r in runs if r.seed is not None]
+        row: dict[str, Any] = {
+            "label": label,
+            "strategy": runs[0].strategy,
+            "n": len(runs),
+            "seeds": " ".join(seeds) + " ?" * (len(runs) - len(seeds)),
+        }
+        walls = [w for w in (r.wall_time() for r in runs) if w[0] is not None]
         figures = {
             "final": [a[-1] for a in accs],
             "best": [max(a) for a in accs],
-            "last10": [statistics.fmean(a[-10:]) for a in accs],
-            "wall_s": [
-                float(r.rows[-1]["elapsed"])
-                for r in runs
-                if r.rows and _finite(r.rows[-1].get("elapsed"))
-            ],
+            "last10": [statistics.fmean(a[-LAST_K:]) for a in accs],
+            "wall_s": [w for w, _ in walls],
         }
         for key in ("bytes_down", "bytes_up"):
             totals = [_total(r, key) for r in runs]
             figures[key] = [t for t in totals if t is not None]
         for key, values in figures.items():
             row[f"{key}_mean"], row[f"{key}_sd"] = _mean_sd(values)
+        row["last_k"] = _span([min(LAST_K, len(a)) for a in accs])
+        unfinished = sum(source == "elapsed" for _, source in walls)
+        row["wall_s_from"] = (
+            "total_time"
+            if not unfinished
+            else f"last round's elapsed ({unfinished} unfinished of {len(walls)})"
+        )
         if target is not None:
             reached = [t for t in (rounds_to_target(r, target) for r in runs) if t is not None]
             row["target"] = target
             row["rounds_to_target_mean"] = statistics.fmean(reached) if reached else math.nan
             row["reached"] = len(reached)
+        prints = list(dict.fromkeys(r.fingerprint or "unknown (no config.yaml)" for r in runs))
+        row["config_fingerprint"] = (
+            prints[0]
+            if len(prints) == 1
+            else ", ".join(prints) + " (alike but for own-seed paths and keys added since)"
+        )
+        row["commits"] = group_commits(runs)
+        row["versions"] = group_versions(runs)
         out.append(row)
     return out
 
 
-def _fmt(mean: float, sd: float, scale: float = 1.0, digits: int = 1) -> str:
+def _fmt(mean: float, sd: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    """``mean ± sd``; the mean alone when there is no sd (one value)."""
     if math.isnan(mean):
         return "-"
+    if sd is None:
+        return f"{mean * scale:.{digits}f}"
     return f"{mean * scale:.{digits}f} ± {sd * scale:.{digits}f}"
+
+
+TABLE_NOTE = (
+    "Test accuracy in %: mean ± sample sd over a row's seeds (n); a row of one seed shows its "
+    "value and no interval. A row is the runs of one configuration (its fingerprint under "
+    "Provenance): runs whose configs differ are never averaged. final, best and last-10 (the "
+    "mean of the last 10 evaluated rounds; last k where a run has fewer) count the rounds after "
+    "round 0, the model before training. wall s: each run's whole time, summary.json's "
+    "total_time{star}.\n"
+)
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The summary rows as a Markdown table (accuracies in %, bytes in MB)."""
     target = any("target" in r for r in rows)
-    head = ["label", "runs", "final acc", "best acc", "last-10 acc", "wall s", "MB down", "MB up"]
+    head = ["label", "n", "seeds", "final acc", "best acc", "last-10 acc", "wall s"]
+    head += ["MB down", "MB up"]
     if target:
         head.append(f"rounds to {rows[0]['target']:.0%}")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
+        last = _fmt(r["last10_mean"], r["last10_sd"], 100)
+        if r["last_k"] not in ("0", str(LAST_K)):
+            last += f" (last {r['last_k']})"
+        wall = _fmt(r["wall_s_mean"], r["wall_s_sd"], 1, 0)
+        if r["wall_s_from"] != "total_time" and wall != "-":
+            wall += " *"
         cells = [
-            r["label"],
-            str(r["runs"]),
+            cell(r["label"]),
+            str(r["n"]),
+            cell(", ".join(r["seeds"].split())) or "-",
             _fmt(r["final_mean"], r["final_sd"], 100),
             _fmt(r["best_mean"], r["best_sd"], 100),
-            _fmt(r["last10_mean"], r["last10_sd"], 100),
-            _fmt(r["wall_s_mean"], r["wall_s_sd"], 1, 0),
+            last,
+            wall,
             _fmt(r["bytes_down_mean"], r["bytes_down_sd"], 1e-6),
             _fmt(r["bytes_up_mean"], r["bytes_up_sd"], 1e-6),
         ]
         if target:
             m = r["rounds_to_target_mean"]
-            cells.append("-" if math.isnan(m) else f"{m:.1f} ({r['reached']}/{r['runs']})")
+            cells.append("-" if math.isnan(m) else f"{m:.1f} ({r['reached']}/{r['n']})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write_metrics_csv(runs: Sequence[Run], path: Path) -> None:
+def markdown_report(rows: list[dict[str, Any]], arranged: Arrangement) -> str:
+    """``table.md``: what the figures are, the table, the names split into several rows, the
+    runs left out, and each row's provenance."""
+    unfinished = any(r["wall_s_from"] != "total_time" for r in rows)
+    star = "; * a run without it (unfinished): its last round's elapsed" if unfinished else ""
+    parts = [TABLE_NOTE.format(star=star), markdown_table(rows)]
+    if arranged.splits:
+        lines = ["## Not averaged together", ""]
+        for name, labels, keys in arranged.splits:
+            differ = ", ".join(f"`{k}`" for k in keys) or "strategy or config.yaml"
+            shown = ", ".join(f"'{cell(lb)}'" for lb in labels)
+            lines.append(
+                f"- '{cell(name)}': {len(labels)} configurations ({shown}); they "
+                f"differ in {cell(differ)}"
+            )
+        parts.append("\n".join(lines) + "\n")
+    if arranged.left_out:
+        lines = ["## Left out", ""]
+        lines += [f"- {cell(run.path)}: {cell(why)}" for run, why in arranged.left_out]
+        parts.append("\n".join(lines) + "\n")
+    lines = [
+        "## Provenance",
+        "",
+        "From each run's config.yaml and env.json (unknown: a run without one).",
+        "",
+        "| label | config fingerprint | commit | versions |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {cell(r['label'])} | {r['config_fingerprint']} | {cell(r['commits'])} "
+        f"| {cell(r['versions'])} |"
+        for r in rows
+    ]
+    parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+def write_metrics_csv(runs: Sequence[Run], path: Path, left_out: Sequence[tuple] = ()) -> None:
+    """Every row of every run, with its run, label and seed; ``left_out`` runs (a seed run
+    twice) too, with why in ``left_out``."""
+    why_of = {id(run): why for run, why in left_out}
+    every = [*runs, *(run for run, _ in left_out)]
     keys: list[str] = []
-    for run in runs:
+    for run in every:
         for row in run.rows:
             keys.extend(k for k in row if k not in keys)
     fh = io.StringIO(newline="")
     writer = csv.writer(fh)
-    writer.writerow(["run", "label", "seed", *keys])
-    for run in runs:
+    writer.writerow(["run", "label", "seed", "left_out", *keys])
+    for run in every:
         for row in run.rows:
             values = [row.get(k) for k in keys]
             writer.writerow(
-                [run.path.name, run.label, run.seed, *["" if v is None else v for v in values]]
+                [
+                    run.path.name,
+                    run.label,
+                    run.seed,
+                    why_of.get(id(run), ""),
+                    *["" if v is None else v for v in values],
+                ]
             )
     atomic_write_text(path, fh.getvalue())
 
@@ -326,17 +477,36 @@ def report(
 ) -> list[Path]:
     """Write every file of the report for the runs under ``paths``; returns what it wrote."""
     runs = [load_run(p, label_by) for p in find_runs(paths)]
-    groups = group_runs(runs)
+    arranged = arrange(runs)
+    groups = arranged.groups
+    for note in arranged.notes:
+        print(f"fedgo-flwr report: {note}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     plot_accuracy(groups, out / "accuracy.png")
-    write_metrics_csv(runs, out / "metrics.csv")
+    kept = [r for g in groups.values() for r in g]
+    write_metrics_csv(kept, out / "metrics.csv", arranged.left_out)
     rows = summary_rows(groups, target)
-    atomic_write_text(out / "table.md", markdown_table(rows))
+    atomic_write_text(out / "table.md", markdown_report(rows, arranged))
     write_table_csv(rows, out / "table.csv")
     written += [out / n for n in ("accuracy.png", "metrics.csv", "table.md", "table.csv")]
-    written += plot_partitions(groups, out)
+    written += plot_partitions(groups, out, _partition_name)
     return written
+
+
+def _partition_name(path: Path, written: Sequence[Path]) -> str:
+    """The run folder's name, with its experiment's or variant's in front when the folder is
+    named by a time or a seed (``default-2026-12-01_10-00-00``, ``fedavg-seed0``), and ``-2``,
+    ``-3`` ... when a partition file of that name is already written."""
+    name = path.name
+    if is_run_stamp(name) or SWEEP_RUN.fullmatch(name):
+        name = f"{path.absolute().parent.name}-{name}"
+    taken = {p.name for p in written}
+    unique, n = name, 1
+    while f"partition-{unique}.png" in taken:
+        n += 1
+        unique = f"{name}-{n}"
+    return unique
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -352,7 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--label",
         choices=("dir", "strategy"),
         default="dir",
-        help="group runs by folder name (without -seedN) or by strategy",
+        help="name groups by folder (without -seedN; a sweep's variant) or by strategy; "
+        "runs of different configs are never averaged either way",
     )
     args = parser.parse_args(argv)
     if args.target is not None and not 0 < args.target <= 1:

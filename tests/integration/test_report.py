@@ -107,9 +107,19 @@ def test_report_of_several_strategies_and_seeds(tmp_path, capsys):
     ]
     assert float(table["fedavg"]["final_mean"]) == pytest.approx(statistics.fmean(finals))
     assert float(table["fedavg"]["final_sd"]) == pytest.approx(statistics.stdev(finals))
-    assert int(table["feddf"]["runs"]) == 2 and table["feddf"]["reached"] == "2"
+    assert table["feddf"]["n"] == "2" and table["feddf"]["reached"] == "2"
+    assert table["fedavg"]["seeds"] == "0 1" and table["fedavg"]["wall_s_from"] == "total_time"
+    walls = [
+        json.loads((runs / f"fedavg-seed{s}" / "summary.json").read_text())["total_time"]
+        for s in (0, 1)
+    ]
+    assert float(table["fedavg"]["wall_s_mean"]) == pytest.approx(statistics.fmean(walls))
+    env = json.loads((runs / "fedavg-seed0" / "env.json").read_text())
+    assert table["fedavg"]["config_fingerprint"] == env["config_fingerprint"]
+    assert table["fedavg"]["commits"].startswith((env["git"]["commit"] or "no git")[:10])
     text = (out / "table.md").read_text()
-    assert "| fedavg | 2 |" in text and "rounds to 5%" in text
+    assert "| fedavg | 2 | 0, 1 |" in text and "rounds to 5%" in text
+    assert "## Provenance" in text and "## Not averaged together" not in text
     assert str(out / "accuracy.png") in capsys.readouterr().out
 
 
@@ -152,7 +162,7 @@ def test_the_report_replaces_a_planted_link_and_never_writes_through_it(tmp_path
     for name in REPORT_FILES:
         assert (victims / name).read_text() == f"precious {name}\n"
         assert (out / name).is_file() and not (out / name).is_symlink()
-    assert "| a | 1 | 10.0 ± 0.0 |" in (out / "table.md").read_text()
+    assert "| a | 1 | 0 | 10.0 | 10.0 | 10.0 (last 1) |" in (out / "table.md").read_text()
     image_ok(out / "accuracy.png")
     assert sorted(p.name for p in out.iterdir()) == sorted(REPORT_FILES)  # no temp file left
     assert str(out / "table.md") in capsys.readouterr().out
@@ -175,6 +185,9 @@ def test_the_report_replaces_a_planted_link_and_never_writes_through_it(tmp_path
         ("config.yaml", "a: [\n", "config.yaml:2: not YAML"),
         ("config.yaml", "seed: abc\n", "config.yaml: seed 'abc' is not an integer"),
         ("config.yaml", "strategy: fedavg\nseed: 0\n", None),  # no mapping: the name is "?"
+        ("env.json", "[]", "env.json: a JSON array, not an object"),
+        ("env.json", "{bad", "env.json: not JSON"),
+        ("env.json", '{"git": "x", "packages": [1]}', None),  # shown as unknown
     ],
 )
 def test_a_bad_run_file_is_one_error_naming_it(tmp_path, capsys, file, text, problem):
@@ -199,3 +212,29 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys):
     assert report_main([str(run_dir), "--out", str(tmp_path / "report")]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.startswith("fedgo-flwr report: ") and "too long" in err
+
+
+def test_report_of_one_experiment_run_with_other_rounds_and_a_seed_again(tmp_path, capsys):
+    """``outputs/default`` as a user leaves it: two seeds of 2 rounds, one run of 1 round, and
+    seed 0 of 2 rounds run again. Two rows, named by the key that differs; seed 0 counted
+    once (the newer run); the 1-round row one seed without an interval."""
+    parent = tmp_path / "outputs" / "default"
+    stamps = [f"2026-01-01_00-00-0{i}" for i in range(4)]
+    finals = {}
+    for stamp, overrides in zip(
+        stamps, (["seed=0"], ["seed=1"], ["seed=0", "rounds=1"], ["seed=0"]), strict=True
+    ):
+        rows = run(parent / stamp, *overrides)
+        finals[stamp] = rows[-1]["test_accuracy"]
+    out = tmp_path / "report"
+    assert report_main([str(parent), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    table = {r["label"]: r for r in csv.DictReader(open(out / "table.csv"))}
+    assert set(table) == {"default (rounds=2)", "default (rounds=1)"}
+    two, one = table["default (rounds=2)"], table["default (rounds=1)"]
+    assert (two["n"], two["seeds"]) == ("2", "0 1")
+    kept = [finals[stamps[3]], finals[stamps[1]]]  # seed 0's newer run, seed 1
+    assert float(two["final_mean"]) == pytest.approx(statistics.fmean(kept))
+    assert (one["n"], one["final_sd"], one["last_k"]) == ("1", "", "1")
+    assert "(they differ in rounds)" in err
+    assert f"{parent / stamps[0]}: left out: seed 0 again in 'default (rounds=2)'" in err

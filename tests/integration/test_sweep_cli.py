@@ -71,6 +71,11 @@ def test_a_sweep_runs_resumes_and_tabulates_its_runs(tmp_path, capsys) -> None:
         assert by[name]["per_seed"] == {"0": values[0], "1": values[1]}
         assert by[name]["n"] == 2 and by[name]["mean"] == pytest.approx(statistics.mean(values))
         assert by[name]["sd"] == pytest.approx(statistics.stdev(values))
+        # provenance: the commit of every run's env.json (carried by the archive too)
+        envs = [json.loads((out / name / f"seed{s}" / "env.json").read_text()) for s in (0, 1)]
+        commit = envs[0]["git"]["commit"]
+        short = commit[:10] + ("+dirty" if envs[0]["git"]["dirty"] else "") if commit else "no git"
+        assert by[name]["commits"] == {short: [0, 1]}
     (pair,) = table["paired"]
     assert (pair["variant"], pair["baseline"], pair["seeds"]) == ("lr", "fedavg", [0, 1])
     assert pair["diffs"] == pytest.approx([final["lr", s] - final["fedavg", s] for s in (0, 1)])

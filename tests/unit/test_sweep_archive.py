@@ -17,6 +17,7 @@ def _run(folder, final: float, finished: bool = True) -> None:
     (folder / "metrics.jsonl").write_text(json.dumps({"round": 1, "test_accuracy": final}) + "\n")
     (folder / "checkpoint.pt").write_bytes(b"\0" * 64)
     (folder / "run.log").write_text("log\n")
+    (folder / "env.json").write_text(json.dumps({"git": {"commit": "a" * 40, "dirty": False}}))
     if finished:
         (folder / "summary.json").write_text(json.dumps({"final_accuracy": final}))
 
@@ -41,7 +42,7 @@ def test_finished_runs_records_go_elsewhere_and_come_back(tmp_path) -> None:
     assert restore(archive, elsewhere) == ["fedavg/seed100", "feddf.v2/seed101"]
     for run in ("fedavg/seed100", "feddf.v2/seed101"):
         assert sorted(p.name for p in (elsewhere / run).iterdir()) == sorted(RECORDS)
-        for name in ("metrics.jsonl", "summary.json"):
+        for name in ("metrics.jsonl", "summary.json", "env.json"):
             assert (elsewhere / run / name).read_bytes() == (out / run / name).read_bytes()
         # the machine's folder is not kept: the run's place in --out instead
         assert str(tmp_path) in (out / run / "config.yaml").read_text()
@@ -176,6 +177,7 @@ def _files_under(folder) -> list[str]:
         (_special("a/seed0/config.yaml", tarfile.FIFOTYPE), "a named pipe"),
         (("ok/seed0/summary.json", b"[1, 2]"), "not a JSON object"),
         (("ok/seed0/summary.json", b"{bad"), "cannot be read"),
+        (("ok/seed0/env.json", b'"a string"'), "not a JSON object"),
         (("ok/seed0/config.yaml", b"- a list\n"), "not a YAML mapping"),
         (("ok/seed0/metrics.jsonl", b'{"round": 0}\n[1]\n'), "line 2 is not a JSON object"),
         (("ok/seed0/metrics.jsonl", b'{"round": "1"}\n'), "line 1 is not a JSON object"),
@@ -287,6 +289,25 @@ def test_the_sweep_refuses_a_planted_link_at_a_run_folder(tmp_path, capsys) -> N
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"{out / 'default' / 'seed1'} is a symbolic link" in err
     assert list(victim.iterdir()) == []
+
+
+def test_the_sweep_refuses_a_planted_link_at_a_runs_env_json(tmp_path, capsys) -> None:
+    """The table reads each run's env.json: a link there is refused, never read through."""
+    from helpers import ROOT
+
+    from fedgo_flwr.app.sweep import __main__ as cli
+
+    out, secret = tmp_path / "out", tmp_path / "secret.json"
+    secret.write_text('{"git": {"commit": "' + "f" * 40 + '"}}')
+    _run(out / "default" / "seed1", 0.5)
+    (out / "default" / "seed1" / "env.json").unlink()
+    (out / "default" / "seed1" / "env.json").symlink_to(secret)
+    argv = [str(ROOT / "conf" / "default.yaml"), "--seeds", "1", "--out", str(out)]
+    assert cli.main([*argv, "--table-only"]) == 2
+    err = capsys.readouterr().err
+    link = out / "default" / "seed1" / "env.json"
+    assert "Traceback" not in err and f"{link} is a symbolic link" in err
+    assert not (out / "table.md").exists()
 
 
 def test_an_archive_spoiled_during_the_sweep_is_said_and_the_runs_go_on(

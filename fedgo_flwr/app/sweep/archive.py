@@ -6,10 +6,12 @@ holds into ``<out>/<variant>/seed<N>/`` (unless that folder already holds a fini
 **packs** the records of every finished run in ``out`` into the archive each time a run
 finishes. The records are what the table and the resume check read, and nothing else: the
 run's ``config.yaml`` (compared with the variant's configuration as for any finished run),
-``metrics.jsonl`` (curves) and ``summary.json`` (the final metric; it marks a run finished).
-Checkpoints and logs stay out, so the archive of a benchmark can be committed beside its table
-(a few KB a run); the ``output_dir`` line of ``config.yaml`` (this machine's absolute folder,
-which the resume check ignores) is kept as the run's place in ``--out``, ``<variant>/seed<N>``.
+``metrics.jsonl`` (curves), ``summary.json`` (the final metric; it marks a run finished) and
+``env.json`` (the commit and package versions it ran with, for the table's provenance; a run
+made before runs wrote one has none). Checkpoints and logs stay out, so the archive of a
+benchmark can be committed beside its table (a few KB a run); the ``output_dir`` line of
+``config.yaml`` (this machine's absolute folder, which the resume check ignores) is kept as the
+run's place in ``--out``, ``<variant>/seed<N>``.
 A restored run is skipped like a finished one; to run it again, delete its folder and its entry
 in the archive (or the archive).
 
@@ -20,9 +22,9 @@ archive is restored (the runs it holds stay in it; fix or replace it and run aga
 - a name other than ``<variant>/seed<N>/<record>`` (an absolute name, a ``..`` or ``.``
   component: it would leave ``--out``);
 - a member that is not a regular file (a link, a device, a folder), a record named twice;
-- a run without a summary, and a record that is not what a run writes: ``summary.json`` not a
-  JSON object, a ``metrics.jsonl`` line not a JSON object (its ``round``, if any, an integer),
-  ``config.yaml`` not a YAML mapping.
+- a run without a summary, and a record that is not what a run writes: ``summary.json`` or
+  ``env.json`` not a JSON object, a ``metrics.jsonl`` line not a JSON object (its ``round``,
+  if any, an integer), ``config.yaml`` not a YAML mapping.
 
 Nothing is written through a link in ``--out`` either: a symbolic link at any part of a
 restored run's path below ``--out`` (planted there, e.g. ``<out>/fedavg -> /elsewhere``)
@@ -48,7 +50,7 @@ from fedgo_flwr.app.sweep.table import SUMMARY
 from fedgo_flwr.app.sweep.variants import NAME
 from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_bytes, path_inside
 
-RECORDS = ("config.yaml", "metrics.jsonl", SUMMARY)
+RECORDS = ("config.yaml", "metrics.jsonl", SUMMARY, "env.json")
 """The files of a finished run that the archive keeps."""
 
 _MEMBER = re.compile(rf"(?P<run>(?:{NAME.pattern})/seed\d+)/(?P<file>[^/]+)")
@@ -84,7 +86,7 @@ def _record_problem(name: str, data: bytes) -> str | None:
     them), or ``None``."""
     try:
         text = data.decode()
-        if name == SUMMARY:
+        if name in (SUMMARY, "env.json"):
             if not isinstance(json.loads(text), dict):
                 return "is not a JSON object"
         elif name == "config.yaml":

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 """The repository: first on the children's ``PYTHONPATH``."""
 
 LOG = "run.log"
-CHECKED = (LOG, SUMMARY, "config.yaml", "metrics.jsonl")
+CHECKED = (LOG, SUMMARY, "config.yaml", "metrics.jsonl", "env.json")
 """A run's files that the sweep itself writes or reads: none may be a link (nor their folders)."""
 
 

@@ -6,7 +6,10 @@ seeds it finished, the final metric per seed (its value in the last round that h
 mean, the 95% t interval and the sample sd (:func:`fedgo_flwr.app.sweep.stats.summarize`); per
 variant other than the baseline the paired differences against it on the seeds both finished
 (:func:`fedgo_flwr.app.sweep.stats.paired`); and the runs left out: missing (not finished),
-failed, or finished under another configuration (``excluded``). ``curves.png``
+failed, or finished under another configuration (``excluded``); and the commits and package
+versions the runs used, per variant, from each run's ``env.json``
+(:mod:`fedgo_flwr.experiment.provenance`; ``unknown`` without one), a variant whose runs used
+several commits named as such. ``curves.png``
 (:func:`fedgo_flwr.experiment.plots.plot_curves`): the metric's mean per round with its 95%
 band, one line per variant, titled with the runs' setting.
 """
@@ -17,11 +20,14 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 from fedgo_flwr.app.sweep.seeds import SeedSet
 from fedgo_flwr.app.sweep.stats import LEVEL, finite, paired, summarize
 from fedgo_flwr.app.sweep.variants import Variant
 from fedgo_flwr.experiment.plots import plot_curves
+from fedgo_flwr.experiment.provenance import ENV_FILE
+from fedgo_flwr.experiment.report_groups import cell, commits, versions
 from fedgo_flwr.runtime.fileio import atomic_write_text
 
 SUMMARY = "summary.json"
@@ -56,6 +62,26 @@ def curve(rows: Sequence[Mapping], metric: str) -> dict[int, float]:
     }
 
 
+def provenance(folder: Path) -> tuple[list[str], list[str]]:
+    """The commits and the package versions a run's starts used, from its ``env.json``
+    (``["unknown"]`` each when it has none, or one that is not a JSON object)."""
+    try:
+        env = json.loads((folder / ENV_FILE).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        env = None
+    run = SimpleNamespace(env=env if isinstance(env, dict) else None)
+    return commits(run), versions(run)
+
+
+def _by_seed(per_seed: Mapping[int, Sequence[str]]) -> dict[str, list[int]]:
+    """``{seed: [value, ...]}`` as ``{value: [seed, ...]}``, in first-seen order."""
+    out: dict[str, list[int]] = {}
+    for seed, values in per_seed.items():
+        for value in values:
+            out.setdefault(value, []).append(seed)
+    return out
+
+
 def _clean(value):
     """JSON-safe: NaN and infinities as ``None``, recursively."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -83,6 +109,7 @@ def build_table(
     entries, left_out = [], []
     for v in variants:
         per_seed: dict[int, float | None] = {}
+        used: dict[int, tuple[list[str], list[str]]] = {}
         rows_of[v.name] = {}
         for seed in seed_set.seeds:
             folder = run_dir(out, v.name, seed)
@@ -95,6 +122,7 @@ def build_table(
             rows = read_rows(folder / METRICS)
             rows_of[v.name][seed] = rows
             per_seed[seed] = final_value(rows, metric)
+            used[seed] = provenance(folder)
         s = summarize(per_seed.values())
         entries.append(
             {
@@ -103,6 +131,8 @@ def build_table(
                 "seeds_missing": [x for x in seed_set.seeds if x not in per_seed],
                 "seeds_not_finite": [x for x, y in per_seed.items() if not finite(y)],
                 "per_seed": {str(k): y for k, y in per_seed.items()},
+                "commits": _by_seed({k: c for k, (c, _) in used.items()}),
+                "versions": _by_seed({k: vs for k, (_, vs) in used.items()}),
                 **s.to_dict(),
             }
         )
@@ -226,7 +256,41 @@ def markdown(table: Mapping) -> str:
     if table["left_out"]:
         lines += ["", "## Runs left out", ""]
         lines += [f"- {x['variant']} seed {x['seed']}: {x['why']}" for x in table["left_out"]]
+    lines += _provenance_lines(table["variants"])
     return "\n".join(lines) + "\n"
+
+
+def _used(by_value: Mapping[str, Sequence[int]], kind: str) -> str:
+    """One value, or ``N commits: a (seeds 0, 1); b (seed 2)``."""
+    if len(by_value) == 1:
+        return cell(next(iter(by_value)))
+    return f"**{len(by_value)} {kind}**: " + "; ".join(
+        f"{cell(value)} (seed {', '.join(map(str, seeds))})" for value, seeds in by_value.items()
+    )
+
+
+def _provenance_lines(entries: Sequence[Mapping]) -> list[str]:
+    """The Provenance section: per variant the commits and versions its finished runs used
+    (from their ``env.json``); a variant of several commits says so."""
+    entries = [e for e in entries if e.get("commits")]
+    if not entries:
+        return []
+    lines = [
+        "",
+        "## Provenance",
+        "",
+        "From each finished run's env.json (unknown: a run without one; +dirty: uncommitted "
+        "changes).",
+        "",
+        "| variant | commit | versions |",
+        "|---|---|---|",
+    ]
+    for e in entries:
+        lines.append(
+            f"| {e['name']} | {_used(e['commits'], 'commits')} "
+            f"| {_used(e['versions'], 'sets of versions')} |"
+        )
+    return lines
 
 
 def write_table(table: Mapping, out: Path) -> dict[str, Path]:
