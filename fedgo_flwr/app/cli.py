@@ -33,6 +33,7 @@ from fedgo_flwr.experiment.config import (
     ConfigError,
     DataConfig,
     ExperimentConfig,
+    config_and_overrides,
     resolve_config_path,
 )
 from fedgo_flwr.experiment.recorder import decide_output_dir, resolve_output_dir
@@ -45,9 +46,10 @@ CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    config, given = config_and_overrides(args.config, args.overrides)
     try:
-        cfg = load_experiment(args.config, args.overrides)
-        config_path = resolve_config_path(args.config)
+        cfg = load_experiment(config, given)
+        config_path = resolve_config_path(config)
         preflight(cfg)
         check_simulation_devices(cfg)
         supernodes = args.supernodes or cfg.data.num_clients
@@ -60,7 +62,7 @@ def _prepare(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    overrides = [*args.overrides, f"output_dir={json.dumps(cfg.output_dir)}"]
+    overrides = [*given, f"output_dir={json.dumps(cfg.output_dir)}"]
     toml = (
         f"config = {json.dumps(str(config_path))}\n"
         f"overrides = {json.dumps(' '.join(_quote(o) for o in overrides))}\n"
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.app.cli")
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="validate a config and write the Flower run config")
-    prep.add_argument("config")
+    prep.add_argument("config", help="the YAML file (a first key=value: conf/default.yaml's)")
     prep.add_argument("overrides", nargs="*", help="dotted.key=value")
     prep.add_argument("--run-toml", required=True)
     prep.add_argument(

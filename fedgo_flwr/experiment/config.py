@@ -48,6 +48,7 @@ from fedgo_flwr.experiment.names import (
 from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
 
 __all__ = [
+    "DEFAULT_CONFIG",
     "ConfigError",
     "DataConfig",
     "EvalConfig",
@@ -58,6 +59,7 @@ __all__ = [
     "ResourcesConfig",
     "StrategyConfig",
     "TrainConfig",
+    "config_and_overrides",
     "load_config",
     "parse_override",
     "resolve_config_path",
@@ -321,6 +323,12 @@ class ExperimentConfig:
     checkpoint: bool = True
     resume: bool = False
     overwrite: bool = False
+    strict: bool = False
+    """Refuse, instead of dropping with a warning, every key of the configuration that the run
+    would not use: a parameter of another strategy (``strategy.mu`` with ``strategy.name:
+    fedavg``; without ``strict`` it is dropped with a WARNING, so that swapping
+    ``strategy.name`` stays a one-line change). A key that no strategy or section knows is an
+    error either way. The check only: it changes no result."""
     faults: list[FaultConfig] = field(default_factory=list)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -531,8 +539,31 @@ def _check_node(node: yaml.Node, key: str, depth: int, count: list[int]) -> None
             _check_node(value_node, dotted, depth + 1, count)
 
 
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """One line for a YAML syntax error: where (line, column and the line's text), what, and
+    what the parser was reading when it stopped (e.g. a list left open on an earlier line)."""
+    mark = getattr(exc, "problem_mark", None)
+    what = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        what += f" ({context} {_where(context_mark, text)})"
+    if mark is None:
+        return f"not valid YAML: {what}"
+    return f"not valid YAML {_where(mark, text)}: {what}"
+
+
+def _where(mark: Any, text: str) -> str:
+    """``at line L, column C ('the line')`` of a YAML mark (the line's text when it has one)."""
+    lines = text.splitlines()
+    shown = lines[mark.line].strip() if mark.line < len(lines) else ""
+    at = f"at line {mark.line + 1}, column {mark.column + 1}"
+    return f"{at} ({shown[:60]!r})" if shown else at
+
+
 def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
     if not path.is_file():
+        if chain:  # named by the 'base:' key of the file before it
+            raise ConfigError("base", str(path), "file not found", str(chain[-1]))
         raise ConfigError("config", str(path), "file not found")
     if path in chain:
         raise ConfigError("base", str(path), "circular 'base:' chain", str(chain[-1]))
@@ -546,7 +577,7 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any]
     try:
         raw = _load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigError("config", str(path), f"not valid YAML: {exc}") from None
+        raise ConfigError("config", str(path), _yaml_problem(exc, text)) from None
     except _Refused as exc:
         if exc.key is None:
             raise ConfigError("config", str(path), exc.problem) from None
@@ -567,12 +598,17 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any]
     return merged, sources
 
 
+OVERRIDE_KEY = re.compile(r"[A-Za-z_][\w.]*")
+"""The dotted key of an override ``key=value``."""
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """Split ``a.b=value`` into the dotted key and the YAML-parsed value."""
     key, sep, value = text.partition("=")
     key = key.strip()
-    if not sep or not key or not re.fullmatch(r"[A-Za-z_][\w.]*", key):
-        raise ConfigError("override", text, "expected dotted.key=value", "command line")
+    if not sep or not key or not OVERRIDE_KEY.fullmatch(key):
+        problem = "expected dotted.key=value (only the first argument names a config file)"
+        raise ConfigError("override", text, problem, "command line")
     try:
         parsed = _load_yaml(value, key) if value.strip() else None
     except yaml.YAMLError:
@@ -581,6 +617,26 @@ def parse_override(text: str) -> tuple[str, Any]:
         shown = value if exc.key is None else exc.value
         raise ConfigError(exc.key or key, shown, exc.problem, f"override '{text}'") from None
     return key, parsed
+
+
+DEFAULT_CONFIG = "conf/default.yaml"
+"""The experiment ``./run.sh`` and ``./run.sh --local`` run when no file is named."""
+
+
+def config_and_overrides(first: str | None, rest: Iterable[str] = ()) -> tuple[str, list[str]]:
+    """The config file and overrides of a command line ``[CONFIG.yaml] [k=v ...]``.
+
+    A first word that is no file but has the form ``key=value`` is an override of
+    :data:`DEFAULT_CONFIG` (``./run.sh rounds=3``), as a missing first word means it too.
+    """
+    rest = list(rest)
+    if first is None:
+        return DEFAULT_CONFIG, rest
+    if "=" in first and not Path(first).expanduser().is_file():
+        key = first.partition("=")[0].strip()
+        if OVERRIDE_KEY.fullmatch(key):
+            return DEFAULT_CONFIG, [first, *rest]
+    return first, rest
 
 
 def split_overrides(overrides: str | Iterable[str] | None) -> list[str]:
