@@ -182,7 +182,10 @@ EOF
   done
   # In the background, so that a TERM to this script is handled at once (bash runs traps only
   # between commands, and `wait` is one).
-  flwr run "$FLWR_HOME/app" fedgo --run-config "$run_toml" --federation-config "$federation" --stream &
+  # Flower's notice that its default number of simulated nodes changed is left out: the run
+  # sets its own (fedgo_flwr/app/noise.py, FLOWER_SUPERNODES_NOTICE).
+  flwr run "$FLWR_HOME/app" fedgo --run-config "$run_toml" --federation-config "$federation" \
+    --stream > >(grep --line-buffered -vF "default simulated SuperNodes changed from 10 to 2") &
   FLWR_PID=$!
   wait "$FLWR_PID" || status=$?
   FLWR_PID=""
