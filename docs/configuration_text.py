@@ -136,7 +136,8 @@ NOTES: dict[str, str] = {
     # strategy.name
     "StrategyConfig.name": "The server algorithm: a module of `strategies/` ({strategies}). "
     "Its own parameters sit beside it (`strategy.<key>`, below); parameters of other "
-    "strategies are ignored with a warning, so swapping `strategy.name` is a one-line change.",
+    "strategies are ignored with a warning, so swapping `strategy.name` is a one-line change "
+    "(`strict: true` makes them an error).",
     # FedDF family
     "FedDFConfig.weighting": "How the ensemble weighs each client on each sample: a method of "
     "the weighting registry (below; `fedgo` and `domain` need FedGO's discriminators).",
