@@ -99,6 +99,7 @@ def preflight(cfg: ExperimentConfig) -> None:
     - every ``path`` key of the strategy's parameters (``strategy.generator.path``,
       ``strategy.discriminator.path``) must name an existing file;
     - ``device: cuda:N`` needs a CUDA device N on this machine, ``mps`` Apple's MPS;
+    - ``logging.tensorboard`` and ``logging.mlflow`` need their package;
     - what the strategy needs of the whole experiment (:meth:`Strategy.preflight`, e.g. FedDF's
       and FedGO's server data, ``data.server_fraction > 0``);
     - with ``data.partition`` other than the default ``dirichlet``, that the split exists: it is
@@ -116,6 +117,12 @@ def preflight(cfg: ExperimentConfig) -> None:
             "tensorboard",
             importlib.util.find_spec("tensorboard") is not None,
             "the tensorboard package is not installed: pip install -e '.[tensorboard]'",
+        )
+    if cfg.logging.mlflow:
+        c.at("logging.", cfg.logging).require(
+            "mlflow",
+            importlib.util.find_spec("mlflow") is not None,
+            "the mlflow package is not installed: pip install -e '.[mlflow]'",
         )
     _check_paths(cfg.strategy.params, c.at("strategy.", cfg.strategy.params))
     cls = strategy_class(cfg.strategy.name)

@@ -208,9 +208,21 @@ class LoggingConfig:
     (needs the ``tensorboard`` package: ``pip install -e '.[tensorboard]'``)."""
 
     tensorboard: bool = False
+    mlflow: bool = False
+    """Track the run in MLflow (needs ``pip install -e '.[mlflow]'``): the resolved config as
+    params, every round's metrics (step = round), and at the end the summary and the run
+    folder (less checkpoints and client state) as artifacts, in the MLflow experiment named
+    ``name`` (:mod:`fedgo_flwr.experiment.tracking`). If MLflow fails during a run, a WARNING
+    says so and the run goes on untracked."""
+    mlflow_uri: str | None = None
+    """The MLflow tracking URI (a server ``http://host:5000``, ``sqlite:///path.db``); null:
+    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the folder of ``outputs/``, its
+    artifacts in ``mlartifacts/`` there (``mlflow ui --backend-store-uri
+    sqlite:///mlflow.db``)."""
 
     def check(self, c: Checker) -> None:
-        pass
+        if self.mlflow_uri is not None:
+            c.require("mlflow_uri", bool(self.mlflow_uri.strip()), "must not be empty (or null)")
 
 
 @dataclass
