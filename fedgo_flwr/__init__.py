@@ -16,8 +16,6 @@ Flower. They live in :mod:`fedgo_flwr.app.api` (and the config classes in
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = [
     "ConfigError",
     "ExperimentConfig",
@@ -28,7 +26,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """The API's names, imported on first use (a module ``__getattr__``, PEP 562)."""
     if name in ("ConfigError", "ExperimentConfig"):
         from fedgo_flwr.experiment import config
