@@ -339,7 +339,8 @@ class ExperimentConfig:
     """Refuse, instead of dropping with a warning, every key of the configuration that the run
     would not use: a parameter of another strategy (``strategy.mu`` with ``strategy.name:
     fedavg``; without ``strict`` it is dropped with a WARNING, so that swapping
-    ``strategy.name`` stays a one-line change). A key that no strategy or section knows is an
+    ``strategy.name`` stays a one-line change), and a key set that the strategy ignores
+    (``strategy.generator.steps`` for ``dafkd``). A key that no strategy or section knows is an
     error either way. The check only: it changes no result."""
     faults: list[FaultConfig] = field(default_factory=list)
     data: DataConfig = field(default_factory=DataConfig)
@@ -574,9 +575,10 @@ def _where(mark: Any, text: str) -> str:
 
 def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
     if not path.is_file():
+        problem = "a folder, not a YAML file" if path.is_dir() else "file not found"
         if chain:  # named by the 'base:' key of the file before it
-            raise ConfigError("base", str(path), "file not found", str(chain[-1]))
-        raise ConfigError("config", str(path), "file not found")
+            raise ConfigError("base", str(path), problem, str(chain[-1]))
+        raise ConfigError("config", str(path), problem)
     if path in chain:
         raise ConfigError("base", str(path), "circular 'base:' chain", str(chain[-1]))
     try:
@@ -697,4 +699,5 @@ def resolve_config_path(path: str | Path, search_dirs: Iterable[Path] = ()) -> P
     for directory in search_dirs:
         if (Path(directory) / candidate).is_file():
             return (Path(directory) / candidate).resolve()
-    raise ConfigError("config", str(path), "file not found")
+    problem = "a folder, not a YAML file" if candidate.is_dir() else "file not found"
+    raise ConfigError("config", str(path), problem)

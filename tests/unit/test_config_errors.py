@@ -122,8 +122,29 @@ def test_another_strategys_key_warns_by_default_and_strict_refuses_it(caplog, tm
         load_experiment(path)
 
 
+def test_strict_refuses_a_key_set_that_the_strategy_ignores(caplog):
+    """DaFKD trains no generator at the server: a ``strategy.generator.steps`` the config sets
+    warns, and with strict is refused; the inherited default (not set) is no error."""
+    overrides = ["strategy.name=dafkd", "strategy.generator.steps=5"]
+    with caplog.at_level(logging.WARNING):
+        load_experiment(CONF / "default.yaml", overrides)
+    assert "strategy.generator.steps ignored: dafkd trains no generator" in caplog.text
+    with pytest.raises(ConfigError) as info:
+        load_experiment(CONF / "default.yaml", [*overrides, "strict=true"])
+    assert info.value.key == "strategy.generator.steps" and info.value.value == 5
+    assert str(info.value).endswith("strict: true refuses it")
+    cfg = load_experiment(CONF / "default.yaml", ["strategy.name=dafkd", "strict=true"])
+    assert cfg.strategy.params.generator.steps > 0  # the default, not set: warned only
+
+
+def test_a_folder_named_as_config_is_said_to_be_one(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_experiment(tmp_path)
+    assert str(info.value) == f"config = '{tmp_path}': a folder, not a YAML file"
+
+
 def test_strict_accepts_a_config_whose_keys_are_all_used():
-    for name in ("default", "fedgo", "fedprox", "scaffold", "feddf"):
+    for name in ("default", "fedgo", "fedprox", "scaffold", "feddf", "dafkd"):
         cfg = load_experiment(CONF / f"{name}.yaml", ["strict=true"])
         assert cfg.strict
     assert not load_experiment(CONF / "default.yaml").strict  # opt-in
