@@ -209,16 +209,12 @@ class LoggingConfig:
 
     tensorboard: bool = False
     mlflow: bool = False
-    """Track the run in MLflow (needs ``pip install -e '.[mlflow]'``): the resolved config as
-    params, every round's metrics (step = round), and at the end the summary and the run
-    folder (less checkpoints and client state) as artifacts, in the MLflow experiment named
-    ``name`` (:mod:`fedgo_flwr.experiment.tracking`). If MLflow fails during a run, a WARNING
-    says so and the run goes on untracked."""
+    """Track the run in MLflow (``pip install -e '.[mlflow]'``; experiment ``name``): config as
+    params, every round's metrics, summary and run folder as artifacts; an MLflow failure is a
+    WARNING and the run goes on (:mod:`fedgo_flwr.experiment.tracking`)."""
     mlflow_uri: str | None = None
-    """The MLflow tracking URI (a server ``http://host:5000``, ``sqlite:///path.db``); null:
-    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the folder of ``outputs/``, its
-    artifacts in ``mlartifacts/`` there (``mlflow ui --backend-store-uri
-    sqlite:///mlflow.db``)."""
+    """The MLflow tracking URI (``http://host:5000``, ``sqlite:///path.db``); null:
+    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the folder of ``outputs/``."""
 
     def check(self, c: Checker) -> None:
         if self.mlflow_uri is not None:
@@ -553,16 +549,14 @@ def _check_node(node: yaml.Node, key: str, depth: int, count: list[int]) -> None
 
 
 def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
-    """One line for a YAML syntax error: where (line, column and the line's text), what, and
-    what the parser was reading when it stopped (e.g. a list left open on an earlier line)."""
+    """One line for a YAML syntax error: where (line, column, the line), what, and what the
+    parser was reading (e.g. a string left open on an earlier line)."""
     mark = getattr(exc, "problem_mark", None)
     what = " ".join(str(getattr(exc, "problem", None) or exc).split())
     context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
     if context and context_mark is not None:
         what += f" ({context} {_where(context_mark, text)})"
-    if mark is None:
-        return f"not valid YAML: {what}"
-    return f"not valid YAML {_where(mark, text)}: {what}"
+    return f"not valid YAML {_where(mark, text)}: {what}" if mark else f"not valid YAML: {what}"
 
 
 def _where(mark: Any, text: str) -> str:
@@ -638,18 +632,15 @@ DEFAULT_CONFIG = "conf/default.yaml"
 
 
 def config_and_overrides(first: str | None, rest: Iterable[str] = ()) -> tuple[str, list[str]]:
-    """The config file and overrides of a command line ``[CONFIG.yaml] [k=v ...]``.
-
-    A first word that is no file but has the form ``key=value`` is an override of
-    :data:`DEFAULT_CONFIG` (``./run.sh rounds=3``), as a missing first word means it too.
-    """
+    """The config file and overrides of a command line ``[CONFIG.yaml] [k=v ...]``: a first
+    word that is no file but ``key=value`` is an override of :data:`DEFAULT_CONFIG`
+    (``./run.sh rounds=3``), as no first word means that file too."""
     rest = list(rest)
     if first is None:
         return DEFAULT_CONFIG, rest
-    if "=" in first and not Path(first).expanduser().is_file():
-        key = first.partition("=")[0].strip()
-        if OVERRIDE_KEY.fullmatch(key):
-            return DEFAULT_CONFIG, [first, *rest]
+    key = first.partition("=")[0].strip() if "=" in first else ""
+    if OVERRIDE_KEY.fullmatch(key) and not Path(first).expanduser().is_file():
+        return DEFAULT_CONFIG, [first, *rest]
     return first, rest
 
 
