@@ -1,20 +1,65 @@
 #!/usr/bin/env bash
-# fedgo-flwr entry point. Sets up .venv on first use, then:
-#   ./run.sh [CONFIG.yaml] [dotted.key=value ...]   run an experiment as a Flower simulation
-#                                                   (results: outputs/<name>/<date-time>/)
-#   ./run.sh --local [CONFIG.yaml] [k=v ...]        the same in one process, no Ray (debugging)
-#   ./run.sh --tests [pytest args]                  run the test suite
-#   ./run.sh --setup                                only create/update .venv
-#   ./run.sh --report RUN_DIR... [--out DIR]        plots and tables of finished runs
-#   ./run.sh --sweep VARIANT... --seeds tuning|report [--baseline NAME] [--out DIR] [--archive F] [k=v ...]
-#                                                   variants x seeds: mean, 95% CI, paired tests
-# FEDGO_SUPERNODES=N simulates N nodes (default: one per client); each serves its share of the
-# clients in turn. Each run keeps its SuperLink's address, logs and configs in a Flower home of
-# its own, .flwr/run.XXXXXX (FEDGO_FLWR_HOMES=DIR: DIR/run.XXXXXX), removed after success.
-# The simulation runs on a SuperLink this script starts on a free local port and stops again
-# (by its process id) when the run ends; its dependencies come from .venv, never from a
-# per-run `uv sync`.
+# fedgo-flwr entry point: `./run.sh --help` says what it does (usage below).
 set -euo pipefail
+
+# Every mode and every environment variable this script, and the runs it starts, read
+# (tests/unit/test_run_help.py keeps the list complete).
+usage() {
+  cat <<'EOF'
+Usage: ./run.sh [MODE] [ARGS...]     (sets up .venv on first use, then runs MODE)
+
+Modes:
+  ./run.sh [CONFIG.yaml] [dotted.key=value ...]
+        Run one experiment as a Flower simulation. CONFIG defaults to conf/default.yaml;
+        a first argument key=value that is not a file is an override of that default.
+        Results in outputs/<name>/<date-time>/ (metrics.jsonl, summary.json, model.pt,
+        config.yaml, env.json, ...); outputs/<name>/latest links to the newest.
+        A bad key or value stops it before anything starts (exit 2, one line naming it).
+        Example: ./run.sh conf/fedprox.yaml data.alpha=0.05 seed=3
+  ./run.sh --local [CONFIG.yaml] [k=v ...]
+        The same experiment in one Python process, without Ray or a SuperLink (clients
+        one after another; breakpoint() works): the same files and the same numbers.
+  ./run.sh --report RUN_DIR... [--out DIR] [--label dir|strategy] [--target ACC]
+        Plots and tables of finished runs (RUN_DIR: a run folder or a folder of runs) in
+        --out (default report/); runs are grouped by folder name (seedN left out), or by
+        strategy with --label strategy; --target: the accuracy "rounds to target" uses.
+  ./run.sh --sweep VARIANT... --seeds tuning|report|N,N,... [--baseline NAME] [--out DIR]
+           [--archive F.tar.xz] [--jobs N] [--stop-after S] [--metric KEY] [--table-only]
+           [k=v ...]
+        Variants x seeds, resumable: table.md, table.json (mean, 95% CI, paired tests
+        against the baseline) and curves.png in --out (default outputs/sweep). A VARIANT
+        is PATH.yaml, NAME=PATH.yaml or "NAME=PATH.yaml k=v ..." (one quoted word); a k=v
+        outside a variant applies to all. Details: python -m fedgo_flwr.app.sweep --help
+  ./run.sh --tests [pytest args]
+        Run the test suite with pytest (about 12 minutes on two cores).
+  ./run.sh --setup
+        Only create or update .venv (done again whenever pyproject.toml changes).
+  ./run.sh -h | --help
+        This text.
+
+Environment:
+  PYTHON=python3.11       the Python that creates .venv (3.11 or later; default python3)
+  FEDGO_VENV=DIR          the virtual environment to use, created if missing (default .venv)
+  FEDGO_SUPERNODES=N      simulate N nodes (default: one per client, data.num_clients);
+                          with fewer, each node serves its share of the clients in turn
+  FEDGO_FLWR_HOMES=DIR    where each run's Flower home run.XXXXXX goes (default .flwr/):
+                          the SuperLink's address, configs and log; removed after a run that
+                          succeeded, kept (less the app's files) after one that failed
+  FEDGO_WORKDIR=DIR       the folder that outputs/ and a relative output_dir are in
+                          (default: this repository's folder)
+  FEDGO_ALLOW_FAULTS=1|0  let the config's faults act on the simulated clients (default 1)
+  FEDGO_ALLOW_CODE=...    the code a config names (strategy.generator.module) that the
+                          simulated clients may import: 1 (any; default), 0 (none), or a
+                          comma-separated list of modules or folders
+  FEDGO_TEST_WORKERS=N    --tests: pytest-xdist workers (default 2; auto; 0: one process)
+  RAY_ADDRESS=HOST:PORT   run the simulation on that running Ray cluster (its nodes' CPUs
+                          and GPUs are checked against resources.client_cpus/client_gpus)
+
+A run starts a SuperLink of its own on a free port of 127.0.0.1 and stops it, with all it
+started, when the run ends or on Ctrl-C. The config keys: docs/configuration.md; how runs
+work, and how to run them from Python: docs/running.md.
+EOF
+}
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
@@ -137,7 +182,10 @@ EOF
   done
   # In the background, so that a TERM to this script is handled at once (bash runs traps only
   # between commands, and `wait` is one).
-  flwr run "$FLWR_HOME/app" fedgo --run-config "$run_toml" --federation-config "$federation" --stream &
+  # Flower's notice that its default number of simulated nodes changed is left out: the run
+  # sets its own (fedgo_flwr/app/noise.py, FLOWER_SUPERNODES_NOTICE).
+  flwr run "$FLWR_HOME/app" fedgo --run-config "$run_toml" --federation-config "$federation" \
+    --stream > >(grep --line-buffered -vF "default simulated SuperNodes changed from 10 to 2") &
   FLWR_PID=$!
   wait "$FLWR_PID" || status=$?
   FLWR_PID=""
@@ -190,7 +238,11 @@ case "${1:-}" in
     exec "$PY" -m fedgo_flwr.app.inprocess "${1:-conf/default.yaml}" "${@:2}"
     ;;
   -h|--help)
-    sed -n '2,15p' "$0"
+    usage
+    ;;
+  -*)
+    echo "fedgo-flwr: unknown option $1 (./run.sh --help lists the modes)" >&2
+    exit 2
     ;;
   *)
     setup

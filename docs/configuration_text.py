@@ -38,8 +38,9 @@ NOTES: dict[str, str] = {
     "`checkpoint.prev.pt`) if there is one, or without `output_dir` from the run "
     "`outputs/<name>/latest` names (none yet: a new run); a run that stopped before its first "
     "checkpoint starts again. The configuration must equal the checkpoint's except for "
-    "`rounds`, `resume`, `overwrite`, `round_timeout`, `faults`, `checkpoint`, `device`, "
-    "`resources`, `name` and `output_dir`; raising `rounds` extends a finished run. A "
+    "`rounds`, `resume`, `overwrite`, `strict`, `round_timeout`, `faults`, `checkpoint`, "
+    "`device`, `client_device`, `resources`, `eval`, `logging`, `name` and `output_dir`; "
+    "raising `rounds` extends a finished run. A "
     "checkpoint whose values do not fit the configured run (its model's shapes or dtypes, "
     "non-finite or huge values, a round beyond `rounds`) is refused with one error naming the "
     "file, as is resuming a finished run without raising `rounds` ([running.md](running.md), "
@@ -135,7 +136,8 @@ NOTES: dict[str, str] = {
     # strategy.name
     "StrategyConfig.name": "The server algorithm: a module of `strategies/` ({strategies}). "
     "Its own parameters sit beside it (`strategy.<key>`, below); parameters of other "
-    "strategies are ignored with a warning, so swapping `strategy.name` is a one-line change.",
+    "strategies are ignored with a warning, so swapping `strategy.name` is a one-line change "
+    "(`strict: true` makes them an error).",
     # FedDF family
     "FedDFConfig.weighting": "How the ensemble weighs each client on each sample: a method of "
     "the weighting registry (below; `fedgo` and `domain` need FedGO's discriminators).",

@@ -65,14 +65,15 @@ def build_params(cfg: ExperimentConfig) -> Any:
     """``cfg.strategy.params`` built into the strategy's typed ``Config`` (once; idempotent).
 
     Swapping ``strategy.name`` must be a one-line change, so parameters of *other* strategies
-    are dropped with a warning; a key no strategy knows is an error naming it.
+    are dropped with a warning (with ``strict: true``, an error naming the first of them); a
+    key no strategy knows is an error naming it.
     """
     strategy = cfg.strategy
     checker = Checker(strategy.sources)
     try:
         cls = strategy_class(strategy.name)
     except ValueError:
-        checker.at("strategy.").choice("name", available())
+        checker.at("strategy.", strategy).choice("name", available())
         raise
     if isinstance(strategy.params, cls.Config):
         return strategy.params
@@ -82,11 +83,11 @@ def build_params(cfg: ExperimentConfig) -> Any:
         if key not in own:
             others = _others_with(key, strategy.name)
             if others:
+                whose = f"a parameter of {', '.join(others)}, not of {strategy.name}"
+                if cfg.strict:
+                    checker.at("strategy.").fail(key, f"{whose} (strict: true refuses it)", value)
                 log.warning(
-                    "strategy.%s ignored: a parameter of %s, not of %s",
-                    key,
-                    ", ".join(others),
-                    strategy.name,
+                    "strategy.%s ignored: %s (strict: true makes this an error)", key, whose
                 )
                 continue
         kept[key] = value

@@ -148,11 +148,15 @@ class DaFKD(FedDF):
             "must be 0 for dafkd: its generator is trained with the clients' models every round",
         )
         if gen.steps:
-            log(
-                WARNING,
-                "strategy.generator.steps ignored: dafkd trains no generator at the server "
-                "(only name, latent_dim, width, module, path and lr apply)",
+            ignored = (
+                "ignored: dafkd trains no generator at the server (only name, latent_dim, "
+                "width, module, path and lr apply)"
             )
+            if cfg is not None and cfg.strict and "strategy.generator.steps" in c.sources:
+                c.at("strategy.generator.", gen).fail(
+                    "steps", f"{ignored}; strict: true refuses it"
+                )
+            log(WARNING, "strategy.generator.steps %s", ignored)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

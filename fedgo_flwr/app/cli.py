@@ -33,6 +33,7 @@ from fedgo_flwr.experiment.config import (
     ConfigError,
     DataConfig,
     ExperimentConfig,
+    config_and_overrides,
     resolve_config_path,
 )
 from fedgo_flwr.experiment.recorder import decide_output_dir, resolve_output_dir
@@ -45,9 +46,10 @@ CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    config, given = config_and_overrides(args.config, args.overrides)
     try:
-        cfg = load_experiment(args.config, args.overrides)
-        config_path = resolve_config_path(args.config)
+        cfg = load_experiment(config, given)
+        config_path = resolve_config_path(config)
         preflight(cfg)
         check_simulation_devices(cfg)
         supernodes = args.supernodes or cfg.data.num_clients
@@ -60,7 +62,7 @@ def _prepare(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    overrides = [*args.overrides, f"output_dir={json.dumps(cfg.output_dir)}"]
+    overrides = [*given, f"output_dir={json.dumps(cfg.output_dir)}"]
     toml = (
         f"config = {json.dumps(str(config_path))}\n"
         f"overrides = {json.dumps(' '.join(_quote(o) for o in overrides))}\n"
@@ -97,6 +99,7 @@ def preflight(cfg: ExperimentConfig) -> None:
     - every ``path`` key of the strategy's parameters (``strategy.generator.path``,
       ``strategy.discriminator.path``) must name an existing file;
     - ``device: cuda:N`` needs a CUDA device N on this machine, ``mps`` Apple's MPS;
+    - ``logging.tensorboard`` and ``logging.mlflow`` need their package;
     - what the strategy needs of the whole experiment (:meth:`Strategy.preflight`, e.g. FedDF's
       and FedGO's server data, ``data.server_fraction > 0``);
     - with ``data.partition`` other than the default ``dirichlet``, that the split exists: it is
@@ -114,6 +117,12 @@ def preflight(cfg: ExperimentConfig) -> None:
             "tensorboard",
             importlib.util.find_spec("tensorboard") is not None,
             "the tensorboard package is not installed: pip install -e '.[tensorboard]'",
+        )
+    if cfg.logging.mlflow:
+        c.at("logging.", cfg.logging).require(
+            "mlflow",
+            importlib.util.find_spec("mlflow") is not None,
+            "the mlflow package is not installed: pip install -e '.[mlflow]'",
         )
     _check_paths(cfg.strategy.params, c.at("strategy.", cfg.strategy.params))
     cls = strategy_class(cfg.strategy.name)
@@ -217,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.app.cli")
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="validate a config and write the Flower run config")
-    prep.add_argument("config")
+    prep.add_argument("config", help="the YAML file (a first key=value: conf/default.yaml's)")
     prep.add_argument("overrides", nargs="*", help="dotted.key=value")
     prep.add_argument("--run-toml", required=True)
     prep.add_argument(

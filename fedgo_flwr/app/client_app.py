@@ -64,6 +64,7 @@ from flwr.supercore import log
 from clients import ClientAlgorithm, ClientJob, client_class
 from clients import available as available_clients
 from fedgo_flwr.app.discovery import parse_index
+from fedgo_flwr.app.noise import quiet_known_noise
 from fedgo_flwr.experiment.checkpoint import is_run_token, safe_torch_load
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.recorder import resolve_output_dir
@@ -109,6 +110,7 @@ def reply_token_mod(msg: Message, context: Context, call_next: ClientAppCallable
 
 
 app = ClientApp(mods=[node_policy_mod, reply_token_mod])
+quiet_known_noise()  # in a simulation, before Ray starts (fedgo_flwr.app.noise)
 
 
 def inject_fault(cfg: ExperimentConfig, pid: int, server_round: int, stage: str) -> str | None:

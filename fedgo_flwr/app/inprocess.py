@@ -152,16 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     the config loads, or the machine's, found by the run's own ``preflight`` before it starts)
     or a checkpoint the run cannot resume from (:class:`CheckpointError`, naming the file)."""
     from fedgo_flwr.experiment.checkpoint import CheckpointError
-    from fedgo_flwr.experiment.config import ConfigError
+    from fedgo_flwr.experiment.config import ConfigError, config_and_overrides
     from fedgo_flwr.experiment.recorder import decide_output_dir
     from strategies import load_experiment
 
     parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.app.inprocess")
-    parser.add_argument("config")
+    parser.add_argument("config", nargs="?", help="the YAML file (default: conf/default.yaml)")
     parser.add_argument("overrides", nargs="*", help="dotted.key=value")
     args = parser.parse_args(argv)
+    config, overrides = config_and_overrides(args.config, args.overrides)
     try:
-        cfg = decide_output_dir(load_experiment(args.config, args.overrides))
+        cfg = decide_output_dir(load_experiment(config, overrides))
         summary = run_inprocess(cfg)
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)

@@ -39,6 +39,7 @@ from fedgo_flwr.app.discovery import (
     discover_nodes,
     load_node_map,
 )
+from fedgo_flwr.app.noise import quiet_known_noise
 from fedgo_flwr.experiment.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -131,6 +132,7 @@ class _SkipReported(logging.Filter):
 
 _skip_reported = _SkipReported()
 logging.getLogger(LOGGER_NAME).addFilter(_skip_reported)  # the same object: added once
+quiet_known_noise()  # before Ray starts (fedgo_flwr.app.noise)
 
 
 @app.main()

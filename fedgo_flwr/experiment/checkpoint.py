@@ -60,6 +60,7 @@ RESUMABLE_CHANGES = {
     "logging",
     "resume",
     "overwrite",
+    "strict",
     "rounds",
     "round_timeout",
     "faults",

@@ -48,6 +48,7 @@ from fedgo_flwr.experiment.names import (
 from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
 
 __all__ = [
+    "DEFAULT_CONFIG",
     "ConfigError",
     "DataConfig",
     "EvalConfig",
@@ -58,6 +59,7 @@ __all__ = [
     "ResourcesConfig",
     "StrategyConfig",
     "TrainConfig",
+    "config_and_overrides",
     "load_config",
     "parse_override",
     "resolve_config_path",
@@ -206,9 +208,17 @@ class LoggingConfig:
     (needs the ``tensorboard`` package: ``pip install -e '.[tensorboard]'``)."""
 
     tensorboard: bool = False
+    mlflow: bool = False
+    """Track the run in MLflow (``pip install -e '.[mlflow]'``; experiment ``name``): config as
+    params, every round's metrics, summary and run folder as artifacts; an MLflow failure is a
+    WARNING and the run goes on (:mod:`fedgo_flwr.experiment.tracking`)."""
+    mlflow_uri: str | None = None
+    """The MLflow tracking URI (``http://host:5000``, ``sqlite:///path.db``); null:
+    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the folder of ``outputs/``."""
 
     def check(self, c: Checker) -> None:
-        pass
+        if self.mlflow_uri is not None:
+            c.require("mlflow_uri", bool(self.mlflow_uri.strip()), "must not be empty (or null)")
 
 
 @dataclass
@@ -321,6 +331,13 @@ class ExperimentConfig:
     checkpoint: bool = True
     resume: bool = False
     overwrite: bool = False
+    strict: bool = False
+    """Refuse, instead of dropping with a warning, every key of the configuration that the run
+    would not use: a parameter of another strategy (``strategy.mu`` with ``strategy.name:
+    fedavg``; without ``strict`` it is dropped with a WARNING, so that swapping
+    ``strategy.name`` stays a one-line change), and a key set that the strategy ignores
+    (``strategy.generator.steps`` for ``dafkd``). A key that no strategy or section knows is an
+    error either way. The check only: it changes no result."""
     faults: list[FaultConfig] = field(default_factory=list)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -531,9 +548,31 @@ def _check_node(node: yaml.Node, key: str, depth: int, count: list[int]) -> None
             _check_node(value_node, dotted, depth + 1, count)
 
 
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """One line for a YAML syntax error: where (line, column, the line), what, and what the
+    parser was reading (e.g. a string left open on an earlier line)."""
+    mark = getattr(exc, "problem_mark", None)
+    what = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        what += f" ({context} {_where(context_mark, text)})"
+    return f"not valid YAML {_where(mark, text)}: {what}" if mark else f"not valid YAML: {what}"
+
+
+def _where(mark: Any, text: str) -> str:
+    """``at line L, column C ('the line')`` of a YAML mark (the line's text when it has one)."""
+    lines = text.splitlines()
+    shown = lines[mark.line].strip() if mark.line < len(lines) else ""
+    at = f"at line {mark.line + 1}, column {mark.column + 1}"
+    return f"{at} ({shown[:60]!r})" if shown else at
+
+
 def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
     if not path.is_file():
-        raise ConfigError("config", str(path), "file not found")
+        problem = "a folder, not a YAML file" if path.is_dir() else "file not found"
+        if chain:  # named by the 'base:' key of the file before it
+            raise ConfigError("base", str(path), problem, str(chain[-1]))
+        raise ConfigError("config", str(path), problem)
     if path in chain:
         raise ConfigError("base", str(path), "circular 'base:' chain", str(chain[-1]))
     try:
@@ -546,7 +585,7 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any]
     try:
         raw = _load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigError("config", str(path), f"not valid YAML: {exc}") from None
+        raise ConfigError("config", str(path), _yaml_problem(exc, text)) from None
     except _Refused as exc:
         if exc.key is None:
             raise ConfigError("config", str(path), exc.problem) from None
@@ -567,12 +606,17 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any]
     return merged, sources
 
 
+OVERRIDE_KEY = re.compile(r"[A-Za-z_][\w.]*")
+"""The dotted key of an override ``key=value``."""
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """Split ``a.b=value`` into the dotted key and the YAML-parsed value."""
     key, sep, value = text.partition("=")
     key = key.strip()
-    if not sep or not key or not re.fullmatch(r"[A-Za-z_][\w.]*", key):
-        raise ConfigError("override", text, "expected dotted.key=value", "command line")
+    if not sep or not key or not OVERRIDE_KEY.fullmatch(key):
+        problem = "expected dotted.key=value (only the first argument names a config file)"
+        raise ConfigError("override", text, problem, "command line")
     try:
         parsed = _load_yaml(value, key) if value.strip() else None
     except yaml.YAMLError:
@@ -581,6 +625,23 @@ def parse_override(text: str) -> tuple[str, Any]:
         shown = value if exc.key is None else exc.value
         raise ConfigError(exc.key or key, shown, exc.problem, f"override '{text}'") from None
     return key, parsed
+
+
+DEFAULT_CONFIG = "conf/default.yaml"
+"""The experiment ``./run.sh`` and ``./run.sh --local`` run when no file is named."""
+
+
+def config_and_overrides(first: str | None, rest: Iterable[str] = ()) -> tuple[str, list[str]]:
+    """The config file and overrides of a command line ``[CONFIG.yaml] [k=v ...]``: a first
+    word that is no file but ``key=value`` is an override of :data:`DEFAULT_CONFIG`
+    (``./run.sh rounds=3``), as no first word means that file too."""
+    rest = list(rest)
+    if first is None:
+        return DEFAULT_CONFIG, rest
+    key = first.partition("=")[0].strip() if "=" in first else ""
+    if OVERRIDE_KEY.fullmatch(key) and not Path(first).expanduser().is_file():
+        return DEFAULT_CONFIG, [first, *rest]
+    return first, rest
 
 
 def split_overrides(overrides: str | Iterable[str] | None) -> list[str]:
@@ -629,4 +690,5 @@ def resolve_config_path(path: str | Path, search_dirs: Iterable[Path] = ()) -> P
     for directory in search_dirs:
         if (Path(directory) / candidate).is_file():
             return (Path(directory) / candidate).resolve()
-    raise ConfigError("config", str(path), "file not found")
+    problem = "a folder, not a YAML file" if candidate.is_dir() else "file not found"
+    raise ConfigError("config", str(path), problem)

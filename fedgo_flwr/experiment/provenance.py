@@ -40,9 +40,19 @@ __all__ = [
 ENV_FILE = "env.json"
 """The provenance file in every run folder."""
 
-RESULT_NEUTRAL_KEYS = ("seed", "name", "output_dir", "resume", "overwrite", "checkpoint", "logging")
+RESULT_NEUTRAL_KEYS = (
+    "seed",
+    "name",
+    "output_dir",
+    "resume",
+    "overwrite",
+    "checkpoint",
+    "logging",
+    "strict",
+)
 """Top-level config keys left out of the fingerprint: the seed (the seeds of one experiment are
-its repeats) and where and how the run writes its files. Every other key, ``rounds`` and the
+its repeats), where and how the run writes its files, and ``strict`` (how the config was
+checked). Every other key, ``rounds`` and the
 resources included (``precision``, ``channels_last`` change the numbers), is part of what was
 run."""
 

@@ -45,6 +45,7 @@ from fedgo_flwr.experiment.runfolders import (
     new_run_folder,
     point_latest,
 )
+from fedgo_flwr.experiment.tracking import MlflowLog
 from fedgo_flwr.learning.training import evaluate
 from fedgo_flwr.runtime import profiling
 from fedgo_flwr.runtime.fileio import atomic_torch_save, atomic_write_text, strict_json
@@ -148,6 +149,9 @@ class RunRecorder:
         self.start = time.perf_counter()
         self.last = self.start
         self.tensorboard = TensorBoardLog(out_dir) if cfg.logging.tensorboard else None
+        self.mlflow: MlflowLog | None = None
+        if cfg.logging.mlflow:
+            self.mlflow = MlflowLog.start(cfg, out_dir, resolve_output_dir("."))
 
     @classmethod
     def create(cls, cfg: ExperimentConfig, rows: list[dict[str, Any]] | None = None) -> RunRecorder:
@@ -167,6 +171,8 @@ class RunRecorder:
         atomic_write_text(out_dir / "metrics.jsonl", "".join(json_line(r) for r in restored))
         recorder = cls(cfg, out_dir)
         recorder.rows = restored
+        for row in restored if recorder.mlflow is not None else ():  # its own MLflow run
+            recorder.mlflow.write(row)
         return recorder
 
     def write_partition(self, info: dict[str, Any]) -> None:
@@ -216,6 +222,8 @@ class RunRecorder:
             fh.write(json_line(row))
         if self.tensorboard is not None:
             self.tensorboard.write(row)
+        if self.mlflow is not None:
+            self.mlflow.write(row)
         label = getattr(self.strategy, "row_label", None)
         where = label(server_round) if callable(label) else None
         log(
@@ -290,6 +298,8 @@ class RunRecorder:
             self.tensorboard.close()
         text = strict_json(summary, name="summary.json", nan_is_missing=True, indent=2)
         atomic_write_text(self.out_dir / "summary.json", text)
+        if self.mlflow is not None:  # after summary.json: the artifacts hold it
+            self.mlflow.finish(summary)
         log(
             INFO,
             "[%s] done: final accuracy %.4f, best %.4f (round %d), %.1fs; results in %s",

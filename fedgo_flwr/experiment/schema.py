@@ -117,10 +117,13 @@ class Checker:
             self.fail(name, problem)
 
     def choice(self, name: str, allowed: Iterable[str]) -> None:
-        """Fail unless field ``name`` is one of ``allowed``."""
+        """Fail unless field ``name`` is one of ``allowed`` (naming the closest, if one is)."""
         allowed = tuple(allowed)
-        if getattr(self.obj, name, None) not in allowed:
-            self.fail(name, f"unknown; choose one of {', '.join(allowed)}")
+        value = getattr(self.obj, name, None)
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            self.fail(name, f"unknown; choose one of {', '.join(allowed)}{hint}")
 
 
 def section_fields(cls: type) -> list[str]:

@@ -35,10 +35,11 @@ CONFIG_LAYER = {
 
 
 def layer_of(module: str) -> str:
-    """``app`` (``fedgo_flwr/app/``), ``algorithms`` (``strategies/``, ``clients/``), ``config``
-    (:data:`CONFIG_LAYER`) or ``library`` (the rest of ``fedgo_flwr``)."""
-    if module == "fedgo_flwr.app" or module.startswith("fedgo_flwr.app."):
-        return "app"
+    """``app`` (``fedgo_flwr/app/`` and the package root), ``algorithms`` (``strategies/``,
+    ``clients/``), ``config`` (:data:`CONFIG_LAYER`) or ``library`` (the rest of
+    ``fedgo_flwr``)."""
+    if module in ("fedgo_flwr", "fedgo_flwr.app") or module.startswith("fedgo_flwr.app."):
+        return "app"  # the package root: the Python API's names, imported on first use
     if module.split(".")[0] in ("strategies", "clients"):
         return "algorithms"
     return "config" if module in CONFIG_LAYER else "library"
@@ -86,8 +87,9 @@ def test_dependencies_point_one_way():
             bad = {m for m in imported if m.split(".")[0] == other}
             assert not bad, f"{module} imports {sorted(bad)}"
     assert graph["fedgo_flwr.experiment.schema"] == set(), "the schema builder must stay a leaf"
-    # Importing a config module runs these packages' __init__: they import nothing.
-    assert graph["fedgo_flwr"] == graph["fedgo_flwr.experiment"] == set()
+    # Importing a config module runs these packages' __init__: they import nothing (the root
+    # imports the API's modules only inside __getattr__: test_the_package_import_is_cheap).
+    assert graph["fedgo_flwr.experiment"] == set()
     client_side = {m for m in graph["fedgo_flwr.app.client_app"] if m.startswith("strategies")}
     assert not client_side, "a client must not import server strategies"
 
@@ -145,6 +147,31 @@ def test_a_package_reexports_the_public_api_of_its_modules(package):
     for name in pkg.__all__:
         owner = next(m for m in modules if name in m.__all__)
         assert getattr(pkg, name) is getattr(owner, name), (package, name)
+
+
+def test_the_package_import_is_cheap():
+    """``import fedgo_flwr`` (which every submodule's import runs) imports no other module of
+    the project, nor torch, Flower or NumPy: the root's imports are all inside functions (its
+    ``__getattr__`` imports the API on first use), and a fresh interpreter shows it."""
+    tree = ast.parse((ROOT / "fedgo_flwr" / "__init__.py").read_text())
+    top_level = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    names = [getattr(n, "module", None) for n in top_level]
+    assert names == ["__future__"], names  # no `import x` either (module None)
+    code = (
+        "import sys; import fedgo_flwr; "
+        "tops = ('strategies', 'clients', 'torch', 'numpy', 'flwr', 'yaml'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in tops "
+        "or m.startswith('fedgo_flwr.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+    code = "import fedgo_flwr as f; print(f.load_experiment.__module__, f.ConfigError.__name__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["fedgo_flwr.app.api", "ConfigError"]
 
 
 def test_checking_a_config_does_not_import_any_strategy():

@@ -392,6 +392,13 @@ REFUSED = {
     # -- files that are not a configuration ---------------------------------------------------
     "missing-file": Refused("config", "file not found", conf="nope.yaml", where=""),
     "bad-yaml": Refused("config", "not valid YAML", text="rounds: [1,\n", where=""),
+    "bad-yaml-line": Refused(
+        "config",
+        "not valid YAML at line 2, column 4 ('x: [1'): mapping values are not allowed here",
+        text="rounds: 3\n  x: [1\n",
+        where="file",
+    ),
+    "missing-base": Refused("base", "file not found", text="base: nothere.yaml\n", where="file"),
     "binary": Refused("config", "not a UTF-8 text file", text=bytes(range(256)) * 8, where=""),
     "deep-file": Refused("config", "nested too deeply", text=f"rounds: {DEEP}\n", where=""),
     "deep-override": Refused("rounds", "nested too deeply", (f"rounds={DEEP}",)),
@@ -759,6 +766,10 @@ def test_refused(case: Refused, tmp_path, capsys):
     message = str(err)
     assert err.key == case.key, message
     assert case.fragment in message
+    assert "\n" not in message, message  # one line
+    typed = dict(o.partition("=")[::2] for o in overrides)
+    if typed.get(case.key, "null") not in ("null", "~", ""):  # the value typed is echoed
+        assert f"{case.key} = None" not in message, message
     assert len(message) < 1000  # a 5000-digit value is not printed whole
     if case.where == "override":
         assert any(f"override '{o[:40]}" in message for o in overrides), message
