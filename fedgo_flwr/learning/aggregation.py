@@ -87,7 +87,10 @@ class AggregationConfig:
 
     ``rule``: one of :data:`AGGREGATION_RULES`. ``trim_fraction``: the share ``beta`` of the
     replies dropped at each end of every coordinate by ``trimmed_mean`` (``floor(beta * m)`` of
-    ``m`` replies; Yin et al. need ``beta`` above the share of bad clients). ``clip_norm``: the
+    ``m`` replies; Yin et al. need ``beta`` above the share of bad clients). ``weighted``: the
+    median and trimmed mean weigh each reply by its weight (FedAvg's ``n_k``) as the mean does,
+    cutting by count (:mod:`fedgo_flwr.learning.weighted_rules`); unweighted by default, Yin et
+    al.'s rules, whose guarantee is in clients. ``clip_norm``: the
     L2 bound on each client's update ``y_k - x`` (every floating array of the model), applied
     before the rule; ``null``: no clipping. The defaults (``mean``, no clipping) are FedAvg's
     aggregation, bit for bit.
@@ -119,6 +122,7 @@ class AggregationConfig:
 
     rule: str = "mean"
     trim_fraction: float = 0.2
+    weighted: bool = False
     clip_norm: float | None = None
     clip_factor: float | None = DEFAULT_CLIP_FACTOR
     clip_keep: int = DEFAULT_CLIP_KEEP
@@ -250,9 +254,14 @@ class ReplyStack:
 
 
 def new_average(config: AggregationConfig) -> RunningAverage | ReplyStack:
-    """An empty accumulator for ``config.rule`` (``add(arrays, weight)``, ``result()``)."""
+    """An empty accumulator for ``config.rule`` (``add(arrays, weight)``, ``result()``);
+    with ``config.weighted``, the weighted median / trimmed mean."""
     if config.rule == "mean":
         return RunningAverage()
+    if config.weighted:
+        from fedgo_flwr.learning.weighted_rules import new_weighted_average  # imports this
+
+        return new_weighted_average(config)
     return ReplyStack(config.rule, config.trim_fraction)
 
 

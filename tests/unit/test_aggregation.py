@@ -759,3 +759,20 @@ def test_a_weighted_reply_stack_takes_the_weights() -> None:
         stack.add(arrays, w)
         plain.add(arrays, w)
     assert stack.result()["w"][0] == 10.0 and plain.result()["w"][0] == 2.0
+
+
+def test_weighted_option_weighs_the_kept_replies_by_n_k() -> None:
+    """strategy.aggregation.weighted: the trimmed mean cuts one reply at each end by count,
+    then weighs the rest by n_k; unweighted, the same kept values average plainly."""
+    from fedgo_flwr.learning.aggregation import AggregationConfig, new_average
+
+    values, sizes = [0.0, 1.0, 2.0, 4.0, 100.0], [1.0, 3.0, 1.0, 1.0, 50.0]
+    results = {}
+    for weighted in (False, True):
+        cfg = AggregationConfig(rule="trimmed_mean", trim_fraction=0.2, weighted=weighted)
+        average = new_average(cfg)
+        for v, n in zip(values, sizes, strict=True):
+            average.add({"w": np.array([v], dtype=np.float32)}, n)
+        results[weighted] = float(average.result()["w"][0])
+    assert results[False] == pytest.approx((1 + 2 + 4) / 3)
+    assert results[True] == pytest.approx((3 * 1 + 1 * 2 + 1 * 4) / 5)  # 100 (n=50) cut
