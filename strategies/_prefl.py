@@ -42,6 +42,7 @@ from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
 from fedgo_flwr.runtime import messages as msgs
 from fedgo_flwr.runtime.fileio import atomic_torch_save
 from fedgo_flwr.runtime.messages import ARRAYS, CONFIG, stream_replies, to_record
+from fedgo_flwr.runtime.progress import Progress
 from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from fedgo_flwr.runtime.shutdown import raise_if_stopping
 from strategies._fedgan import FedGANStage
@@ -202,7 +203,9 @@ class DiscriminatorStage(FedGANStage):
             # As the rounds do: a SuperLink's 'Node Unavailable' reply is credited to its node.
             intake = self.prefl_intake("discriminator")
             spec = FEDGO.reply(DISCRIMINATOR_MESSAGE)
+            said = Progress("FedGO discriminators (replies)", len(messages), "clients")
             for reply in stream_replies(grid, messages, self.cfg.round_timeout):
+                said.advance()
                 checked = intake.take(reply, spec, {ARRAYS: reference})
                 if checked is not None:
                     pid = checked.partition_id
@@ -211,6 +214,7 @@ class DiscriminatorStage(FedGANStage):
                         for k, v in checked.arrays[ARRAYS].items()
                     }
                     per_client[str(pid)] = checked.metrics
+            said.close()
             for pid in intake.silent:
                 log(
                     WARNING,
@@ -383,4 +387,5 @@ def train_generator(
         rng=make_rng(cfg.seed, "wgan"),
         device=device,
         augment=cfg.data.augment,
+        progress="FedGO generator (WGAN-GP)",
     )
