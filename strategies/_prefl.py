@@ -130,6 +130,7 @@ class DiscriminatorStage(FedGANStage):
             report["generator"] = self.train_or_reuse_generator(generator, res.device, shape)
         generator.cpu()
         report["generator_time"] = time.perf_counter() - t0
+        self.stage_times["generator"] = report["generator_time"]
         if not saved_gen.is_file() or gen_path != str(saved_gen):
             atomic_torch_save(saved_gen, generator.state_dict())
 
@@ -177,6 +178,7 @@ class DiscriminatorStage(FedGANStage):
         assert res is not None
         dp = self.params.discriminator
         shape = res.bundle.train.input_shape
+        started = time.perf_counter()
         states: dict[int, dict[str, torch.Tensor]] = {}
         report: dict[str, object] = {}
         # What every discriminator must look like. Seeded, so the global RNG is left alone.
@@ -231,6 +233,7 @@ class DiscriminatorStage(FedGANStage):
             disc = dp.build(shape)
             disc.load_state_dict(state)
             discs[pid] = disc
+        self.stage_times["discriminators"] = time.perf_counter() - started
         missing = sorted(set(range(self.cfg.data.num_clients)) - set(discs))
         if missing:
             log(WARNING, "FedGO: clients %s have no discriminator; neutral weights", missing)
