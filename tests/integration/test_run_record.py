@@ -10,11 +10,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from helpers import SMALL_GAN, TINY_RUN, rows_of
+from helpers import SMALL_GAN, TINY_RUN, rows_of, run_context
 
-from fedgo_flwr.app import cli
+from fedgo_flwr.app import cli, server_app
+from fedgo_flwr.app.client_app import app as client_app
+from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.app.inprocess import main as inprocess_main
-from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.experiment.provenance import COMMAND_VAR, LAUNCH_KEY, STARTED_VAR, Launch
 from strategies import load_experiment
 
@@ -113,13 +114,20 @@ def test_a_failed_run_writes_its_error_to_run_log(tmp_path, monkeypatch):
 
 def test_prepare_hands_the_launch_to_the_server_app_in_the_run_config(tmp_path, monkeypatch):
     """``run.sh`` runs ``cli prepare`` with the launch in its environment; the run config it
-    writes carries it (``launch``) to the ServerApp; without it there is no such key."""
+    writes carries it (``launch``) to the ServerApp, whose env.json then records the command the
+    user typed and whose summary counts the launch; without it there is no such key."""
     toml = tmp_path / "run.toml"
-    args = ["prepare", CONF, f"output_dir={tmp_path / 'o'}", "--run-toml", str(toml)]
+    out = tmp_path / "o"
+    args = ["prepare", CONF, *TINY_RUN, f"output_dir={out}", "--run-toml", str(toml)]
     monkeypatch.setenv(COMMAND_VAR, "./run.sh conf/default.yaml 'name=a b'")
-    monkeypatch.setenv(STARTED_VAR, "1700000000.25")
+    started = time.time() - 3.0
+    monkeypatch.setenv(STARTED_VAR, repr(started))
     assert cli.main(args) == 0
-    launch = Launch.from_json(tomllib.loads(toml.read_text())[LAUNCH_KEY])
-    assert launch == Launch(("./run.sh", "conf/default.yaml", "name=a b"), 1700000000.25)
-    assert cli.main(args) == 0  # the variables were taken: a later prepare has none
-    assert LAUNCH_KEY not in tomllib.loads(toml.read_text())
+    run_config = tomllib.loads(toml.read_text())
+    launch = Launch.from_json(run_config[LAUNCH_KEY])
+    assert launch == Launch(("./run.sh", "conf/default.yaml", "name=a b"), started)
+    server_app.main(InProcessGrid(client_app, 4), run_context(**run_config))
+    assert json.loads((out / "env.json").read_text())["command"] == list(launch.command)
+    assert _summary(out)["stage_times"]["launch"] >= 3.0
+    assert cli.main(["prepare", CONF, f"output_dir={tmp_path / 'p'}", "--run-toml", str(toml)]) == 0
+    assert LAUNCH_KEY not in tomllib.loads(toml.read_text())  # the variables were taken
