@@ -310,7 +310,7 @@ def _run_experiment(
     # Only now, with the checkpoint and the strategy's state accepted, are the run folder's
     # files rewritten (config.yaml, metrics.jsonl; a resumed run's old summary.json removed).
     recorder = RunRecorder.create(cfg, ckpt.metrics if ckpt else None, command=launch.command)
-    runlog.open(recorder.out_dir, append=ckpt is not None)
+    runlog.open(recorder.out_dir)
     log(
         INFO,
         "fedgo-flwr: experiment '%s', strategy %s, output %s",

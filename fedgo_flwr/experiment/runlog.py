@@ -5,8 +5,9 @@ to) for the length of a run: Flower's and this project's lines of INFO and above
 time, as the terminal showed them (for ``./run.sh``: the ServerApp's side; for ``--local``
 and :func:`fedgo_flwr.app.inprocess.run_inprocess`, whose clients run in the same process,
 theirs too). Lines logged before the run folder is known (the start-up) are held and written
-when :meth:`RunLog.open` names the folder. A fresh run writes a new ``run.log``, a resumed run
-appends to the one there. A run that fails writes its error as the last line (one line for a
+when :meth:`RunLog.open` names the folder. Lines are appended to a ``run.log`` already there (a
+resumed run's, or one a wrapper such as a benchmark writes the output of ``./run.sh`` to):
+nothing in it is lost. A run that fails writes its error as the last line (one line for a
 configuration, node-discovery or checkpoint problem, which the terminal shows as one line too;
 the traceback for anything else).
 
@@ -63,9 +64,9 @@ class RunLog(logging.Handler):
         except Exception:  # noqa: BLE001 - logging must not end the run (as logging's own)
             self.handleError(record)
 
-    def open(self, out_dir: Path, append: bool = False) -> None:
-        """Write to ``out_dir/run.log`` from now on (``append``: after what is there), the
-        records held so far first; nothing when this process's output goes there already."""
+    def open(self, out_dir: Path) -> None:
+        """Write to ``out_dir/run.log`` from now on (after what is there), the records held so
+        far first; nothing when this process's output goes there already."""
         path = Path(out_dir) / RUN_LOG
         self.acquire()
         try:
@@ -74,7 +75,7 @@ class RunLog(logging.Handler):
             if path.exists() and (_same_file(1, path) or _same_file(2, path)):
                 self.held = None  # the file gets the terminal's lines already
                 return
-            self.file = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
+            self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
             self.path = path
             held, self.held = self.held, None
         finally:

@@ -23,16 +23,15 @@ def test_lines_before_the_folder_is_known_are_held_then_written(tmp_path):
     assert [line.split(" ", 2)[2] for line in lines] == ["INFO: start-up 1", "WARNING: a warning"]
 
 
-def test_a_resumed_run_appends_and_a_new_run_replaces(tmp_path):
+def test_lines_are_appended_to_a_run_log_already_there(tmp_path):
+    """A resumed run's earlier lines, or a wrapper's (a benchmark writing ./run.sh's output
+    there), are kept."""
     (tmp_path / RUN_LOG).write_text("earlier\n")
     with run_log() as handler:
-        handler.open(tmp_path, append=True)
-        log(INFO, "resumed")
-    assert (tmp_path / RUN_LOG).read_text().splitlines()[0] == "earlier"
-    with run_log() as handler:
         handler.open(tmp_path)
-        log(INFO, "fresh")
-    assert "earlier" not in (tmp_path / RUN_LOG).read_text()
+        log(INFO, "resumed")
+    lines = (tmp_path / RUN_LOG).read_text().splitlines()
+    assert lines[0] == "earlier" and lines[1].endswith("INFO: resumed")
 
 
 def test_the_error_that_ends_the_run_is_its_last_line(tmp_path):
