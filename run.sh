@@ -16,11 +16,14 @@
 # per-run `uv sync`.
 set -euo pipefail
 
-# What the user typed, and when: a run records them (env.json's command; summary.json's
-# "launch" stage), handed on in FEDGO_COMMAND and FEDGO_STARTED (fedgo_flwr/experiment/provenance.py).
+# What the user typed, and when (after the .venv check): a run records them (env.json's
+# command; summary.json's "launch" stage), handed on in FEDGO_COMMAND and FEDGO_STARTED
+# (fedgo_flwr/experiment/provenance.py).
 COMMAND_LINE="$(printf '%q ' "$0" "$@")"
-STARTED_AT="${EPOCHREALTIME:-$(date +%s)}"
-STARTED_AT="${STARTED_AT/,/.}"
+mark_start() {
+  STARTED_AT="${EPOCHREALTIME:-$(date +%s)}"
+  STARTED_AT="${STARTED_AT/,/.}"
+}
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
 VENV="${FEDGO_VENV:-$ROOT/.venv}"
@@ -192,6 +195,7 @@ case "${1:-}" in
   --local)
     shift
     setup
+    mark_start
     export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
     export FEDGO_COMMAND="$COMMAND_LINE" FEDGO_STARTED="$STARTED_AT"
     exec "$PY" -m fedgo_flwr.app.inprocess "${1:-conf/default.yaml}" "${@:2}"
@@ -201,6 +205,7 @@ case "${1:-}" in
     ;;
   *)
     setup
+    mark_start
     run_experiment "$@"
     ;;
 esac
