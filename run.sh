@@ -61,6 +61,14 @@ work, and how to run them from Python: docs/running.md.
 EOF
 }
 
+# What the user typed, and when (after the .venv check): a run records them (env.json's
+# command; summary.json's "launch" stage), handed on in FEDGO_COMMAND and FEDGO_STARTED
+# (fedgo_flwr/experiment/provenance.py).
+COMMAND_LINE="$(printf '%q ' "$0" "$@")"
+mark_start() {
+  STARTED_AT="${EPOCHREALTIME:-$(date +%s)}"
+  STARTED_AT="${STARTED_AT/,/.}"
+}
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
 VENV="${FEDGO_VENV:-$ROOT/.venv}"
@@ -160,7 +168,8 @@ EOF
   # (resume=true: the one outputs/<name>/latest names); the ServerApp is told which.
   # The app's files are linked into $FLWR_HOME/app, which `flwr run` bundles: the same FAB
   # as `flwr run .`, without Flower walking every file of .venv/ (fedgo_flwr/app/staging.py).
-  prepared="$("$PY" -m fedgo_flwr.app.cli prepare "$config" "$@" --run-toml "$run_toml" \
+  prepared="$(FEDGO_COMMAND="$COMMAND_LINE" FEDGO_STARTED="$STARTED_AT" \
+    "$PY" -m fedgo_flwr.app.cli prepare "$config" "$@" --run-toml "$run_toml" \
     --stage "$FLWR_HOME/app" ${FEDGO_SUPERNODES:+--supernodes "$FEDGO_SUPERNODES"})"
   federation="$(sed -n 1p <<< "$prepared")"
   out_dir="$(sed -n 2p <<< "$prepared")"
@@ -234,7 +243,9 @@ case "${1:-}" in
   --local)
     shift
     setup
+    mark_start
     export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
+    export FEDGO_COMMAND="$COMMAND_LINE" FEDGO_STARTED="$STARTED_AT"
     exec "$PY" -m fedgo_flwr.app.inprocess "${1:-conf/default.yaml}" "${@:2}"
     ;;
   -h|--help)
@@ -246,6 +257,7 @@ case "${1:-}" in
     ;;
   *)
     setup
+    mark_start
     run_experiment "$@"
     ;;
 esac

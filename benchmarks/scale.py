@@ -13,8 +13,10 @@ config's 10%), twice:
   clients one after another; its figures have no Flower runtime in them.
 
 Per run it reports the median round time (rounds 2..R; round 1 separately), the start-up
-(the wall time of the whole command minus the strategy's ``total_time``: Python, data loading
-and partitioning, and for ``sim`` the SuperLink, Ray and the workers), the round's compute
+(the wall time of the whole command minus the rounds' and the final write's time, the
+summary's ``stage_times``, or, in a summary written before it had them, ``total_time``,
+which then began after the set-up: Python, data loading and partitioning, and for ``sim``
+the SuperLink, Ray and the workers), the round's compute
 (clients' training spread over the workers that ran at once, plus the server's aggregation and
 evaluation) and the rest of the round (Flower's runtime, messages, the clients' data loading),
 and the server process's peak resident memory (``summary.json``: ``server_peak_rss_mb``; for
@@ -100,6 +102,15 @@ def run_one(mode: str, method: str, clients: int, args, data: Path) -> Path:
     return out
 
 
+def after_setup(summary: dict) -> float:
+    """The seconds of a run after its set-up: its rounds and final write (``stage_times``);
+    ``total_time`` in a summary written before ``stage_times`` existed (it began there)."""
+    stages = summary.get("stage_times")
+    if isinstance(stages, dict) and "rounds" in stages:
+        return float(stages["rounds"]) + float(stages.get("finish", 0.0))
+    return float(summary["total_time"])
+
+
 def figures(kept: Kept, name: str, workers: int) -> dict:
     """The table's figures of one kept run."""
     summary = kept.json(name)
@@ -120,7 +131,7 @@ def figures(kept: Kept, name: str, workers: int) -> dict:
         "median_round_s": median_round,
         "median_compute_s": median_compute,
         "outside_share": None if overlaps else 1 - median_compute / median_round,
-        "startup_s": wall - summary["total_time"],
+        "startup_s": wall - after_setup(summary),
         "wall_s": wall,
         "server_peak_rss_mb": summary.get("server_peak_rss_mb"),
         "accuracies": [r["test_accuracy"] for r in rows],

@@ -207,6 +207,7 @@ class CohortDistillation:
             p.distill,
             rng=make_rng(self.cfg.seed, "cpfl-distill"),
             device=self.resources.device,
+            progress="CPFL stage 2 (distillation of the cohorts)",
         )
         student.cpu()
         self.final = {

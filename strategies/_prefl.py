@@ -42,6 +42,7 @@ from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
 from fedgo_flwr.runtime import messages as msgs
 from fedgo_flwr.runtime.fileio import atomic_torch_save
 from fedgo_flwr.runtime.messages import ARRAYS, CONFIG, stream_replies, to_record
+from fedgo_flwr.runtime.progress import Progress
 from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from fedgo_flwr.runtime.shutdown import raise_if_stopping
 from strategies._fedgan import FedGANStage
@@ -129,6 +130,7 @@ class DiscriminatorStage(FedGANStage):
             report["generator"] = self.train_or_reuse_generator(generator, res.device, shape)
         generator.cpu()
         report["generator_time"] = time.perf_counter() - t0
+        self.stage_times["generator"] = report["generator_time"]
         if not saved_gen.is_file() or gen_path != str(saved_gen):
             atomic_torch_save(saved_gen, generator.state_dict())
 
@@ -176,6 +178,7 @@ class DiscriminatorStage(FedGANStage):
         assert res is not None
         dp = self.params.discriminator
         shape = res.bundle.train.input_shape
+        started = time.perf_counter()
         states: dict[int, dict[str, torch.Tensor]] = {}
         report: dict[str, object] = {}
         # What every discriminator must look like. Seeded, so the global RNG is left alone.
@@ -202,7 +205,9 @@ class DiscriminatorStage(FedGANStage):
             # As the rounds do: a SuperLink's 'Node Unavailable' reply is credited to its node.
             intake = self.prefl_intake("discriminator")
             spec = FEDGO.reply(DISCRIMINATOR_MESSAGE)
+            said = Progress("FedGO discriminators (replies)", len(messages), "clients")
             for reply in stream_replies(grid, messages, self.cfg.round_timeout):
+                said.advance()
                 checked = intake.take(reply, spec, {ARRAYS: reference})
                 if checked is not None:
                     pid = checked.partition_id
@@ -211,6 +216,7 @@ class DiscriminatorStage(FedGANStage):
                         for k, v in checked.arrays[ARRAYS].items()
                     }
                     per_client[str(pid)] = checked.metrics
+            said.close()
             for pid in intake.silent:
                 log(
                     WARNING,
@@ -227,6 +233,7 @@ class DiscriminatorStage(FedGANStage):
             disc = dp.build(shape)
             disc.load_state_dict(state)
             discs[pid] = disc
+        self.stage_times["discriminators"] = time.perf_counter() - started
         missing = sorted(set(range(self.cfg.data.num_clients)) - set(discs))
         if missing:
             log(WARNING, "FedGO: clients %s have no discriminator; neutral weights", missing)
@@ -383,4 +390,5 @@ def train_generator(
         rng=make_rng(cfg.seed, "wgan"),
         device=device,
         augment=cfg.data.augment,
+        progress="FedGO generator (WGAN-GP)",
     )

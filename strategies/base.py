@@ -210,6 +210,9 @@ class Strategy(
         self.last_round: dict[str, float | int] = {}  # read by the run recorder
         self.run_token = ""  # names this run's client-state files (kept when resuming)
         self.resuming = False  # set by the ServerApp when the run continues from a checkpoint
+        # seconds of named stages of setup() (``generator``, ``discriminators``), for the
+        # summary's stage_times (fedgo_flwr.experiment.recorder.STAGES)
+        self.stage_times: dict[str, float] = {}
 
     @classmethod
     def check_config(cls, config: Any, c: Checker, cfg: ExperimentConfig | None = None) -> None:

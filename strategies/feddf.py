@@ -569,6 +569,7 @@ class FedDF(Strategy):
             device=device,
             validate=self.validate if self.val_set is not None else None,
             generated=not self.distils_on_server_data(self.params),
+            progress=f"{self.name} distillation, round {server_round}",
         )
         metrics.update(
             distill_loss=result.loss, distill_steps=result.steps, distill_time=result.seconds
@@ -604,6 +605,7 @@ class FedDF(Strategy):
             device=res.device,
             validate=self.validate if self.val_set is not None else None,
             generated=not self.distils_on_server_data(self.params),
+            progress=f"{self.name} distillation of {arch}, round {server_round}",
         )
         self.protos[arch] = {
             k: v.detach().cpu().numpy().copy() for k, v in student.state_dict().items()

@@ -174,8 +174,8 @@ class FedGO(DiscriminatorStage, FedDF):
             self._use_generated_data(generator)
         t0 = time.perf_counter()
         self._disc = {
-            "distill": self._logits_all(discs, self.distill_set, self.views),
-            "test": self._logits_all(discs, res.bundle.test, 1),
+            "distill": self._logits_all(discs, self.distill_set, self.views, "the server set"),
+            "test": self._logits_all(discs, res.bundle.test, 1, "the test split"),
         }
         report["disc_logits_time"] = time.perf_counter() - t0
         unusable = neutralise_nonfinite(self._disc["distill"], self._disc["test"])
@@ -241,9 +241,10 @@ class FedGO(DiscriminatorStage, FedDF):
         self.views = num_views(self.distill_set, self.params.distill.augment)
 
     def _logits_all(
-        self, discs: dict[int, torch.nn.Module], data: ArrayDataset, views: int
+        self, discs: dict[int, torch.nn.Module], data: ArrayDataset, views: int, what: str
     ) -> torch.Tensor:
-        """``(K, V, N)`` raw logits of every client's discriminator (0 where it is missing)."""
+        """``(K, V, N)`` raw logits of every client's discriminator (0 where it is missing) on
+        ``what`` (named in progress lines)."""
         assert self.resources is not None
         return discriminator_logits(
             discs,
@@ -252,4 +253,5 @@ class FedGO(DiscriminatorStage, FedDF):
             num_clients=self.cfg.data.num_clients,
             device=self.resources.device,
             batch_size=self.params.teacher_batch_size,
+            progress=f"FedGO discriminator logits on {what}",
         )

@@ -3,7 +3,9 @@
 ``prepare CONFIG [k=v ...] --run-toml PATH [--supernodes N]``: validate the experiment (fail
 fast, exit 2 with one message naming key, value and file), decide its output folder (a new
 one unless ``output_dir`` is set: :func:`fedgo_flwr.experiment.recorder.decide_output_dir`), write
-the Flower run config (``config`` + ``overrides``, the last of them that ``output_dir``) to PATH,
+the Flower run config (``config`` + ``overrides``, the last of them that ``output_dir``; and
+``launch``, the command line and start time ``run.sh`` passed in ``$FEDGO_COMMAND`` and
+``$FEDGO_STARTED``: :class:`~fedgo_flwr.experiment.provenance.Launch`) to PATH,
 and print the Flower federation config (``num-supernodes``: N, default ``data.num_clients``;
 client resources) on stdout for ``flwr run --federation-config``, then the output directory.
 With ``--stage DIR``, also link the app's files into DIR, which ``flwr run`` then bundles
@@ -36,6 +38,7 @@ from fedgo_flwr.experiment.config import (
     config_and_overrides,
     resolve_config_path,
 )
+from fedgo_flwr.experiment.provenance import LAUNCH_KEY, Launch
 from fedgo_flwr.experiment.recorder import decide_output_dir, resolve_output_dir
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import make_partition
@@ -67,6 +70,9 @@ def _prepare(args: argparse.Namespace) -> int:
         f"config = {json.dumps(str(config_path))}\n"
         f"overrides = {json.dumps(' '.join(_quote(o) for o in overrides))}\n"
     )
+    launch = Launch.from_environ()  # run.sh's command line and start, for the ServerApp
+    if launch != Launch():
+        toml += f"{LAUNCH_KEY} = {json.dumps(launch.to_json())}\n"
     Path(args.run_toml).parent.mkdir(parents=True, exist_ok=True)
     Path(args.run_toml).write_text(toml)
     print(

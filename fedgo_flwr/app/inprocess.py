@@ -40,6 +40,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.provenance import Launch
 from fedgo_flwr.runtime.fileio import strict_json
 
 SERVER_NODE_ID = 1
@@ -123,13 +124,16 @@ def run_inprocess(
     cfg: ExperimentConfig,
     node_config: Mapping[str, Any] | None = None,
     num_nodes: int | None = None,
+    launch: Launch | None = None,
 ) -> dict:
     """Run ``cfg`` in this process; return its summary (files as with ``./run.sh``).
 
     ``num_nodes`` virtual nodes (default: one per client); with fewer nodes than clients, each
     serves several (``share-partitions``), as simulated nodes do. The nodes' config is
     ``{"allow-faults": True, "allow-code": True}`` (plus ``share-partitions``) updated with
-    ``node_config``.
+    ``node_config``. ``launch``: how the user started the run (its command line for
+    ``env.json``, its start for the summary's ``launch`` stage); default: unknown (``env.json``
+    records this process's arguments).
     """
     from fedgo_flwr.app.client_app import SHARE_PARTITIONS
     from fedgo_flwr.app.client_app import app as client_app
@@ -143,7 +147,8 @@ def run_inprocess(
         SHARE_PARTITIONS: count < cfg.data.num_clients,
     }
     nodes.update(node_config or {})
-    return run_experiment(InProcessGrid(client_app, count, node_config=nodes), cfg)
+    grid = InProcessGrid(client_app, count, node_config=nodes)
+    return run_experiment(grid, cfg, launch=launch)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="dotted.key=value")
     args = parser.parse_args(argv)
     config, overrides = config_and_overrides(args.config, args.overrides)
+    launch = Launch.from_environ()  # ./run.sh --local: what the user typed, and when
     try:
         cfg = decide_output_dir(load_experiment(config, overrides))
-        summary = run_inprocess(cfg)
+        summary = run_inprocess(cfg, launch=launch)
     except ConfigError as exc:
         print(f"fedgo-flwr: invalid configuration: {exc}", file=sys.stderr)
         return 2

@@ -52,12 +52,14 @@ from fedgo_flwr.experiment.checkpoint import (
     save_checkpoint,
 )
 from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig, split_overrides
+from fedgo_flwr.experiment.provenance import LAUNCH_KEY, Launch
 from fedgo_flwr.experiment.recorder import (
     RunRecorder,
     check_output_dir,
     decide_output_dir,
     resolve_output_dir,
 )
+from fedgo_flwr.experiment.runlog import RunLog, run_log
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import check_model_inputs, load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import get_device
@@ -82,9 +84,10 @@ app = ServerApp()
 APP_DIR = Path(__file__).resolve().parents[2]
 
 
-RUN_CONFIG_FILE_KEYS = ("config", "overrides", NODE_MAP)
-"""Run-config keys that are not experiment keys: the YAML file, the free-form overrides and
-the deployment's node map (:mod:`fedgo_flwr.app.discovery`)."""
+RUN_CONFIG_FILE_KEYS = ("config", "overrides", NODE_MAP, LAUNCH_KEY)
+"""Run-config keys that are not experiment keys: the YAML file, the free-form overrides, the
+deployment's node map (:mod:`fedgo_flwr.app.discovery`) and how ``run.sh`` was started
+(:class:`~fedgo_flwr.experiment.provenance.Launch`)."""
 
 
 def run_config_overrides(run_config: Mapping[str, Any]) -> list[str]:
@@ -148,7 +151,8 @@ def main(grid: Grid, context: Context) -> None:
     try:
         cfg = config_from_context(context)
         node_map = load_node_map(context.run_config.get(NODE_MAP, ""))
-        run_experiment(grid, cfg, node_map=node_map, settle=SETTLE_SECONDS)
+        launch = Launch.from_json(str(context.run_config.get(LAUNCH_KEY, "") or ""))
+        run_experiment(grid, cfg, node_map=node_map, settle=SETTLE_SECONDS, launch=launch)
     except (ConfigError, NodeDiscoveryError, CheckpointError) as exc:
         log(ERROR, "fedgo-flwr: %s", exc)
         setattr(exc, REPORTED, True)
@@ -207,9 +211,18 @@ def server_app_for(cfg: ExperimentConfig) -> ServerApp:
 
 
 def run_experiment(
-    grid: Grid, cfg: ExperimentConfig, node_map: NodeMap | None = None, settle: float = 0.0
+    grid: Grid,
+    cfg: ExperimentConfig,
+    node_map: NodeMap | None = None,
+    settle: float = 0.0,
+    launch: Launch | None = None,
 ) -> dict:
     """Run one experiment end to end; return its summary (also in summary.json).
+
+    The log lines of the run go to ``run.log`` in its folder too
+    (:mod:`fedgo_flwr.experiment.runlog`). ``launch`` is how the user started it (``run.sh``:
+    the command line for ``env.json``, the start time for the summary's ``launch`` stage);
+    unknown by default.
 
     The run folder is ``output_dir``, or a new ``outputs/<name>/<date-time>`` if it is unset
     (with ``resume: true``, the one ``outputs/<name>/latest`` points to):
@@ -226,8 +239,21 @@ def run_experiment(
     claimed are still asked). A partition claimed by several nodes serves no client; the run
     goes on without its clients if at least ``min_clients`` clients keep a node.
     """
+    with run_log() as runlog:
+        return _run_experiment(grid, cfg, node_map, settle, launch or Launch(), runlog)
+
+
+def _run_experiment(
+    grid: Grid,
+    cfg: ExperimentConfig,
+    node_map: NodeMap | None,
+    settle: float,
+    launch: Launch,
+    runlog: RunLog,
+) -> dict:
     require_resolved(cfg, "run_experiment")
     marks = [("", time.perf_counter())]  # the start-up's steps, logged before round 1
+    launched = launch.seconds_before()  # before this process started (run.sh)
     preflight(cfg)  # the same checks as `prepare`: a plain `flwr run` stops here too
     cfg = decide_output_dir(cfg)  # a new folder unless output_dir is set (or set by `prepare`)
     out_dir = resolve_output_dir(cfg.output_dir)
@@ -285,7 +311,8 @@ def run_experiment(
         initial = to_record(ckpt.arrays)
     # Only now, with the checkpoint and the strategy's state accepted, are the run folder's
     # files rewritten (config.yaml, metrics.jsonl; a resumed run's old summary.json removed).
-    recorder = RunRecorder.create(cfg, ckpt.metrics if ckpt else None)
+    recorder = RunRecorder.create(cfg, ckpt.metrics if ckpt else None, command=launch.command)
+    runlog.open(recorder.out_dir)
     log(
         INFO,
         "fedgo-flwr: experiment '%s', strategy %s, output %s",
@@ -296,8 +323,16 @@ def run_experiment(
     recorder.write_partition(partition.to_json(bundle.train.y, bundle.train.num_classes))
     if ckpt is not None:
         log(INFO, "resume: continuing %s after round %d", recorder.out_dir, ckpt.round)
-    strategy.setup(grid)
-    recorder.attach(strategy, model, bundle.test, device)
+    set_up = time.perf_counter()
+    strategy.setup(grid)  # FedGO's pre-FL stage
+    ready = time.perf_counter()
+    stages = {"launch": launched} if launched else {}
+    stages["startup"] = set_up - marks[0][1]
+    stages.update(strategy.stage_times)
+    stages["setup"] = ready - set_up - sum(strategy.stage_times.values())
+    recorder.attach(
+        strategy, model, bundle.test, device, started=marks[0][1] - launched, stages=stages
+    )
     if ckpt is not None:
         restore_rng(ckpt.rng)
     marks.append(("strategy set-up", time.perf_counter()))

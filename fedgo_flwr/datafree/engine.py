@@ -236,6 +236,7 @@ class DataFreeDistillation:
             nz=self.nz,
             sample_weights=self.sample_weights,
             teacher_norm=self.teacher_norm,
+            progress=f"data-free synthesis, epoch {self.epoch + 1}",
         )
         synth_time = time.perf_counter() - start
         start = time.perf_counter()

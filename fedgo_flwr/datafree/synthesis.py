@@ -24,6 +24,7 @@ from fedgo_flwr.datafree.losses import (
     image_prior_losses,
 )
 from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.runtime.progress import Progress
 
 __all__ = [
     "SOURCES",
@@ -123,6 +124,7 @@ def synthesize(
     nz: int = 256,
     sample_weights: Callable[[Tensor], Tensor] | None = None,
     teacher_norm: str = "none",
+    progress: str | None = None,
 ) -> SynthesisResult:
     """Synthesise one labelled batch against the weighted ensemble and the student (Alg. 1, 5-9).
 
@@ -133,6 +135,8 @@ def synthesize(
     The client models and the student are frozen and in eval mode during synthesis (the
     generator trains in train mode: its batch norm uses batch statistics); ``bn_weight > 0``
     hooks :class:`BNStatistics` on the client models for the duration of the call.
+    ``progress`` names the loop in progress lines (:class:`~fedgo_flwr.runtime.progress.Progress`);
+    ``None``: none.
     """
     if settings.source not in SOURCES:
         raise ValueError(f"unknown synthesis source {settings.source!r}; choose one of {SOURCES}")
@@ -163,20 +167,22 @@ def synthesize(
     with frozen([*models, student]):
         bn_stats = BNStatistics(models) if settings.bn_weight else None
         try:
-            best = _synthesis_steps(
-                models,
-                weights,
-                student,
-                settings,
-                labels,
-                params,
-                opt,
-                images,
-                bn_stats,
-                generator,
-                sample_weights,
-                teacher_norm,
-            )
+            with Progress(progress, settings.steps, "steps") as said:
+                best = _synthesis_steps(
+                    models,
+                    weights,
+                    student,
+                    settings,
+                    labels,
+                    params,
+                    opt,
+                    images,
+                    bn_stats,
+                    generator,
+                    sample_weights,
+                    teacher_norm,
+                    said,
+                )
         finally:
             if bn_stats is not None:
                 bn_stats.remove()
@@ -196,6 +202,7 @@ def _synthesis_steps(
     generator: nn.Module | None,
     sample_weights: Callable[[Tensor], Tensor] | None = None,
     teacher_norm: str = "none",
+    said: Progress | None = None,
 ) -> SynthesisResult:
     if settings.steps < 1:
         raise ValueError(f"synthesis needs steps >= 1, got {settings.steps}")
@@ -237,6 +244,8 @@ def _synthesis_steps(
         if settings.source == "generator" and generator is not None and settings.grad_clip > 0:
             nn.utils.clip_grad_norm_(generator.parameters(), settings.grad_clip)
         opt.step()
+        if said is not None:
+            said.advance()
     if best_images is None:  # no step's loss was a finite number (NaN < inf is false)
         raise FloatingPointError(
             f"synthesis: the loss was not finite in any of its {settings.steps} steps (last: "

@@ -10,25 +10,35 @@ never averages runs whose fingerprints differ (:mod:`fedgo_flwr.experiment.repor
 ``env.json`` (:func:`write_environment`) records the code and machine a run used: the git
 commit of this package's checkout and whether it had uncommitted changes, the Python, torch,
 Flower and Ray versions, the host, the torch device, the command line and the fingerprint.
+The command line is what the user typed when ``run.sh`` started the run (:class:`Launch`: ``run.sh``
+puts it in ``$FEDGO_COMMAND``, and hands it to the ServerApp in the run config's ``launch``
+key, as it does the time it started, ``$FEDGO_STARTED``); other entry points record their own
+``sys.argv`` (a plain ``flwr run``: Flower's process).
 Standard library only (versions are read from the installed packages' metadata; torch is asked
 for the device only when it is already imported), so the report can import it cheaply.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import platform
+import shlex
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Mapping, MutableMapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ENV_FILE",
+    "LAUNCH_KEY",
+    "Launch",
     "RESULT_NEUTRAL_KEYS",
     "config_differences",
     "config_fingerprint",
@@ -134,8 +144,9 @@ def _device() -> str | None:
 
 
 def environment(config: Mapping[str, Any], argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """The provenance of a run of ``config`` started now by ``argv`` (default ``sys.argv``)."""
-    return {
+    """The provenance of a run of ``config`` started now by ``argv`` (default ``sys.argv``;
+    when ``argv`` is given, this process's own ``sys.argv`` is kept too, as ``"process"``)."""
+    env = {
         "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "config_fingerprint": config_fingerprint(config),
         "git": git_state(),
@@ -146,17 +157,24 @@ def environment(config: Mapping[str, Any], argv: Sequence[str] | None = None) ->
         "device": _device(),
         "command": list(sys.argv if argv is None else argv),
     }
+    if argv is not None and list(argv) != sys.argv:
+        env["process"] = list(sys.argv)
+    return env
 
 
 def write_environment(
-    out_dir: Path, config: Mapping[str, Any], resumed: bool = False
+    out_dir: Path,
+    config: Mapping[str, Any],
+    resumed: bool = False,
+    command: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Write ``out_dir/env.json`` (atomically) and return what it holds. A resumed run keeps
-    the provenance of the starts before it, oldest first, under ``"earlier"`` (a resume may run
-    other code on another machine)."""
+    """Write ``out_dir/env.json`` (atomically) and return what it holds; ``command`` is what
+    the user typed (default: this process's ``sys.argv``). A resumed run keeps the provenance
+    of the starts before it, oldest first, under ``"earlier"`` (a resume may run other code on
+    another machine)."""
     from fedgo_flwr.runtime.fileio import atomic_write_text
 
-    env = environment(config)
+    env = environment(config, command)
     if resumed:
         try:
             before = json.loads((out_dir / ENV_FILE).read_text())
@@ -167,3 +185,77 @@ def write_environment(
             env["earlier"] = [*(earlier if isinstance(earlier, list) else []), before]
     atomic_write_text(out_dir / ENV_FILE, json.dumps(env, indent=2, sort_keys=False) + "\n")
     return env
+
+
+LAUNCH_KEY = "launch"
+"""The run-config key (``pyproject.toml``) in which ``run.sh`` hands its :class:`Launch` to the
+ServerApp: one JSON string, ``""`` when the run was not started by ``run.sh``."""
+
+COMMAND_VAR, STARTED_VAR = "FEDGO_COMMAND", "FEDGO_STARTED"
+"""What ``run.sh`` exports for its ``--local`` runs and for ``cli prepare``: the command line it
+was started with, shell-quoted (``printf %q``), and the Unix time it started."""
+
+LONGEST_LAUNCH = 24 * 3600.0
+"""A launch longer than this (a start time left over in an environment) is not believed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """How the user started a run: the command line they typed (``None``: unknown) and when
+    (Unix time; ``None``: unknown)."""
+
+    command: tuple[str, ...] | None = None
+    started: float | None = None
+
+    @classmethod
+    def from_environ(cls, environ: MutableMapping[str, str] | None = None) -> Launch:
+        """The launch ``run.sh`` exported (:data:`COMMAND_VAR`, :data:`STARTED_VAR`), taken out
+        of ``environ`` (default ``os.environ``) so that no process started later inherits it."""
+        env = os.environ if environ is None else environ
+        text, started = env.pop(COMMAND_VAR, None), env.pop(STARTED_VAR, None)
+        command = None
+        if text:
+            try:
+                command = tuple(shlex.split(text))
+            except ValueError:  # a quoting shlex does not know ($'...'): kept as one string
+                command = (text.strip(),)
+        return cls(command, _number(started))
+
+    @classmethod
+    def from_json(cls, text: str) -> Launch:
+        """The launch in a run config's :data:`LAUNCH_KEY` (``""`` or unreadable: unknown)."""
+        try:
+            raw = json.loads(text) if text else {}
+        except ValueError:
+            raw = {}
+        if not isinstance(raw, dict):
+            raw = {}
+        command = raw.get("command")
+        ok = isinstance(command, list) and all(isinstance(a, str) for a in command)
+        return cls(tuple(command) if ok else None, _number(raw.get("started")))
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "command": None if self.command is None else list(self.command),
+                "started": self.started,
+            }
+        )
+
+    def seconds_before(self, now: float | None = None) -> float:
+        """Seconds from the launch to ``now`` (Unix time, default the present): what the run
+        took before its ServerApp started (``run.sh``: the SuperLink, the config's checks,
+        Flower's packaging; ``--local``: Python's imports); 0 when the start is unknown, in
+        the future or over :data:`LONGEST_LAUNCH` ago."""
+        if self.started is None:
+            return 0.0
+        seconds = (time.time() if now is None else now) - self.started
+        return seconds if 0.0 <= seconds <= LONGEST_LAUNCH else 0.0
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None

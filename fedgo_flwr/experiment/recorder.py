@@ -1,9 +1,11 @@
 """What a run writes: config.yaml, partition.json, metrics.jsonl, summary.json, model.pt.
 
 ``metrics.jsonl`` holds one JSON object per round (round 0 is the initial model) with at least
-``round``, ``test_accuracy``, ``test_loss``, ``round_time`` (seconds since the previous line),
-``eval_time`` and ``elapsed`` (seconds since the strategy started), plus what the strategy
-reports for the round (clients sampled/replied/failed, train loss, client and aggregation times).
+``round``, ``test_accuracy``, ``test_loss``, ``round_time`` (seconds since the previous line;
+for round 0, since the strategy's set-up ended), ``eval_time`` and ``elapsed`` (seconds since
+the run started, its start-up and pre-FL stage included: :data:`STAGES`), plus what the
+strategy reports for the round (clients sampled/replied/failed, train loss, client and
+aggregation times).
 A relative ``output_dir`` is taken relative to ``$FEDGO_WORKDIR`` if set, else the current
 directory of the ServerApp process. Unset, every run gets a new folder
 ``outputs/<name>/<date-time>`` (:func:`decide_output_dir`, :mod:`fedgo_flwr.experiment.runfolders`).
@@ -17,6 +19,13 @@ success) always comes with a complete ``model.pt``. JSON files are strict JSON
 (``Infinity`` is not JSON); NaN is the rows' "no value" (e.g. a round not evaluated), an
 infinity is also logged as a WARNING. The summary also gives the server process's peak resident
 memory (``server_peak_rss_mb``).
+
+The summary's ``total_time`` is the run's wall time from its start to its summary, and
+``stage_times`` breaks it down (:data:`STAGES`; the stages add up to ``total_time``). A stage
+done in an earlier process is counted in that process's time: a resumed run adds ``earlier``
+(the ``elapsed`` of its checkpoint's last row, which includes the first process's start-up and
+pre-FL stage); a generator loaded from ``strategy.generator.cache`` or a file counts the time
+to load it (the cached entry's own training time stays in ``prefl.json``, ``generator.seconds``).
 """
 
 from __future__ import annotations
@@ -139,6 +148,21 @@ def decide_output_dir(cfg: ExperimentConfig) -> ExperimentConfig:
     return dataclasses.replace(cfg, output_dir=str(folder))
 
 
+STAGES = {
+    "earlier": "a resumed run: the earlier processes' time up to the checkpoint's round",
+    "launch": "before the ServerApp started (run.sh: its checks, the SuperLink, Flower's "
+    "packaging; --local: Python's imports); only for runs run.sh started",
+    "startup": "the ServerApp's checks, data, partition, model and node discovery",
+    "generator": "FedGO's pre-FL generator: trained, loaded or taken from the cache",
+    "discriminators": "FedGO's discriminator round (or loading them from a file)",
+    "setup": "the rest of the strategy's set-up before round 1 (e.g. discriminator logits)",
+    "rounds": "round 0's evaluation and the rounds (or a one-shot strategy's server epochs)",
+    "finish": "writing the final model",
+}
+"""The stages of ``summary.json``'s ``stage_times``, in order; a stage a run does not have is
+left out."""
+
+
 class RunRecorder:
     """Writes a run's files and serves as the strategy's ``evaluate_fn``."""
 
@@ -147,15 +171,22 @@ class RunRecorder:
         self.out_dir = out_dir
         self.rows: list[dict[str, Any]] = []
         self.start = time.perf_counter()
-        self.last = self.start
+        self.last = self.attached = self.start
+        self.stages: dict[str, float] = {}
         self.tensorboard = TensorBoardLog(out_dir) if cfg.logging.tensorboard else None
         self.mlflow: MlflowLog | None = None
         if cfg.logging.mlflow:
             self.mlflow = MlflowLog.start(cfg, out_dir, resolve_output_dir("."))
 
     @classmethod
-    def create(cls, cfg: ExperimentConfig, rows: list[dict[str, Any]] | None = None) -> RunRecorder:
-        """Start the run's files; ``rows`` are the metrics of a resumed run's earlier rounds.
+    def create(
+        cls,
+        cfg: ExperimentConfig,
+        rows: list[dict[str, Any]] | None = None,
+        command: list[str] | tuple[str, ...] | None = None,
+    ) -> RunRecorder:
+        """Start the run's files; ``rows`` are the metrics of a resumed run's earlier rounds,
+        ``command`` what the user typed (for ``env.json``; default this process's arguments).
 
         Checks the folder first (:func:`check_output_dir`). A resumed run's old summary no
         longer describes it and is removed; ``overwrite`` removes the old run's results.
@@ -166,7 +197,7 @@ class RunRecorder:
         for name in stale:
             (out_dir / name).unlink(missing_ok=True)
         atomic_write_text(out_dir / "config.yaml", cfg.to_yaml())
-        write_environment(out_dir, cfg.to_dict(), resumed=rows is not None)
+        write_environment(out_dir, cfg.to_dict(), resumed=rows is not None, command=command)
         restored = [dict(r) for r in rows or []]
         atomic_write_text(out_dir / "metrics.jsonl", "".join(json_line(r) for r in restored))
         recorder = cls(cfg, out_dir)
@@ -178,11 +209,28 @@ class RunRecorder:
     def write_partition(self, info: dict[str, Any]) -> None:
         atomic_write_text(self.out_dir / "partition.json", strict_json(info, name="partition.json"))
 
-    def attach(self, strategy: Any, model: nn.Module, test: ArrayDataset, device) -> None:
+    def attach(
+        self,
+        strategy: Any,
+        model: nn.Module,
+        test: ArrayDataset,
+        device,
+        started: float | None = None,
+        stages: dict[str, float] | None = None,
+    ) -> None:
+        """Start recording rounds. ``started`` is the run's start (a :func:`time.perf_counter`
+        time; default now) and ``stages`` the time of the stages until now (:data:`STAGES`);
+        a resumed run's time goes on from its checkpoint's last ``elapsed`` (``earlier``)."""
         self.strategy, self.model, self.test, self.device = strategy, model, test, device
-        self.start = self.last = time.perf_counter()
+        self.attached = self.last = time.perf_counter()
+        self.start = self.attached if started is None else started
+        self.stages = {}
         if self.rows:  # resumed: elapsed time goes on from the checkpoint's
-            self.start -= float(self.rows[-1].get("elapsed") or 0.0)
+            earlier = float(self.rows[-1].get("elapsed") or 0.0)
+            if math.isfinite(earlier) and earlier > 0:
+                self.start -= earlier
+                self.stages["earlier"] = earlier
+        self.stages.update(stages or {})
 
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> MetricRecord:
         """Centralised evaluation of the global model; appends one line to metrics.jsonl.
@@ -260,6 +308,7 @@ class RunRecorder:
         In this order, a ``summary.json`` (the mark of a finished run) always has its model.
         A strategy's ``report()`` (CPFL's simulated time, CPU-hours, bytes) joins the summary.
         """
+        finishing = time.perf_counter()
         evaluated = [r for r in self.rows if not _missing(r["test_accuracy"])]
         best = max(evaluated, key=lambda r: r["test_accuracy"])
         rounds = [r for r in self.rows if r["round"] > 0]
@@ -271,7 +320,7 @@ class RunRecorder:
             "final_loss": evaluated[-1]["test_loss"],
             "best_accuracy": best["test_accuracy"],
             "best_round": best["round"],
-            "total_time": time.perf_counter() - self.start,
+            "total_time": math.nan,  # set last, with stage_times
             "mean_round_time": (sum(r["round_time"] for r in rounds) / len(rounds))
             if rounds
             else 0.0,
@@ -296,18 +345,23 @@ class RunRecorder:
             atomic_torch_save(self.out_dir / "model.pt", arrays.to_torch_state_dict())
         if self.tensorboard is not None:
             self.tensorboard.close()
+        now = time.perf_counter()
+        stages = {**self.stages, "rounds": finishing - self.attached, "finish": now - finishing}
+        summary["total_time"] = now - self.start
+        summary["stage_times"] = {k: stages[k] for k in STAGES if k in stages}
         text = strict_json(summary, name="summary.json", nan_is_missing=True, indent=2)
         atomic_write_text(self.out_dir / "summary.json", text)
         if self.mlflow is not None:  # after summary.json: the artifacts hold it
             self.mlflow.finish(summary)
         log(
             INFO,
-            "[%s] done: final accuracy %.4f, best %.4f (round %d), %.1fs; results in %s",
+            "[%s] done: final accuracy %.4f, best %.4f (round %d), %.1fs%s; results in %s",
             self.cfg.name,
             summary["final_accuracy"],
             summary["best_accuracy"],
             summary["best_round"],
             summary["total_time"],
+            stage_breakdown(summary["stage_times"], summary["total_time"]),
             self.out_dir,
         )
         return summary
@@ -357,6 +411,15 @@ class TensorBoardLog:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def stage_breakdown(stages: dict[str, float], total: float) -> str:
+    """`` (generator 262.1s, rounds 20.5s)``: the stages of at least 5 % of ``total``, for the
+    done line; empty when only one stage is."""
+    big = [(k, v) for k, v in stages.items() if total > 0 and v >= 0.05 * total]
+    if len(big) < 2:
+        return ""
+    return " (" + ", ".join(f"{k} {v:.1f}s" for k, v in big) + ")"
 
 
 def _duration(seconds: float) -> str:

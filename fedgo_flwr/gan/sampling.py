@@ -24,6 +24,7 @@ from fedgo_flwr.learning.aggregation import lower_median
 from fedgo_flwr.learning.distill import view_batches
 from fedgo_flwr.runtime import profiling
 from fedgo_flwr.runtime.kernels import inference_batch, place
+from fedgo_flwr.runtime.progress import Progress
 
 __all__ = [
     "discriminator_logits",
@@ -141,6 +142,7 @@ def discriminator_logits(
     num_clients: int | None = None,
     device: torch.device | str = "cpu",
     batch_size: int = 512,
+    progress: str | None = None,
 ) -> Tensor:
     """Raw logits ``z_k(x)`` of every client's discriminator on every view of every sample.
 
@@ -160,6 +162,8 @@ def discriminator_logits(
             clients without a discriminator are 0 (the neutral logit).
         device: Where to evaluate.
         batch_size: Samples per forward pass.
+        progress: The stage's name in progress lines (discriminators done;
+            :class:`fedgo_flwr.runtime.progress.Progress`); ``None``: none.
 
     Returns:
         ``(K, V, N)`` float32 CPU tensor.
@@ -181,8 +185,10 @@ def discriminator_logits(
     dev = torch.device(device)
     batch_size = inference_batch(batch_size, dev)
     images = len(discs) * views * len(data)
-    with profiling.phase("discriminator_logits", images, batch_size):
-        _fill_discriminator_logits(out, discs, view_batches(data, views, batch_size, dev), dev)
+    said = Progress(progress, len(discs), "discriminators")
+    with profiling.phase("discriminator_logits", images, batch_size), said:
+        batched = view_batches(data, views, batch_size, dev)
+        _fill_discriminator_logits(out, discs, batched, dev, said)
     return out
 
 
@@ -226,7 +232,11 @@ def discriminator_scale_outliers(
 
 
 def _fill_discriminator_logits(
-    out: Tensor, discs: Mapping[int, nn.Module], batched: list[tuple[int, Tensor]], dev
+    out: Tensor,
+    discs: Mapping[int, nn.Module],
+    batched: list[tuple[int, Tensor]],
+    dev,
+    said: Progress,
 ) -> None:
     views = out.shape[1]
     for k, disc in discs.items():
@@ -237,3 +247,4 @@ def _fill_discriminator_logits(
                 parts[v].append(disc(x).float().cpu().reshape(-1))
         out[k] = torch.stack([torch.cat(p) for p in parts])
         disc.cpu()
+        said.advance()

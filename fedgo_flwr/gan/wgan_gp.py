@@ -28,6 +28,7 @@ from fedgo_flwr.data import ArrayDataset, batches
 from fedgo_flwr.gan.sampling import _check_positive_int, _latent, _latent_dim
 from fedgo_flwr.runtime import profiling
 from fedgo_flwr.runtime.kernels import place
+from fedgo_flwr.runtime.progress import Progress
 
 __all__ = [
     "fedgan_generator_steps",
@@ -126,6 +127,7 @@ def train_wgan_gp(
     augment: bool = False,
     lr_decay: bool = False,
     log_every: int | None = None,
+    progress: str | None = None,
 ) -> dict[str, float]:
     """Train ``generator`` against ``critic`` with WGAN-GP (Gulrajani et al., 2017, Alg. 1).
 
@@ -154,7 +156,9 @@ def train_wgan_gp(
             and server data (App. E.2, "Details for Dataset") but does not say so for the GAN.
         lr_decay: Decay both learning rates linearly to 0 over ``steps``, as
             ``gan_cifar_resnet.py`` does (``DECAY=True``); the paper does not mention it.
-        log_every: Log progress every this many generator steps (``None``: never).
+        log_every: Log the losses every this many generator steps (``None``: never).
+        progress: The stage's name in progress lines (steps done, rate, time left;
+            :class:`fedgo_flwr.runtime.progress.Progress`); ``None``: no progress lines.
 
     Returns:
         ``steps``, ``critic_steps``, ``seconds``, and the values of the last step:
@@ -190,7 +194,8 @@ def train_wgan_gp(
         "grad_norm": nan,
     }
     critic_params = list(critic.parameters())
-    with profiling.phase("wgan_gp") as tally:
+    said = Progress(progress, steps, "steps")
+    with profiling.phase("wgan_gp") as tally, said:
         for step in range(steps):
             for p in critic_params:
                 p.requires_grad_(True)
@@ -214,6 +219,7 @@ def train_wgan_gp(
             opt_g.step()
             for sched in scheds:
                 sched.step()
+            said.advance()
             if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
                 log.info(
                     "wgan-gp step %d/%d: critic %.4f generator %.4f W %.4f gp %.4f",

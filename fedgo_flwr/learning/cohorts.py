@@ -55,6 +55,7 @@ from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.systems import SimClock
 from fedgo_flwr.runtime.kernels import autocast, place
+from fedgo_flwr.runtime.progress import Progress
 from fedgo_flwr.runtime.rng import derive_seed
 
 __all__ = [
@@ -435,10 +436,13 @@ def distill_l1(
     *,
     rng: torch.Generator,
     device: torch.device,
+    progress: str | None = None,
 ) -> L1DistillResult:
     """Train ``student`` in place on ``data`` towards ``targets`` (``(N, C)``) with the mean
     absolute error between its outputs and the targets (``torch.nn.L1Loss``, CPFL eq. 3):
-    ``epochs`` shuffled passes, Adam (``lr``, betas ``(beta1, 0.999)``), no augmentation."""
+    ``epochs`` shuffled passes, Adam (``lr``, betas ``(beta1, 0.999)``), no augmentation.
+    ``progress`` names the stage in progress lines
+    (:class:`~fedgo_flwr.runtime.progress.Progress`); ``None``: none."""
     n = len(data)
     if targets.ndim != 2 or targets.shape[0] != n:
         raise ValueError(f"targets must be ({n}, C), got {tuple(targets.shape)}")
@@ -448,6 +452,7 @@ def distill_l1(
     end = n - 1 if ends_in_batch_of_one(n, config.batch_size) else n
     losses: list[float] = []
     steps = 0
+    said = Progress(progress, config.epochs * len(range(0, end, config.batch_size)), "steps")
     for _ in range(config.epochs):
         order = torch.randperm(n, generator=rng)
         total, count = 0.0, 0
@@ -463,7 +468,9 @@ def distill_l1(
             total += loss.item() * len(idx)
             count += len(idx)
             steps += 1
+            said.advance()
         losses.append(total / max(count, 1))
+    said.close()
     return L1DistillResult(
         loss=losses[-1] if losses else math.nan,
         epoch_losses=losses,

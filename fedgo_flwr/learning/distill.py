@@ -60,6 +60,7 @@ from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import lower_median
 from fedgo_flwr.runtime import profiling
 from fedgo_flwr.runtime.kernels import autocast, inference_batch, place
+from fedgo_flwr.runtime.progress import Progress
 
 PROTOCOLS = ("fedgo", "feddf")
 BN_STATS = ("auto", "update", "batch", "eval")
@@ -350,6 +351,7 @@ def distill(
     device: torch.device,
     validate: Callable[[nn.Module], float] | None = None,
     generated: bool = False,
+    progress: str | None = None,
 ) -> DistillResult:
     """Train ``student`` in place on ``data`` against ``targets`` (``(V, N, C)`` probabilities).
 
@@ -357,6 +359,8 @@ def distill(
     student's BatchNorm running statistics: mode ``batch``).
 
     ``validate(model) -> accuracy`` is required by the ``feddf`` protocol (its early stopping).
+    ``progress`` names the stage in progress lines (:class:`~fedgo_flwr.runtime.progress.Progress`,
+    steps done of at most ``epochs`` passes, or ``max_steps``); ``None``: none.
     """
     with profiling.phase("distillation") as tally:
         mode = config.bn_mode(generated)
@@ -368,15 +372,35 @@ def distill(
             if mode == "batch"
             else []
         )
-        result = _distill(
-            student, data, targets, config, server_round, rng, device, validate, mode, tally
-        )
+        with Progress(progress, _planned_steps(config, len(data)), "steps") as said:
+            result = _distill(
+                student,
+                data,
+                targets,
+                config,
+                server_round,
+                rng,
+                device,
+                validate,
+                mode,
+                tally,
+                said,
+            )
         if mode == "batch":  # the running statistics (not the affine weights) as they were
             with torch.no_grad():
                 for module, state in zip(_batchnorms(student), saved, strict=True):
                     for name, buffer in module.named_buffers(recurse=False):
                         buffer.copy_(state[name])
         return result
+
+
+def _planned_steps(config: DistillConfig, n: int) -> int:
+    """The steps :func:`_distill` takes at most: ``epochs`` passes of ``batch_size`` (the
+    ``fedgo`` protocol) or ``max_steps`` (``feddf``, which may stop early)."""
+    if config.protocol != "fedgo":
+        return config.max_steps
+    end = n - 1 if ends_in_batch_of_one(n, config.batch_size) else n
+    return config.epochs * len(range(0, max(end, 0), config.batch_size))
 
 
 def _distill(
@@ -390,6 +414,7 @@ def _distill(
     validate: Callable[[nn.Module], float] | None,
     bn_mode: str,
     tally: profiling.Tally,
+    said: Progress,
 ) -> DistillResult:
     if targets.ndim != 3 or targets.shape[1] != len(data):
         raise ValueError(f"targets must be (V, {len(data)}, C), got {tuple(targets.shape)}")
@@ -423,6 +448,7 @@ def _distill(
                 count += len(idx)
                 steps += 1
                 tally.add(len(idx))
+                said.advance()
             last = total / max(count, 1)
         return DistillResult(loss=last, steps=steps, seconds=time.perf_counter() - start)
 
@@ -447,6 +473,7 @@ def _distill(
         sched.step()
         step += 1
         tally.add(len(idx))
+        said.advance()
         window += loss.item()
         count += 1
         if step % config.eval_every == 0 or step == config.max_steps:

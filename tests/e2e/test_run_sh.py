@@ -105,6 +105,23 @@ def test_local_runs_the_experiment_in_one_process(tmp_path):
     assert not flower_processes(tag)
 
 
+def test_run_sh_records_the_users_command_the_launch_and_run_log(tmp_path):
+    """Through ``flwr run``, the ServerApp runs in Flower's process: env.json still says what
+    the user typed (run.sh hands it on in the run config), the summary counts run.sh's part of
+    the time as ``launch``, and run.log (written by the ServerApp) ends with the done line."""
+    args = ["conf/default.yaml", *TINY_RUN, f"output_dir={tmp_path}"]
+    proc = run_sh(*args, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    env = json.loads((tmp_path / "env.json").read_text())
+    assert env["command"] == [str(ROOT / "run.sh"), *args]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stage_times"]["launch"] > 0
+    assert sum(summary["stage_times"].values()) == pytest.approx(summary["total_time"], abs=0.05)
+    log = (tmp_path / "run.log").read_text().splitlines()
+    assert "INFO: fedgo-flwr: ServerApp start-up" in "\n".join(log)
+    assert "INFO: [default] done: final accuracy" in log[-1]
+
+
 def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     """Kill ``./run.sh`` (its whole process group) mid-run, resume it with ``resume=true``:
     the SuperLink is gone after the kill, and the resumed run's metrics equal an uninterrupted

@@ -19,7 +19,8 @@ written ``null`` as the run writes it):
 - the rows of ``metrics.jsonl`` and ``summary.json``, without wall-clock figures (at any depth:
   every key ``elapsed`` or containing ``time``, and ``seconds``/``disc_seconds``) and without
   the process's peak memory (:data:`UNSTABLE_KEYS`); byte counts and simulated clocks stay;
-- every other JSON file of the run folder (``partition.json``, ``prefl.json``) alike;
+- every other JSON file of the run folder (``partition.json``, ``prefl.json``) alike, but
+  ``env.json`` (the machine, the time and the commit the run used);
 - a sha256 of every saved ``.pt`` file (final ``model.pt``, ``generator.pt``,
   ``discriminators.pt``, ``client_models.pt``, the clients' state files), not of the file's
   bytes (pickles carry metadata) but of its content: keys in sorted order, each key, dtype,

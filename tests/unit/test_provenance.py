@@ -63,3 +63,35 @@ def test_environment_records_code_and_command(tmp_path):
     stored = json.loads((tmp_path / "env.json").read_text())
     assert stored["earlier"] == [json.loads(json.dumps(first))]
     assert stored["started"] == second["started"]
+
+
+def test_launch_from_run_sh_environment_is_taken_out_of_it():
+    from fedgo_flwr.experiment.provenance import Launch
+
+    env = {"FEDGO_COMMAND": "./run.sh conf/a\\ b.yaml 'name=x y' ", "FEDGO_STARTED": "100.5"}
+    launch = Launch.from_environ(env)
+    assert launch == Launch(("./run.sh", "conf/a b.yaml", "name=x y"), 100.5)
+    assert env == {}  # a process started later does not inherit them
+    assert Launch.from_json(launch.to_json()) == launch
+    assert Launch.from_environ({}) == Launch() == Launch.from_json("")
+    # an unbalanced quote is kept as typed; a start that is no number is unknown
+    odd = Launch.from_environ({"FEDGO_COMMAND": "./run.sh 'x", "FEDGO_STARTED": "soon"})
+    assert odd == Launch(("./run.sh 'x",), None)
+    assert Launch.from_json('{"command": [1], "started": "nan"}') == Launch()
+    assert Launch.from_json("[") == Launch()
+
+
+def test_launch_seconds_are_believed_only_when_plausible():
+    from fedgo_flwr.experiment.provenance import Launch
+
+    assert Launch(started=100.0).seconds_before(now=112.5) == 12.5
+    assert Launch(started=100.0).seconds_before(now=90.0) == 0.0  # in the future
+    assert Launch(started=100.0).seconds_before(now=100.0 + 2 * 86400) == 0.0  # left over
+    assert Launch().seconds_before() == 0.0
+
+
+def test_environment_keeps_the_process_arguments_beside_the_users_command(tmp_path):
+    env = write_environment(tmp_path, _config(), command=["./run.sh", "conf/x.yaml"])
+    assert env["command"] == ["./run.sh", "conf/x.yaml"] and "process" in env
+    assert json.loads((tmp_path / "env.json").read_text())["command"] == env["command"]
+    assert "process" not in environment(_config())

@@ -39,6 +39,10 @@ def test_a_failed_run_is_recorded_and_the_others_finish(tmp_path) -> None:
     detail = {(o.variant, o.seed): o.detail for o in outcomes}
     assert detail["a", 1].startswith("exit 3;") and "exit 0 without a new summary" in detail["b", 0]
     assert any("a seed 1 FAILED" in line and "boom" in line for line in said)
+    # a finished run says how long it took and, with runs left, when the sweep should end
+    done = [line for line in said if " done in " in line]
+    assert len(done) == 2
+    assert all("ETA" in line for line in done if not line.startswith("sweep: [4/4]"))
     assert "boom" in (tmp_path / "a/seed1/run.log").read_text()
     assert sorted(kept) == [("a", 0), ("b", 1)]  # the archive keeps the finished runs only
 

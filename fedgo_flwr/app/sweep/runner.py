@@ -38,6 +38,7 @@ import yaml
 from fedgo_flwr.app.sweep.table import SUMMARY, run_dir
 from fedgo_flwr.app.sweep.variants import Variant
 from fedgo_flwr.runtime.fileio import path_inside
+from fedgo_flwr.runtime.progress import Progress, duration
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository: first on the children's ``PYTHONPATH``."""
@@ -160,6 +161,13 @@ def _start(job: Job) -> tuple[subprocess.Popen, object]:
     return proc, log
 
 
+def _eta(said: Progress) -> str:
+    """``, ETA 12m40s`` for the sweep's runs left at its rate so far (none when all done)."""
+    left = (said.total or 0) - said.done
+    rate = said.rate(said.clock())
+    return f", ETA {duration(left / rate)}" if left > 0 and rate > 0 else ""
+
+
 def _tail(path: Path, chars: int = 1500) -> str:
     try:
         return path.read_text(errors="replace")[-chars:]
@@ -184,6 +192,14 @@ def execute(
     running: list[tuple[Job, subprocess.Popen, object, float]] = []
     outcomes: list[Outcome] = []
     total = len(pending)
+
+    def under_way() -> str:
+        now = time.time()
+        return "running " + ", ".join(
+            f"{j.variant.name} seed {j.seed} ({duration(now - t)})" for j, _, _, t in running
+        )
+
+    said = Progress("sweep", total, "runs", emit=say, longest=60.0, detail=under_way)
     try:
         while pending or running:
             if pending and stop_at is not None and time.monotonic() >= stop_at:
@@ -197,6 +213,7 @@ def execute(
                 running.append((job, proc, log, time.time()))
                 say(f"sweep: start {job.variant.name} seed {job.seed} -> {job.folder}")
             time.sleep(0.2)
+            said.tick()
             for item in list(running):
                 job, proc, log, started = item
                 if proc.poll() is None:
@@ -207,9 +224,13 @@ def execute(
                 fresh = summary.is_file() and summary.stat().st_mtime >= started - 1
                 seconds = time.time() - started
                 done = len(outcomes) + 1
+                said.done += 1  # counted without a line of its own: the line below says it
                 if proc.returncode == 0 and fresh:
                     outcomes.append(Outcome(job.variant.name, job.seed, "done", f"{seconds:.0f} s"))
-                    say(f"sweep: [{done}/{total}] {job.variant.name} seed {job.seed} done")
+                    say(
+                        f"sweep: [{done}/{total}] {job.variant.name} seed {job.seed} done "
+                        f"in {duration(seconds)}{_eta(said)}"
+                    )
                     if on_done is not None:
                         on_done(job)
                 else:
@@ -222,6 +243,7 @@ def execute(
                         f"sweep: [{done}/{total}] {job.variant.name} seed {job.seed} FAILED "
                         f"({detail}):\n{_tail(job.folder / LOG)}"
                     )
+        said.close()
     except BaseException:
         for _, proc, _log, _ in running:
             if proc.poll() is None:
