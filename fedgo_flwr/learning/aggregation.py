@@ -90,7 +90,8 @@ class AggregationConfig:
     ``m`` replies; Yin et al. need ``beta`` above the share of bad clients). ``weighted``: the
     median and trimmed mean weigh each reply by its weight (FedAvg's ``n_k``) as the mean does,
     cutting by count (:mod:`fedgo_flwr.learning.weighted_rules`); unweighted by default, Yin et
-    al.'s rules, whose guarantee is in clients. ``clip_norm``: the
+    al.'s rules, whose guarantee is in clients. It applies to the round's classifier models
+    (the other uploads' rules stay unweighted). ``clip_norm``: the
     L2 bound on each client's update ``y_k - x`` (every floating array of the model), applied
     before the rule; ``null``: no clipping. The defaults (``mean``, no clipping) are FedAvg's
     aggregation, bit for bit.
@@ -254,14 +255,11 @@ class ReplyStack:
 
 
 def new_average(config: AggregationConfig) -> RunningAverage | ReplyStack:
-    """An empty accumulator for ``config.rule`` (``add(arrays, weight)``, ``result()``);
-    with ``config.weighted``, the weighted median / trimmed mean."""
+    """An empty accumulator for ``config.rule`` (``add(arrays, weight)``, ``result()``),
+    unweighted (``config.weighted`` is for the round's models:
+    :func:`fedgo_flwr.learning.clipping.round_average`)."""
     if config.rule == "mean":
         return RunningAverage()
-    if config.weighted:
-        from fedgo_flwr.learning.weighted_rules import new_weighted_average  # imports this
-
-        return new_weighted_average(config)
     return ReplyStack(config.rule, config.trim_fraction)
 
 

@@ -50,6 +50,7 @@ from fedgo_flwr.learning.aggregation import (
     new_average,
     upload_norm,
 )
+from fedgo_flwr.learning.weighted_rules import new_weighted_average
 
 run_log = logging.getLogger("flwr")
 
@@ -189,8 +190,11 @@ def round_average(
     """The accumulator of a round's client models under ``strategy.aggregation`` (``config``):
     with ``rule: mean`` and the model the clients were sent (``reference``), a
     :class:`ClippedMean` at ``clip_factor``; else :func:`new_average`'s (the median and
-    trimmed mean; a plain mean where there is no reference, e.g. a model trained from
-    scratch)."""
+    trimmed mean, weighted by the replies' weights with ``config.weighted``:
+    :func:`~fedgo_flwr.learning.weighted_rules.new_weighted_average`; a plain mean where there
+    is no reference, e.g. a model trained from scratch)."""
+    if config.rule != "mean" and config.weighted:
+        return new_weighted_average(config)
     if config.rule != "mean" or not reference:
         return new_average(config)
     return ClippedMean(reference, config.clip_factor, config.clip_keep, what)

@@ -764,13 +764,14 @@ def test_a_weighted_reply_stack_takes_the_weights() -> None:
 def test_weighted_option_weighs_the_kept_replies_by_n_k() -> None:
     """strategy.aggregation.weighted: the trimmed mean cuts one reply at each end by count,
     then weighs the rest by n_k; unweighted, the same kept values average plainly."""
-    from fedgo_flwr.learning.aggregation import AggregationConfig, new_average
+    from fedgo_flwr.learning.aggregation import AggregationConfig
+    from fedgo_flwr.learning.clipping import round_average
 
     values, sizes = [0.0, 1.0, 2.0, 4.0, 100.0], [1.0, 3.0, 1.0, 1.0, 50.0]
     results = {}
     for weighted in (False, True):
         cfg = AggregationConfig(rule="trimmed_mean", trim_fraction=0.2, weighted=weighted)
-        average = new_average(cfg)
+        average = round_average(cfg, {"w": np.zeros(1, dtype=np.float32)})
         for v, n in zip(values, sizes, strict=True):
             average.add({"w": np.array([v], dtype=np.float32)}, n)
         results[weighted] = float(average.result()["w"][0])
