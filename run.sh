@@ -3,6 +3,7 @@
 #   ./run.sh [CONFIG.yaml] [dotted.key=value ...]   run an experiment as a Flower simulation
 #                                                   (results: outputs/<name>/<date-time>/)
 #   ./run.sh --local [CONFIG.yaml] [k=v ...]        the same in one process, no Ray (debugging)
+#   ./run.sh --stop [FLOWER_HOME ...]               stop the runs this checkout's run.sh started
 #   ./run.sh --tests [pytest args]                  run the test suite
 #   ./run.sh --setup                                only create/update .venv
 #   ./run.sh --report RUN_DIR... [--out DIR]        plots and tables of finished runs
@@ -13,10 +14,12 @@
 # its own, .flwr/run.XXXXXX (FEDGO_FLWR_HOMES=DIR: DIR/run.XXXXXX), removed after success.
 # The simulation runs on a SuperLink this script starts on a free local port and stops again
 # (by its process id) when the run ends; its dependencies come from .venv, never from a
-# per-run `uv sync`.
+# per-run `uv sync`. The script's and the SuperLink's process ids are in the home's `pids` file,
+# for `--stop` (a run whose terminal is gone, or a script killed with SIGKILL).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CALLER_DIR="$PWD"  # paths given to --stop are relative to it
 cd "$ROOT"
 VENV="${FEDGO_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
@@ -45,7 +48,7 @@ setup() {
 }
 
 # shellcheck source=deploy/proc.sh
-source "$ROOT/deploy/proc.sh"  # free_port, stop_tree
+source "$ROOT/deploy/proc.sh"  # free_port, stop_tree, record_pid, stop_recorded
 
 # EXIT trap of a run: stop `flwr run` (it shares this script's process group, so by pid) and
 # the SuperLink with everything below it; remove the Flower home unless the run failed, and
@@ -55,6 +58,7 @@ cleanup() {
   trap '' INT TERM  # a second Ctrl-C must not cut the clean-up short
   if [[ -n "${FLWR_PID:-}" ]]; then kill "$FLWR_PID" 2>/dev/null || true; fi
   stop_tree "$SUPERLINK_PID" ${FLWR_PID:-}
+  rm -f "$FLWR_HOME/pids"
   if finished "$OUT_DIR" "$STARTED"; then
     rm -rf "$FLWR_HOME"
   else
@@ -75,6 +79,7 @@ run_experiment() {
   # $FLWR_HOME/config.toml, so runs started side by side must not share one.
   local homes="${FEDGO_FLWR_HOMES:-$ROOT/.flwr}"
   mkdir -p "$homes"
+  homes="$(cd "$homes" && pwd)"  # absolute: --stop finds the run's processes by FLWR_HOME
   export FLWR_HOME
   FLWR_HOME="$(mktemp -d "$homes/run.XXXXXX")"
   trap 'rm -rf "$FLWR_HOME"' EXIT
@@ -104,11 +109,16 @@ insecure = true
 EOF
   trap 'exit 130' INT
   trap 'exit 143' TERM
+  # Flower's SuperExec asks the SuperLink for a new run every second by default: the run's
+  # start waited 0.5 s on average for that.
+  export FLWR_SUPEREXEC_TASK_POLL_INTERVAL="${FLWR_SUPEREXEC_TASK_POLL_INTERVAL:-0.2}"
   setsid flower-superlink --simulation --insecure --disable-runtime-dependency-installation \
     --host 127.0.0.1 --port "$port" > "$log" 2>&1 &
   pid=$!
   SUPERLINK_PID="$pid"
   trap 'stop_tree "$SUPERLINK_PID"; rm -rf "$FLWR_HOME"' EXIT
+  record_pid "$FLWR_HOME/pids" run.sh "$$"
+  record_pid "$FLWR_HOME/pids" superlink "$pid"
   # Validate the whole config: a bad key, or an output_dir that holds an earlier run
   # (without resume=true or overwrite=true), stops here (exit 2) before any run starts.
   # Then the run's folder is decided, once: output_dir, else a new outputs/<name>/<date-time>
@@ -151,6 +161,32 @@ EOF
   exit "$status"
 }
 
+# --stop [FLOWER_HOME ...]: stop the runs of these Flower homes (default: every run.* home under
+# .flwr/ or $FEDGO_FLWR_HOMES, each run that this checkout's run.sh started and that still runs),
+# by the process ids recorded in each home (deploy/proc.sh, stop_recorded); nothing else.
+stop_runs() {
+  local homes="${FEDGO_FLWR_HOMES:-$ROOT/.flwr}" home any=0
+  if [[ $# -eq 0 ]]; then
+    shopt -s nullglob
+    set -- "$homes"/run.*/pids
+    set -- "${@%/pids}"
+  fi
+  for home in "$@"; do
+    if ! home="$(cd "$CALLER_DIR" && cd "$home" 2>/dev/null && pwd)"; then
+      echo "fedgo-flwr: no folder $home" >&2
+      continue
+    fi
+    if [[ ! -f "$home/pids" ]]; then
+      echo "fedgo-flwr: $home is no Flower home of a running run.sh run (no pids file)" >&2
+      continue
+    fi
+    if stop_recorded "$home"; then any=1; fi
+  done
+  if [[ "$any" -eq 0 ]]; then
+    echo "fedgo-flwr: no run of this checkout's run.sh was running (homes: $homes)"
+  fi
+}
+
 case "${1:-}" in
   --setup)
     setup
@@ -189,8 +225,12 @@ case "${1:-}" in
     export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
     exec "$PY" -m fedgo_flwr.app.inprocess "${1:-conf/default.yaml}" "${@:2}"
     ;;
+  --stop)
+    shift
+    stop_runs "$@"
+    ;;
   -h|--help)
-    sed -n '2,15p' "$0"
+    sed -n '2,18p' "$0"
     ;;
   *)
     setup
