@@ -113,7 +113,7 @@ def _deterministic_off() -> bool:
     """Whether deterministic algorithms are off already, in torch and in Inductor's config.
 
     :func:`torch.use_deterministic_algorithms` also sets ``torch._inductor.config``, and
-    importing that module imports TorchDynamo: 4-8 s on a 2-core machine, in every process
+    importing that module imports TorchDynamo: 4-5 s on a 2-core machine, in every process
     that calls it (the ServerApp, each Ray worker, each ClientApp process of a deployment).
     With the setting off (the default) and that module not imported, the call would change
     nothing: Inductor's config, once imported, starts off unless
