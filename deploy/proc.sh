@@ -108,7 +108,7 @@ stop_pids() {
 # its recorded start time. Prints what it stopped; removes HOME/pids and, if HOME stays (a run
 # that did not finish keeps its logs), the app's files in it, as run.sh's clean-up does.
 stop_recorded() {
-  local home="$1" script link left=() stopped=()
+  local home="$1" script link pid left=() stopped=()
   script="$(recorded_pid "$home/pids" run.sh)"
   link="$(recorded_pid "$home/pids" superlink)"
   if [[ -n "$script" ]]; then
@@ -123,7 +123,7 @@ stop_recorded() {
     stop_tree "$link"
     stopped+=("SuperLink $link")
   fi
-  mapfile -t left < <(home_pids "$home")
+  while read -r pid; do left+=("$pid"); done < <(home_pids "$home")  # bash 3.2: no mapfile
   if [[ ${#left[@]} -gt 0 ]]; then
     stop_pids "${left[@]}"
     stopped+=("${#left[@]} more (${left[*]})")
