@@ -165,15 +165,17 @@ EOF
 # .flwr/ or $FEDGO_FLWR_HOMES, each run that this checkout's run.sh started and that still runs),
 # by the process ids recorded in each home (deploy/proc.sh, stop_recorded); nothing else.
 stop_runs() {
-  local homes="${FEDGO_FLWR_HOMES:-$ROOT/.flwr}" home any=0
-  if [[ $# -eq 0 ]]; then
+  local homes="${FEDGO_FLWR_HOMES:-$ROOT/.flwr}" arg home any=0
+  if [[ $# -eq 0 ]]; then  # as run_experiment names them: relative to this checkout
     shopt -s nullglob
     set -- "$homes"/run.*/pids
     set -- "${@%/pids}"
+  else  # named on the command line: relative to the caller's folder
+    cd "$CALLER_DIR"
   fi
-  for home in "$@"; do
-    if ! home="$(cd "$CALLER_DIR" && cd "$home" 2>/dev/null && pwd)"; then
-      echo "fedgo-flwr: no folder $home" >&2
+  for arg in "$@"; do
+    if ! home="$(cd "$arg" 2>/dev/null && pwd)"; then
+      echo "fedgo-flwr: no folder $arg" >&2
       continue
     fi
     if [[ ! -f "$home/pids" ]]; then

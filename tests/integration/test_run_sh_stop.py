@@ -64,10 +64,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _stop(homes: Path, *args: str) -> subprocess.CompletedProcess:
+def _stop(homes: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = {**os.environ, "FEDGO_FLWR_HOMES": str(homes), "FEDGO_VENV": sys.prefix}
     return subprocess.run(
-        ["./run.sh", "--stop", *args], cwd=ROOT, env=env, capture_output=True, text=True
+        [str(ROOT / "run.sh"), "--stop", *args], cwd=cwd, env=env, capture_output=True, text=True
     )
 
 
@@ -120,7 +120,8 @@ def test_stop_ends_the_runs_recorded_processes_and_leaves_every_other_process(tm
 
 
 def test_stop_of_a_named_home_leaves_the_other_runs(tmp_path):
-    """``--stop HOME`` stops that run only; a path that is no run's home is said so."""
+    """``--stop HOME`` (relative to the caller's folder) stops that run only; a path that is no
+    run's home, or no folder, is said so."""
     homes = tmp_path / "homes"
     mine, other = homes / "run.mine", homes / "run.other"
     procs = []
@@ -130,10 +131,12 @@ def test_stop_of_a_named_home_leaves_the_other_runs(tmp_path):
             proc = _start("sleep", "300", home=home)
             procs.append(proc)
             _record(home / "pids", "superlink", proc.pid)
-        out = _stop(homes, str(mine), str(tmp_path))
+        out = _stop(homes, "homes/run.mine", str(tmp_path), "no-such", cwd=tmp_path)
         assert out.returncode == 0, out.stderr
         assert _gone(procs[0]) and procs[1].poll() is None
+        assert f"stopped the run of {mine}: SuperLink {procs[0].pid}" in out.stdout
         assert f"{tmp_path} is no Flower home of a running run.sh run" in out.stderr
+        assert "no folder no-such" in out.stderr
         assert (other / "pids").is_file()
     finally:
         for proc in procs:
