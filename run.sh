@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# fedgo-flwr entry point: `./run.sh --help` says what it does (usage below).
+# fedgo-flwr entry point: `./run.sh --help` says what it does (usage below). Each run records
+# its script's and its SuperLink's process ids in its Flower home's `pids` file, for `--stop`.
 set -euo pipefail
 
 # Every mode and every environment variable this script, and the runs it starts, read
@@ -30,6 +31,10 @@ Modes:
         against the baseline) and curves.png in --out (default outputs/sweep). A VARIANT
         is PATH.yaml, NAME=PATH.yaml or "NAME=PATH.yaml k=v ..." (one quoted word); a k=v
         outside a variant applies to all. Details: python -m fedgo_flwr.app.sweep --help
+  ./run.sh --stop [FLOWER_HOME ...]
+        Stop the runs this checkout's run.sh started (default: every run.* home under
+        FEDGO_FLWR_HOMES or .flwr/), by the process ids each run recorded in its home's
+        pids file: the script, its SuperLink and what they started; nothing found by name.
   ./run.sh --tests [pytest args]
         Run the test suite with pytest (about 12 minutes on two cores).
   ./run.sh --setup
@@ -70,6 +75,7 @@ mark_start() {
   STARTED_AT="${STARTED_AT/,/.}"
 }
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CALLER_DIR="$PWD"  # paths given to --stop are relative to it
 cd "$ROOT"
 VENV="${FEDGO_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
@@ -98,7 +104,7 @@ setup() {
 }
 
 # shellcheck source=deploy/proc.sh
-source "$ROOT/deploy/proc.sh"  # free_port, stop_tree
+source "$ROOT/deploy/proc.sh"  # free_port, stop_tree, record_pid, stop_recorded
 
 # EXIT trap of a run: stop `flwr run` (it shares this script's process group, so by pid) and
 # the SuperLink with everything below it; remove the Flower home unless the run failed, and
@@ -108,6 +114,7 @@ cleanup() {
   trap '' INT TERM  # a second Ctrl-C must not cut the clean-up short
   if [[ -n "${FLWR_PID:-}" ]]; then kill "$FLWR_PID" 2>/dev/null || true; fi
   stop_tree "$SUPERLINK_PID" ${FLWR_PID:-}
+  rm -f "$FLWR_HOME/pids"
   if finished "$OUT_DIR" "$STARTED"; then
     rm -rf "$FLWR_HOME"
   else
@@ -128,6 +135,7 @@ run_experiment() {
   # $FLWR_HOME/config.toml, so runs started side by side must not share one.
   local homes="${FEDGO_FLWR_HOMES:-$ROOT/.flwr}"
   mkdir -p "$homes"
+  homes="$(cd "$homes" && pwd)"  # absolute: --stop finds the run's processes by FLWR_HOME
   export FLWR_HOME
   FLWR_HOME="$(mktemp -d "$homes/run.XXXXXX")"
   trap 'rm -rf "$FLWR_HOME"' EXIT
@@ -157,11 +165,16 @@ insecure = true
 EOF
   trap 'exit 130' INT
   trap 'exit 143' TERM
+  # Flower's SuperExec asks the SuperLink for a new run every second by default: the run's
+  # start waited 0.5 s on average for that.
+  export FLWR_SUPEREXEC_TASK_POLL_INTERVAL="${FLWR_SUPEREXEC_TASK_POLL_INTERVAL:-0.2}"
   setsid flower-superlink --simulation --insecure --disable-runtime-dependency-installation \
     --host 127.0.0.1 --port "$port" > "$log" 2>&1 &
   pid=$!
   SUPERLINK_PID="$pid"
   trap 'stop_tree "$SUPERLINK_PID"; rm -rf "$FLWR_HOME"' EXIT
+  record_pid "$FLWR_HOME/pids" run.sh "$$"
+  record_pid "$FLWR_HOME/pids" superlink "$pid"
   # Validate the whole config: a bad key, or an output_dir that holds an earlier run
   # (without resume=true or overwrite=true), stops here (exit 2) before any run starts.
   # Then the run's folder is decided, once: output_dir, else a new outputs/<name>/<date-time>
@@ -208,6 +221,34 @@ EOF
   exit "$status"
 }
 
+# --stop [FLOWER_HOME ...]: stop the runs of these Flower homes (default: every run.* home under
+# .flwr/ or $FEDGO_FLWR_HOMES, each run that this checkout's run.sh started and that still runs),
+# by the process ids recorded in each home (deploy/proc.sh, stop_recorded); nothing else.
+stop_runs() {
+  local homes="${FEDGO_FLWR_HOMES:-$ROOT/.flwr}" arg home any=0
+  if [[ $# -eq 0 ]]; then  # as run_experiment names them: relative to this checkout
+    shopt -s nullglob
+    set -- "$homes"/run.*/pids
+    set -- "${@%/pids}"
+  else  # named on the command line: relative to the caller's folder
+    cd "$CALLER_DIR"
+  fi
+  for arg in "$@"; do
+    if ! home="$(cd "$arg" 2>/dev/null && pwd)"; then
+      echo "fedgo-flwr: no folder $arg" >&2
+      continue
+    fi
+    if [[ ! -f "$home/pids" ]]; then
+      echo "fedgo-flwr: $home is no Flower home of a running run.sh run (no pids file)" >&2
+      continue
+    fi
+    if stop_recorded "$home"; then any=1; fi
+  done
+  if [[ "$any" -eq 0 ]]; then
+    echo "fedgo-flwr: no run of this checkout's run.sh was running (homes: $homes)"
+  fi
+}
+
 case "${1:-}" in
   --setup)
     setup
@@ -247,6 +288,10 @@ case "${1:-}" in
     export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
     export FEDGO_COMMAND="$COMMAND_LINE" FEDGO_STARTED="$STARTED_AT"
     exec "$PY" -m fedgo_flwr.app.inprocess "${1:-conf/default.yaml}" "${@:2}"
+    ;;
+  --stop)
+    shift
+    stop_runs "$@"
     ;;
   -h|--help)
     usage

@@ -345,6 +345,9 @@ def discover_nodes(
     sharing: set[bool] = set()
     mapped: dict[int, int] = {}  # node id -> its partition in node_map
     settled_at: float | None = None  # when every needed partition was first claimed
+    # When the first query went out, and the first and the last reply came (monotonic clock).
+    first_query: float | None = None
+    first_reply = last_reply = 0.0
     while True:
         new: list[int] = []
         seen = set(asked)
@@ -365,7 +368,10 @@ def discover_nodes(
             left = max(1.0, deadline - time.monotonic())
             queried = {n: new_reply_token() for n in new}
             queries = [_query(n, token) for n, token in queried.items()]
+            first_query = first_query or time.monotonic()
             for reply in stream_replies(grid, queries, left):
+                last_reply = time.monotonic()
+                first_reply = first_reply or last_reply
                 node = reply.metadata.src_node_id
                 if node not in queried or node in asked:
                     log(WARNING, "node discovery: dropped an unexpected reply from node %s", node)
@@ -416,6 +422,9 @@ def discover_nodes(
             settled_at = now if settled_at is None else settled_at
             wait = settle if sharing == {False} and node_map is None else 0.0
             if not new and now - settled_at >= wait:  # a last look found no one new
+                if first_query is not None and first_reply:
+                    replied = sum(len(nodes) for nodes in claims.values())
+                    _log_waits(replied, first_reply - first_query, last_reply - first_reply)
                 return _assign(claims, needed, total, num_clients, min_clients, node_map)
             if new:
                 continue  # ask whoever connected while these replied, before assigning
@@ -431,6 +440,20 @@ def discover_nodes(
                 f"{missing[:10]}{named}{conflicts}"
             )
         time.sleep(min(1.0, settle) if settled_at is not None else 1.0)
+
+
+def _log_waits(replied: int, first: float, rest: float) -> None:
+    """One INFO line: how long the first reply took (mostly the nodes' own start-up: in a
+    simulation, Ray's start, its workers' start and their import of the ClientApp) and the
+    rest of the replies after it."""
+    log(
+        INFO,
+        "node discovery: %d nodes replied, the first %.1f s after the first query (the nodes "
+        "starting: in a simulation, Ray and its workers), the last %.1f s after it",
+        replied,
+        first,
+        rest,
+    )
 
 
 def _conflicts(claims: Mapping[int, list[int]], below: int) -> list[str]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 
 import torch
 from torch import nn
@@ -104,7 +105,24 @@ def use_deterministic(on: bool) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     torch.backends.cudnn.deterministic = on
     torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(on, warn_only=True)
+    if on or not _deterministic_off():
+        torch.use_deterministic_algorithms(on, warn_only=True)
+
+
+def _deterministic_off() -> bool:
+    """Whether deterministic algorithms are off already, in torch and in Inductor's config.
+
+    :func:`torch.use_deterministic_algorithms` also sets ``torch._inductor.config``, and
+    importing that module imports TorchDynamo: 4-5 s on a 2-core machine, in every process
+    that calls it (the ServerApp, each Ray worker, each ClientApp process of a deployment).
+    With the setting off (the default) and that module not imported, the call would change
+    nothing: Inductor's config, once imported, starts off unless
+    ``TORCHINDUCTOR_DETERMINISTIC=1`` says otherwise."""
+    if torch.are_deterministic_algorithms_enabled():
+        return False
+    if "torch._inductor.config" in sys.modules:
+        return not sys.modules["torch._inductor.config"].deterministic
+    return os.environ.get("TORCHINDUCTOR_DETERMINISTIC") != "1"
 
 
 def deterministic() -> bool:

@@ -86,6 +86,37 @@ def test_honest_claims_map_partitions_to_nodes():
     assert discover_nodes(InProcessGrid(client_app, 3), 3, timeout=2) == {0: 2, 1: 3, 2: 4}
 
 
+def test_discovery_says_how_long_the_nodes_took_to_answer(flwr_log):
+    """One INFO line: how many nodes replied and how long the first reply took (in a simulation
+    mostly Ray's start and its workers'), which the ServerApp's start-up line counts as
+    discovery."""
+    import re
+    import time
+
+    replies = {2: claim(2, 3), 3: claim(0, 3), 4: claim(1, 3)}
+    app = ClientApp(mods=[reply_token_mod])
+    calls = []
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        if not calls:  # the first node to answer is still starting
+            time.sleep(0.5)
+        calls.append(context.node_id)
+        return Message(content=replies[context.node_id], reply_to=msg)
+
+    grid = InProcessGrid(app, 3)
+    flwr_log.set_level(logging.INFO, logger="flwr")
+    assert discover_nodes(grid, 3, timeout=5) == {0: 3, 1: 4, 2: 2}
+    lines = [r.getMessage() for r in flwr_log.records if "nodes replied" in r.getMessage()]
+    assert len(lines) == 1, lines
+    found = re.fullmatch(
+        r"node discovery: 3 nodes replied, the first ([\d.]+) s after the first query .*, "
+        r"the last ([\d.]+) s after it",
+        lines[0],
+    )
+    assert found and float(found[1]) >= 0.5, lines[0]
+
+
 def test_a_query_reply_replayed_from_an_earlier_query_is_refused(monkeypatch):
     """Node 3's honest reply to a first discovery, replayed to a second one: its claim is
     still right, but it echoes the first query's token, so it answers another message."""

@@ -215,6 +215,44 @@ def test_deterministic_sets_torch_cudnn_and_cublas_and_off_undoes_them(monkeypat
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
 
 
+def test_deterministic_off_in_a_fresh_process_imports_no_dynamo():
+    """Off, the default, in a process that never turned it on (the ServerApp's, a Ray
+    worker's, a deployment's ClientApp process) leaves TorchDynamo unimported: importing it,
+    which ``torch.use_deterministic_algorithms`` does, costs seconds in each such process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from fedgo_flwr.runtime import kernels\n"
+        "kernels.use_deterministic(False)\n"
+        "assert not kernels.deterministic()\n"
+        "loaded = ('torch._dynamo', 'torch._inductor.config')\n"
+        "print(sorted(m for m in loaded if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("TORCHINDUCTOR_DETERMINISTIC", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_deterministic_off_undoes_inductors_setting_once_its_config_is_loaded(cudnn_flags):
+    """With Inductor's config imported (a process that ran torch.compile or turned the switch
+    on), off turns its ``deterministic`` off too, as torch's own switch does."""
+    import torch._inductor.config as inductor_config
+
+    kernels.use_deterministic(True)
+    assert inductor_config.deterministic
+    kernels.use_deterministic(False)
+    assert not inductor_config.deterministic and not kernels.deterministic()
+    inductor_config.deterministic = True  # set by hand, torch's switch off
+    kernels.use_deterministic(False)
+    assert not inductor_config.deterministic
+
+
 def test_a_run_with_deterministic_kernels_sets_them_and_on_a_cpu_changes_no_number(
     tmp_path, cudnn_flags
 ):
