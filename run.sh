@@ -57,6 +57,9 @@ Environment:
                           simulated clients may import: 1 (any; default), 0 (none), or a
                           comma-separated list of modules or folders
   FEDGO_TEST_WORKERS=N    --tests: pytest-xdist workers (default 2; auto; 0: one process)
+  FEDGO_COMMAND=...       set by this script for the run it starts, not by users: the
+  FEDGO_STARTED=...       command line typed and when (env.json's command, summary.json's
+                          launch stage)
   RAY_ADDRESS=HOST:PORT   run the simulation on that running Ray cluster (its nodes' CPUs
                           and GPUs are checked against resources.client_cpus/client_gpus)
 
