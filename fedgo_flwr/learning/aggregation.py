@@ -123,12 +123,12 @@ class AggregationConfig:
 
     rule: str = "mean"
     trim_fraction: float = 0.2
-    weighted: bool = False
     clip_norm: float | None = None
     clip_factor: float | None = DEFAULT_CLIP_FACTOR
     clip_keep: int = DEFAULT_CLIP_KEEP
     upload_bound: float | None = DEFAULT_UPLOAD_BOUND
     update_bound: float | None = DEFAULT_UPDATE_BOUND
+    weighted: bool = False
 
     def check(self, c: Checker) -> None:
         c.choice("rule", AGGREGATION_RULES)

@@ -33,6 +33,7 @@ MEAN = {
         "clip_keep": 3,
         "upload_bound": 10.0,
         "update_bound": 50.0,
+        "weighted": False,
     }
 }
 """The shared ``strategy.aggregation`` section at its defaults (every averaging strategy)."""
