@@ -105,23 +105,6 @@ def test_local_runs_the_experiment_in_one_process(tmp_path):
     assert not flower_processes(tag)
 
 
-def test_run_sh_records_the_users_command_the_launch_and_run_log(tmp_path):
-    """Through ``flwr run``, the ServerApp runs in Flower's process: env.json still says what
-    the user typed (run.sh hands it on in the run config), the summary counts run.sh's part of
-    the time as ``launch``, and run.log (written by the ServerApp) ends with the done line."""
-    args = ["conf/default.yaml", *TINY_RUN, f"output_dir={tmp_path}"]
-    proc = run_sh(*args, timeout=300)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    env = json.loads((tmp_path / "env.json").read_text())
-    assert env["command"] == [str(ROOT / "run.sh"), *args]
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["stage_times"]["launch"] > 0
-    assert sum(summary["stage_times"].values()) == pytest.approx(summary["total_time"], abs=0.05)
-    log = (tmp_path / "run.log").read_text().splitlines()
-    assert "INFO: fedgo-flwr: ServerApp start-up" in "\n".join(log)
-    assert "INFO: [default] done: final accuracy" in log[-1]
-
-
 def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     """Kill ``./run.sh`` (its whole process group) mid-run, resume it with ``resume=true``:
     the SuperLink is gone after the kill, and the resumed run's metrics equal an uninterrupted
@@ -130,7 +113,11 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     The resumed run is also the suite's check of the README's main command to its end: 4
     clients served by 2 simulated nodes, every round's replies, the summary, and its SuperLink
     stopped and its private Flower home (SuperLink address, run config, logs) removed after
-    success."""
+    success. Through ``flwr run`` the ServerApp runs in Flower's process, yet the resumed run's
+    env.json says what the user typed (run.sh hands it on in the run config) and keeps the
+    first start's under ``earlier``, its summary's ``stage_times`` (run.sh's ``launch`` part,
+    the killed run's ``earlier`` time) add up to ``total_time``, and run.log (written by the
+    ServerApp, appended to on resume) ends with the done line."""
     import signal
     import time
 
@@ -175,11 +162,9 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     killed_homes = flower_homes(out)  # a run that did not succeed keeps its logs
 
     tag = uuid.uuid4().hex
+    resume_args = ["conf/default.yaml", *tiny, "resume=true", f"output_dir={out}"]
     proc2 = run_sh(
-        "conf/default.yaml",
-        *tiny,
-        "resume=true",
-        f"output_dir={out}",
+        *resume_args,
         tag=tag,
         env={"FEDGO_SUPERNODES": "2"},  # 2 simulated nodes serve the 4 clients
     )
@@ -215,6 +200,21 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["strategy"] == "scaffold" and summary["rounds"] == 5
     assert summary["final_accuracy"] == resumed[-1]["test_accuracy"]
+    env = json.loads((out / "env.json").read_text())
+    assert env["command"] == [str(ROOT / "run.sh"), *resume_args]
+    assert env["earlier"][0]["command"] == [
+        str(ROOT / "run.sh"),
+        "conf/default.yaml",
+        *tiny,
+        slow,
+        f"output_dir={out}",
+    ]
+    stages = summary["stage_times"]
+    assert stages["launch"] > 0 and stages["earlier"] > 0
+    assert sum(stages.values()) == pytest.approx(summary["total_time"], abs=0.05)
+    run_log = (out / "run.log").read_text().splitlines()
+    assert "INFO: fedgo-flwr: ServerApp start-up" in "\n".join(run_log)
+    assert "INFO: [default] done: final accuracy" in run_log[-1]
 
 
 # -- a used run folder (the ServerApp's side: tests/integration/test_output_folder.py) ------
