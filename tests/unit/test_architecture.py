@@ -163,15 +163,18 @@ def test_the_package_import_is_cheap():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in tops "
         "or m.startswith('fedgo_flwr.')))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    out = python_says(code)
     assert out.stdout.strip() == "[]"
     code = "import fedgo_flwr as f; print(f.load_experiment.__module__, f.ConfigError.__name__)"
-    out = subprocess.run(
+    out = python_says(code)
+    assert out.stdout.split() == ["fedgo_flwr.app.api", "ConfigError"]
+
+
+def python_says(code: str) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter in the repository's folder (what it printed)."""
+    return subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert out.stdout.split() == ["fedgo_flwr.app.api", "ConfigError"]
 
 
 def test_checking_a_config_does_not_import_any_strategy():
@@ -182,9 +185,7 @@ def test_checking_a_config_does_not_import_any_strategy():
         "tops = ('strategies', 'clients', 'torch', 'numpy'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in tops))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    out = python_says(code)
     assert out.stdout.strip() == "[]"
 
 
@@ -246,9 +247,7 @@ def test_the_client_algorithms_are_listed_without_importing_them():
         "names = client_algorithms(); "
         "print('clients' in sys.modules, 'fedavg' in names, 'base' in names)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    out = python_says(code)
     assert out.stdout.strip() == "False True False"
 
 
