@@ -211,3 +211,20 @@ def test_the_drivers_cells_use_the_same_statistics(bench_sweep) -> None:
     assert cell == "-1.6 [-2.5, -0.7] p=0.0028 (n=10)"
     assert "not for claims" in bench_sweep.seed_note([0, 1, 2])
     assert bench_sweep.seed_note(bench_sweep.REPORT_SEEDS).startswith("report seeds")
+
+
+def test_ratio_summary_is_a_geometric_mean_with_a_log_scale_interval():
+    # The CPFL speed-ups of the digits report seeds: arithmetic mean 1.38, geometric 1.18.
+    from fedgo_flwr.app.sweep.stats import ratio_summary
+
+    s = ratio_summary([2.35, 0.58, 1.20])
+    assert s.gmean == pytest.approx((2.35 * 0.58 * 1.20) ** (1 / 3))
+    assert (s.ci_low, s.ci_high) == pytest.approx((0.2072, 6.7012), abs=1e-3)
+    assert s.holds_one()
+    inverse = ratio_summary([1 / 2.35, 1 / 0.58, 1 / 1.20])
+    assert inverse.gmean == pytest.approx(1 / s.gmean)
+    assert (inverse.ci_low, inverse.ci_high) == pytest.approx((1 / s.ci_high, 1 / s.ci_low))
+    clear = ratio_summary([1.9, 2.0, 2.1])
+    assert not clear.holds_one() and clear.ci_low > 1
+    odd = ratio_summary([None, float("nan"), 0.0, -1.0, 2.0])
+    assert (odd.n, odd.n_left_out, odd.gmean, odd.ci_low) == (1, 4, 2.0, None)

@@ -118,3 +118,46 @@ def paired(
     elif diff.n >= 2:  # every difference the same: the interval is that value, no test
         diff = Summary(diff.n, diff.mean, 0.0, diff.mean, diff.mean, diff.n_nan)
     return Paired(seeds, diffs, diff, t_stat, p_value)
+
+
+@dataclass(frozen=True)
+class RatioSummary:
+    """Per-seed ratios summarised on the log scale: the geometric mean ``gmean`` and the
+    ``LEVEL`` interval ``ci_low``..``ci_high`` of the mean log-ratio, mapped back with ``exp``
+    (``None`` below 2 ratios). ``ratios`` are the finite, positive per-seed ratios kept;
+    ``n_left_out`` counts the others (``None``, NaN, zero or negative)."""
+
+    ratios: list[float]
+    gmean: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n_left_out: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.ratios)
+
+    def holds_one(self) -> bool:
+        """Whether the interval contains 1 (no detectable difference); ``True`` without one."""
+        return self.ci_low is None or self.ci_low <= 1.0 <= self.ci_high
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "n": self.n, "scale": "log (geometric mean)"}
+
+
+def ratio_summary(ratios: Iterable[float | None], level: float = LEVEL) -> RatioSummary:
+    """The geometric mean of per-seed ``ratios`` and its ``level`` interval: a t interval of the
+    mean of ``log(ratio)`` (:func:`summarize`), exponentiated.
+
+    Ratios (speed-ups, cost ratios) are averaged on the log scale because a ratio and its
+    inverse must average to ratios that are inverses of each other: the arithmetic mean of
+    2.35, 0.58 and 1.20 is 1.38, the geometric mean 1.18, and 1/x gives 0.85 = 1/1.18 only on
+    the log scale. An interval that holds 1 supports neither "faster" nor "slower"."""
+    values = list(ratios)
+    kept = [float(r) for r in values if finite(r) and float(r) > 0]
+    s = summarize([math.log(r) for r in kept], level)
+    if s.n == 0:
+        return RatioSummary([], None, None, None, len(values))
+    low = None if s.ci_low is None else math.exp(s.ci_low)
+    high = None if s.ci_high is None else math.exp(s.ci_high)
+    return RatioSummary(kept, math.exp(s.mean), low, high, len(values) - len(kept))
