@@ -8,9 +8,9 @@ else a userspace netem). FedAvg on digits, 3 clients, all sampled in each of 5 r
 SuperNode ``CUT``'s link is cut while it trains round 1 (it has received the message, so its
 reply is lost) and restored when round 3 starts. Then:
 
-- round 1 ends without that client after ``round_timeout``, the other two replies aggregated;
-- rounds 2 and 3 go on without it as soon as the SuperLink reports the node unavailable (its
-  heartbeats have been missing for 2 x 30 s);
+- round 1 ends without that client as soon as the SuperLink reports the node unavailable (its
+  heartbeats have been missing for 2 x 30 s), long before ``round_timeout``, the other two
+  replies aggregated; rounds 2 and 3 go on without it the same way;
 - the node reconnects and trains again: the last round has all 3 replies;
 - the final model and every round's metrics equal an in-process run of the same configuration
   in which that client fails in exactly the rounds the deployed run went without it (seeded
@@ -52,11 +52,12 @@ needs_flower = pytest.mark.skipif(
 K = 3
 CUT = 1  # the client whose link is cut
 CUT_ROUND, RESTORE_ROUND, ROUNDS = 1, 3, 5
-# Healthy rounds take 20-30 s on 2 loaded cores over these links. The cut round must end by
-# this timeout before the SuperLink declares the node unavailable: that is 60 s after the
-# node's last heartbeat, which came at most 22.5 s before the cut (Flower 1.41-1.42 sends one every
-# 17.5-22.5 s), and the cut comes a second or more after the round started.
-TIMEOUT = 38
+# The SuperLink answers for the cut node at most 60 s after its last heartbeat, which came
+# before the cut; round_timeout is set far above that and above a healthy round (20-30 s on 2
+# loaded cores over these links, beside other tests), so no round of this test races it and
+# the test needs no machine to itself. (round_timeout with a silent node in a deployment:
+# tests/e2e/test_deployment.py's killed SuperNode.)
+TIMEOUT = 150
 IMPAIRMENT = Impairment(delay_ms=50, jitter_ms=10, loss=0.02)
 OVERRIDES = [
     f"rounds={ROUNDS}",
@@ -143,7 +144,6 @@ def replay_inprocess(out_dir: Path, silent_rounds: set[int], monkeypatch) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # its rounds race round_timeout and the heartbeats
 @needs_flower
 def test_a_cut_link_leaves_a_client_out_until_it_reconnects(network, tmp_path, monkeypatch):
     topo, fed = network
@@ -178,11 +178,10 @@ def test_a_cut_link_leaves_a_client_out_until_it_reconnects(network, tmp_path, m
         assert row["clients_replied"] == K - len(missing[row["round"]]), (row, missing)
         assert row["clients_failed"] == len(missing[row["round"]]), (row, missing)
         assert set(missing[row["round"]]) <= {CUT}, missing
-    # The cut round waits round_timeout for the silent client, then goes on without it.
-    assert missing[CUT_ROUND] == {CUT: "no reply within round_timeout"}, missing
-    assert result.rows[CUT_ROUND]["round_time"] >= TIMEOUT
-    # Then the SuperLink answers for the node (no heartbeat for 60 s), until it is back.
-    for r in range(CUT_ROUND + 1, RESTORE_ROUND + 1):
+    # From the cut round on, the SuperLink answers for the node (no heartbeat for 60 s), until
+    # it is back: the cut round ends then, not at round_timeout.
+    assert result.rows[CUT_ROUND]["round_time"] < TIMEOUT
+    for r in range(CUT_ROUND, RESTORE_ROUND + 1):
         assert list(missing[r]) == [CUT] and "Node Unavailable" in missing[r][CUT], missing
     # Reconnected and training again by the last round.
     assert missing[ROUNDS] == {}, missing

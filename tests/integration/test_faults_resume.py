@@ -55,14 +55,13 @@ def test_a_faulty_client_is_dropped_and_named(tmp_path, flwr_log, kind, reason):
     assert f"client {bad} " in dropped[0] and reason in dropped[0]
 
 
-@pytest.mark.alone  # the healthy client must reply within 0.5 s
 def test_a_client_that_hangs_past_the_timeout_is_left_out(tmp_path, flwr_log):
     bad = sample_clients(0, 1, 4, 2)[1]
     cfg = config(
         tmp_path,
         "rounds=1",
-        "round_timeout=0.5",
-        f"faults=[{{partition: {bad}, round: 1, kind: hang, seconds: 1.0}}]",
+        "round_timeout=3",  # the healthy client's round takes well under a second
+        f"faults=[{{partition: {bad}, round: 1, kind: hang, seconds: 4.0}}]",
     )
     run_inprocess(cfg)
     row = rows_of(tmp_path)[1]
