@@ -35,6 +35,7 @@ from benchmarks.sweep import (
     ensure_data,
     load_runs,
     mean_sd,
+    ratio_cell,
     run_command,
     run_name,
     seed_of,
@@ -253,7 +254,8 @@ def table(results: Path) -> str:
         rows += [
             "",
             f"FedGO / FedDF server time per round, by seed: {by_seed} "
-            f"(median {statistics.median(ratio.values()):.2f})",
+            f"(geometric mean {ratio_cell(ratio.values())}; "
+            f"median {statistics.median(ratio.values()):.2f})",
         ]
     rows += byzantine_rows(runs)
     rows += separation_rows(results)

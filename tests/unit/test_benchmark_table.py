@@ -65,7 +65,11 @@ def test_table_reports_means_per_seed_ratios_and_separation(table3, tmp_path: Pa
     assert "| fedgo | - | 30.0 ± 10.0 |" in text
     assert "| oracle | 70.0 ± 0.0 | 70.0 ± 0.0 |" in text
     ratio = next(line for line in text if line.startswith("FedGO / FedDF"))
-    assert ratio.endswith("seed0 1.00, seed1 3.00, seed2 1.20 (median 1.20)")
+    # geometric mean of 1, 3, 1.2 (exp of the mean log 0.4270) with its log-scale t interval,
+    # exp(0.4270 -+ 4.3027 x 0.5888 / sqrt(3)); the median beside it
+    assert ratio.endswith(
+        "seed0 1.00, seed1 3.00, seed2 1.20 (geometric mean 1.53x [0.36, 6.62] (n=3); median 1.20)"
+    )
     assert "| seed1 | 0.600 (0.500-0.700) | 50.0 | 51.0 | 57.0 | 100.0 | 0.800 | 25.0% |" in text
 
 
