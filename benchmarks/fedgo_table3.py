@@ -35,10 +35,13 @@ from benchmarks.sweep import (
     ensure_data,
     load_runs,
     mean_sd,
+    paired_cell,
     ratio_cell,
     run_command,
     run_name,
+    seed_note,
     seed_of,
+    seeds_of,
     sweep,
     write_table,
 )
@@ -244,6 +247,7 @@ def table(results: Path) -> str:
             f"| {column(method_runs, lambda r: last_round(r, 'init_test_accuracy'))} "
             f"| {statistics.median(times.values()):.2f} |"
         )
+    rows += paired_rows(runs)
     rows += diagnostics_rows(diag)
     rows += ["", *figure2(runs)]
     fedgo, feddf = server_time.get("fedgo", {}), server_time.get("feddf", {})
@@ -260,6 +264,30 @@ def table(results: Path) -> str:
     rows += byzantine_rows(runs)
     rows += separation_rows(results)
     return "\n".join(rows)
+
+
+def paired_rows(runs: dict[str, list[Run]], baseline: str = "feddf") -> list[str]:
+    """Final server accuracy of every method minus ``baseline``'s on the same seed: the mean
+    difference with its 95% t interval and the paired t-test (:func:`paired_cell`), under the
+    seed set's note (tuning seeds: not for claims)."""
+    base = runs.get(baseline)
+    others = [m for m in runs if m != baseline]
+    if not base or not others:
+        return []
+    rows = [
+        "",
+        f"Final server accuracy minus {baseline}'s, same seed (points; mean [95% t interval], "
+        f"two-sided paired t-test; an interval that holds 0: no detectable difference): "
+        f"{seed_note(seeds_of(runs))}.",
+        "",
+        f"| method | minus {baseline} |",
+        "|---|---|",
+    ]
+    rows += [
+        f"| {m} | {paired_cell(base, runs[m], lambda r: r.summary.get('final_accuracy'))} |"
+        for m in others
+    ]
+    return rows
 
 
 def byzantine_rows(runs: dict[str, list[Run]]) -> list[str]:

@@ -64,6 +64,13 @@ def test_table_reports_means_per_seed_ratios_and_separation(table3, tmp_path: Pa
     assert "| weighting | feddf | fedgo |" in text
     assert "| fedgo | - | 30.0 ± 10.0 |" in text
     assert "| oracle | 70.0 ± 0.0 | 70.0 ± 0.0 |" in text
+    # paired against FedDF: 33 - 30, 33 - 31, 33 - 32 = +3, +2, +1 points; sd 1, half-width
+    # t(0.975, 2) 4.303 / sqrt(3) = 2.48: [-0.5, +4.5], an interval that holds 0
+    assert "| fedgo | +2.0 [-0.5, +4.5] p=0.074 (n=3) |" in text
+    start = text.index("| method | minus feddf |")
+    section = text[start : text.index("", start)]
+    assert [line.split(" | ")[0] for line in section[2:]] == ["| fedgo"]  # not feddf itself
+    assert any("minus feddf's" in line and "not for claims" in line for line in text)
     ratio = next(line for line in text if line.startswith("FedGO / FedDF"))
     # geometric mean of 1, 3, 1.2 (exp of the mean log 0.4270) with its log-scale t interval,
     # exp(0.4270 -+ 4.3027 x 0.5888 / sqrt(3)); the median beside it
