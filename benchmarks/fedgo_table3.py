@@ -142,7 +142,7 @@ DIAGNOSTICS = [
 DIAGNOSED = ("feddf", "fedgo", "fedgo_server")
 """Methods whose runs report the paired pseudo-label diagnostics that the table shows."""
 BYZANTINE: dict[str, tuple[str, str, str]] = {
-    "FedGO as published (double sigmoid, no defence)": ("fedgo", "fedgo_byz25", "fedgo_byz50"),
+    "FedGO at CPU scale (double sigmoid, no defence)": ("fedgo", "fedgo_byz25", "fedgo_byz50"),
     "server-referenced, exact odds (liars' rows: log-odds clipped at 1)": (
         "fedgo_server",
         "fedgo_server_byz25",

@@ -114,11 +114,11 @@ def test_byzantine_rows_put_each_liar_count_beside_its_clean_run(table3, tmp_pat
         rows[1]["pl_acc_fedgo"], rows[2]["pl_acc_fedgo"] = 0.25, 0.35
         (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     text = table3.table(tmp_path).splitlines()
-    byz = [line for line in text if line.startswith("| FedGO as published")]
+    byz = [line for line in text if line.startswith("| FedGO at CPU scale")]
     assert byz == [
-        "| FedGO as published (double sigmoid, no defence) | 0 | 2 | 30.0 ± 0.0 | 29.0 ± 0.0 "
+        "| FedGO at CPU scale (double sigmoid, no defence) | 0 | 2 | 30.0 ± 0.0 | 29.0 ± 0.0 "
         "| 30.0 ± 0.0 | 28.0 ± 0.0 | 20.0 ± 0.0 |",
-        "| FedGO as published (double sigmoid, no defence) | 10 | 2 | 25.0 ± 7.1 | 30.0 ± 0.0 "
+        "| FedGO at CPU scale (double sigmoid, no defence) | 10 | 2 | 25.0 ± 7.1 | 30.0 ± 0.0 "
         "| 30.0 ± 0.0 | 28.0 ± 0.0 | 20.0 ± 0.0 |",
     ]
     # No liars' run: no Byzantine section.
