@@ -35,9 +35,13 @@ from benchmarks.sweep import (
     ensure_data,
     load_runs,
     mean_sd,
+    paired_cell,
+    ratio_cell,
     run_command,
     run_name,
+    seed_note,
     seed_of,
+    seeds_of,
     sweep,
     write_table,
 )
@@ -138,7 +142,7 @@ DIAGNOSTICS = [
 DIAGNOSED = ("feddf", "fedgo", "fedgo_server")
 """Methods whose runs report the paired pseudo-label diagnostics that the table shows."""
 BYZANTINE: dict[str, tuple[str, str, str]] = {
-    "FedGO as published (double sigmoid, no defence)": ("fedgo", "fedgo_byz25", "fedgo_byz50"),
+    "FedGO at CPU scale (double sigmoid, no defence)": ("fedgo", "fedgo_byz25", "fedgo_byz50"),
     "server-referenced, exact odds (liars' rows: log-odds clipped at 1)": (
         "fedgo_server",
         "fedgo_server_byz25",
@@ -243,6 +247,7 @@ def table(results: Path) -> str:
             f"| {column(method_runs, lambda r: last_round(r, 'init_test_accuracy'))} "
             f"| {statistics.median(times.values()):.2f} |"
         )
+    rows += paired_rows(runs)
     rows += diagnostics_rows(diag)
     rows += ["", *figure2(runs)]
     fedgo, feddf = server_time.get("fedgo", {}), server_time.get("feddf", {})
@@ -253,11 +258,36 @@ def table(results: Path) -> str:
         rows += [
             "",
             f"FedGO / FedDF server time per round, by seed: {by_seed} "
-            f"(median {statistics.median(ratio.values()):.2f})",
+            f"(geometric mean {ratio_cell(ratio.values())}; "
+            f"median {statistics.median(ratio.values()):.2f})",
         ]
     rows += byzantine_rows(runs)
     rows += separation_rows(results)
     return "\n".join(rows)
+
+
+def paired_rows(runs: dict[str, list[Run]], baseline: str = "feddf") -> list[str]:
+    """Final server accuracy of every method minus ``baseline``'s on the same seed: the mean
+    difference with its 95% t interval and the paired t-test (:func:`paired_cell`), under the
+    seed set's note (tuning seeds: not for claims)."""
+    base = runs.get(baseline)
+    others = [m for m in runs if m != baseline]
+    if not base or not others:
+        return []
+    rows = [
+        "",
+        f"Final server accuracy minus {baseline}'s, same seed (points; mean [95% t interval], "
+        f"two-sided paired t-test; an interval that holds 0: no detectable difference): "
+        f"{seed_note(seeds_of(runs))}.",
+        "",
+        f"| method | minus {baseline} |",
+        "|---|---|",
+    ]
+    rows += [
+        f"| {m} | {paired_cell(base, runs[m], lambda r: r.summary.get('final_accuracy'))} |"
+        for m in others
+    ]
+    return rows
 
 
 def byzantine_rows(runs: dict[str, list[Run]]) -> list[str]:

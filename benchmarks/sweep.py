@@ -25,7 +25,8 @@ pack RESULTS...`` converts it).
 :func:`load_runs` reads every finished run back and :func:`mean_sd` / :func:`column` turn
 per-seed values into the ``mean ± sd`` cells of the drivers' tables, :func:`mean_ci` into
 ``mean ± 95% CI half-width`` cells, :func:`paired_cell` into a paired difference against a
-baseline with its interval and paired t-test, and :func:`seed_note` names the seed set a table
+baseline with its interval and paired t-test, :func:`ratio_cell` per-seed ratios into their
+geometric mean with its log-scale interval, and :func:`seed_note` names the seed set a table
 was built on (tuning seeds: not for claims). The statistics are the library's
 (:mod:`fedgo_flwr.app.sweep.stats`, the seed sets :mod:`fedgo_flwr.app.sweep.seeds`), so the drivers
 and ``python -m fedgo_flwr.app.sweep`` compute them one way.
@@ -55,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify
-from fedgo_flwr.app.sweep.stats import paired, summarize
+from fedgo_flwr.app.sweep.stats import paired, ratio_summary, summarize
 from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_text, path_inside
 
 __all__ = ["REPORT_SEEDS", "TUNING_SEEDS"]  # the named seed sets, for the drivers' defaults
@@ -616,6 +617,20 @@ def paired_cell(
     if result.p_value is not None:
         cell += f" p={result.p_value:.2g}"
     return f"{cell} (n={d.n})"
+
+
+def ratio_cell(ratios: Iterable[float | None], digits: int = 2) -> str:
+    """Per-seed ratios (speed-ups, time or cost ratios) as ``"gx [lo, hi] (n=k)"``: their
+    geometric mean and its 95% interval on the log scale (:func:`ratio_summary`), ``"gx (n=1, no
+    CI)"`` for one, ``"-"`` for none; ratios that are not finite and positive are left out and
+    counted (``" (1 left out)"``). An interval that holds 1 says neither faster nor slower."""
+    r = ratio_summary(ratios)
+    note = f" ({r.n_left_out} left out)" if r.n_left_out else ""
+    if r.n == 0:
+        return "-" + note
+    if r.ci_low is None:
+        return f"{r.gmean:.{digits}f}x (n=1, no CI)" + note
+    return f"{r.gmean:.{digits}f}x [{r.ci_low:.{digits}f}, {r.ci_high:.{digits}f}] (n={r.n})" + note
 
 
 def seeds_of(runs: dict[str, list[Run]]) -> list[int]:

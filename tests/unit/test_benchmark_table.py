@@ -64,8 +64,19 @@ def test_table_reports_means_per_seed_ratios_and_separation(table3, tmp_path: Pa
     assert "| weighting | feddf | fedgo |" in text
     assert "| fedgo | - | 30.0 ± 10.0 |" in text
     assert "| oracle | 70.0 ± 0.0 | 70.0 ± 0.0 |" in text
+    # paired against FedDF: 33 - 30, 33 - 31, 33 - 32 = +3, +2, +1 points; sd 1, half-width
+    # t(0.975, 2) 4.303 / sqrt(3) = 2.48: [-0.5, +4.5], an interval that holds 0
+    assert "| fedgo | +2.0 [-0.5, +4.5] p=0.074 (n=3) |" in text
+    start = text.index("| method | minus feddf |")
+    section = text[start : text.index("", start)]
+    assert [line.split(" | ")[0] for line in section[2:]] == ["| fedgo"]  # not feddf itself
+    assert any("minus feddf's" in line and "not for claims" in line for line in text)
     ratio = next(line for line in text if line.startswith("FedGO / FedDF"))
-    assert ratio.endswith("seed0 1.00, seed1 3.00, seed2 1.20 (median 1.20)")
+    # geometric mean of 1, 3, 1.2 (exp of the mean log 0.4270) with its log-scale t interval,
+    # exp(0.4270 -+ 4.3027 x 0.5888 / sqrt(3)); the median beside it
+    assert ratio.endswith(
+        "seed0 1.00, seed1 3.00, seed2 1.20 (geometric mean 1.53x [0.36, 6.62] (n=3); median 1.20)"
+    )
     assert "| seed1 | 0.600 (0.500-0.700) | 50.0 | 51.0 | 57.0 | 100.0 | 0.800 | 25.0% |" in text
 
 
@@ -103,11 +114,11 @@ def test_byzantine_rows_put_each_liar_count_beside_its_clean_run(table3, tmp_pat
         rows[1]["pl_acc_fedgo"], rows[2]["pl_acc_fedgo"] = 0.25, 0.35
         (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     text = table3.table(tmp_path).splitlines()
-    byz = [line for line in text if line.startswith("| FedGO as published")]
+    byz = [line for line in text if line.startswith("| FedGO at CPU scale")]
     assert byz == [
-        "| FedGO as published (double sigmoid, no defence) | 0 | 2 | 30.0 ± 0.0 | 29.0 ± 0.0 "
+        "| FedGO at CPU scale (double sigmoid, no defence) | 0 | 2 | 30.0 ± 0.0 | 29.0 ± 0.0 "
         "| 30.0 ± 0.0 | 28.0 ± 0.0 | 20.0 ± 0.0 |",
-        "| FedGO as published (double sigmoid, no defence) | 10 | 2 | 25.0 ± 7.1 | 30.0 ± 0.0 "
+        "| FedGO at CPU scale (double sigmoid, no defence) | 10 | 2 | 25.0 ± 7.1 | 30.0 ± 0.0 "
         "| 30.0 ± 0.0 | 28.0 ± 0.0 | 20.0 ± 0.0 |",
     ]
     # No liars' run: no Byzantine section.

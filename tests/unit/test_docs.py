@@ -48,15 +48,68 @@ def test_readme_stays_an_overview():
 
 
 LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+REFERENCE = re.compile(r"^\[([^\]]+)\]:\s*([^#\s]+)(#\S*)?", re.MULTILINE)
+"""A reference-style link's definition, ``[label]: target``."""
 
 
 def test_relative_links_of_the_docs_resolve():
     pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
     broken = []
     for page in pages:
-        for target, _ in LINK.findall(page.read_text()):
+        text = page.read_text()
+        targets = LINK.findall(text) + [(t, a) for _, t, a in REFERENCE.findall(text)]
+        for target, _ in targets:
             if re.match(r"[a-z]+:", target):
                 continue
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, f"links to missing files: {broken}"
+
+
+NUMBER = r"[+-]?\d+(?:\.\d+)?"
+INTERVAL = re.compile(rf"({NUMBER})(x?)(?: points)? \[({NUMBER}), ({NUMBER})\]")
+"""A figure and its interval: ``+5.71 [+3.37, +8.06]``, ``-0.3 points [-0.7, +0.8]``, or a
+ratio ``1.18x [0.21, 6.70]``."""
+OVERSTATED = re.compile(r"\b(beats?|better|worse|outperforms?)\b", re.IGNORECASE)
+UNLINKED = ("| CPFL",)
+"""Rows that may lack a link for now: the CPFL row, which issue 51's CPFL part rewrites; once it
+links its table, this exemption goes."""
+
+
+def _claim_rows() -> list[str]:
+    """The rows of the tables in README's "What the measurements say" (headers left out)."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## What the measurements say", 1)[1].split("\n## ", 1)[0]
+    lines = section.splitlines()
+    return [
+        line
+        for i, line in enumerate(lines)
+        if line.startswith("|")
+        and not line.startswith("|---")
+        and not (i + 1 < len(lines) and lines[i + 1].startswith("|---"))
+    ]
+
+
+def test_readme_claims_link_their_tables_and_say_what_their_intervals_allow():
+    text = (ROOT / "README.md").read_text()
+    labels = {label for label, _, _ in REFERENCE.findall(text)}
+    rows = _claim_rows()
+    assert len(rows) >= 5
+    for row in rows:
+        linked = LINK.search(row) or any(f"][{label}]" in row for label in labels)
+        assert linked or row.startswith(UNLINKED), f"a claim without a link to its table: {row}"
+        for _value, ratio, low, high in INTERVAL.findall(row):
+            if ratio:  # a ratio: an interval that holds 1 says neither faster nor slower
+                if float(low) <= 1 <= float(high):
+                    assert not re.search(r"\b(faster|slower)\b", row, re.IGNORECASE), row
+            elif float(low) <= 0 <= float(high):
+                assert "no detectable difference" in row and not OVERSTATED.search(row), row
+
+
+def test_the_claim_checks_catch_an_overstated_row():
+    """The patterns of the test above match the rows they must refuse."""
+    row = "| X beats Y | 100-104 | +2.2 points [-8.0, +12.3], p = 0.45 |"
+    ((value, ratio, low, high),) = INTERVAL.findall(row)
+    assert (value, ratio, low, high) == ("+2.2", "", "-8.0", "+12.3") and OVERSTATED.search(row)
+    ((_, ratio, low, high),) = INTERVAL.findall("| 1.18x [0.21, 6.70] faster |")
+    assert ratio == "x" and float(low) <= 1 <= float(high)

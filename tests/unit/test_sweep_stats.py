@@ -213,6 +213,22 @@ def test_the_drivers_cells_use_the_same_statistics(bench_sweep) -> None:
     assert bench_sweep.seed_note(bench_sweep.REPORT_SEEDS).startswith("report seeds")
 
 
+def test_a_ratio_cell_is_the_geometric_mean_with_its_log_scale_interval(bench_sweep) -> None:
+    # By hand: log 1, log 3, log 1.2 = 0, 1.0986, 0.1823; mean 0.4270 (exp: 1.533), sd 0.5888,
+    # half-width t(0.975, 2) 4.3027 x 0.5888 / sqrt(3) = 1.4626: exp(-1.0356) = 0.355,
+    # exp(1.8896) = 6.616. The arithmetic mean, 1.73, is not what the cell says.
+    assert bench_sweep.ratio_cell([1.0, 3.0, 1.2]) == "1.53x [0.36, 6.62] (n=3)"
+    # A ratio and its inverse: the cell of the inverses is the inverse cell.
+    assert bench_sweep.ratio_cell([1.0, 1 / 3.0, 1 / 1.2]) == "0.65x [0.15, 2.82] (n=3)"
+    assert bench_sweep.ratio_cell([2.0, 2.0]) == "2.00x [2.00, 2.00] (n=2)"
+    assert bench_sweep.ratio_cell([1.25]) == "1.25x (n=1, no CI)"
+    assert bench_sweep.ratio_cell([]) == "-"
+    # not finite or not positive: left out and counted, never averaged in
+    assert bench_sweep.ratio_cell([None, float("nan"), 0.0, 1.25]) == (
+        "1.25x (n=1, no CI) (3 left out)"
+    )
+
+
 def test_ratio_summary_is_a_geometric_mean_with_a_log_scale_interval():
     # The CPFL speed-ups of the digits report seeds: arithmetic mean 1.38, geometric 1.18.
     from fedgo_flwr.app.sweep.stats import ratio_summary

@@ -5,7 +5,11 @@ metric and the seed set (a tuning set says "tuning seeds: not for claims"); per 
 seeds it finished, the final metric per seed (its value in the last round that has it), n,
 mean, the 95% t interval and the sample sd (:func:`fedgo_flwr.app.sweep.stats.summarize`); per
 variant other than the baseline the paired differences against it on the seeds both finished
-(:func:`fedgo_flwr.app.sweep.stats.paired`); and the runs left out: missing (not finished),
+(:func:`fedgo_flwr.app.sweep.stats.paired`); per variant other than the baseline its wall time
+over the baseline's, seed by seed (each run's ``total_time`` in its summary), as a geometric
+mean with its 95% log-scale interval (:func:`fedgo_flwr.app.sweep.stats.ratio_summary`; runs
+side by side or beside other work make it a cost indication, not a timing); and the runs left
+out: missing (not finished),
 failed, or finished under another configuration (``excluded``); and the commits and package
 versions the runs used, per variant, from each run's ``env.json``
 (:mod:`fedgo_flwr.experiment.provenance`; ``unknown`` without one), a variant whose runs used
@@ -23,7 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from fedgo_flwr.app.sweep.seeds import SeedSet
-from fedgo_flwr.app.sweep.stats import LEVEL, finite, paired, summarize
+from fedgo_flwr.app.sweep.stats import LEVEL, finite, paired, ratio_summary, summarize
 from fedgo_flwr.app.sweep.variants import Variant
 from fedgo_flwr.experiment.plots import plot_curves
 from fedgo_flwr.experiment.provenance import ENV_FILE
@@ -53,6 +57,17 @@ def final_value(rows: Sequence[Mapping], metric: str) -> float | None:
             value = row[metric]
             return float(value) if finite(value) else math.nan
     return None
+
+
+def total_time(folder: Path) -> float | None:
+    """The run's wall time, ``total_time`` in its ``summary.json`` (``None`` without a finite
+    one, or a summary that is not a JSON object)."""
+    try:
+        summary = json.loads((folder / SUMMARY).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    value = summary.get("total_time") if isinstance(summary, dict) else None
+    return float(value) if finite(value) else None
 
 
 def curve(rows: Sequence[Mapping], metric: str) -> dict[int, float]:
@@ -109,6 +124,7 @@ def build_table(
     entries, left_out = [], []
     for v in variants:
         per_seed: dict[int, float | None] = {}
+        times: dict[int, float | None] = {}
         used: dict[int, tuple[list[str], list[str]]] = {}
         rows_of[v.name] = {}
         for seed in seed_set.seeds:
@@ -122,6 +138,7 @@ def build_table(
             rows = read_rows(folder / METRICS)
             rows_of[v.name][seed] = rows
             per_seed[seed] = final_value(rows, metric)
+            times[seed] = total_time(folder)
             used[seed] = provenance(folder)
         s = summarize(per_seed.values())
         entries.append(
@@ -131,6 +148,7 @@ def build_table(
                 "seeds_missing": [x for x in seed_set.seeds if x not in per_seed],
                 "seeds_not_finite": [x for x, y in per_seed.items() if not finite(y)],
                 "per_seed": {str(k): y for k, y in per_seed.items()},
+                "total_time": {str(k): y for k, y in times.items()},
                 "commits": _by_seed({k: c for k, (c, _) in used.items()}),
                 "versions": _by_seed({k: vs for k, (_, vs) in used.items()}),
                 **s.to_dict(),
@@ -144,6 +162,7 @@ def build_table(
             continue
         result = paired(base_values, {int(k): y for k, y in e["per_seed"].items()})
         comparisons.append({"variant": e["name"], "baseline": baseline, **result.to_dict()})
+    time_ratios = [_time_ratio(base, e) for e in entries if e["name"] != baseline]
     table = {
         "metric": metric,
         "value": f"{metric} in each run's last round that has it",
@@ -159,10 +178,20 @@ def build_table(
         "baseline": baseline,
         "variants": entries,
         "paired": comparisons,
+        "time_ratios": [t for t in time_ratios if t["ratios"]],
         "left_out": left_out,
         "curves": {v.name: _curve_band(rows_of[v.name], metric) for v in variants},
     }
     return _clean(table)
+
+
+def _time_ratio(base: Mapping, entry: Mapping) -> dict:
+    """``entry``'s wall time over ``base``'s on each seed both have one for, summarised on the
+    log scale (:func:`ratio_summary`)."""
+    seeds = [k for k, t in base["total_time"].items() if t and entry["total_time"].get(k)]
+    ratios = [entry["total_time"][k] / base["total_time"][k] for k in seeds]
+    summary = ratio_summary(ratios)
+    return {"variant": entry["name"], "baseline": base["name"], "seeds": seeds, **summary.to_dict()}
 
 
 def _curve_band(runs: Mapping[int, list[dict]], metric: str) -> dict[str, list]:
@@ -253,11 +282,38 @@ def markdown(table: Mapping) -> str:
                 f"| {_interval(c['diff_ci_low'], c['diff_ci_high'], c['diff_n'], signed=True)} "
                 f"| {_p(c['p_value'], c['diff_n'], c['diff_sd'])} | {per or '–'} |"
             )
+    lines += _time_ratio_lines(table.get("time_ratios", []), table["baseline"], pct)
     if table["left_out"]:
         lines += ["", "## Runs left out", ""]
         lines += [f"- {x['variant']} seed {x['seed']}: {x['why']}" for x in table["left_out"]]
     lines += _provenance_lines(table["variants"])
     return "\n".join(lines) + "\n"
+
+
+def _time_ratio_lines(ratios: Sequence[Mapping], baseline: str, pct: int) -> list[str]:
+    """The wall-time ratios' section: per variant the geometric mean of its per-seed ratios to
+    ``baseline`` and the interval; nothing when no pair of runs has a wall time."""
+    if not ratios:
+        return []
+    lines = [
+        "",
+        f"## Wall time: variant / `{baseline}`, same seed",
+        "",
+        "Each run's `total_time` (its summary) over the baseline's on the same seed; geometric "
+        f"mean and its {pct}% t interval on the log scale. Runs side by side or beside other "
+        "work make this a cost indication, not a timing; an interval that holds 1 shows neither "
+        "faster nor slower.",
+        "",
+        f"| variant | pairs | geometric mean | {pct}% CI | per-seed ratios |",
+        "|---|---|---|---|---|",
+    ]
+    for t in ratios:
+        interval = (
+            "no CI (n=1)" if t["ci_low"] is None else f"[{t['ci_low']:.2f}, {t['ci_high']:.2f}]"
+        )
+        per = ", ".join(f"{s}: {r:.2f}" for s, r in zip(t["seeds"], t["ratios"], strict=True))
+        lines.append(f"| {t['variant']} | {t['n']} | {t['gmean']:.2f}x | {interval} | {per} |")
+    return lines
 
 
 def _used(by_value: Mapping[str, Sequence[int]], kind: str) -> str:
