@@ -131,13 +131,29 @@ class FedDFConfig(BaseConfig):
     """
 
     weighting: str = "uniform"
+    """How the ensemble weighs each client on each sample: a method of the weighting registry
+    (below; ``fedgo`` and ``domain`` need FedGO's discriminators)."""
     weighting_params: dict[str, Any] = field(default_factory=dict)
     weight_cap: float | None = None
+    """No client's share of a sample's ensemble weight above this (the excess goes to the others in
+    proportion; the weights still sum to 1); it must satisfy ``weight_cap * clients per round >=
+    1``. It bounds single-sigmoid FedGO, where one client with huge discriminator logits takes
+    weight 1. Pseudo-labels and ensemble evaluation use it; the ``pl_acc_*`` diagnostics do not."""
     init: str = "average"
+    """Distillation starts from the n_k-weighted average of the round's client models (``average``)
+    or from the last server model (``previous``)."""
     val_fraction: float = 0.0
+    """Labelled share of the server set held out for the ``feddf`` distillation protocol's early
+    stopping."""
     distill_size: int | None = None
+    """Distil on this many of the server's unlabeled images (or of ``data.public_path``'s), drawn
+    once with the seed; ``null``: all."""
     ensemble_eval_every: int = 1
+    """Test the weighted ensemble of the round's client models every N rounds and in the last (0:
+    never)."""
     diagnostics: bool = True
+    """Record the pseudo-label accuracy of every weighting and the label oracle on the same client
+    models each round (``pl_acc_<weighting>``)."""
     teacher_batch_size: int = 64
     teacher_norm: str = "none"
     distill: DistillConfig = field(default_factory=DistillConfig)

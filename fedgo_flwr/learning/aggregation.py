@@ -122,11 +122,25 @@ class AggregationConfig:
     """
 
     rule: str = "mean"
+    """How every averaging strategy (FedAvg, FedProx, SCAFFOLD's model update, the FedDF family's
+    average initialisation) combines the round's client models: ``mean`` (n_k-weighted, FedAvg),
+    ``median`` or ``trimmed_mean`` (coordinate-wise and unweighted, Yin et al., ICML 2018; these
+    keep the round's models in memory)."""
     trim_fraction: float = 0.2
+    """``trimmed_mean`` drops ``floor(trim_fraction * m)`` of the ``m`` replies at each end of every
+    coordinate; it must trim at least one of the clients sampled per round."""
     clip_norm: float | None = None
+    """Clip each client's update to this L2 norm before the rule (Sun et al. 2019); rounds record
+    ``clients_clipped``. SCAFFOLD's control variates are not clipped."""
     clip_factor: float | None = DEFAULT_CLIP_FACTOR
     clip_keep: int = DEFAULT_CLIP_KEEP
     upload_bound: float | None = DEFAULT_UPLOAD_BOUND
+    """Bounds FedGAN's generator and critic (G3), DaFKD's generator and discriminator heads,
+    FedTGP's prototypes (each class's; the median one vote per client), SCAFFOLD's control deltas,
+    each teacher's logit scale (FedDF family: rescaled to the median; one-shot: left out) and each
+    discriminator's (FedGO, CPFL, Co-Boosting + FedGO: neutral weight). An upload whose L2 norm
+    exceeds ``upload_bound`` times the round's (lower) median is scaled down to it, with a WARNING
+    naming the client."""
     update_bound: float | None = DEFAULT_UPDATE_BOUND
     weighted: bool = False
 

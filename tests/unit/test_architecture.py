@@ -16,7 +16,7 @@ import yaml
 import clients
 import strategies
 from fedgo_flwr.experiment.config import OPTIMIZERS, ExperimentConfig
-from fedgo_flwr.experiment.names import DATASET_NAMES, MODEL_NAMES, PARTITION_SCHEMES
+from fedgo_flwr.experiment.names import MODEL_NAMES, PARTITION_SCHEMES, dataset_names
 from fedgo_flwr.experiment.schema import ConfigError
 from fedgo_flwr.protocol import EmptyConfig, declaration
 from fedgo_flwr.runtime.plugins import client_algorithms
@@ -30,6 +30,7 @@ CONFIG_LAYER = {
     "fedgo_flwr.experiment.schema",
     "fedgo_flwr.experiment.names",
     "fedgo_flwr.experiment.config",
+    "fedgo_flwr.experiment.yaml_files",
 }
 """The configuration layer: standard library and YAML only, nothing else of the project."""
 
@@ -263,7 +264,7 @@ def test_base_yaml_holds_the_dataclass_defaults():
 
     assert choices(r"^strategy:\n\s+name: \w+") == set(strategies.available())
     assert choices(r"^model:\n\s+name: \w+") == set(MODEL_NAMES)
-    assert choices(r"^\s+dataset: \w+") == {*DATASET_NAMES, "hf:<id>"}
+    assert choices(r"^\s+dataset: \w+") == {*dataset_names(), "hf:<id>"}
     assert choices(r"^\s+optimizer: \w+") == set(OPTIMIZERS)
     assert choices(r"^\s+partition: \w+") == set(PARTITION_SCHEMES)
 
