@@ -11,9 +11,10 @@ Every key, its type, default and integer limit come from the dataclasses: the co
 ``c.choice``, ``c.fail``), and which strategies read a section from the classes. A section's
 prose is its class docstring; a key's description is its attribute docstring (a string right
 below the field, in the class that declares it or, for a field a subclass redeclares, the
-nearest base's), else the class docstring, which then must name the key: a key is described in
-one place. ``{strategies}``, ``{datasets}`` ... in a description stand for lists the page takes
-from the code (:data:`PLACEHOLDERS`: the strategies, the entries of
+nearest base's; a parameter declared by :class:`fedgo_flwr.protocol.scalars.Param` has its
+``doc`` and its bound instead), else the class docstring, which then must name the key: a key is
+described in one place. ``{strategies}``, ``{datasets}`` ... in a description stand for lists
+the page takes from the code (:data:`PLACEHOLDERS`: the strategies, the entries of
 :data:`fedgo_flwr.experiment.names.DATASETS`). The page's other prose is
 :mod:`docs.configuration_text`. ``tests/unit/test_docs.py`` keeps the committed file equal to
 this output and every key described.
@@ -339,7 +340,12 @@ def description_of(cls: type, name: str) -> str | None:
     """Field ``name``'s attribute docstring in ``cls`` or, failing that, its nearest base's,
     with the placeholders filled in (see the module docstring)."""
     for klass in cls.__mro__:
-        doc = attribute_docs(klass).get(name) if dataclasses.is_dataclass(klass) else None
+        if not dataclasses.is_dataclass(klass):
+            continue
+        doc = attribute_docs(klass).get(name)
+        own = {f.name: f for f in dataclasses.fields(klass)}.get(name)
+        if doc is None and own is not None and name in klass.__dict__.get("__annotations__", {}):
+            doc = own.metadata.get("doc")  # a declared scalar parameter's (protocol/scalars.py)
         if doc is not None:
             for name, fill in PLACEHOLDERS.items():
                 if "{" + name + "}" in doc:
@@ -424,6 +430,9 @@ class Renderer:
         if limit is not None and limit != MAX_INT:
             facts.append(f"at most {limit}")
         facts += self.checks_of(cls, key)
+        rule = f.metadata.get("rule")  # a declared scalar parameter's bound
+        if rule and rule not in facts:
+            facts.append(rule)
         description = description_of(cls, f.name)
         inherited = [
             k
