@@ -170,27 +170,25 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    """Model architecture by name (see ``fedgo_flwr.experiment.names.MODEL_NAMES``).
-
-    ``name`` is the server's (global) model. ``client_models`` lets clients train other
-    architectures, as in one-shot FL's "model market" (Co-Boosting, Dai et al., ICLR 2024,
-    Sec. 3): client ``k`` trains ``client_models[k % len(client_models)]``
-    (:func:`fedgo_flwr.experiment.task.client_model_name`); empty, every client trains ``name``.
-    Only a strategy that declares ``supports_heterogeneous_models`` accepts names other than
-    ``name``.
+    """Model architecture by name (see ``fedgo_flwr.experiment.names.MODEL_NAMES``): the
+    server's, and the clients' where they train others, as in one-shot FL's "model market"
+    (Co-Boosting, Dai et al., ICLR 2024, Sec. 3). Only a strategy that declares
+    ``supports_heterogeneous_models`` accepts client architectures other than the server's.
     """
 
     name: str = "cnn"
-    """``cnn`` (small, CPU-sized), ``cnn_bn`` (the same with BatchNorm), ``mlp``, ``resnet8``
-    (FedDF's CIFAR ResNet-8), ``resnet18`` (CIFAR variant), ``vgg11_bn``, ``resnet50``, ``gn_lenet``
-    (GroupNorm LeNet of Hsieh et al. 2020, CPFL's CIFAR-10 model; raw logits), ``cnn5``
-    (Co-Boosting's 5-layer CNN, the authors' ``CNNCifar``), ``lenet5`` (the PyTorch tutorial's
-    LeNet-5, Co-Boosting's MNIST model), ``mobilenetv3_small`` and ``shufflenetv2`` (Co-Boosting's
-    heterogeneous clients, ImageNet layouts as in the authors' code). A model that cannot take the
-    dataset's inputs is refused by key when the run starts."""
+    """The server's (global) model: ``cnn`` (small, CPU-sized), ``cnn_bn`` (the same with
+    BatchNorm), ``mlp``, ``resnet8`` (FedDF's CIFAR ResNet-8), ``resnet18`` (CIFAR variant),
+    ``vgg11_bn``, ``resnet50``, ``gn_lenet`` (GroupNorm LeNet of Hsieh et al. 2020, CPFL's CIFAR-10
+    model; raw logits), ``cnn5`` (Co-Boosting's 5-layer CNN, the authors' ``CNNCifar``), ``lenet5``
+    (the PyTorch tutorial's LeNet-5, Co-Boosting's MNIST model), ``mobilenetv3_small`` and
+    ``shufflenetv2`` (Co-Boosting's heterogeneous clients, ImageNet layouts as in the authors'
+    code). A model that cannot take the dataset's inputs is refused by key when the run starts."""
     client_models: list[str] = field(default_factory=list)
-    """One name per client, or a shorter list repeated over the partition ids; at most
-    ``data.num_clients`` names. Strategies that average parameters refuse names other than
+    """Client ``k`` trains ``client_models[k % len(client_models)]``
+    (:func:`fedgo_flwr.experiment.task.client_model_name`): one name per client, or a shorter
+    list repeated over the partition ids, at most ``data.num_clients`` names; empty, every client
+    trains ``model.name``. Strategies that average parameters refuse names other than
     ``model.name``; ``coboosting``, ``coboosting_fedgo``, ``dense`` and ``fadi`` take them (their
     ensemble meets in the logits; the student is ``model.name``), and so do ``feddf`` and ``fedgo``
     (FedDF Alg. 3: one prototype per architecture, each started from its own clients' average and
@@ -378,8 +376,7 @@ class StrategyConfig:
 class ExperimentConfig:
     """A whole experiment. ``to_dict``/``from_dict`` round-trip it (clients get it as JSON).
 
-    ``output_dir`` unset (``None``) means a new folder ``outputs/<name>/<date-time>`` for every
-    run; the run's entry point sets it to that folder before anything is written
+    The run's entry point decides the run's folder before anything is written
     (:func:`fedgo_flwr.experiment.recorder.decide_output_dir`).
     """
 

@@ -85,3 +85,17 @@ def test_relative_links_of_the_docs_resolve():
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, f"links to missing files: {broken}"
+
+
+def test_no_key_is_described_twice():
+    """A field with an attribute docstring is not described in its class docstring too (the
+    ``` ``key``: text ``` form), which the page would show twice."""
+    gen = load_generator()
+    core, strat = gen.find_sections()
+    twice = [
+        f"{s.cls.__qualname__}.{f.name}"
+        for s in [*core.values(), *strat.values()]
+        for f in s.own_fields
+        if f.name in gen.attribute_docs(s.cls) and f"``{f.name}``:" in gen.class_doc(s.cls)
+    ]
+    assert not twice, f"described in the attribute docstring and the class docstring: {twice}"
