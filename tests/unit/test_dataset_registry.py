@@ -41,6 +41,13 @@ def test_the_registry_names_each_built_in_dataset_once():
             assert entry.download == (entry.default_path is not None), name
 
 
+def test_the_running_guide_says_where_each_dataset_comes_from():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "running.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    for name in dataset_names():
+        assert any(f"`{name}`" in row.split(" | ")[0] for row in rows), name
+
+
 def test_every_user_sees_a_new_entry(toy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # names
     assert toy in dataset_names() and is_dataset_name(toy)
