@@ -72,17 +72,18 @@ def load_dataset(
     entry's loader), or ``"hf:<hub dataset id>"``.
 
     Args:
-        name: ``"digits"``, ``"four_gaussians"``, ``"cifar10"``, ``"cifar100"``,
-            ``"imagefolder"`` or ``"hf:<id>"`` (e.g. ``"hf:uoft-cs/cifar10"``).
-        path: Root of the data (torchvision root for CIFAR, default
-            ``~/.cache/fedgo_flwr/torchvision``; required for ``"imagefolder"``; not used by
+        name: A key of ``DATASETS`` (case and surrounding blanks ignored) or ``"hf:<id>"``
+            (e.g. ``"hf:uoft-cs/cifar10"``).
+        path: Root of the data (``data.path``; default: the entry's ``default_path``; required
+            for an entry with a ``folder`` and no default, ``"imagefolder"``; not used by
             ``"hf:"`` datasets, which live in the Hugging Face cache).
-        download: Let torchvision download CIFAR if missing.
+        download: Let the loader download the data if missing (entries with ``download``).
         cache_dir: Where ``"imagefolder"`` caches decoded arrays (default ``path/.fedgo_cache`` or,
             if that is not writable, ``~/.cache/fedgo_flwr``).
 
     Raises:
-        ValueError: Unknown name, ``"imagefolder"`` without ``path``, or ``"hf:"`` without an id.
+        ValueError: Unknown name, a dataset that needs ``path`` without it, or ``"hf:"`` without
+            an id.
         FileNotFoundError: CIFAR files missing and ``download=False``.
         ImportError: An ``"hf:"`` name without the ``datasets`` package.
     """
