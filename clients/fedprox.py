@@ -2,7 +2,7 @@
 
 Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, Eq. (2): each client
 minimises ``F_k(w) + mu/2 * ||w - w^t||^2`` where ``w^t`` is the received global model. ``mu``
-(:class:`fedgo_flwr.protocol.fedprox.FedProxConfig`) comes from ``strategy.mu`` in the YAML config.
+(declared in :mod:`fedgo_flwr.protocol.scalars`) comes from ``strategy.mu`` in the YAML config.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from clients.base import ClientAlgorithm, ClientJob
-from fedgo_flwr.protocol.fedprox import PROTOCOL
+from fedgo_flwr.protocol import declaration
 
 
 def proximal_term(
@@ -32,7 +32,7 @@ def proximal_term(
 
 class FedProxClient(ClientAlgorithm):
     name = "fedprox"
-    Config = PROTOCOL.Config
+    Config = declaration("fedprox").Config
 
     def regularizer(self, job: ClientJob) -> Callable[[nn.Module], torch.Tensor] | None:
         mu = job.params.mu

@@ -34,7 +34,7 @@ from flwr.app import ArrayRecord
 
 from clients.base import ClientAlgorithm, ClientJob
 from fedgo_flwr.learning.training import Batch, BatchLoss, TrainStats
-from fedgo_flwr.protocol.feduv import PROTOCOL
+from fedgo_flwr.protocol import declaration
 
 __all__ = ["FedUVClient", "iid_gamma", "uniformity_term", "variance_term"]
 
@@ -74,7 +74,7 @@ def uniformity_term(
 
 class FedUVClient(ClientAlgorithm):
     name = "feduv"
-    Config = PROTOCOL.Config
+    Config = declaration("feduv").Config
     uses_features = True
 
     def batch_loss(self, job: ClientJob) -> BatchLoss | None:

@@ -10,10 +10,14 @@ Every key, its type, default and integer limit come from the dataclasses: the co
 ...). What each section's ``check`` method refuses is read from its source (``c.require``,
 ``c.choice``, ``c.fail``), and which strategies read a section from the classes. A section's
 prose is its class docstring; a key's description is its attribute docstring (a string right
-below the field), else the entry of ``NOTES`` (:mod:`docs.configuration_text`, with the page's
-other prose) for it, else the class docstring, which then must name the key.
-``tests/unit/test_docs.py`` keeps the committed file equal to this output and every key
-described.
+below the field, in the class that declares it or, for a field a subclass redeclares, the
+nearest base's; a parameter declared by :class:`fedgo_flwr.protocol.scalars.Param` has its
+``doc`` and its bound instead), else the class docstring, which then must name the key: a key is
+described in one place. ``{strategies}``, ``{datasets}`` ... in a description stand for lists
+the page takes from the code (:data:`PLACEHOLDERS`: the strategies, the entries of
+:data:`fedgo_flwr.experiment.names.DATASETS`). The page's other prose is
+:mod:`docs.configuration_text`. ``tests/unit/test_docs.py`` keeps the committed file equal to
+this output and every key described.
 
 This is a development tool: nothing of the library or the apps imports it.
 """
@@ -28,13 +32,14 @@ import re
 import sys
 import textwrap
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import strategies
-from docs.configuration_text import INTRO, NOTES, RULES
+from docs.configuration_text import INTRO, RULES
 from fedgo_flwr.experiment.config import ExperimentConfig, StrategyConfig
+from fedgo_flwr.experiment.names import DATASETS
 from fedgo_flwr.experiment.schema import MAX_INT
 from fedgo_flwr.weighting import WEIGHTING_METHODS
 
@@ -331,12 +336,42 @@ def section_changes(value: Any, sub: type) -> str:
     return ", ".join(changed)
 
 
-def note_for(cls: type, name: str) -> str | None:
+def description_of(cls: type, name: str) -> str | None:
+    """Field ``name``'s attribute docstring in ``cls`` or, failing that, its nearest base's,
+    with the placeholders filled in (see the module docstring)."""
     for klass in cls.__mro__:
-        note = NOTES.get(f"{klass.__qualname__}.{name}")
-        if note is not None:
-            return note.replace("{strategies}", ", ".join(f"`{n}`" for n in strategy_names()))
+        if not dataclasses.is_dataclass(klass):
+            continue
+        doc = attribute_docs(klass).get(name)
+        own = {f.name: f for f in dataclasses.fields(klass)}.get(name)
+        if doc is None and own is not None and name in klass.__dict__.get("__annotations__", {}):
+            doc = own.metadata.get("doc")  # a declared scalar parameter's (protocol/scalars.py)
+        if doc is not None:
+            for name, fill in PLACEHOLDERS.items():
+                if "{" + name + "}" in doc:
+                    doc = doc.replace("{" + name + "}", fill())
+            return doc
     return None
+
+
+def dataset_folders() -> str:
+    """Each built-in dataset's folder under ``data.path``, and its default root (else it needs
+    ``data.path``)."""
+    return "; ".join(
+        f"``{name}``: ``{e.folder}/``"
+        + (f" (default root ``{e.default_path}``)" if e.default_path else " (required)")
+        for name, e in DATASETS.items()
+        if e.folder is not None
+    )
+
+
+PLACEHOLDERS: dict[str, Callable[[], str]] = {
+    "strategies": lambda: ", ".join(f"`{n}`" for n in strategy_names()),
+    "datasets": lambda: ", ".join(f"``{n}`` ({e.about})" for n, e in DATASETS.items()),
+    "dataset_folders": dataset_folders,
+    "downloadable": lambda: ", ".join(f"``{n}``" for n, e in DATASETS.items() if e.download),
+}
+"""What ``{name}`` in an attribute docstring stands for: lists the page takes from the code."""
 
 
 def wrap(text: str, first: str, width: int = 100) -> list[str]:
@@ -395,7 +430,10 @@ class Renderer:
         if limit is not None and limit != MAX_INT:
             facts.append(f"at most {limit}")
         facts += self.checks_of(cls, key)
-        description = attribute_docs(cls).get(f.name) or note_for(cls, f.name)
+        rule = f.metadata.get("rule")  # a declared scalar parameter's bound
+        if rule and rule not in facts:
+            facts.append(rule)
+        description = description_of(cls, f.name)
         inherited = [
             k
             for k in cls.__mro__[1:]
@@ -509,22 +547,8 @@ class Renderer:
         return "\n".join(lines).rstrip() + "\n"
 
 
-def stale_notes() -> list[str]:
-    """Entries of :data:`NOTES` that name no field of their class."""
-    core, strat = find_sections()
-    fields = {
-        f"{s.cls.__qualname__}.{f.name}"
-        for s in [*core.values(), *strat.values()]
-        for f in dataclasses.fields(s.cls)
-    }
-    return sorted(set(NOTES) - fields)
-
-
 def generate() -> tuple[str, list[str]]:
     """The Markdown text and the keys that have no description."""
-    stale = stale_notes()
-    if stale:
-        raise SystemExit(f"NOTES names fields that do not exist: {', '.join(stale)}")
     renderer = Renderer()
     return renderer.render(), renderer.undocumented
 

@@ -29,6 +29,7 @@ from flwr.supercore import log
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.experiment.checkpoint import safe_torch_load
 from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.experiment.names import dataset_entry
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import load_bundle
 from fedgo_flwr.gan import cache as generator_cache
@@ -326,19 +327,13 @@ def seeded_generator(seed: int, gp: GeneratorConfig, shape: tuple[int, ...]) -> 
     return gp.build(shape, seed=derive_seed(seed, "gen-init"))
 
 
-KNOWN_INPUT_SHAPES: dict[str, tuple[int, ...]] = {
-    "digits": (1, 8, 8),
-    "cifar10": (3, 32, 32),
-    "cifar100": (3, 32, 32),
-    "four_gaussians": (2,),
-}
-"""The input shape of each built-in dataset, so the pre-flight check need not load it."""
-
-
 def preflight_input_shape(cfg: ExperimentConfig) -> tuple[int, ...]:
-    """The classifier's input shape: known for the built-in datasets, else read from the
-    data (``imagefolder``, ``hf:``; cached per process, so the ServerApp loads it once)."""
-    known = KNOWN_INPUT_SHAPES.get(cfg.data.dataset.strip().lower())
+    """The classifier's input shape: the dataset's entry's
+    (:data:`fedgo_flwr.experiment.names.DATASETS`), so the pre-flight check need not load it,
+    else read from the data (``imagefolder``, ``hf:``; cached per process, so the ServerApp
+    loads it once)."""
+    entry = dataset_entry(cfg.data.dataset.strip().lower())
+    known = entry.input_shape if entry is not None else None
     return known if known is not None else load_bundle(cfg.data).train.input_shape
 
 

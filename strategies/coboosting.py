@@ -54,8 +54,12 @@ class CoBoostingConfig(OneShotConfig):
 
     epochs: int = 200
     student_init: str = "fresh"
+    """The student starts from the server's seeded initialisation (``fresh``, the paper) or the
+    clients' average (``average``, one architecture only)."""
     nz: int = 256
+    """Latent size of the DENSE / Co-Boosting generator."""
     ngf: int = 64
+    """Width of that generator (images with H and W multiples of 4)."""
     synthesis: SynthesisSettings = field(default_factory=SynthesisSettings)
     boost: BoostSettings = field(default_factory=BoostSettings)
 

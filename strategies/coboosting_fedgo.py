@@ -81,7 +81,10 @@ class CoBoostingFedGOConfig(CoBoostingConfig):
     """Co-Boosting's parameters plus FedGO's generator and discriminator sections."""
 
     combine: str = "odds_learned"
+    """The ensemble weighs client k on sample x by FedGO's odds weight ``n_k Phi_k(x) / sum_i n_i
+    Phi_i(x)`` alone (``odds``) or times Co-Boosting's learned ``w_k`` (``odds_learned``)."""
     disc_mode: str = "double_sigmoid"
+    """How discriminator logits become odds, as FedGO's ``disc_mode``."""
     generator: GeneratorConfig = field(default_factory=lambda: GeneratorConfig(steps=0))
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
 

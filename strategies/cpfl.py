@@ -131,17 +131,34 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
     """
 
     cohorts: int = 4
+    """Number of cohorts n (1: FedAvg with early stopping; ``data.num_clients``: one-shot FedKD,
+    every client a cohort)."""
     grouping: str = "random"
+    """``random`` (seeded, near-equal sizes) or ``class`` (one cohort per dominant class;
+    ``cohorts`` must equal the number of classes)."""
     window: int = 20
+    """Rounds of the moving average of a cohort's mean validation loss."""
     patience: int = 50
+    """A cohort stops once its smoothed validation loss has not reached a new minimum for this many
+    rounds."""
     loss_reduce: str = "median"
     loss_bound: float | None = LOSS_BOUND
     teacher: str = "best"
+    """A cohort's teacher: the model with the lowest smoothed loss (``best``) or its ``last``."""
     distill_when: float = 1.0
+    """Distil once this share of the cohorts has converged (the rest at their best as of then)."""
     distill_at_hours: float | None = None
+    """Or distil at this simulated time (hours)."""
     cohort_eval_every: int = 1
+    """Test accuracy of each cohort that trained, every N rounds (0: only the teachers at the
+    end)."""
     teacher_test_size: int | None = None
+    """Evaluate the teachers and their ensemble on a stratified subset of this many test images (the
+    student always on all); ``null``: all."""
     profiles: str | None = None
+    """Device profiles: a CSV ``client_id,seconds_per_batch,bytes_per_second``, one row per client;
+    ``null``: a seeded synthetic population, log-uniform over 0.9-11.9 s per mini-batch and 130
+    KB/s-26 MB/s."""
     distill: CohortDistillConfig = field(default_factory=CohortDistillConfig)
     # distill.weights: fedgo (beyond the paper): FedGO's generator and client discriminators
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)

@@ -113,33 +113,47 @@ INITS = ("average", "previous")
 
 @dataclass
 class FedDFConfig(BaseConfig):
-    """Parameters of the ensemble-distillation strategies (``strategy.<key>`` in YAML).
-
-    ``weighting_params``: parameters of weighting methods by method name, e.g.
-    ``{entropy: {temperature: 2}, fedgo: {disc_mode: sigmoid}}``; every method not named, and
-    every parameter not given, takes the registry's defaults. Keyed by method, so swapping
-    ``weighting`` stays a one-line change, and the diagnostics of each method use its settings.
-    ``weight_cap``: no client's weight on a sample above this share (``null``: no cap).
-    ``teacher_batch_size``: samples per forward pass of the server's inference with the client
-    models (teacher logits, ensemble tests) and their discriminators (FedGO); the results do
-    not depend on it. 64 is the fastest on a CPU (larger batches leave the L2 cache; measured
-    in ``benchmarks/README.md``, "Performance"); on a GPU use 512 or more.
-    ``teacher_norm``: ``none`` (the papers' ensemble) or ``std``: every teacher's logits
-    rescaled to the median teacher's scale before the weights and the ensemble
-    (:func:`fedgo_flwr.learning.distill.normalise_teachers`), so that a client cannot steer the
-    pseudo-labels by scaling its last layer up.
-    """
+    """Parameters of the ensemble-distillation strategies (``strategy.<key>`` in YAML)."""
 
     weighting: str = "uniform"
+    """How the ensemble weighs each client on each sample: a method of the weighting registry
+    (below; ``fedgo`` and ``domain`` need FedGO's discriminators)."""
     weighting_params: dict[str, Any] = field(default_factory=dict)
+    """Parameters of weighting methods by method name, e.g.
+    ``{entropy: {temperature: 2}, fedgo: {disc_mode: sigmoid}}``; every method not named, and
+    every parameter not given, takes the registry's defaults. Keyed by method, so swapping
+    ``weighting`` stays a one-line change, and the diagnostics of each method use its settings."""
     weight_cap: float | None = None
+    """No client's share of a sample's ensemble weight above this (``null``: no cap; the excess goes
+    to the others in proportion; the weights still sum to 1); it must satisfy ``weight_cap * clients
+    per round >= 1``. It bounds single-sigmoid FedGO, where one client with huge discriminator
+    logits takes weight 1. Pseudo-labels and ensemble evaluation use it; the ``pl_acc_*``
+    diagnostics do not."""
     init: str = "average"
+    """Distillation starts from the n_k-weighted average of the round's client models (``average``)
+    or from the last server model (``previous``)."""
     val_fraction: float = 0.0
+    """Labelled share of the server set held out for the ``feddf`` distillation protocol's early
+    stopping."""
     distill_size: int | None = None
+    """Distil on this many of the server's unlabeled images (or of ``data.public_path``'s), drawn
+    once with the seed; ``null``: all."""
     ensemble_eval_every: int = 1
+    """Test the weighted ensemble of the round's client models every N rounds and in the last (0:
+    never)."""
     diagnostics: bool = True
+    """Record the pseudo-label accuracy of every weighting and the label oracle on the same client
+    models each round (``pl_acc_<weighting>``)."""
     teacher_batch_size: int = 64
+    """Samples per forward pass of the server's inference with the client models (teacher
+    logits, ensemble tests) and their discriminators (FedGO); the results do not depend on it.
+    64 is the fastest on a CPU (larger batches leave the L2 cache; measured in
+    ``benchmarks/README.md``, "Performance"); on a GPU use 512 or more."""
     teacher_norm: str = "none"
+    """``none`` (the papers' ensemble) or ``std``: every teacher's logits rescaled to the median
+    teacher's scale before the weights and the ensemble
+    (:func:`fedgo_flwr.learning.distill.normalise_teachers`), so that a client cannot steer the
+    pseudo-labels by scaling its last layer up."""
     distill: DistillConfig = field(default_factory=DistillConfig)
 
     def check(self, c: Checker) -> None:

@@ -82,9 +82,18 @@ class FedGOConfig(FedDFConfig):
     """
 
     weighting: str = "fedgo"
+    """FedGO's odds weights by default."""
     distill_data: str = "server"
+    """``server`` (D1: the server's unlabeled share) or ``generated`` (D2: ``generated_size``
+    samples of the generator, drawn once). D2 works with ``data.server_fraction: 0`` when the
+    generator is loaded, built by ``generator.module``, untrained (``generator.steps: 0``) or
+    trained by FedGAN (G3), with the ``fedgo`` distillation protocol."""
     generated_size: int = 10_000
+    """Samples in the generated distillation set (D2)."""
     byzantine: int = 0
+    """FedGO App. F.8: this many clients (seeded, the same all run, listed in ``prefl.json``) return
+    a discriminator that outputs its maximum everywhere. Defences: ``weighting_params.fedgo.clip``,
+    ``weight_cap``."""
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
 

@@ -3,7 +3,7 @@
 Son et al., "FedUV: Uniformity and Variance for Heterogeneous Federated Learning", CVPR 2024.
 FedUV changes only local training (``clients/feduv.py``); the server is FedAvg's n_k-weighted
 average (the authors' code, ``train_fl.py``, averages by data size) and FedUV adds no
-communication. The parameters are the client's (:class:`fedgo_flwr.protocol.feduv.FedUVConfig`;
+communication. The parameters are the client's (declared in :mod:`fedgo_flwr.protocol.scalars`;
 FedGO App. E.2 ran alpha = 2.5, lambda = 0.5), beside the shared ``aggregation`` section.
 """
 
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedgo_flwr.protocol.feduv import FedUVConfig
+from fedgo_flwr.protocol import declaration
 from strategies.base import BaseConfig
 from strategies.fedavg import FedAvg
 
 
 @dataclass
-class FedUVServerConfig(FedUVConfig, BaseConfig):
+class FedUVServerConfig(declaration("feduv").Config, BaseConfig):
     """The client's regulariser weights and the shared ``aggregation`` section."""
 
 

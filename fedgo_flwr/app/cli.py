@@ -30,7 +30,6 @@ import torch
 
 from fedgo_flwr.app.cluster import check_cluster, cluster_address
 from fedgo_flwr.app.staging import stage_app
-from fedgo_flwr.data.sources import DEFAULT_TORCHVISION_ROOT
 from fedgo_flwr.experiment.config import (
     ConfigError,
     DataConfig,
@@ -38,14 +37,12 @@ from fedgo_flwr.experiment.config import (
     config_and_overrides,
     resolve_config_path,
 )
+from fedgo_flwr.experiment.names import dataset_entry
 from fedgo_flwr.experiment.provenance import LAUNCH_KEY, Launch
 from fedgo_flwr.experiment.recorder import decide_output_dir, resolve_output_dir
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import make_partition
 from strategies import available, load_experiment, require_resolved, strategy_class
-
-CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
-"""The folder torchvision keeps each CIFAR in, under its root (``data.path``)."""
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -100,8 +97,9 @@ def preflight(cfg: ExperimentConfig) -> None:
     ``flwr run`` or a deployment stops before it writes anything); a problem raises one
     :class:`ConfigError` naming the key, the value and where it was set:
 
-    - local data must be there: ``imagefolder``'s ``train/`` folder, and CIFAR's torchvision
-      folder when ``data.download`` is off;
+    - local data must be there: the folder of the dataset's entry
+      (:data:`fedgo_flwr.experiment.names.DATASETS`: ``imagefolder``'s ``train/``, CIFAR's
+      torchvision folder when ``data.download`` is off);
     - every ``path`` key of the strategy's parameters (``strategy.generator.path``,
       ``strategy.discriminator.path``) must name an existing file;
     - ``device: cuda:N`` needs a CUDA device N on this machine, ``mps`` Apple's MPS;
@@ -147,12 +145,14 @@ def _check_data(data: DataConfig, c: Checker) -> None:
     if data.public_path is not None:
         found = Path(data.public_path).expanduser().is_dir()
         c.require("public_path", found, "no such folder (on the machine that runs the server)")
-    if data.dataset == "imagefolder":
-        root = Path(data.path or "").expanduser()
-        c.require("path", (root / "train").is_dir(), "no train/ folder there")
-    if data.dataset in CIFAR_FOLDERS and not data.download:
-        root = Path(data.path or DEFAULT_TORCHVISION_ROOT).expanduser()
-        folder = CIFAR_FOLDERS[data.dataset]
+    entry = dataset_entry(data.dataset)
+    if entry is None or entry.folder is None or (entry.download and data.download):
+        return
+    folder = entry.folder
+    root = Path(data.path or entry.default_path or "").expanduser()
+    if not entry.download:
+        c.require("path", (root / folder).is_dir(), f"no {folder}/ folder there")
+    else:
         c.require(
             "path",
             (root / folder).is_dir(),

@@ -1,11 +1,15 @@
 """Datasets by name: :func:`load_dataset` and the built-in sources.
 
+The built-in datasets are the entries of :data:`fedgo_flwr.experiment.names.DATASETS`, each
+naming its loader here:
+
 * ``"digits"`` -- scikit-learn's embedded 8x8 digits (no download); a small CPU-friendly proxy.
 * ``"four_gaussians"`` -- the synthetic toy task of FedGO App. E.1 (Figure 1).
 * ``"cifar10"`` / ``"cifar100"`` -- via ``torchvision.datasets`` (download only if asked).
 * ``"imagefolder"`` -- a local image tree (:mod:`fedgo_flwr.data.imagefolder`).
-* ``"hf:<hub dataset id>"`` -- a Hugging Face ``datasets`` image-classification dataset
-  (:func:`load_hf_dataset`; needs the optional ``datasets`` package, ``pip install .[hf]``).
+
+``"hf:<hub dataset id>"`` names a Hugging Face ``datasets`` image-classification dataset
+(:func:`load_hf_dataset`; needs the optional ``datasets`` package, ``pip install .[hf]``).
 
 Train/test splits and synthetic data never depend on the experiment seed, so every run sees the
 same test set; the seed only affects the partition and training. ``torchvision``, ``sklearn`` and
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,13 @@ import numpy as np
 
 from fedgo_flwr.data.arrays import ArrayDataset, DataBundle
 from fedgo_flwr.data.imagefolder import DEFAULT_CACHE_ROOT, load_imagefolder
-from fedgo_flwr.experiment.names import DATASET_NAMES, HF_PREFIX, hf_id
+from fedgo_flwr.experiment.names import (
+    HF_PREFIX,
+    TORCHVISION_ROOT,
+    dataset_entry,
+    dataset_names,
+    hf_id,
+)
 from fedgo_flwr.runtime.fileio import atomic_write
 
 __all__ = [
@@ -35,12 +46,14 @@ __all__ = [
     "FOUR_GAUSSIANS_VARIANCE",
     "four_gaussians_oracle_labels",
     "four_gaussians_server_data",
+    "load_cifar",
     "load_dataset",
+    "load_digits",
+    "load_four_gaussians",
     "load_hf_dataset",
+    "load_image_tree",
     "make_four_gaussians",
 ]
-
-DEFAULT_TORCHVISION_ROOT = "~/.cache/fedgo_flwr/torchvision"
 
 
 # ------------------------------------------------------------------------------------------
@@ -55,21 +68,22 @@ def load_dataset(
     download: bool = False,
     cache_dir: str | None = None,
 ) -> DataBundle:
-    """Load a dataset by name: one of :data:`~fedgo_flwr.experiment.names.DATASET_NAMES`, or
-    ``"hf:<hub dataset id>"``.
+    """Load a dataset by name: one of :data:`~fedgo_flwr.experiment.names.DATASETS` (by its
+    entry's loader), or ``"hf:<hub dataset id>"``.
 
     Args:
-        name: ``"digits"``, ``"four_gaussians"``, ``"cifar10"``, ``"cifar100"``,
-            ``"imagefolder"`` or ``"hf:<id>"`` (e.g. ``"hf:uoft-cs/cifar10"``).
-        path: Root of the data (torchvision root for CIFAR, default
-            ``~/.cache/fedgo_flwr/torchvision``; required for ``"imagefolder"``; not used by
+        name: A key of ``DATASETS`` (case and surrounding blanks ignored) or ``"hf:<id>"``
+            (e.g. ``"hf:uoft-cs/cifar10"``).
+        path: Root of the data (``data.path``; default: the entry's ``default_path``; required
+            for an entry with a ``folder`` and no default, ``"imagefolder"``; not used by
             ``"hf:"`` datasets, which live in the Hugging Face cache).
-        download: Let torchvision download CIFAR if missing.
+        download: Let the loader download the data if missing (entries with ``download``).
         cache_dir: Where ``"imagefolder"`` caches decoded arrays (default ``path/.fedgo_cache`` or,
             if that is not writable, ``~/.cache/fedgo_flwr``).
 
     Raises:
-        ValueError: Unknown name, ``"imagefolder"`` without ``path``, or ``"hf:"`` without an id.
+        ValueError: Unknown name, a dataset that needs ``path`` without it, or ``"hf:"`` without
+            an id.
         FileNotFoundError: CIFAR files missing and ``download=False``.
         ImportError: An ``"hf:"`` name without the ``datasets`` package.
     """
@@ -80,20 +94,18 @@ def load_dataset(
             raise ValueError(f"dataset {name!r} needs a hub dataset id, e.g. hf:uoft-cs/cifar10")
         return dataclasses.replace(load_hf_dataset(hub_id), name=HF_PREFIX + hub_id)
     key = key.lower()
-    if key == "digits":
-        return _load_digits()
-    if key == "four_gaussians":
-        return _load_four_gaussians()
-    if key in ("cifar10", "cifar100"):
-        return _load_cifar(key, path=path, download=download)
-    if key == "imagefolder":
-        if not path:
-            raise ValueError("dataset 'imagefolder' needs a path (set data.path to the tree root)")
-        return load_imagefolder(path, cache_dir=cache_dir)
-    raise ValueError(
-        f"unknown dataset {name!r}; expected one of {', '.join(DATASET_NAMES)} "
-        f"or {HF_PREFIX}<hub dataset id>"
-    )
+    entry = dataset_entry(key)
+    if entry is None:
+        raise ValueError(
+            f"unknown dataset {name!r}; expected one of {', '.join(dataset_names())} "
+            f"or {HF_PREFIX}<hub dataset id>"
+        )
+    root = path or entry.default_path
+    if entry.folder is not None and not root:
+        raise ValueError(f"dataset {key!r} needs a path (set data.path to its root)")
+    module, _, function = entry.loader.partition(":")
+    loader = getattr(importlib.import_module(module), function)
+    return loader(name=key, path=root, download=download, cache_dir=cache_dir)
 
 
 # ------------------------------------------------------------------------------------------
@@ -102,12 +114,12 @@ def load_dataset(
 
 
 DIGITS_CACHE = Path(DEFAULT_CACHE_ROOT).expanduser() / "digits"
-"""Where :func:`_load_digits` keeps the split it computed, one file per scikit-learn version."""
+"""Where :func:`load_digits` keeps the split it computed, one file per scikit-learn version."""
 _DIGITS_KEYS = ("x", "y", "idx_train", "idx_test")
 
 
 def _digits_from_sklearn() -> dict[str, np.ndarray]:
-    """The digits as :func:`_load_digits` uses them: images (uint8), labels and the indices of
+    """The digits as :func:`load_digits` uses them: images (uint8), labels and the indices of
     the fixed stratified 80/20 split, computed by scikit-learn."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
@@ -155,7 +167,7 @@ def _digits_arrays() -> dict[str, np.ndarray]:
     return arrays
 
 
-def _load_digits() -> DataBundle:
+def load_digits(**_: Any) -> DataBundle:
     """scikit-learn 8x8 digits, pixels 0..16 scaled to uint8, fixed stratified 80/20 split
     (:func:`_digits_arrays`)."""
     a = _digits_arrays()
@@ -238,7 +250,7 @@ def four_gaussians_server_data(n: int = 300, half_width: float = 12.0) -> ArrayD
     return ArrayDataset(x, four_gaussians_oracle_labels(x), num_classes=3, flip=False)
 
 
-def _load_four_gaussians() -> DataBundle:
+def load_four_gaussians(**_: Any) -> DataBundle:
     """Train: the paper's 1200 samples (300 per Gaussian); test: another 1200 drawn the same way."""
     x_tr, y_tr, _ = make_four_gaussians("train")
     x_te, y_te, _ = make_four_gaussians("test")
@@ -255,11 +267,13 @@ def _load_four_gaussians() -> DataBundle:
 # ------------------------------------------------------------------------------------------
 
 
-def _load_cifar(name: str, *, path: str | None, download: bool) -> DataBundle:
-    """CIFAR via torchvision; ``.data`` (N, 32, 32, 3) -> (N, 3, 32, 32) uint8."""
+def load_cifar(*, name: str, path: str | None, download: bool, **_: Any) -> DataBundle:
+    """CIFAR-10 or CIFAR-100 (``name``) via torchvision under ``path`` (default
+    :data:`~fedgo_flwr.experiment.names.TORCHVISION_ROOT`); ``.data`` (N, 32, 32, 3) ->
+    (N, 3, 32, 32) uint8."""
     from torchvision import datasets
 
-    root = os.path.expanduser(path or DEFAULT_TORCHVISION_ROOT)
+    root = os.path.expanduser(path or TORCHVISION_ROOT)
     cls = datasets.CIFAR10 if name == "cifar10" else datasets.CIFAR100
     try:
         train = cls(root=root, train=True, download=download)
@@ -282,6 +296,12 @@ def _load_cifar(name: str, *, path: str | None, download: bool) -> DataBundle:
     return DataBundle(
         train=convert(train), test=convert(test), name=name, class_names=tuple(train.classes)
     )
+
+
+def load_image_tree(*, path: str, cache_dir: str | None = None, **_: Any) -> DataBundle:
+    """``"imagefolder"``: the ``train/<class>/*``, ``test/<class>/*`` tree at ``path``
+    (:func:`fedgo_flwr.data.imagefolder.load_imagefolder`)."""
+    return load_imagefolder(path, cache_dir=cache_dir)
 
 
 # ------------------------------------------------------------------------------------------

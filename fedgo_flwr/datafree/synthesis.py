@@ -71,6 +71,7 @@ class SynthesisSettings:
 
     source: str = "generator"
     batch_size: int = 128
+    """Synthetic batch size."""
     steps: int = 30
     lr: float = 1e-3
     beta1: float = 0.5

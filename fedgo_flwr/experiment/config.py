@@ -6,11 +6,9 @@ One YAML file describes one experiment. A file may start from another with ``bas
 core sections below (built by :func:`fedgo_flwr.experiment.schema.build_section`); the first problem
 stops with one :class:`ConfigError` naming the key, the bad value and where it came from.
 
-The YAML reader refuses what a configuration never means but YAML would silently accept: an
-empty file (it would run the defaults), a key given twice in one mapping (the last would win), a
-file that is not UTF-8 text, an integer of more than ``MAX_DIGITS`` digits, nesting deeper than
-``MAX_DEPTH`` levels and more than ``MAX_NODES`` values once aliases are expanded (these would
-crash or exhaust the reader instead).
+The YAML reader (:mod:`fedgo_flwr.experiment.yaml_files`) refuses what a configuration never
+means but YAML would silently accept: an empty file, a key given twice in one mapping, a file
+that is not UTF-8 text, overlong integers, deep nesting and alias bombs.
 
 This module knows the core sections only. ``strategy:`` holds the algorithm's name and its own
 parameters as an unchecked mapping; the strategy package builds them, once, into the
@@ -34,18 +32,20 @@ from typing import Any
 import yaml
 
 from fedgo_flwr.experiment.names import (
-    DATASET_NAMES,
     HF_PREFIX,
     MAX_NAME_BYTES,
     MODEL_NAMES,
     NAME_PATTERN,
     PARTITION_SCHEMES,
     PRECISIONS,
+    dataset_entry,
+    dataset_names,
     is_dataset_name,
     path_problem,
     unprintable,
 )
 from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
+from fedgo_flwr.experiment.yaml_files import Refused, load_yaml, read_yaml
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -83,22 +83,46 @@ class DataConfig:
     """
 
     dataset: str = "digits"
+    """{datasets}, or ``hf:<id>`` (a Hugging Face image dataset: ``pip install -e .[hf]``, needs
+    internet)."""
     path: str | None = None
+    """The folder that holds the dataset's files, for the datasets that have them:
+    {dataset_folders}. A missing folder stops the run before it starts."""
     download: bool = False
+    """Let the loader download a dataset that can be downloaded ({downloadable}; needs internet);
+    without it a missing archive stops the run before it starts."""
     num_clients: int = 20
+    """K, the number of clients (partitions)."""
     alpha: float = 0.1
+    """Dirichlet concentration of the ``dirichlet`` and ``dirichlet_prior`` splits (smaller: more
+    skewed)."""
     server_fraction: float = 0.5
+    """Share of each class the server holds (unlabeled for training; its labels only feed
+    diagnostics). 0: none (FedAvg, FedProx, SCAFFOLD, the one-shot data-free strategies, FedGO
+    distilling on generated data). FedDF and FedGO on server data need it; CPFL with more than one
+    cohort needs it or ``data.public_path``."""
     min_client_size: int = 2
+    """The split is redrawn until every client holds this many samples."""
     augment: bool = True
+    """Random horizontal flips during training, where the dataset allows them."""
     train_subset: int | None = field(default=None, metadata={"max": 2**31 - 1})
+    """Use a stratified subset of this many training images (fixed, independent of the seed)."""
     test_subset: int | None = field(default=None, metadata={"max": 2**31 - 1})
+    """Evaluate on a stratified subset of this many test images (fixed, independent of the seed)."""
     public_path: str | None = None
+    """The server's unlabeled images from another data set: a folder of images (any depth), resized
+    to the training images' size, e.g. STL-10's unlabeled split for CIFAR-10 clients (FedDF Fig.
+    5-6, FedGO App. F.3). CPFL and the FedDF family distil on it, and FedGO trains its G1 generator
+    and server-referenced discriminators on it; ``data.server_fraction`` may then be 0. Other
+    strategies refuse it. ``null``: the server's share."""
     partition: str = "dirichlet"
     quantity_sigma: float = 0.0
+    """``dirichlet_prior`` only: client amounts ~ LogNormal(log(N/K), sigma) over the client pool of
+    N samples (0: equal amounts; Co-Boosting uses 0.4, 0.8, 1.2)."""
     classes_per_client: int | None = None
 
     def check(self, c: Checker) -> None:
-        names = ", ".join(DATASET_NAMES)
+        names = ", ".join(dataset_names())
         c.require(
             "dataset",
             is_dataset_name(self.dataset),
@@ -112,8 +136,15 @@ class DataConfig:
             c.require("train_subset", self.train_subset >= 1, "must be >= 1")
         if self.test_subset is not None:
             c.require("test_subset", self.test_subset >= 1, "must be >= 1")
-        if self.dataset == "imagefolder":
-            c.require("path", bool(self.path), "imagefolder needs data.path")
+        entry = dataset_entry(self.dataset)
+        if entry is not None and entry.folder is not None and entry.default_path is None:
+            c.require("path", bool(self.path), f"{self.dataset} needs data.path")
+        if entry is not None and entry.num_classes is not None:
+            c.require(
+                "classes_per_client",
+                (self.classes_per_client or 0) <= entry.num_classes,
+                f"is more than the {entry.num_classes} classes of {self.dataset}",
+            )
         c.choice("partition", PARTITION_SCHEMES)
         c.require("quantity_sigma", self.quantity_sigma >= 0, "must be >= 0")
         c.require(
@@ -139,18 +170,30 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    """Model architecture by name (see ``fedgo_flwr.experiment.names.MODEL_NAMES``).
-
-    ``name`` is the server's (global) model. ``client_models`` lets clients train other
-    architectures, as in one-shot FL's "model market" (Co-Boosting, Dai et al., ICLR 2024,
-    Sec. 3): client ``k`` trains ``client_models[k % len(client_models)]``
-    (:func:`fedgo_flwr.experiment.task.client_model_name`); empty, every client trains ``name``.
-    Only a strategy that declares ``supports_heterogeneous_models`` accepts names other than
-    ``name``.
+    """Model architecture by name (see ``fedgo_flwr.experiment.names.MODEL_NAMES``): the
+    server's, and the clients' where they train others, as in one-shot FL's "model market"
+    (Co-Boosting, Dai et al., ICLR 2024, Sec. 3). Only a strategy that declares
+    ``supports_heterogeneous_models`` accepts client architectures other than the server's.
     """
 
     name: str = "cnn"
+    """The server's (global) model: ``cnn`` (small, CPU-sized), ``cnn_bn`` (the same with
+    BatchNorm), ``mlp``, ``resnet8`` (FedDF's CIFAR ResNet-8), ``resnet18`` (CIFAR variant),
+    ``vgg11_bn``, ``resnet50``, ``gn_lenet`` (GroupNorm LeNet of Hsieh et al. 2020, CPFL's CIFAR-10
+    model; raw logits), ``cnn5`` (Co-Boosting's 5-layer CNN, the authors' ``CNNCifar``), ``lenet5``
+    (the PyTorch tutorial's LeNet-5, Co-Boosting's MNIST model), ``mobilenetv3_small`` and
+    ``shufflenetv2`` (Co-Boosting's heterogeneous clients, ImageNet layouts as in the authors'
+    code). A model that cannot take the dataset's inputs is refused by key when the run starts."""
     client_models: list[str] = field(default_factory=list)
+    """Client ``k`` trains ``client_models[k % len(client_models)]``
+    (:func:`fedgo_flwr.experiment.task.client_model_name`): one name per client, or a shorter
+    list repeated over the partition ids, at most ``data.num_clients`` names; empty, every client
+    trains ``model.name``. Strategies that average parameters refuse names other than
+    ``model.name``; ``coboosting``, ``coboosting_fedgo``, ``dense`` and ``fadi`` take them (their
+    ensemble meets in the logits; the student is ``model.name``), and so do ``feddf`` and ``fedgo``
+    (FedDF Alg. 3: one prototype per architecture, each started from its own clients' average and
+    distilled towards the ensemble of all clients; the others report ``test_accuracy_<arch>``). Each
+    client is sent its own architecture's arrays and its reply is checked against them."""
 
     def check(self, c: Checker) -> None:
         c.choice("name", MODEL_NAMES)
@@ -166,11 +209,17 @@ class TrainConfig:
     """Client-side local training (the same for every strategy unless it says otherwise)."""
 
     local_epochs: int = 5
+    """Client epochs per round."""
     batch_size: int = 16
+    """Client batch size."""
     optimizer: str = "sgd"
+    """The clients' optimiser."""
     lr: float = 0.05
+    """The clients' learning rate."""
     momentum: float = 0.0
+    """SGD momentum."""
     weight_decay: float = 0.0
+    """L2 weight decay of the clients' optimiser."""
 
     def check(self, c: Checker) -> None:
         c.require("local_epochs", self.local_epochs >= 1, "must be >= 1")
@@ -187,7 +236,10 @@ class EvalConfig:
     summary reports the first round that reaches it (``rounds_to_target``)."""
 
     batch_size: int = 64
+    """Batch of the server's test evaluation (64: the fastest on a CPU; the results do not depend on
+    it; 512 or more on a GPU)."""
     every: int = 1
+    """Evaluate every N rounds (and in the last)."""
     target_accuracy: float | None = None
 
     def check(self, c: Checker) -> None:
@@ -239,8 +291,13 @@ class ResourcesConfig:
     give the same numbers (CPU runs do already); slower, so off by default."""
 
     client_cpus: int = 1
+    """CPUs of one simulated ClientApp (also its torch threads; a SuperNode caps them at its CPU
+    count or its ``max-threads``)."""
     client_gpus: float = 0.0
+    """GPU share of one simulated ClientApp (0.25: four clients per GPU); with 0 Ray hides the GPUs
+    from the clients."""
     server_cpus: int | None = None
+    """Torch threads of the ServerApp (distillation, evaluation); ``null``: all cores."""
     server_cpus_waiting: int | None = None
     channels_last: bool = False
     gpu_inference_batch: int = 512
@@ -276,6 +333,7 @@ class FaultConfig:
     partition: int = 0
     round: int = 0
     kind: str = "crash"
+    """What the client does (see above)."""
     seconds: float = 60.0
 
     def check(self, c: Checker) -> None:
@@ -299,6 +357,10 @@ class StrategyConfig:
     """
 
     name: str = "fedavg"
+    """The server algorithm: a module of ``strategies/`` ({strategies}). Its own parameters sit
+    beside it (``strategy.<key>``, below); parameters of other strategies are ignored with a
+    warning, so swapping ``strategy.name`` is a one-line change (``strict: true`` makes them an
+    error)."""
     params: Any = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -314,23 +376,60 @@ class StrategyConfig:
 class ExperimentConfig:
     """A whole experiment. ``to_dict``/``from_dict`` round-trip it (clients get it as JSON).
 
-    ``output_dir`` unset (``None``) means a new folder ``outputs/<name>/<date-time>`` for every
-    run; the run's entry point sets it to that folder before anything is written
+    The run's entry point decides the run's folder before anything is written
     (:func:`fedgo_flwr.experiment.recorder.decide_output_dir`).
     """
 
     name: str = "default"
+    """Run name: the prefix of the run's log lines, and the folder ``outputs/<name>/`` of its runs
+    when ``output_dir`` is not set. Never a control character (newline, NUL, ...), whatever
+    ``output_dir``."""
     seed: int = field(default=0, metadata={"max": 2**32 - 1})
+    """Seeds the partition, the model's initialisation, client sampling and client training; every
+    random draw of a round is derived from ``(seed, round, ...)``."""
     rounds: int = 40
+    """Federated rounds (for CPFL: the most rounds a cohort runs; the one-shot strategies need
+    1)."""
     fraction: float = 0.4
+    """Share of the clients sampled each round: ``max(min_clients, floor(fraction *
+    data.num_clients))``."""
     min_clients: int = 1
+    """A round needs this many usable replies, else the model is kept."""
     output_dir: str | None = None
+    """Where the run writes its files (relative paths: against ``$FEDGO_WORKDIR`` if set, else the
+    working directory). Not set (``null``), every run gets a new folder
+    ``outputs/<name>/<date-time>`` (``%Y-%m-%d_%H-%M-%S``, then ``-1``, ``-2`` ... if taken), and
+    ``outputs/<name>/latest`` links to the newest (a ``latest`` there that is not a link is refused,
+    never replaced); the folder chosen is logged. A folder named here that holds another run's files
+    is refused unless ``resume`` or ``overwrite`` is set, and so is a path with a control character
+    (newline, NUL, ...) or a component over 255 bytes."""
     device: str = "auto"
+    """The server's device: ``auto`` (CUDA if present, else MPS, else the CPU), ``cpu``, ``cuda``,
+    ``cuda:N`` or ``mps``."""
     client_device: str = "auto"
+    """The clients' device, the same choices. In a simulation a client sees a GPU only with
+    ``resources.client_gpus > 0``; ``cuda`` without it is refused."""
     round_timeout: float = 3600.0
+    """Seconds the server waits for a round's replies; a client that has not replied by then is left
+    out of the round (logged with its id)."""
     checkpoint: bool = True
+    """Write ``checkpoint.pt`` (the server's state) after every round, and let clients keep their
+    state (SCAFFOLD's c_i) on disk."""
     resume: bool = False
+    """Continue from ``output_dir/checkpoint.pt`` (or ``checkpoint.prev.pt``) if there is one, or
+    without ``output_dir`` from the run ``outputs/<name>/latest`` names (none yet: a new run); a run
+    that stopped before its first checkpoint starts again. The configuration must equal the
+    checkpoint's except for ``rounds``, ``resume``, ``overwrite``, ``strict``, ``round_timeout``,
+    ``faults``, ``checkpoint``, ``device``, ``client_device``, ``resources``, ``eval``, ``logging``,
+    ``name`` and ``output_dir``; raising ``rounds`` extends a finished run. A checkpoint whose
+    values do not fit the configured run (its model's shapes or dtypes, non-finite or huge values, a
+    round beyond ``rounds``) is refused with one error naming the file, as is resuming a finished
+    run without raising ``rounds`` ([running.md](running.md), *Checkpoints are data, checked on
+    load*)."""
     overwrite: bool = False
+    """Replace the earlier run in ``output_dir``. Without it (or ``resume``), a folder that holds a
+    run's files (``metrics.jsonl``, ``summary.json``, ``model.pt``, checkpoints, FedGO's files) is
+    refused before anything is written."""
     strict: bool = False
     """Refuse, instead of dropping with a warning, every key of the configuration that the run
     would not use: a parameter of another strategy (``strategy.mu`` with ``strategy.name:
@@ -339,6 +438,10 @@ class ExperimentConfig:
     (``strategy.generator.steps`` for ``dafkd``). A key that no strategy or section knows is an
     error either way. The check only: it changes no result."""
     faults: list[FaultConfig] = field(default_factory=list)
+    """Deliberate client failures for tests and demos, e.g. ``[{partition: 1, round: 2, kind:
+    crash}]``. Only nodes that opted in act them out (node config ``allow-faults=true``; simulated
+    nodes: ``FEDGO_ALLOW_FAULTS=1``, which ``./run.sh`` sets); other nodes ignore them with a
+    WARNING."""
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -453,159 +556,6 @@ class ExperimentConfig:
 # ------------------------------------------------------------------------------------------
 
 
-def _merge(
-    dst: dict[str, Any],
-    src: Mapping[str, Any],
-    sources: dict[str, str],
-    source: str,
-    prefix: str = "",
-) -> None:
-    for key, value in src.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and isinstance(dst.get(key), dict):
-            _merge(dst[key], value, sources, source, f"{dotted}.")
-        else:
-            dst[key] = copy.deepcopy(value)
-            sources[dotted] = source
-            if isinstance(value, Mapping):
-                for sub in _flat_keys(value, f"{dotted}."):
-                    sources[sub] = source
-
-
-def _flat_keys(mapping: Mapping[str, Any], prefix: str) -> Iterable[str]:
-    for key, value in mapping.items():
-        yield f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            yield from _flat_keys(value, f"{prefix}{key}.")
-
-
-MAX_DIGITS = 100
-"""Longest integer literal read (Python refuses to convert more than 4300 digits)."""
-MAX_DEPTH = 50
-"""Deepest nesting of mappings and lists read (far below Python's recursion limit)."""
-MAX_NODES = 100_000
-"""Most values read, aliases expanded (a few nested aliases can stand for billions)."""
-
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-_INT_TAG = "tag:yaml.org,2002:int"
-
-
-class _Refused(Exception):
-    """A YAML text that parses but is refused: ``key`` (dotted, or ``None``: the whole text)."""
-
-    def __init__(self, key: str | None, value: Any, problem: str) -> None:
-        super().__init__(problem)
-        self.key, self.value, self.problem = key, value, problem
-
-
-def _load_yaml(text: str, prefix: str = "") -> Any:
-    """``text`` parsed by PyYAML's safe loader, after checking the node tree (see the module
-    docstring); ``prefix`` is the dotted key the text is the value of (an override's).
-
-    Raises :class:`yaml.YAMLError` for text that is not YAML and :class:`_Refused` otherwise.
-    """
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_node(node, prefix.rstrip("."), 0, [0])
-        return loader.construct_document(node)
-    except RecursionError:
-        raise _Refused(None, None, f"nested too deeply (at most {MAX_DEPTH} levels)") from None
-    finally:
-        loader.dispose()
-
-
-def _check_node(node: yaml.Node, key: str, depth: int, count: list[int]) -> None:
-    """Refuse duplicate keys, overlong integers, deep nesting and alias bombs below ``node``."""
-    count[0] += 1
-    if count[0] > MAX_NODES:
-        raise _Refused(None, None, f"too large: more than {MAX_NODES} values, aliases expanded")
-    if depth > MAX_DEPTH:
-        raise _Refused(None, None, f"nested too deeply (at most {MAX_DEPTH} levels)")
-    if isinstance(node, yaml.ScalarNode):
-        if node.tag == _INT_TAG and len(node.value) > MAX_DIGITS:
-            problem = f"too many digits ({len(node.value)}; at most {MAX_DIGITS})"
-            raise _Refused(key or None, node.value, problem)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _check_node(item, f"{key}[{i}]", depth + 1, count)
-    elif isinstance(node, yaml.MappingNode):
-        seen: dict[tuple[str, str], int] = {}
-        for key_node, value_node in node.value:
-            _check_node(key_node, key, depth + 1, count)
-            dotted = key
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
-                dotted = f"{key}.{key_node.value}" if key else key_node.value
-                line = key_node.start_mark.line + 1
-                ident = (key_node.tag, key_node.value)
-                if ident in seen:
-                    shown = value_node.value if isinstance(value_node, yaml.ScalarNode) else "..."
-                    problem = f"duplicate key (line {seen[ident]}, again on line {line})"
-                    raise _Refused(dotted, shown, problem)
-                seen[ident] = line
-            _check_node(value_node, dotted, depth + 1, count)
-
-
-def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
-    """One line for a YAML syntax error: where (line, column, the line), what, and what the
-    parser was reading (e.g. a string left open on an earlier line)."""
-    mark = getattr(exc, "problem_mark", None)
-    what = " ".join(str(getattr(exc, "problem", None) or exc).split())
-    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-    if context and context_mark is not None:
-        what += f" ({context} {_where(context_mark, text)})"
-    return f"not valid YAML {_where(mark, text)}: {what}" if mark else f"not valid YAML: {what}"
-
-
-def _where(mark: Any, text: str) -> str:
-    """``at line L, column C ('the line')`` of a YAML mark (the line's text when it has one)."""
-    lines = text.splitlines()
-    shown = lines[mark.line].strip() if mark.line < len(lines) else ""
-    at = f"at line {mark.line + 1}, column {mark.column + 1}"
-    return f"{at} ({shown[:60]!r})" if shown else at
-
-
-def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
-    if not path.is_file():
-        problem = "a folder, not a YAML file" if path.is_dir() else "file not found"
-        if chain:  # named by the 'base:' key of the file before it
-            raise ConfigError("base", str(path), problem, str(chain[-1]))
-        raise ConfigError("config", str(path), problem)
-    if path in chain:
-        raise ConfigError("base", str(path), "circular 'base:' chain", str(chain[-1]))
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        problem = f"not a UTF-8 text file (byte {exc.start} is not UTF-8)"
-        raise ConfigError("config", str(path), problem) from None
-    except OSError as exc:
-        raise ConfigError("config", str(path), f"cannot be read: {exc.strerror}") from None
-    try:
-        raw = _load_yaml(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError("config", str(path), _yaml_problem(exc, text)) from None
-    except _Refused as exc:
-        if exc.key is None:
-            raise ConfigError("config", str(path), exc.problem) from None
-        raise ConfigError(exc.key, exc.value, exc.problem, str(path)) from None
-    if raw is None:
-        problem = "the file is empty: an experiment needs at least one key (e.g. base: base.yaml)"
-        raise ConfigError("config", str(path), problem)
-    if not isinstance(raw, dict):
-        raise ConfigError("config", str(path), "the file must hold a mapping of keys")
-    merged: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    base = raw.pop("base", None)
-    if base is not None:
-        if not isinstance(base, str):
-            raise ConfigError("base", base, "must be a file name", str(path))
-        merged, sources = _read_yaml((path.parent / base).resolve(), (*chain, path))
-    _merge(merged, raw, sources, str(path))
-    return merged, sources
-
-
 OVERRIDE_KEY = re.compile(r"[A-Za-z_][\w.]*")
 """The dotted key of an override ``key=value``."""
 
@@ -618,10 +568,10 @@ def parse_override(text: str) -> tuple[str, Any]:
         problem = "expected dotted.key=value (only the first argument names a config file)"
         raise ConfigError("override", text, problem, "command line")
     try:
-        parsed = _load_yaml(value, key) if value.strip() else None
+        parsed = load_yaml(value, key) if value.strip() else None
     except yaml.YAMLError:
         parsed = value
-    except _Refused as exc:
+    except Refused as exc:
         shown = value if exc.key is None else exc.value
         raise ConfigError(exc.key or key, shown, exc.problem, f"override '{text}'") from None
     return key, parsed
@@ -667,7 +617,7 @@ def load_config(
     sources: dict[str, str] = {}
     if path is not None:
         resolved = resolve_config_path(path, search_dirs)
-        merged, sources = _read_yaml(resolved)
+        merged, sources = read_yaml(resolved)
         sources[""] = str(resolved)
     for item in split_overrides(overrides):
         key, value = parse_override(item)

@@ -63,12 +63,17 @@ class GeneratorConfig:
 
     name: str = "dcgan"
     latent_dim: int = 100
+    """Size of the generator's normal latent codes."""
     width: int = 64
     steps: int = 1000
     batch_size: int = 64
+    """WGAN-GP batch size."""
     lr: float = 2e-4
+    """Adam's learning rate (generator and critic)."""
     n_critic: int = 5
+    """Critic steps per generator step (WGAN-GP)."""
     gp_lambda: float = 10.0
+    """Weight of WGAN-GP's gradient penalty."""
     path: str | None = None
     module: str | None = None
     federated_rounds: int = 0
@@ -167,9 +172,12 @@ class DiscriminatorConfig:
     """
 
     name: str = "cnn4"
+    """The discriminator network."""
     epochs: int = 5
     batch_size: int = 64
+    """Discriminator training batch size."""
     lr: float = 2e-4
+    """Adam's learning rate."""
     loss: str = "sigmoid"
     path: str | None = None
     reference: str = "generator"

@@ -83,52 +83,57 @@ uploads it is for are 1e5 times the model and more."""
 
 @dataclass
 class AggregationConfig:
-    """How the round's client models become one (``strategy.aggregation.<key>`` in YAML).
+    """How the round's client models become one (``strategy.aggregation.<key>`` in YAML). The
+    defaults (``mean``, no clipping) are FedAvg's aggregation, bit for bit.
 
-    ``rule``: one of :data:`AGGREGATION_RULES`. ``trim_fraction``: the share ``beta`` of the
-    replies dropped at each end of every coordinate by ``trimmed_mean`` (``floor(beta * m)`` of
-    ``m`` replies; Yin et al. need ``beta`` above the share of bad clients). ``weighted``: the
-    median and trimmed mean weigh each reply by its weight (FedAvg's ``n_k``) as the mean does,
-    cutting by count (:mod:`fedgo_flwr.learning.weighted_rules`); unweighted by default, Yin et
-    al.'s rules, whose guarantee is in clients. It applies to the round's classifier models
-    (the other uploads' rules stay unweighted). ``clip_norm``: the
-    L2 bound on each client's update ``y_k - x`` (every floating array of the model), applied
-    before the rule; ``null``: no clipping. The defaults (``mean``, no clipping) are FedAvg's
-    aggregation, bit for bit.
-
-    ``update_bound``: a client model whose update ``y_k - x`` is longer than this many times
-    the model ``x`` it was sent is dropped, naming the client (:func:`update_problem`;
-    :data:`DEFAULT_UPDATE_BOUND`; ``null``: off). It needs nothing but ``x``, so the mean
-    keeps streaming; it stops a scaled or corrupted model, not a well-scaled bad one (that
-    is what ``rule`` and ``clip_norm`` are for).
-
-    ``clip_factor``: each client's update is clipped to this many times the round's lower
-    median update norm before the mean (:mod:`fedgo_flwr.learning.clipping`;
-    :data:`DEFAULT_CLIP_FACTOR`; ``null``: off). Relative to the
-    round, so it needs no scale from the user; honest runs stay below it (the mean is then
-    FedAvg's bit for bit), and one client moves the average by at most ``clip_factor``
-    typical updates times its weight. ``clip_keep``: how many of the round's largest updates
-    the streaming mean keeps in memory to clip them exactly once the median is known (more
-    outliers than that raise the bound to the ``clip_keep + 1``-th largest norm, with a
-    WARNING). Only with ``rule: mean`` (the median and trimmed mean need no clipping to stay
-    within the honest values).
-
-    ``upload_bound``: the factor of the relative norm bound on every upload other than the
-    classifier (:func:`bound_uploads`; :data:`DEFAULT_UPLOAD_BOUND`); ``null``: off. Those
-    uploads take ``rule`` and ``trim_fraction`` too where they are averaged, never
-    ``clip_norm`` (an absolute bound in the classifier's units). The classifier's average
-    keeps streaming one reply at a time and is not bounded by it (that would need the
-    round's models in memory): its bounds are ``update_bound``, ``clip_norm`` and the rules.
+    The classifier's average keeps streaming one reply at a time: its bounds are
+    ``update_bound``, ``clip_norm``, ``clip_factor`` and the rules. Every other upload is
+    bounded by ``upload_bound`` instead (bounding the classifier so would need the round's
+    models in memory), and takes ``rule`` and ``trim_fraction`` too where it is averaged.
     """
 
     rule: str = "mean"
+    """How every averaging strategy (FedAvg, FedProx, SCAFFOLD's model update, the FedDF family's
+    average initialisation) combines the round's client models: ``mean`` (n_k-weighted, FedAvg),
+    ``median`` or ``trimmed_mean`` (coordinate-wise and unweighted unless ``weighted``, Yin et
+    al., ICML 2018; these keep the round's models in memory)."""
     trim_fraction: float = 0.2
+    """``trimmed_mean`` drops ``floor(trim_fraction * m)`` of the ``m`` replies at each end of every
+    coordinate (Yin et al. need it above the share of bad clients); it must trim at least one of
+    the clients sampled per round."""
     clip_norm: float | None = None
+    """Clip each client's update ``y_k - x`` (every floating array of the model) to this L2 norm
+    before the rule (Sun et al. 2019); rounds record ``clients_clipped``; ``null``: no clipping.
+    SCAFFOLD's control variates are not clipped, nor the other uploads (an absolute bound in the
+    classifier's units)."""
     clip_factor: float | None = DEFAULT_CLIP_FACTOR
+    """Clip each client's update to this many times the round's lower median update norm before
+    the mean (:mod:`fedgo_flwr.learning.clipping`; ``null``: off). Relative to the round, so it
+    needs no scale from the user; honest runs stay below it (the mean is then FedAvg's bit for
+    bit), and one client moves the average by at most ``clip_factor`` typical updates times its
+    weight. Only with ``rule: mean`` (the median and trimmed mean need no clipping to stay
+    within the honest values)."""
     clip_keep: int = DEFAULT_CLIP_KEEP
+    """How many of the round's largest updates the streaming mean keeps in memory to clip them
+    exactly once the median is known (more outliers than that raise the bound to the
+    ``clip_keep + 1``-th largest norm, with a WARNING)."""
     upload_bound: float | None = DEFAULT_UPLOAD_BOUND
+    """Bounds FedGAN's generator and critic (G3), DaFKD's generator and discriminator heads,
+    FedTGP's prototypes (each class's; the median one vote per client), SCAFFOLD's control deltas,
+    each teacher's logit scale (FedDF family: rescaled to the median; one-shot: left out) and each
+    discriminator's (FedGO, CPFL, Co-Boosting + FedGO: neutral weight). An upload whose L2 norm
+    exceeds ``upload_bound`` times the round's (lower) median is scaled down to it, with a WARNING
+    naming the client (:func:`bound_uploads`); ``null``: off."""
     update_bound: float | None = DEFAULT_UPDATE_BOUND
+    """A client model whose update ``y_k - x`` is longer than this many times the model ``x`` it
+    was sent is dropped, naming the client (:func:`update_problem`; ``null``: off). It needs
+    nothing but ``x``, so the mean keeps streaming; it stops a scaled or corrupted model, not a
+    well-scaled bad one (that is what ``rule`` and ``clip_norm`` are for)."""
     weighted: bool = False
+    """The median and trimmed mean weigh each reply by its weight (FedAvg's ``n_k``) as the mean
+    does, cutting by count (:mod:`fedgo_flwr.learning.weighted_rules`); unweighted by default,
+    Yin et al.'s rules, whose guarantee is in clients. It applies to the round's classifier
+    models (the other uploads' rules stay unweighted)."""
 
     def check(self, c: Checker) -> None:
         c.choice("rule", AGGREGATION_RULES)

@@ -396,13 +396,25 @@ class CohortDistillConfig:
     batch 512, 50 epochs, L1 on logits, per-class label weights)."""
 
     epochs: int = 50
+    """Epochs of the student's distillation."""
     batch_size: int = 512
+    """Distillation batch size."""
     lr: float = 1e-3
+    """Adam's learning rate."""
     beta1: float = 0.9
+    """Adam's beta1."""
     weights: str = "label"
+    """The teachers' weights ``p_ic`` in the L1 target ``sum_i p_ic z_ic``: ``label`` (``N_ic /
+    sum_j N_jc``, the authors' code), ``size`` (``N_i / N``, the paper's text), ``uniform`` (1/n),
+    or ``fedgo`` (beyond the paper: FedGO's discriminator odds per sample, a cohort's weight the sum
+    of its clients' ``n_k Phi_k(x)``; runs FedGO's pre-FL stage with ``strategy.generator`` and
+    ``strategy.discriminator``, the generator trained on the public set)."""
     disc_mode: str = "double_sigmoid"
+    """With ``weights: fedgo``: how discriminator logits become odds, as FedGO's ``disc_mode``."""
     outputs: str = "logits"
+    """Distil ``logits`` or ``log_probs`` (log-softmax outputs, the authors' GN-LeNet)."""
     teacher_batch_size: int = 512
+    """Batch of the teachers' inference."""
 
     def check(self, c: Checker) -> None:
         c.require("epochs", self.epochs >= 1, "must be >= 1")

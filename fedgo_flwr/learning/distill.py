@@ -171,18 +171,37 @@ class DistillConfig:
     """Server distillation, ``strategy.distill.<key>`` (defaults: FedGO App. E.2 / FedDF Sec. 4)."""
 
     protocol: str = "fedgo"
+    """``fedgo``: ``epochs`` passes with Adam at ``lr``, cosine decay across ``decay_rounds`` rounds
+    (``lr_decay``); ``feddf``: at most ``max_steps`` steps, validation every ``eval_every``, stop
+    after ``patience`` steps without improvement, ``grad_clip``, the best student kept."""
     epochs: int = 10
+    """Passes over the distillation set per round (``fedgo`` protocol)."""
     batch_size: int = 64
+    """Distillation batch size."""
     lr: float = 1e-3
+    """Adam's learning rate."""
     lr_decay: bool = True
+    """Cosine decay of ``lr`` across ``decay_rounds`` rounds (``fedgo``)."""
     decay_rounds: int = 100
+    """The rounds the cosine decay spans (``fedgo``)."""
     temperature: float = 1.0
+    """Softmax temperature of the teacher ensemble and the student."""
     augment: bool = True
+    """Random flips of the distillation images, where the data allow."""
     max_steps: int = 10_000
+    """Most steps per round (``feddf`` protocol)."""
     eval_every: int = 100
+    """Steps between validations (``feddf`` protocol)."""
     patience: int = 1_000
+    """Steps without a better validation before stopping (``feddf``)."""
     grad_clip: float = 5.0
+    """Gradient norm clip (``feddf`` protocol)."""
     bn_stats: str = "auto"
+    """The student's BatchNorm statistics while it distils: ``update`` (train mode), ``batch``
+    (train mode, then the averaged model's running statistics are put back), ``eval`` (BatchNorm in
+    eval mode: the averaged model's statistics normalise every batch); ``auto``: ``batch`` on
+    generated data (FedGO D2, DaFKD), ``update`` on real data. Generated images' statistics can ruin
+    a server model under ``update`` (``fedgo_flwr/learning/distill.py`` explains)."""
 
     def check(self, c: Checker) -> None:
         c.choice("protocol", PROTOCOLS)

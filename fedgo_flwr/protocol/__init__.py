@@ -4,8 +4,10 @@ Both sides import this package; neither ``strategies/`` nor ``clients/`` owns it
 algorithm whose messages carry more than the model (records of its own, metrics of its own,
 extra message types) declares them in ``fedgo_flwr/protocol/<name>.py`` as ``PROTOCOL``, a
 :class:`Declaration`: the record keys both sides use, and per message type the
-:class:`~fedgo_flwr.protocol.spec.ReplySpec` that every reply must meet. An algorithm without
-such a module has the default: ``train`` replies with the model and the training metrics
+:class:`~fedgo_flwr.protocol.spec.ReplySpec` that every reply must meet. One whose own parts are
+a few scalar parameters (and reply metrics) is instead one entry of
+:data:`fedgo_flwr.protocol.scalars.SCALAR_ALGORITHMS`. An algorithm declared in neither has the
+default: ``train`` replies with the model and the training metrics
 (:data:`~fedgo_flwr.protocol.spec.TRAIN_METRICS`), no parameters of its own
 (:class:`EmptyConfig`) and no server-side state.
 
@@ -52,7 +54,7 @@ __all__ = [
 TRAIN = "train"
 """The message type of a training round (Flower's ``MessageType.TRAIN``)."""
 
-_MACHINERY = frozenset({"spec", "intake"})
+_MACHINERY = frozenset({"spec", "intake", "scalars"})
 
 
 @dataclass
@@ -81,7 +83,9 @@ class Declaration:
 
 def declaration(name: str) -> Declaration:
     """Client algorithm ``name``'s declaration: ``PROTOCOL`` of ``fedgo_flwr.protocol.<name>``
-    if that module exists, else the default (the model and the training metrics)."""
+    if that module exists, else its entry of
+    :data:`~fedgo_flwr.protocol.scalars.SCALAR_ALGORITHMS`, else the default (the model and
+    the training metrics)."""
     if name in _MACHINERY or not name.isidentifier():
         return Declaration(name)
     try:
@@ -89,5 +93,7 @@ def declaration(name: str) -> Declaration:
     except ModuleNotFoundError as exc:
         if exc.name != f"{__name__}.{name}":
             raise
-        return Declaration(name)
+        from fedgo_flwr.protocol.scalars import SCALAR_ALGORITHMS
+
+        return SCALAR_ALGORITHMS.get(name) or Declaration(name)
     return module.PROTOCOL

@@ -23,9 +23,15 @@ class CohortClientConfig:
     """What a CPFL client reads of ``strategy.<key>``."""
 
     local_algorithm: str = "fedavg"
+    """The client algorithm every cohort runs (``fedavg``, ``fedprox``; not ``scaffold``, whose
+    server state cohorts do not keep)."""
     local_params: dict[str, Any] = field(default_factory=dict)
+    """Its parameters, e.g. ``{mu: 0.01}``."""
     val_fraction: float = 0.1
+    """Each client with at least ``min_val_samples`` samples keeps this share apart and reports the
+    received model's loss on it."""
     min_val_samples: int = 10
+    """Smallest client that keeps a validation split."""
 
     def check(self, c: Checker) -> None:
         c.require("val_fraction", 0 <= self.val_fraction < 1, "must be in [0, 1)")

@@ -1,11 +1,15 @@
 """An algorithm is four new files (the server's, the client's, what both exchange, and its YAML):
 nothing else is edited, and it runs end to end through the in-process grid with its own
-parameters and extra message (``tests/unit/test_architecture.py`` checks the shape of the code)."""
+parameters and extra message (``tests/unit/test_architecture.py`` checks the shape of the code).
+One whose own parts are a few scalar parameters is three files and one entry of
+``fedgo_flwr/protocol/scalars.py``; without a golden run it passes the golden test, skipped."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -15,7 +19,9 @@ import clients
 import strategies
 from fedgo_flwr import protocol
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.schema import ConfigError
+from fedgo_flwr.experiment.schema import ConfigError, build_section
+from fedgo_flwr.protocol import Declaration
+from fedgo_flwr.protocol.scalars import SCALAR_ALGORITHMS, Param, parameters
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +135,85 @@ def test_an_algorithm_is_four_new_files(tmp_path, monkeypatch):
     assert summary["strategy"] == "toy"
     greetings = json.loads((tmp_path / "out" / "greetings.json").read_text())
     assert greetings == [100, 101, 102, 103]  # every node answered the toy's own message
+
+
+# A client algorithm with one scalar parameter: FedAvg whose clients scale their learning rate.
+# Its server and client files, and one entry (SLOW below) of SCALAR_ALGORITHMS.
+SLOW_STRATEGY = """
+from dataclasses import dataclass
+from fedgo_flwr.protocol import declaration
+from strategies.base import BaseConfig
+from strategies.fedavg import FedAvg
+
+
+@dataclass
+class SlowConfig(declaration("slow").Config, BaseConfig):
+    \"\"\"The client's ``scale`` and the shared ``aggregation`` section.\"\"\"
+
+
+class Slow(FedAvg):
+    name = "slow"
+    client_algorithm = "slow"
+    Config = SlowConfig
+"""
+
+SLOW_CLIENT = """
+from dataclasses import replace
+from clients.base import ClientAlgorithm
+from fedgo_flwr.protocol import declaration
+
+
+class SlowClient(ClientAlgorithm):
+    name = "slow"
+    Config = declaration("slow").Config
+
+    def train(self, job):
+        job.cfg.train = replace(job.cfg.train, lr=job.cfg.train.lr * job.params.scale)
+        return super().train(job)
+"""
+
+SLOW = Declaration(
+    "slow",
+    Config=parameters(
+        "SlowClientConfig",
+        "The clients' learning-rate factor.",
+        scale=Param(0.0, "Factor of the clients' learning rate.", at_least=0),
+    ),
+)
+
+
+def load_golden_test(monkeypatch):
+    """tests/integration/test_golden_runs.py as a module of its own (its cases listed now)."""
+    path = ROOT / "tests" / "integration" / "test_golden_runs.py"
+    spec = importlib.util.spec_from_file_location("golden_runs_of_new_algorithm", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look themselves up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_scalar_algorithm_is_three_files_and_one_entry(tmp_path, monkeypatch):
+    for folder, text in (("s", SLOW_STRATEGY), ("c", SLOW_CLIENT)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "slow.py").write_text(textwrap.dedent(text))
+    monkeypatch.setattr(strategies, "__path__", [*strategies.__path__, str(tmp_path / "s")])
+    monkeypatch.setattr(clients, "__path__", [*clients.__path__, str(tmp_path / "c")])
+    monkeypatch.setitem(SCALAR_ALGORITHMS, "slow", SLOW)
+    monkeypatch.delenv("FEDGO_WRITE_GOLDEN", raising=False)
+
+    with pytest.raises(ConfigError, match="strategy.scale = -1.0: must be >= 0"):
+        load_experiment(ROOT / "conf" / "default.yaml", ["strategy.name=slow", "strategy.scale=-1"])
+    # the client checks what it is sent as the server does
+    with pytest.raises(ConfigError, match="strategy.scale = -2.0: must be >= 0"):
+        build_section(SLOW.Config, {"scale": -2.0}, "strategy.", owner="slow")
+    # the golden test runs the new strategy's case end to end, then skips: it has no record
+    golden = load_golden_test(monkeypatch)
+    assert "slow" in [c.id for c in golden.CASES]
+    golden.test_every_golden_run_is_a_case()
+    with pytest.raises(pytest.skip.Exception, match="'slow' has no golden run yet"):
+        golden.test_golden_run(golden.strategy_case("slow"), tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "slow" / "metrics.jsonl").open()]
+    # scale 0 (the default): the clients' learning rate is 0, the model never moves
+    assert len(rows) == 3 and len({r["test_accuracy"] for r in rows}) == 1
+    summary = json.loads((tmp_path / "slow" / "summary.json").read_text())
+    assert summary["strategy"] == "slow"

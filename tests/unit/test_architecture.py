@@ -16,9 +16,10 @@ import yaml
 import clients
 import strategies
 from fedgo_flwr.experiment.config import OPTIMIZERS, ExperimentConfig
-from fedgo_flwr.experiment.names import DATASET_NAMES, MODEL_NAMES, PARTITION_SCHEMES
+from fedgo_flwr.experiment.names import MODEL_NAMES, PARTITION_SCHEMES, dataset_names
 from fedgo_flwr.experiment.schema import ConfigError
 from fedgo_flwr.protocol import EmptyConfig, declaration
+from fedgo_flwr.protocol.scalars import SCALAR_ALGORITHMS
 from fedgo_flwr.runtime.plugins import client_algorithms
 from strategies import load_experiment
 
@@ -30,6 +31,7 @@ CONFIG_LAYER = {
     "fedgo_flwr.experiment.schema",
     "fedgo_flwr.experiment.names",
     "fedgo_flwr.experiment.config",
+    "fedgo_flwr.experiment.yaml_files",
 }
 """The configuration layer: standard library and YAML only, nothing else of the project."""
 
@@ -213,16 +215,23 @@ def test_every_algorithm_module_is_found_by_name():
 def test_every_protocol_module_declares_a_client_algorithm():
     """``fedgo_flwr/protocol/<name>.py`` declares client algorithm ``name`` (a module of
     ``clients/``); a client's parameters are its declaration's, one class for both sides."""
-    machinery = {"spec", "intake"}
+    machinery = {"spec", "intake", "scalars"}
     modules = sorted(
         p.stem
         for p in (ROOT / "fedgo_flwr" / "protocol").glob("*.py")
         if p.stem != "__init__" and p.stem not in machinery
     )
-    assert {"cpfl", "fedgo", "fedprox", "scaffold"} <= set(modules)
+    assert {"cpfl", "fedgo", "scaffold"} <= set(modules)
     for name in modules:
         assert name in clients.available(), f"fedgo_flwr/protocol/{name}.py: no clients/{name}.py"
         assert declaration(name).name == name, f"fedgo_flwr/protocol/{name}.py: PROTOCOL.name"
+    # A client algorithm with only scalar parameters is an entry of SCALAR_ALGORITHMS instead
+    # (one place: never also a module)
+    assert {"fedprox", "feduv"} <= set(SCALAR_ALGORITHMS)
+    for name, entry in SCALAR_ALGORITHMS.items():
+        assert name in clients.available(), f"SCALAR_ALGORITHMS[{name!r}]: no clients/{name}.py"
+        assert name not in modules, f"{name}: both fedgo_flwr/protocol/{name}.py and an entry"
+        assert entry.name == name and declaration(name) is entry
     for name in clients.available():
         cls = clients.client_class(name)
         assert cls.Config is declaration(name).Config, f"clients/{name}.py: Config"
@@ -263,7 +272,7 @@ def test_base_yaml_holds_the_dataclass_defaults():
 
     assert choices(r"^strategy:\n\s+name: \w+") == set(strategies.available())
     assert choices(r"^model:\n\s+name: \w+") == set(MODEL_NAMES)
-    assert choices(r"^\s+dataset: \w+") == {*DATASET_NAMES, "hf:<id>"}
+    assert choices(r"^\s+dataset: \w+") == {*dataset_names(), "hf:<id>"}
     assert choices(r"^\s+optimizer: \w+") == set(OPTIMIZERS)
     assert choices(r"^\s+partition: \w+") == set(PARTITION_SCHEMES)
 

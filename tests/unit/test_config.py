@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedgo_flwr.app.cli import CIFAR_FOLDERS, preflight
 from fedgo_flwr.app.cli import main as cli_main
+from fedgo_flwr.app.cli import preflight
 from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig
+from fedgo_flwr.experiment.names import DATASETS
 from fedgo_flwr.experiment.schema import Checker, build_section
 from strategies import load_experiment, resolve
 
@@ -85,8 +86,8 @@ def test_a_paper_preset_without_its_data_stops_before_the_run_naming_data_path(t
 def test_paper_presets_say_what_they_run_and_pass_the_preflight(path, tmp_path):
     """conf/paper/<strategy>-<dataset>-a<alpha>.yaml runs that strategy on that setting; the
     pre-flight check passes with the CIFAR folders in place (no download)."""
-    for folder in CIFAR_FOLDERS.values():
-        (tmp_path / folder).mkdir()
+    for name in ("cifar10", "cifar100"):
+        (tmp_path / DATASETS[name].folder).mkdir()
     cfg = load_experiment(path, [f"data.path={tmp_path}"])
     preflight(cfg)
     strategy, dataset, alpha = re.fullmatch(
@@ -818,10 +819,8 @@ def test_preflight_refuses_a_cuda_index_past_the_last_gpu(monkeypatch):
 def test_preflight_accepts_what_exists(tmp_path):
     from torchvision import datasets
 
-    assert CIFAR_FOLDERS == {
-        "cifar10": datasets.CIFAR10.base_folder,
-        "cifar100": datasets.CIFAR100.base_folder,
-    }
+    assert DATASETS["cifar10"].folder == datasets.CIFAR10.base_folder
+    assert DATASETS["cifar100"].folder == datasets.CIFAR100.base_folder
     (tmp_path / "cifar-10-batches-py").mkdir()
     (tmp_path / "g.pt").write_bytes(b"")
     (tmp_path / "d.pt").write_bytes(b"")

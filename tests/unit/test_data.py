@@ -23,7 +23,7 @@ from fedgo_flwr.data import (
 )
 from fedgo_flwr.data import imagefolder as imagefolder_module
 from fedgo_flwr.data.partition import component_partition
-from fedgo_flwr.experiment.names import DATASET_NAMES, HF_PREFIX, is_dataset_name
+from fedgo_flwr.experiment.names import HF_PREFIX, dataset_names, is_dataset_name
 
 # ------------------------------------------------------------------------------------------
 # digits
@@ -358,7 +358,7 @@ def test_imagefolder_needs_path_and_unknown_name() -> None:
         load_dataset("imagefolder")
     with pytest.raises(ValueError, match="digits.*four_gaussians.*cifar10.*imagefolder") as ei:
         load_dataset("mnist-nope")
-    assert all(n in str(ei.value) for n in DATASET_NAMES)
+    assert all(n in str(ei.value) for n in dataset_names())
 
 
 # ------------------------------------------------------------------------------------------
@@ -385,7 +385,7 @@ def test_load_hf_dataset_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_is_dataset_name() -> None:
     assert HF_PREFIX == "hf:"
-    assert all(is_dataset_name(n) for n in DATASET_NAMES)
+    assert all(is_dataset_name(n) for n in dataset_names())
     assert is_dataset_name("hf:uoft-cs/cifar10") and is_dataset_name("hf:mnist")
     for bad in ("hf:", "hf:  ", "mnist", "CIFAR10", "", "uoft-cs/cifar10", "HF:mnist"):
         assert not is_dataset_name(bad), bad

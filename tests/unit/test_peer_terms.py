@@ -26,9 +26,9 @@ from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.learning.training import train_local
 from fedgo_flwr.models.classifiers import build_model
 from fedgo_flwr.models.features import FeatureTap
+from fedgo_flwr.protocol import declaration
 from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, DaFKDClientConfig
 from fedgo_flwr.protocol.fedgkd import FedGKDConfig
-from fedgo_flwr.protocol.feduv import FedUVConfig
 from fedgo_flwr.runtime.messages import to_numpy
 from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from strategies import load_experiment
@@ -160,7 +160,7 @@ def test_feduv_uniformity_term():
 def test_feduv_with_zero_weights_trains_as_fedavg_and_reports_its_terms():
     client = FedUVClient()
     plain = trained()
-    zero = FedUVConfig(variance_weight=0.0, uniformity_weight=0.0)
+    zero = declaration("feduv").Config(variance_weight=0.0, uniformity_weight=0.0)
     assert same(plain, trained(lambda m, d: client.batch_loss(job(m, d, zero)), True))
     assert client.sums["batches"] == 12 and client.sums["uv_unif"] > 0
 
