@@ -260,7 +260,7 @@ def screen_discriminators(
     where: str,
     neutral: str = "zero",
 ) -> DiscriminatorScreen:
-    """Give every discriminator that cannot weigh anything the neutral logit 0, in place, with
+    """Give every discriminator that cannot weigh anything a neutral logit, in place, with
     one WARNING naming its client; the one screen of every ensemble weighted by discriminators
     (FedGO, CPFL's odds, Co-Boosting + FedGO, DaFKD's heads).
 
