@@ -24,11 +24,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedgo_flwr.data import ArrayDataset, stratified_subset
-from fedgo_flwr.gan import (
-    discriminator_logits,
-    discriminator_scale_outliers,
-    neutralise_nonfinite,
-)
+from fedgo_flwr.gan import discriminator_logits, screen_discriminators
 from fedgo_flwr.learning.cohorts import (
     Cohort,
     cohort_odds_weights,
@@ -45,7 +41,7 @@ from fedgo_flwr.learning.training import predict_logits
 from fedgo_flwr.runtime.fileio import strict_json
 from fedgo_flwr.runtime.messages import to_record
 from fedgo_flwr.runtime.rng import make_rng
-from fedgo_flwr.weighting import WeightingInputs, compute_weights
+from fedgo_flwr.weighting import WeightingInputs, cap_mean_shares_named, compute_weights
 from strategies._prefl import discriminator_stats
 
 
@@ -71,10 +67,16 @@ class CohortDistillation:
         """The generator learns the public set: FedGO's odds compare clients to it."""
         return self.public_set()
 
-    def odds_weights(self, included: list[Cohort], data: ArrayDataset) -> torch.Tensor:
-        """``(n, N)`` FedGO weights of the included cohorts on ``data``
-        (:func:`fedgo_flwr.learning.cohorts.cohort_odds_weights`); a client without a discriminator
-        has the neutral logit 0."""
+    def odds_weights(self, included: list[Cohort], data: ArrayDataset, where: str) -> torch.Tensor:
+        """``(n, N)`` FedGO weights of the included cohorts on ``data`` (named ``where`` in
+        WARNINGs; :func:`fedgo_flwr.learning.cohorts.cohort_odds_weights`). A client without a
+        discriminator has the neutral logit 0; so has one whose logits are not finite or whose
+        logit scale on ``data`` exceeds ``strategy.aggregation.upload_bound`` times the
+        members' median (:func:`~fedgo_flwr.gan.screen_discriminators`, before any weight is
+        computed); and no member's weight averaged over ``data`` exceeds
+        ``max(2/K, 3 n_k / sum n)`` over the ``K`` members
+        (:func:`~fedgo_flwr.weighting.cap_mean_shares_named`), so no cohort's exceeds the sum
+        of its members' caps."""
         members = [k for c in included for k in c.members]
         logits = discriminator_logits(
             {k: d for k, d in self.discriminators.items() if k in members},
@@ -82,33 +84,17 @@ class CohortDistillation:
             num_clients=self.cfg.data.num_clients,
             device=self.resources.device,
         )[members, 0]
-        unusable = neutralise_nonfinite(logits)
-        for i in unusable:
-            log(
-                WARNING,
-                "CPFL: the discriminator of client %d gives non-finite logits; neutral weight",
-                members[i],
-            )
         present = [i for i, k in enumerate(members) if k in self.discriminators]
-        present = [i for i in present if i not in unusable]
-        bound = self.aggregation.upload_bound
-        for i, scale, median in discriminator_scale_outliers(logits, present, bound):
-            log(
-                WARNING,
-                "CPFL: the discriminator of client %d: its logit scale %.3g is above "
-                "strategy.aggregation.upload_bound = %g times the median %.3g; neutral weight",
-                members[i],
-                scale,
-                bound,
-                median,
-            )
-            logits[i] = 0.0
+        screen_discriminators(
+            logits, members, present, self.aggregation.upload_bound, "CPFL", where
+        )
         inputs = WeightingInputs(
             logits=torch.zeros(len(members), len(data), 1),
             num_examples=torch.tensor([float(self.client_sizes[k]) for k in members]),
             disc_logits=logits,
         )
         weights = compute_weights("fedgo", inputs, disc_mode=self.params.distill.disc_mode)
+        weights = cap_mean_shares_named(weights, inputs.num_examples, members, "CPFL", where)
         self.disc_report = discriminator_stats(logits)
         position = {k: i for i, k in enumerate(members)}
         return cohort_odds_weights(weights, [[position[k] for k in c.members] for c in included])
@@ -172,7 +158,8 @@ class CohortDistillation:
         outputs = teacher_outputs(test_logits, p.distill.outputs)
         per_sample = p.distill.weights == "fedgo"
         if per_sample:
-            ensemble = combine_per_sample(outputs, self.odds_weights(included, test))
+            odds = self.odds_weights(included, test, "the test split")
+            ensemble = combine_per_sample(outputs, odds)
         else:
             counts = np.stack([c.counts for c in included])
             weights = teacher_weights(counts, p.distill.weights)
@@ -194,7 +181,8 @@ class CohortDistillation:
             out = predict_logits(model, public, p.distill.teacher_batch_size, self.resources.device)
             logits.append(teacher_outputs(out, p.distill.outputs))
         if per_sample:
-            targets = combine_per_sample(torch.stack(logits), self.odds_weights(included, public))
+            odds = self.odds_weights(included, public, "the public set")
+            targets = combine_per_sample(torch.stack(logits), odds)
             report["disc_stats_public"] = self.disc_report
         else:
             targets = combine_teachers(torch.stack(logits), weights)

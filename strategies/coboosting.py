@@ -8,9 +8,18 @@ Data and Ensemble Co-Boosting", ICLR 2024 (paper 004), Alg. 1. After the one rou
    previous epoch's student (eqs. 5-8; ``synthesis.*``);
 2. the pool grows by them (all history kept);
 3. the ensemble weights take one signed-gradient step per pool batch (eqs. 11-12;
-   ``boost.reweight``, ``boost.mu``, ``boost.order``);
+   ``boost.reweight``, ``boost.mu``, ``boost.order``), and then no client's share
+   ``w_k / sum_i w_i`` exceeds ``max(2/n, 3 n_k / sum n)``
+   (:func:`~fedgo_flwr.weighting.cap_scalar_shares`, a WARNING naming the client);
 4. the student distils the weighted ensemble on the diversified pool (eqs. 4 and 10;
    ``boost.diversify``, ``boost.epsilon``, ``boost.variant``).
+
+The share cap is not in the paper: eq. 12's ``Normalize`` bounds each ``w_k`` to ``[0, 1]``
+and no more, so steps that keep favouring one client can drive every other weight to 0 and
+hand it the whole ensemble (share 1), whatever its data share. The cap is FedGO's mean-share
+cap (:data:`~fedgo_flwr.weighting.MAX_SHARE_FACTOR`) on the scalar weights: only a weight above
+its cap is lowered, to the value where its share equals the cap, so weights within it take
+the paper's steps unchanged.
 
 The math is :mod:`fedgo_flwr.datafree`, whose docstring lists where the paper and the authors'
 code differ and which is the default. The three switches of the paper's ablation (Table 7)
@@ -30,16 +39,19 @@ order of ``clients_used``) and the ensemble's test accuracy under the learned we
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from logging import WARNING
 from typing import Any
 
 import numpy as np
 import torch
+from flwr.supercore import log
 
 from fedgo_flwr.datafree import BoostSettings, DataFreeDistillation, SynthesisSettings
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import heterogeneous_models, load_bundle
 from fedgo_flwr.runtime.rng import make_rng
+from fedgo_flwr.weighting import MAX_SHARE_FACTOR, mean_share_caps
 from strategies.oneshot import OneShot, OneShotConfig
 
 __all__ = ["CoBoosting", "CoBoostingConfig"]
@@ -111,6 +123,7 @@ class CoBoosting(OneShot):
         super().__init__(*args, **kwargs)
         self.engine: DataFreeDistillation | None = None
         self._engine_state: dict[str, Any] | None = None
+        self._capped_named: set[int] = set()
 
     def boost_settings(self) -> BoostSettings:
         """The engine's re-weighting, diversification and distillation settings."""
@@ -136,6 +149,7 @@ class CoBoosting(OneShot):
             nz=p.nz,
             ngf=p.ngf,
             teacher_norm=p.teacher_norm,
+            share_caps=mean_share_caps(self.data_size_weights()),
         )
 
     def after_clients(self, initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -153,10 +167,32 @@ class CoBoosting(OneShot):
                 self.engine.load_state_dict(self._engine_state)
                 self._engine_state = None
         stats = self.engine.run_epoch()
+        self.warn_capped(epoch)
         stats.pop("epoch", None)
         stats.update(self.ensemble_metrics())
         stats["ensemble_weights"] = [round(float(w), 6) for w in self.engine.weights]
         return self.student_arrays(), stats
+
+    def warn_capped(self, epoch: int) -> None:
+        """A WARNING naming each client whose learned weight share the engine capped this
+        epoch, the first epoch it happens."""
+        assert self.engine is not None
+        caps = self.engine.share_caps
+        for i in self.engine.capped:
+            pid = self.pids[i]
+            if pid in self._capped_named or caps is None:
+                continue
+            self._capped_named.add(pid)
+            log(
+                WARNING,
+                "%s: the learned ensemble weight of client %d: share above max(2/K, %g n_k / "
+                "sum n) = %.3g; lowered to it (epoch %d; WARNING only the first time)",
+                self.name,
+                pid,
+                MAX_SHARE_FACTOR,
+                float(caps[i]),
+                epoch,
+            )
 
     def _initial_arrays(self) -> dict[str, np.ndarray]:
         return to_numpy_state(self.model_factory().state_dict())

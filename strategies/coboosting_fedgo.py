@@ -54,7 +54,7 @@ from fedgo_flwr.datafree import (
 from fedgo_flwr.experiment.checkpoint import safe_torch_load
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
-from fedgo_flwr.gan import discriminator_scale_outliers
+from fedgo_flwr.gan import screen_discriminators
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.learning.aggregation import check_arrays
 from fedgo_flwr.learning.training import predict_logits
@@ -249,9 +249,10 @@ class CoBoostingFedGO(CoBoosting):
     def screened(self, mods: list[nn.Module]) -> list[nn.Module]:
         """``mods`` with every discriminator whose logit scale on the test split exceeds
         ``strategy.aggregation.upload_bound`` times the lower median of all of them
-        (:func:`~fedgo_flwr.gan.discriminator_scale_outliers`: the root mean square of its raw
-        logits, so a large bias counts as much as a scaled last layer) replaced by the neutral
-        logit 0 (odds 1: it neither takes nor gives weight), a WARNING naming the client.
+        (:func:`~fedgo_flwr.gan.screen_discriminators`, the screen FedGO, CPFL and DaFKD use:
+        the root mean square of its raw logits, so a large bias counts as much as a scaled
+        last layer) replaced by the neutral logit 0 (odds 1: it neither takes nor gives
+        weight), a WARNING naming the client.
 
         All of the round's discriminators arrive before any of them is screened: the check
         compares each with the others, and no weight is computed before it. Its model stays a
@@ -266,22 +267,12 @@ class CoBoostingFedGO(CoBoosting):
                 for d in mods
             ]
         )
-        out = list(mods)
-        for i, scale, median in discriminator_scale_outliers(z, range(len(mods)), bound):
-            log(
-                WARNING,
-                "%s: the discriminator of client %d: its logit scale %.3g on the test split is "
-                "%.3g x the median %.3g, above strategy.aggregation.upload_bound = %g; "
-                "neutral weight",
-                self.name,
-                self.pids[i],
-                scale,
-                scale / median if median > 0 else float("inf"),
-                median,
-                bound,
-            )
-            out[i] = NeutralDiscriminator()
-        return out
+        screen = screen_discriminators(
+            z, self.pids, range(len(mods)), bound, self.name, "the test split"
+        )
+        neutral = set(screen.clients)
+        pids = zip(self.pids, mods, strict=True)
+        return [NeutralDiscriminator() if p in neutral else d for p, d in pids]
 
     def sizes(self) -> Tensor:
         return torch.tensor([self.teacher_sizes[p] for p in self.pids], dtype=torch.float32)

@@ -10,7 +10,10 @@ Wang et al., "DaFKD: Domain-aware Federated Knowledge Distillation", CVPR 2023. 
    D_k = sigmoid(d_k(h_k(x))) on X_t from the uploaded model and head (what the client would
    compute; the code uploads the values instead), and distils the averaged model on X_t towards
    the ensemble weighted by the domain-aware weights w_k(x) = D_k(x) / sum_i D_i(x) (FedGO Sec.
-   2; :func:`fedgo_flwr.weighting` ``domain``).
+   2; :func:`fedgo_flwr.weighting` ``domain``), once every head of the round is in: each head is
+   bounded by ``strategy.aggregation.upload_bound`` (its norm) and screened (its logit scale,
+   as FedGO's discriminators) before any weight is computed, and no client's domain weight
+   averaged over X_t exceeds ``max(2/K, 3 n_k / sum n)``.
 
 It is :class:`strategies.feddf.FedDF` with the per-round generated distillation set, the
 generator's average and the discriminators read on the teacher pass; every FedDF parameter
@@ -56,7 +59,7 @@ from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.experiment.checkpoint import arrays_problem, safe_torch_load
 from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
-from fedgo_flwr.gan import generated_set
+from fedgo_flwr.gan import generated_set, screen_discriminators
 from fedgo_flwr.learning.aggregation import (
     BoundedAverage,
     bound_uploads,
@@ -295,9 +298,36 @@ class DaFKD(FedDF):
                 if b.client in split:
                     split[b.client] = split[b.client] * b.scale
 
+    def screen_heads(self, server_round: int, pids: list[int]) -> None:
+        """The round's discriminators (head on features), all in, screened before any weight
+        is computed (:func:`~fedgo_flwr.gan.screen_discriminators`, FedGO's screen): one whose
+        logits on the distillation set are not finite, or whose logit scale there exceeds
+        ``strategy.aggregation.upload_bound`` times the round's median, gets on every sample
+        of both sets the lower median of the other heads' logits (the round's typical say; the
+        logit 0, ``D = 1/2``, would claim every generated sample, which honest heads call
+        fake), a WARNING naming the client. The head's norm bound
+        (:meth:`bound_heads`) does not see this: a head of ordinary norm on features of large
+        norm (the client's own model) can still give logits far beyond the others'."""
+        splits = [s for s in ("distill", "test") if all(p in self._disc[s] for p in pids)]
+        stacked = [torch.stack([self._disc[s][p] for p in pids]) for s in splits]
+        screen = screen_discriminators(
+            stacked,
+            pids,
+            range(len(pids)),
+            self.aggregation.upload_bound,
+            f"DaFKD round {server_round}",
+            "the distillation set",
+            neutral="median",
+        )
+        for s, z in zip(splits, stacked, strict=True):
+            for i, p in enumerate(pids):
+                if p in screen.clients:
+                    self._disc[s][p] = z[i]
+
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
         pids = [r.partition_id for r in replies]
         self.bound_heads(server_round, pids)  # before any weight is computed
+        self.screen_heads(server_round, pids)
         if server_round < self.params.distill_from_round:
             out = self.averaged()
             self.previous = out

@@ -59,9 +59,8 @@ from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.gan import (
     count_bytes,
     discriminator_logits,
-    discriminator_scale_outliers,
     generated_set,
-    neutralise_nonfinite,
+    screen_discriminators,
 )
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.learning.distill import num_views
@@ -187,33 +186,18 @@ class FedGO(DiscriminatorStage, FedDF):
             "test": self._logits_all(discs, res.bundle.test, 1, "the test split"),
         }
         report["disc_logits_time"] = time.perf_counter() - t0
-        unusable = neutralise_nonfinite(self._disc["distill"], self._disc["test"])
-        for pid in unusable:
-            log(
-                WARNING,
-                "FedGO: the discriminator of client %d gives non-finite logits; neutral weight",
-                pid,
-            )
-        if unusable:
-            report["nonfinite_discriminators"] = unusable
-        present = [k for k in sorted(discs) if k not in unusable]
-        bound = self.aggregation.upload_bound
-        outliers = discriminator_scale_outliers(self._disc["distill"], present, bound)
-        for pid, scale, median in outliers:
-            log(
-                WARNING,
-                "FedGO: the discriminator of client %d: its logit scale %.3g is %.3g x the "
-                "median %.3g, above strategy.aggregation.upload_bound = %g; neutral weight",
-                pid,
-                scale,
-                scale / median if median > 0 else float("inf"),
-                median,
-                bound,
-            )
-            for z in self._disc.values():
-                z[pid] = 0.0
-        if outliers:
-            report["scaled_discriminators"] = [pid for pid, _, _ in outliers]
+        screen = screen_discriminators(
+            [self._disc["distill"], self._disc["test"]],
+            range(self.cfg.data.num_clients),
+            sorted(discs),
+            self.aggregation.upload_bound,
+            "FedGO",
+            "the distillation set",
+        )
+        if screen.nonfinite:
+            report["nonfinite_discriminators"] = screen.nonfinite
+        if screen.scaled:
+            report["scaled_discriminators"] = [pid for pid, _, _ in screen.scaled]
         if self.params.byzantine:
             liars = byzantine_clients(
                 self.cfg.seed, self.cfg.data.num_clients, self.params.byzantine

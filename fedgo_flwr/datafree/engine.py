@@ -28,6 +28,7 @@ from fedgo_flwr.datafree.losses import kd_loss
 from fedgo_flwr.datafree.pool import SyntheticPool
 from fedgo_flwr.datafree.synthesis import SynthesisSettings, synthesize
 from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.weighting import cap_scalar_shares
 
 __all__ = [
     "ORDERS",
@@ -123,6 +124,7 @@ class DataFreeDistillation:
         ngf: int = 64,
         sample_weights: Callable[[Tensor], Tensor] | None = None,
         teacher_norm: str = "none",
+        share_caps: Tensor | None = None,
     ) -> None:
         if not models:
             raise ValueError("data-free distillation needs at least one client model")
@@ -157,6 +159,10 @@ class DataFreeDistillation:
         self.epoch = 0
         self.sample_weights = sample_weights
         self.teacher_norm = teacher_norm
+        if share_caps is not None and tuple(share_caps.shape) != (n,):
+            raise ValueError(f"share_caps must have shape ({n},), got {tuple(share_caps.shape)}")
+        self.share_caps = share_caps
+        self.capped: list[int] = []  # members whose weight share was capped this epoch
 
     # -- pieces ----------------------------------------------------------------------------
     def ensemble(self, x: Tensor, weights: Tensor | None = None) -> Tensor:
@@ -184,7 +190,10 @@ class DataFreeDistillation:
         )
 
     def reweight_pass(self, diversified: bool) -> int:
-        """One weight step (eq. 12) per pool batch; returns the number of steps."""
+        """One weight step (eq. 12) per pool batch; returns the number of steps. With
+        ``share_caps`` each step is followed by
+        :func:`~fedgo_flwr.weighting.cap_scalar_shares`: no member's share of the weights above
+        its cap (the members it lowered are added to :attr:`capped`)."""
         steps, step = 0, self.step_size()
         for x, y in self.pool.batches(
             self.boost.batch_size, self.rng, self.boost.augment, self.device
@@ -195,6 +204,9 @@ class DataFreeDistillation:
                 logits = member_logits(self.models, x, self.teacher_norm)
                 mult = None if self.sample_weights is None else self.sample_weights(x).cpu()
             self.weights = weight_step(self.weights, logits.cpu(), y.cpu(), step, mult)
+            if self.share_caps is not None:
+                self.weights, capped = cap_scalar_shares(self.weights, self.share_caps)
+                self.capped = sorted({*self.capped, *capped})
             steps += 1
         return steps
 
@@ -223,6 +235,7 @@ class DataFreeDistillation:
     def run_epoch(self) -> dict[str, float]:
         """Alg. 1, one epoch: synthesise, grow the pool, re-weight, distil. Returns its stats."""
         start = time.perf_counter()
+        self.capped = []
         result = synthesize(
             self.models,
             self.weights,

@@ -65,11 +65,13 @@ from fedgo_flwr.gan.generators import (
     build_generator,
 )
 from fedgo_flwr.gan.sampling import (
+    DiscriminatorScreen,
     discriminator_logits,
     discriminator_scale_outliers,
     generated_set,
     neutralise_nonfinite,
     sample,
+    screen_discriminators,
     stored_like,
 )
 from fedgo_flwr.gan.settings import REFERENCES, DiscriminatorConfig, GanConfig, GeneratorConfig
@@ -112,6 +114,8 @@ __all__ = [
     "discriminator_logits",
     "neutralise_nonfinite",
     "discriminator_scale_outliers",
+    "screen_discriminators",
+    "DiscriminatorScreen",
     "fedgan_generator_steps",
     "generator_from_config",
     "generator_output_problem",

@@ -12,7 +12,9 @@ evaluated, and the integer checks that the training loops of :mod:`fedgo_flwr.ga
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,13 +29,17 @@ from fedgo_flwr.runtime.kernels import inference_batch, place
 from fedgo_flwr.runtime.progress import Progress
 
 __all__ = [
+    "DiscriminatorScreen",
     "discriminator_logits",
     "neutralise_nonfinite",
     "discriminator_scale_outliers",
+    "screen_discriminators",
     "generated_set",
     "sample",
     "stored_like",
 ]
+
+run_log = logging.getLogger("flwr")
 
 
 def _latent(n: int, latent_dim: int, rng: torch.Generator, device: torch.device) -> Tensor:
@@ -229,6 +235,89 @@ def discriminator_scale_outliers(
     scales = {k: float(logits[k].double().pow(2).mean().sqrt()) for k in clients}
     median = lower_median(list(scales.values()))
     return [(k, s, median) for k, s in scales.items() if s > factor * median]
+
+
+@dataclass
+class DiscriminatorScreen:
+    """What :func:`screen_discriminators` neutralised: the clients (as given) whose logits
+    were not finite, and ``(client, scale, median)`` of those whose logit scale was too large."""
+
+    nonfinite: list[int] = field(default_factory=list)
+    scaled: list[tuple[int, float, float]] = field(default_factory=list)
+
+    @property
+    def clients(self) -> list[int]:
+        """Every neutralised client, sorted."""
+        return sorted({*self.nonfinite, *(k for k, _, _ in self.scaled)})
+
+
+def screen_discriminators(
+    logits: Tensor | Sequence[Tensor],
+    clients: Sequence[int],
+    present: Sequence[int],
+    factor: float | None,
+    who: str,
+    where: str,
+    neutral: str = "zero",
+) -> DiscriminatorScreen:
+    """Give every discriminator that cannot weigh anything a neutral logit, in place, with
+    one WARNING naming its client; the one screen of every ensemble weighted by discriminators
+    (FedGO, CPFL's odds, Co-Boosting + FedGO, DaFKD's heads).
+
+    ``logits``: one ``(K, ...)`` tensor or several (row ``i`` of each is the discriminator of
+    client ``clients[i]``, e.g. its logits on the distillation set and on the test split);
+    ``present``: the rows that hold a discriminator. First every row with a non-finite value in
+    any tensor (:func:`neutralise_nonfinite`); then every present row whose logit scale in the
+    first tensor exceeds ``factor`` (``strategy.aggregation.upload_bound``; ``None``: no scale
+    check) times the lower median of the present finite rows
+    (:func:`discriminator_scale_outliers`), zeroed in every tensor. Zero is the neutral logit
+    (odds 1): such a client neither takes nor gives weight, as one without a discriminator.
+    ``neutral="median"`` gives a neutralised row, on every sample instead, the lower median of
+    the rows that passed (0 where none did): the say of the round's typical client. That is the
+    neutral value where 0 is not: on samples that every honest discriminator calls fake
+    (DaFKD's generated distillation set, ``D_k(x)`` far below 1/2), the logit 0 would claim
+    them all.
+
+    Call it once every discriminator of the weighing has arrived and before any weight is
+    computed: the scale check compares each with the others, so a discriminator that came
+    first cannot set the median the later ones are judged by. ``who`` (the strategy) and
+    ``where`` (the data of the first tensor, which the scale is measured on) go into the
+    WARNINGs. Returns the clients (from ``clients``) it neutralised.
+    """
+    if neutral not in ("zero", "median"):
+        raise ValueError(f"neutral must be 'zero' or 'median', got {neutral!r}")
+    tensors = [logits] if isinstance(logits, Tensor) else list(logits)
+    out = DiscriminatorScreen()
+    bad = neutralise_nonfinite(*tensors)
+    for i in bad:
+        run_log.warning(
+            "%s: the discriminator of client %d gives non-finite logits; neutral weight",
+            who,
+            clients[i],
+        )
+        out.nonfinite.append(clients[i])
+    rows = [i for i in present if i not in bad]
+    for i, scale, median in discriminator_scale_outliers(tensors[0], rows, factor):
+        run_log.warning(
+            "%s: the discriminator of client %d: its logit scale %.3g on %s is %.3g x the "
+            "median %.3g, above strategy.aggregation.upload_bound = %g; neutral weight",
+            who,
+            clients[i],
+            scale,
+            where,
+            scale / median if median > 0 else float("inf"),
+            median,
+            factor,
+        )
+        for z in tensors:
+            z[i] = 0.0
+        out.scaled.append((clients[i], scale, median))
+    screened = [i for i, k in enumerate(clients) if k in out.clients]
+    passed = [i for i in present if clients[i] not in out.clients]
+    if neutral == "median" and screened and passed:
+        for z in tensors:
+            z[screened] = z[passed].median(dim=0).values.to(z.dtype)
+    return out
 
 
 def _fill_discriminator_logits(

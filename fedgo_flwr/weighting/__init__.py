@@ -39,6 +39,8 @@ from fedgo_flwr.weighting.discriminators import (
 from fedgo_flwr.weighting.ensemble import (
     MAX_SHARE_FACTOR,
     cap_mean_shares,
+    cap_mean_shares_named,
+    cap_scalar_shares,
     cap_weights,
     check_weight_cap,
     ensemble_logits,
@@ -63,6 +65,8 @@ __all__ = [
     "WeightingInputs",
     "WeightingMethod",
     "cap_mean_shares",
+    "cap_mean_shares_named",
+    "cap_scalar_shares",
     "cap_weights",
     "check_weight_cap",
     "compute_weights",

@@ -11,6 +11,8 @@ ensemble); both are robustness steps not in the paper.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -21,6 +23,8 @@ from fedgo_flwr.weighting.methods import _positive_float
 __all__ = [
     "MAX_SHARE_FACTOR",
     "cap_mean_shares",
+    "cap_mean_shares_named",
+    "cap_scalar_shares",
     "cap_weights",
     "check_weight_cap",
     "ensemble_logits",
@@ -40,6 +44,7 @@ sample: the cap can never bind on FedGO's default weights. It binds where the od
 teacher takes several times its data share of every sample: a discriminator with a large
 bias says "mine" everywhere."""
 
+run_log = logging.getLogger("flwr")
 
 # ------------------------------------------------------------------------------------------
 # A cap on any one client's share
@@ -155,6 +160,71 @@ def cap_mean_shares(weights: Tensor, caps: Tensor) -> tuple[Tensor, list[int]]:
         out = _rescaled(out, *step)
     capped = sorted({int(i) for over, _, _ in passes for i in torch.nonzero(over).flatten()})
     return out.to(weights.dtype).reshape(weights.shape), capped
+
+
+def cap_mean_shares_named(
+    weights: Tensor, sizes: Tensor, clients: Sequence[int], who: str, where: str
+) -> Tensor:
+    """:func:`cap_mean_shares` at the caps :func:`mean_share_caps` of the teachers' data sizes
+    ``sizes`` ``(K,)``, with one WARNING per teacher it scaled down naming its client
+    (``clients[k]``), the strategy ``who`` and the data ``where``."""
+    caps = mean_share_caps(sizes)
+    out, capped = cap_mean_shares(weights, caps)
+    for k in capped:
+        run_log.warning(
+            "%s: the weights of client %d on %s: mean share above max(2/K, %g n_k / sum n) = "
+            "%.3g; scaled down to it",
+            who,
+            clients[k],
+            where,
+            MAX_SHARE_FACTOR,
+            float(caps[k]),
+        )
+    return out
+
+
+def cap_scalar_shares(weights: Tensor, caps: Tensor) -> tuple[Tensor, list[int]]:
+    """Non-negative scalar ensemble weights ``weights`` ``(K,)`` (not normalised: the ensemble
+    divides by their sum) with no teacher's share ``w_k / sum_i w_i`` above ``caps`` ``(K,)``,
+    and the teachers it lowered.
+
+    Only the weights above their cap are lowered, each to the value at which its share is
+    exactly its cap (the others keep what they hold): with ``S`` the lowered teachers and
+    ``R`` the sum of the others, ``w_k = cap_k R / (1 - sum_{i in S} cap_i)``, ``S`` grown
+    until no share is above its cap (at most ``K`` passes). Where the others hold nothing
+    (``R = 0``) there is nothing to compare against and they get an equal part instead, the
+    smallest that meets the caps. ``S`` whose caps sum to 1 or more cannot all be above them
+    (shares sum to 1), so the loop stops there. Within the caps: ``weights`` itself. Used on
+    Co-Boosting's learned weights after every step of eq. 12, which bounds each ``w_k`` to
+    ``[0, 1]`` but not its share.
+    """
+    k = weights.shape[0]
+    if caps.shape != (k,):
+        raise ValueError(f"caps must have shape ({k},), got {tuple(caps.shape)}")
+    w = weights.detach().to(torch.float64).clamp_min(0)
+    cap = caps.detach().to(torch.float64).cpu()
+    total = float(w.sum())
+    if k == 0 or total <= 0 or not bool((w / total > cap * (1 + 1e-6)).any()):
+        return weights, []
+    fixed = torch.zeros(k, dtype=torch.bool)
+    for _ in range(k):
+        total = float(w.sum())
+        over = (w / total > cap * (1 + 1e-6)) & ~fixed
+        if not bool(over.any()):
+            break
+        if float(cap[fixed | over].sum()) >= 1.0:
+            break
+        fixed |= over
+        rest = float(w[~fixed].sum())
+        if rest <= 0:  # the others hold nothing: give them an equal part
+            held = float(w[fixed].sum())
+            part = held * (1 - float(cap[fixed].sum())) / float(cap[fixed].sum())
+            w = torch.where(fixed, w, torch.full_like(w, part / int((~fixed).sum())))
+            rest = float(w[~fixed].sum())
+        new_total = rest / (1 - float(cap[fixed].sum()))
+        w = torch.where(fixed, cap * new_total, w)
+    capped = [int(i) for i in torch.nonzero(fixed).flatten()]
+    return w.to(weights.dtype).clamp(0.0, 1.0), capped
 
 
 def _rescaled(w: Tensor, over: Tensor, factor: Tensor, free: Tensor) -> Tensor:

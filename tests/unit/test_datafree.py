@@ -361,6 +361,41 @@ def test_epoch_grows_the_pool_and_learns_weights() -> None:
     assert math.isclose(run.step_size(), 0.1 / 3 * 0.99**3)
 
 
+def test_share_caps_bound_every_learned_share_and_name_the_capped() -> None:
+    """Uncapped, the weight steps move one member's share above 1/3 (measured 0.338); with
+    caps just above 1/3 no share ever exceeds its cap after a step, and the capped members are
+    listed for the strategy's WARNING."""
+    cap = 0.3334
+    free = loop(seed=1, mu=0.5)
+    capped = loop(seed=1, mu=0.5)
+    capped.share_caps = torch.full((3,), cap)
+    seen: set[int] = set()
+    for _ in range(3):
+        free.run_epoch()
+        capped.run_epoch()
+        shares = capped.weights / capped.weights.sum()
+        assert float(shares.max()) <= cap + 1e-6, shares
+        seen.update(capped.capped)
+    assert float((free.weights / free.weights.sum()).max()) > cap + 1e-3, free.weights
+    assert seen and all(0 <= i < 3 for i in seen)
+    with pytest.raises(ValueError, match="share_caps"):
+        DataFreeDistillation(
+            models(3),
+            models(1)[0],
+            small(),
+            BoostSettings(),
+            num_classes=CLASSES,
+            image_shape=SHAPE,
+            flip=True,
+            rng=rng(0),
+            device=torch.device("cpu"),
+            epochs=1,
+            nz=16,
+            ngf=8,
+            share_caps=torch.ones(2),
+        )
+
+
 def test_switches_reweight_off_and_code_order() -> None:
     off = loop(reweight=False)
     for _ in range(2):
