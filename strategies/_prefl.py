@@ -245,7 +245,9 @@ class DiscriminatorStage(FedGANStage):
         round): n_k is the server's count of each client's whole partition, the data these
         rounds train on."""
         sizes = None if self.resources is None else self.resources.partition.client_sizes
-        return RoundIntake(self.node_ids, self.node_ids, sizes, what=what, tokens=self.reply_tokens)
+        return RoundIntake(
+            self.node_ids, self.node_ids, sizes, what=what, tokens=self.outbox.tokens
+        )
 
     def _load_discriminators(
         self, path: str, reference: Mapping[str, np.ndarray]

@@ -235,6 +235,7 @@ class CPFL(CohortRounds, CohortDistillation, DiscriminatorStage, Strategy):
             size - holdout_size(size, p.val_fraction, p.min_val_samples)
             for size in part.client_sizes
         ]
+        self.intake.client_sizes = self.client_sizes  # a reply's num-examples must be these
         hist = part.histogram(train.y, train.num_classes).astype(np.int64)
         self.num_classes = train.num_classes
         # Label counts of each client's training split (what its cohort reports, step 3).

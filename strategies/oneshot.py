@@ -170,7 +170,7 @@ class OneShot(Strategy):
 
     def client_model(self, pid: int) -> nn.Module:
         """A fresh module of client ``pid``'s architecture (``model.client_models``)."""
-        return self.model_factory(self.client_arch(pid))
+        return self.model_factory(self.architectures.of(pid))
 
     def teacher_modules(self) -> list[nn.Module]:
         """The uploaded models as modules (built once), in :attr:`pids` order, in eval mode."""
@@ -280,8 +280,7 @@ class OneShot(Strategy):
             for pid in self._arrival:
                 if pid in self.teachers:
                     size = self.teacher_sizes[pid]
-                    reply = Reply(-1, pid, size, self.teachers[pid], {}, RecordDict())
-                    self.running.add(self.robust(reply), size, pid)
+                    self.averager.add(self.teachers[pid], size, pid, self.global_arrays)
             self.average = self.averaged()
 
     def drop_teacher(self, pid: int) -> None:
