@@ -1,9 +1,10 @@
 """The parts of the round loop (:meth:`strategies.base.Strategy.start`): a row's result and the
 rollback.
 
-:class:`Row` is what one row of ``metrics.jsonl`` produced (:meth:`Strategy.run_row
-<strategies.base.Strategy.run_row>`). :class:`Rollback`, owned by a strategy as
-``self.rollback``, keeps the last good model.
+:class:`Row` (:class:`fedgo_flwr.experiment.recorder.Row`) is what one row of ``metrics.jsonl``
+produced (:meth:`Strategy.run_row <strategies.base.Strategy.run_row>`), handed whole to the run
+recorder. :class:`Rollback`, owned by a strategy as ``self.rollback``, keeps the last good
+model.
 
 **Rollback.** A model that makes honest training diverge would otherwise freeze a run: every
 later round's replies are refused (a NaN training loss, non-finite arrays) and the model is
@@ -21,32 +22,14 @@ the model resumed from is the first one to roll back to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from logging import WARNING
 from typing import Any
 
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.supercore import log
 
+from fedgo_flwr.experiment.recorder import Row
 from fedgo_flwr.protocol import RoundIntake
-
-
-@dataclass
-class Row:
-    """What one row of the round loop (:meth:`Strategy.run_row`) produced.
-
-    ``arrays``: the new global model (``None``: unchanged); ``metrics``: the row's training
-    metrics; ``evaluated``: what the row's evaluation sees, if not the global model (an empty
-    record: nothing to evaluate, e.g. CPFL's cohorts before distillation); ``due``: evaluate
-    this row even if ``eval.every`` would skip it; ``checkpoint``: the arrays the row's
-    checkpoint keeps, if not the global model.
-    """
-
-    arrays: ArrayRecord | None = None
-    metrics: MetricRecord | None = None
-    evaluated: ArrayRecord | None = None
-    due: bool = False
-    checkpoint: ArrayRecord | None = None
 
 
 class Rollback:

@@ -167,10 +167,8 @@ class Strategy(FlowerStrategy):
     """The client algorithm's own reply metrics the round records (FedUV's ``uv_var``): the
     n_k-weighted mean over the accepted replies that have it (the declaration checks them)."""
     finished: bool = False
-    """Set by a strategy whose run ends before ``rounds`` (CPFL, one-shot FL): the loop stops
-    after the row that set it, and that row is evaluated."""
-    evaluate_now: bool = False
-    """True while the current row is evaluated although ``eval.every`` would skip it."""
+    """Whether the run ended before ``rounds`` (CPFL, one-shot FL: part of their state, so a
+    resumed run knows; the loop itself stops after a row that is ``finished``)."""
     supports_heterogeneous_models: ClassVar[bool] = False
     """Whether clients may train architectures other than ``model.name``
     (``model.client_models``). A strategy that averages parameters cannot: it refuses them. One
@@ -309,6 +307,7 @@ class Strategy(FlowerStrategy):
         *,
         first_round: int = 1,
         round_end: Callable[[int, ArrayRecord], None] | None = None,
+        record: Callable[[int, ArrayRecord, Row], MetricRecord | None] | None = None,
     ) -> Result:
         """The run of every strategy: Flower's ``Strategy.start``, resumable, one row at a time.
 
@@ -316,11 +315,13 @@ class Strategy(FlowerStrategy):
         (:meth:`run_row`: a communication round here; CPFL's cohort rounds and stage two,
         one-shot FL's clients' round and server epochs elsewhere), undo the row if its replies
         say its model was broken (:attr:`rolls_back`, :class:`strategies._rounds.Rollback`),
-        evaluate and record (``evaluate_fn``), checkpoint (``round_end(row, arrays)``). Unlike
+        evaluate and record (``record(row, arrays, out)``: the run recorder gets the row's
+        :class:`Row` whole, its figures in ``fields``; or Flower's ``evaluate_fn(row,
+        arrays)``), checkpoint (``round_end(row, arrays)``). Unlike
         Flower's there is no federated evaluation (this framework evaluates on the server);
         rows start at ``first_round`` (a resumed run: the initial evaluation is skipped unless
-        it is 1); which rows there are is :meth:`rows`, and the loop ends early once
-        :attr:`finished`. A stop asked for (Ctrl-C, TERM) ends the loop before a row's results
+        it is 1); which rows there are is :meth:`rows`, and the loop ends early after a row
+        that is ``finished``. A stop asked for (Ctrl-C, TERM) ends the loop before a row's results
         are used or checkpointed.
         """
         log(
@@ -335,8 +336,10 @@ class Strategy(FlowerStrategy):
         self.num_rounds = num_rounds
         if not self.begin_run(initial_arrays):
             return result
-        if evaluate_fn and first_round == 1:
-            res = evaluate_fn(0, arrays)
+        if record is None and evaluate_fn is not None:
+            record = lambda n, evaluated, _: evaluate_fn(n, evaluated)  # noqa: E731
+        if record is not None and first_round == 1:
+            res = record(0, arrays, Row(label=self.row_label(0)))
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
         train_config = ConfigRecord() if train_config is None else train_config
@@ -359,16 +362,16 @@ class Strategy(FlowerStrategy):
                 result.arrays = arrays = out.arrays
             if out.metrics is not None:
                 result.train_metrics_clientapp[row] = out.metrics
-            if evaluate_fn:  # evaluate and record
-                self.evaluate_now = out.due
-                res = evaluate_fn(row, arrays if out.evaluated is None else out.evaluated)
-                self.evaluate_now = False
+            out.fields = dict(self.last_round)  # the row's figures, as the rollback left them
+            out.label = out.label or self.row_label(row)
+            if record is not None:  # evaluate and record
+                res = record(row, arrays if out.evaluated is None else out.evaluated, out)
                 if res is not None:
                     result.evaluate_metrics_serverapp[row] = res
             if round_end is not None:  # checkpoint
                 raise_if_stopping(f"round {row}'s checkpoint")
                 round_end(row, arrays if out.checkpoint is None else out.checkpoint)
-            if self.finished:
+            if out.finished:
                 break
         return result
 
@@ -399,6 +402,15 @@ class Strategy(FlowerStrategy):
     def row_title(self, row: int, num_rounds: int) -> str | None:
         """Hook: the row's heading in the log (``None``: none)."""
         return f"[ROUND {row}/{num_rounds}]"
+
+    def row_label(self, row: int) -> str | None:
+        """Hook: how the row's evaluation line names it (``None``: ``round r/rounds``)."""
+        return None
+
+    def report(self) -> dict[str, Any]:
+        """Hook: this strategy's part of ``summary.json`` (CPFL's simulated time, CPU-hours,
+        bytes); nothing here."""
+        return {}
 
     # -- a round: sample and send ----------------------------------------------------------
     def configure_train(

@@ -399,7 +399,7 @@ class CPFL(CohortRounds, CohortDistillation, DiscriminatorStage, Strategy):
                     c.status = MAX_ROUNDS
                     c.finish_seconds = c.clock.seconds
         if not any(c.running for c in self.cohorts):
-            return Row(arrays=to_record(self.stage_two(row)))
+            return Row(arrays=to_record(self.stage_two(row)), finished=self.finished)
         if len(self.cohorts) == 1:
             model = to_record(self.cohorts[0].arrays)
             return Row(evaluated=model, checkpoint=model)
