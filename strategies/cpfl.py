@@ -114,7 +114,7 @@ from fedgo_flwr.runtime.rng import derive_seed
 from fedgo_flwr.runtime.shutdown import raise_if_stopping
 from strategies._cpfl_distill import CohortDistillation
 from strategies._cpfl_rounds import CohortRounds
-from strategies._prefl import DiscriminatorStage
+from strategies._prefl import check_generator
 from strategies.base import BaseConfig, Row, Strategy
 
 
@@ -178,7 +178,7 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
         )
 
 
-class CPFL(CohortRounds, CohortDistillation, DiscriminatorStage, Strategy):
+class CPFL(CohortRounds, CohortDistillation, Strategy):
     """Cohorts trained in parallel to convergence, then distilled into one model (Alg. 1)."""
 
     name = "cpfl"
@@ -200,7 +200,8 @@ class CPFL(CohortRounds, CohortDistillation, DiscriminatorStage, Strategy):
 
     @classmethod
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
-        super().preflight(cfg, c)  # DiscriminatorStage's: strategy.generator.module
+        super().preflight(cfg, c)
+        check_generator(cfg, c)  # strategy.generator.module
         p: CPFLConfig = cfg.strategy.params
         s = c.at("strategy.", p)
         if p.profiles is not None:

@@ -211,7 +211,7 @@ def test_every_algorithm_module_is_found_by_name():
         strategies.strategy_class("fedfoo")
 
 
-MAX_PROJECT_CLASSES = 6
+MAX_PROJECT_CLASSES = 4
 """The most project classes a strategy's class chain may hold (its MRO less Flower's classes
 and ``object``): a round must stay readable in a few files (``tools/class_chains.py`` prints
 the chains)."""
