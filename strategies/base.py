@@ -317,12 +317,12 @@ class Strategy(FlowerStrategy):
         say its model was broken (:attr:`rolls_back`, :class:`strategies._rounds.Rollback`),
         evaluate and record (``record(row, arrays, out)``: the run recorder gets the row's
         :class:`Row` whole, its figures in ``fields``; or Flower's ``evaluate_fn(row,
-        arrays)``), checkpoint (``round_end(row, arrays)``). Unlike
-        Flower's there is no federated evaluation (this framework evaluates on the server);
-        rows start at ``first_round`` (a resumed run: the initial evaluation is skipped unless
-        it is 1); which rows there are is :meth:`rows`, and the loop ends early after a row
-        that is ``finished``. A stop asked for (Ctrl-C, TERM) ends the loop before a row's results
-        are used or checkpointed.
+        arrays)``), checkpoint (``round_end(row, arrays)``). Unlike Flower's there is no
+        federated evaluation (this framework evaluates on the server); rows start at
+        ``first_round`` (a resumed run: the initial evaluation is skipped unless it is 1);
+        which rows there are is :meth:`rows`, and the loop ends early after a row that is
+        ``finished``. A stop asked for (Ctrl-C, TERM) ends the loop before a row's results are
+        used or checkpointed.
         """
         log(
             INFO,
