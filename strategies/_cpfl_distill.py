@@ -42,7 +42,7 @@ from fedgo_flwr.runtime.fileio import strict_json
 from fedgo_flwr.runtime.messages import to_record
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import WeightingInputs, cap_mean_shares_named, compute_weights
-from strategies._prefl import discriminator_stats
+from strategies._prefl import DiscriminatorStage, discriminator_stats
 
 
 class CohortDistillation:
@@ -56,16 +56,23 @@ class CohortDistillation:
         (:class:`strategies._prefl.DiscriminatorStage`); ``prefl.json`` reports it."""
         if self.params.distill.weights != "fedgo" or len(self.groups) == 1:
             return  # one cohort is not distilled
-        generator, disc_path, report = self.obtain_generator(grid)
-        self.discriminators, disc_report = self._discriminators(grid, generator, disc_path)
+        self.prefl = DiscriminatorStage(
+            self.cfg,
+            self.resources,
+            self.outbox,
+            run_token=self.run_token,
+            data=self.public_set,  # the generator learns it: FedGO's odds compare clients to it
+            needs_generator=self.params.discriminator.uses_generator,
+            resuming=self.resuming,
+            aggregation=self.aggregation,
+            stage_times=self.stage_times,
+        )
+        generator, disc_path, report = self.prefl.obtain_generator(grid)
+        self.discriminators, disc_report = self.prefl.discriminators(grid, generator, disc_path)
         report.update(disc_report)
         name = "prefl-resume.json" if self.resuming else "prefl.json"
         text = strict_json(report, name=name, indent=2, default=float)
         (self.resources.out_dir / name).write_text(text)
-
-    def generator_data(self) -> ArrayDataset:
-        """The generator learns the public set: FedGO's odds compare clients to it."""
-        return self.public_set()
 
     def odds_weights(self, included: list[Cohort], data: ArrayDataset, where: str) -> torch.Tensor:
         """``(n, N)`` FedGO weights of the included cohorts on ``data`` (named ``where`` in

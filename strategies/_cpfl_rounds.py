@@ -178,7 +178,7 @@ class CohortRounds:
         p = self.params  # CPFLConfig
         active = [self.cohorts[i] for i in self.round_plan]
         self.begin_round(server_round)
-        all_replies, _ = self.collect(server_round, replies)
+        all_replies, _ = self.intake.collect(server_round, replies, self.accept, self.absorb)
         averages, losses = self.averages, self.losses
         accepted: dict[int, list[Reply]] = {c.index: [] for c in active}
         for reply in all_replies:
@@ -248,7 +248,7 @@ class CohortRounds:
         self.last_round = {
             "clients_sampled": len(self.sampled),
             "clients_replied": len(all_replies),
-            "clients_failed": self.intake.failed,
+            "clients_failed": self.intake.round.failed,
             "cohorts_running": sum(c.running for c in self.cohorts),
             "sim_hours": total.hours,
             "cpu_hours": total.cpu_hours,

@@ -57,7 +57,7 @@ from fedgo_flwr.experiment.checkpoint import (
     config_differences,
     safe_torch_load,
 )
-from fedgo_flwr.learning.aggregation import AggregationConfig, BoundedAverage
+from fedgo_flwr.learning.aggregation import BoundedAverage
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
 from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
 from fedgo_flwr.runtime import messages as msgs
@@ -70,9 +70,9 @@ CHECKPOINT = "fedgan.pt"
 
 
 class FedGANStage:
-    """The FedGAN rounds of scenario G3, as a mixin of :class:`strategies._prefl.
-    DiscriminatorStage` (which gives it ``params``, ``cfg``, ``resources``, ``node_ids``,
-    ``prefl_intake``, ``messages_to`` and ``discriminator_message_config``)."""
+    """The FedGAN rounds of scenario G3, the base of :class:`strategies._prefl.
+    DiscriminatorStage` (which gives it ``params``, ``cfg``, ``resources``, ``outbox``,
+    ``aggregation``, ``prefl_intake`` and ``discriminator_message_config``)."""
 
     def train_federated_generator(
         self, grid: Grid, generator: torch.nn.Module
@@ -120,14 +120,13 @@ class FedGANStage:
                     CONFIG: config,
                 }
             )
-            messages = self.messages_to(content, self.node_ids, FEDGAN_MESSAGE)
+            messages = self.outbox.to(content, self.outbox.node_ids, FEDGAN_MESSAGE)
             sent = {
                 GENERATOR_KEY: _arrays_of(generator),
                 CRITIC_KEY: _arrays_of(critic),
             }
-            agg = getattr(self, "aggregation", None) or AggregationConfig()
             averages = {
-                key: BoundedAverage(agg, f"FedGAN round {rnd}: the {key}", sent[key])
+                key: BoundedAverage(self.aggregation, f"FedGAN round {rnd}: the {key}", sent[key])
                 for key in templates
             }
             intake = self.prefl_intake(f"FedGAN round {rnd} reply")

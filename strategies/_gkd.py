@@ -6,10 +6,11 @@ length M on the server, where the server model is stored after each round. The s
 creates an additional model with averaged parameters from the models stored in the buffer and
 sends this model to the clients each round."
 
-:class:`GlobalModelBuffer` is a mixin put before a strategy class (``FedGKD(GlobalModelBuffer,
-FedAvg)``, ``FedGKDPlus(GlobalModelBuffer, FedDF)``): after each round's aggregation it pushes
-the new global model (FedGKD+: the distilled one) into a FIFO buffer of ``buffer_length`` models,
-and every training message carries the teacher(s) (:mod:`clients.fedgkd`):
+:class:`GlobalModelBuffer` is a part that FedGKD (``strategies/fedgkd.py``, on FedAvg) and
+FedGKD+ (``strategies/fedgkd_plus.py``, on FedDF) own as ``self.gkd``: after each round's
+aggregation the strategy pushes the new global model (FedGKD+: the distilled one) into its FIFO
+buffer of ``buffer_length`` models (:meth:`~GlobalModelBuffer.push`), and every training message
+carries the teacher(s) (:meth:`~GlobalModelBuffer.add_teachers`, :mod:`clients.fedgkd`):
 
 - ``teacher: average`` (FedGKD, what FedGO ran): one model, the uniform parameter average of the
   buffer, BatchNorm statistics included (the authors' code, ``master_fedgkd.py``), so the
@@ -29,7 +30,7 @@ resumed run sends the teachers an uninterrupted one would. Each round records
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,6 @@ from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import RunningAverage
 from fedgo_flwr.protocol.fedgkd import TEACHER_WEIGHTS_KEY, FedGKDConfig, teacher_key
 from fedgo_flwr.runtime.messages import to_numpy, to_record
-from strategies.base import Reply
 
 __all__ = ["GlobalModelBuffer", "GKDBufferConfig", "buffer_average"]
 
@@ -98,13 +98,21 @@ def _distance(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float
 
 
 class GlobalModelBuffer:
-    """Mixin: the FIFO buffer of global models and the teachers of every training message."""
+    """The FIFO buffer of global models (``buffer``) and the teachers of every training
+    message, under ``params`` (``buffer_length``, ``teacher``, ``vote_weights``,
+    ``vote_temperature``); ``validation_loss``: a model's loss on the server's labelled
+    validation split, for ``vote_weights: val_loss`` (FedGKD+ only; the config check refuses
+    it elsewhere)."""
 
-    buffer: list[dict[str, np.ndarray]]
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.buffer = []
+    def __init__(
+        self,
+        params: GKDBufferConfig,
+        validation_loss: Callable[[dict[str, np.ndarray]], float] | None = None,
+    ) -> None:
+        self.params = params
+        self.validation_loss = validation_loss
+        self.buffer: list[dict[str, np.ndarray]] = []
+        self.teacher_distance = math.nan  # of the latest message's first teacher
 
     def teachers(self, arrays: dict[str, np.ndarray]) -> tuple[list[dict], list[float]]:
         """The teacher models of the next round and their weights (the buffer, or the model
@@ -113,19 +121,17 @@ class GlobalModelBuffer:
         if self.params.teacher == "average":
             return [buffer_average(buffer)], [1.0]
         if self.params.vote_weights == "val_loss":
+            if self.validation_loss is None:
+                raise ValueError("vote_weights val_loss needs a labelled validation split")
             losses = torch.tensor([self.validation_loss(m) for m in buffer], dtype=torch.float64)
             beta = F.softmax(-losses / self.params.vote_temperature, dim=0).tolist()
         else:
             beta = [1.0 / len(buffer)] * len(buffer)
         return list(buffer), beta
 
-    def validation_loss(self, arrays: dict[str, np.ndarray]) -> float:
-        raise NotImplementedError(f"{type(self).__name__} has no labelled validation split")
-
-    def train_record(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
-    ) -> RecordDict:
-        record = super().train_record(server_round, arrays, config)
+    def add_teachers(self, record: RecordDict, arrays: ArrayRecord) -> RecordDict:
+        """``record``, a training message's content that sends ``arrays``, with the teachers
+        and their weights; the distance of the first teacher to ``arrays`` is kept."""
         sent = to_numpy(arrays)
         models, beta = self.teachers(sent)
         for m, model in enumerate(models):
@@ -134,31 +140,34 @@ class GlobalModelBuffer:
         self.teacher_distance = _distance(models[0], sent)
         return record
 
-    def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
-        out = super().aggregate(server_round, replies)
-        self.last_round["teacher_distance"] = self.teacher_distance
-        kept = {k: np.array(v, copy=True) for k, v in out.items()}  # never a view of a live model
+    def push(self, model: Mapping[str, np.ndarray]) -> None:
+        """A round's new global model into the buffer (a copy; the oldest leaves a full one)."""
+        kept = {k: np.array(v, copy=True) for k, v in model.items()}  # never a view of a live model
         self.buffer = [*self.buffer, kept][-self.params.buffer_length :]
-        return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "gkd_buffer": self.buffer}
+        """The buffer, for the strategy's checkpoint state (``gkd_buffer``)."""
+        return {"gkd_buffer": self.buffer}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
+        """Restore the buffer from the strategy's checkpoint ``state``."""
         self.buffer = list(state.get("gkd_buffer") or [])
 
-    def state_problem(self, state: Mapping[str, Any], server_round: int) -> str | None:
-        """The buffer holds at most ``buffer_length`` models of ``model.name``."""
-        problem = super().state_problem(state, server_round)  # type: ignore[misc]
+    def state_problem(
+        self, state: Mapping[str, Any], model_problem: Callable[[Any, str], str | None]
+    ) -> str | None:
+        """Why ``state``'s buffer is not at most ``buffer_length`` models of ``model.name``
+        (``model_problem(arrays, what)``: the strategy's check of one model), or ``None``."""
         buffer = state.get("gkd_buffer") or []
-        if problem is None and not isinstance(buffer, list):
+        if not isinstance(buffer, list):
             return "'strategy_state.gkd_buffer': not a list of models"
-        if problem is None and len(buffer) > self.params.buffer_length:
+        if len(buffer) > self.params.buffer_length:
             return (
                 f"'strategy_state.gkd_buffer': {len(buffer)} models, more than "
                 f"strategy.buffer_length = {self.params.buffer_length}"
             )
         for i, arrays in enumerate(buffer):
-            problem = problem or self.model_problem(arrays, f"'strategy_state.gkd_buffer[{i}]'")
-        return problem
+            problem = model_problem(arrays, f"'strategy_state.gkd_buffer[{i}]'")
+            if problem is not None:
+                return problem
+        return None

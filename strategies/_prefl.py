@@ -6,10 +6,11 @@ sends it to every client in one message round (``train.discriminator``, answered
 ``fedgo`` client algorithm, ``clients/fedgo.py``), and keeps the returned discriminators; a
 resumed run reuses the run's own ``generator.pt`` and ``discriminators.pt``.
 
-:class:`DiscriminatorStage` is a mixin of :class:`strategies.base.Strategy` subclasses whose
-``Config`` has ``generator`` and ``discriminator`` sections (:mod:`fedgo_flwr.gan.settings`):
-FedGO (``strategies/fedgo.py``) and CPFL with FedGO-weighted distillation
-(``strategies/cpfl.py``). A private module (``_``): not a strategy of its own.
+:class:`DiscriminatorStage` is a part that a strategy whose ``Config`` has ``generator`` and
+``discriminator`` sections (:mod:`fedgo_flwr.gan.settings`) builds in its ``setup`` (as
+``self.prefl``), from what it needs: FedGO (``strategies/fedgo.py``) and CPFL with FedGO-weighted
+distillation (``strategies/cpfl.py``). Their pre-flight check calls :func:`check_generator`. A
+private module (``_``): not a strategy of its own.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from logging import INFO, WARNING
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +38,7 @@ from fedgo_flwr.gan import cache as generator_cache
 from fedgo_flwr.gan import train_wgan_gp
 from fedgo_flwr.gan.external import generator_output_problem
 from fedgo_flwr.gan.settings import GeneratorConfig
-from fedgo_flwr.learning.aggregation import check_arrays
+from fedgo_flwr.learning.aggregation import AggregationConfig, check_arrays
 from fedgo_flwr.protocol import RoundIntake
 from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, REFERENCE_KEY
 from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
@@ -47,38 +49,60 @@ from fedgo_flwr.runtime.progress import Progress
 from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from fedgo_flwr.runtime.shutdown import raise_if_stopping
 from strategies._fedgan import FedGANStage
+from strategies._sending import Outbox
 
 
 class DiscriminatorStage(FedGANStage):
-    """Generator and client discriminators (FedGO Alg. 2-3), as a Strategy mixin."""
+    """Generator and client discriminators (FedGO Alg. 2-3), a part of the strategy.
 
-    @classmethod
-    def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
-        """The strategy's own checks, then :func:`check_generator` (``strategy.generator``)."""
-        super().preflight(cfg, c)  # the Strategy's, next in the MRO
-        check_generator(cfg, c)
+    ``cfg``: the experiment (``cfg.strategy.params`` has the ``generator`` and
+    ``discriminator`` sections); ``resources``: the server's data, device and run folder;
+    ``outbox``: the strategy's messages (the ``train.discriminator`` and ``train.fedgan``
+    rounds go to every client); ``run_token``: this run's; ``data``: what a G1 generator is
+    trained on and the server's reference images come from (FedGO: the server's unlabeled
+    data; CPFL: its public set); ``needs_generator``: whether the run uses G (the
+    discriminators' reference, or D2's distillation set); ``resuming``: the run continues from
+    a checkpoint (its own ``generator.pt`` and ``discriminators.pt`` are reused);
+    ``aggregation``: the FedGAN rounds' averages (G3); ``stage_times``: where the seconds of
+    the ``generator`` and ``discriminators`` stages are written (the strategy's).
+    """
 
-    def generator_data(self) -> ArrayDataset:
-        """What a G1 generator is trained on: the server's unlabeled data (its share, or the
-        images of ``data.public_path``, :meth:`~strategies.base.Strategy.server_unlabeled`)."""
-        return self.server_unlabeled()
-
-    def needs_generator(self) -> bool:
-        """Whether the run uses G: as the discriminators' reference (or part of it)."""
-        return self.params.discriminator.uses_generator
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        resources: Any,
+        outbox: Outbox,
+        *,
+        run_token: str,
+        data: Callable[[], ArrayDataset],
+        needs_generator: bool,
+        resuming: bool,
+        aggregation: AggregationConfig,
+        stage_times: dict[str, float],
+    ) -> None:
+        self.cfg = cfg
+        self.params = cfg.strategy.params
+        self.resources = resources
+        self.outbox = outbox
+        self.run_token = run_token
+        self.data = data
+        self.needs_generator = needs_generator
+        self.resuming = resuming
+        self.aggregation = aggregation
+        self.stage_times = stage_times
 
     def reference_images(self) -> np.ndarray:
         """The server images sent as the discriminators' reference (``discriminator.reference``
-        ``server`` or ``mixture``): ``reference_size`` of :meth:`generator_data`, drawn once per
-        run with the seed (0: all of them), in index order."""
-        data = self.generator_data()
+        ``server`` or ``mixture``): ``reference_size`` of :attr:`data`, drawn once per run with
+        the seed (0: all of them), in index order."""
+        data = self.data()
         size = self.params.discriminator.reference_size
         return np.asarray(data.x[reference_indices(len(data), size, self.cfg.seed)])
 
     def discriminator_message_config(self) -> ConfigRecord:
         """The config of the ``train.discriminator`` messages: the ``fedgo`` client algorithm
         with the generator and discriminator settings, whatever the strategy's own client."""
-        config = self.message_config(server_round=0)
+        config = self.outbox.config(0, self.run_token)
         fields = [f.name for f in dataclasses.fields(FEDGO.Config)]
         own = dataclasses.asdict(self.params)
         config[msgs.ALGORITHM] = FEDGO.name
@@ -104,7 +128,7 @@ class DiscriminatorStage(FedGANStage):
             gen_path, disc_path = str(saved_gen), str(saved_discs)
         generator = seeded_generator(self.cfg.seed, gp, shape)
         t0 = time.perf_counter()
-        if not self.needs_generator() and not gen_path:
+        if not self.needs_generator and not gen_path:
             report["generator"] = {"source": "not needed (discriminator.reference: server)"}
             log(INFO, "FedGO: no generator needed (strategy.discriminator.reference: server)")
         elif gen_path:
@@ -144,7 +168,7 @@ class DiscriminatorStage(FedGANStage):
         ``strategy.generator.cache`` set, load the one an earlier run trained with the same
         data, settings and seed (:mod:`fedgo_flwr.gan.cache`) and store it after training."""
         gp = self.params.generator
-        data = self.generator_data()
+        data = self.data()
         source = "trained on server data (G1)"
         if not gp.cache:
             log(INFO, "FedGO: training the WGAN-GP generator, %d steps", gp.steps)
@@ -171,7 +195,7 @@ class DiscriminatorStage(FedGANStage):
         entry = generator_cache.store_generator(gp.cache, key, generator.state_dict(), stats)
         return {"source": source, **stats, "cache": str(entry)}
 
-    def _discriminators(
+    def discriminators(
         self, grid: Grid, generator: torch.nn.Module, path: str | None
     ) -> tuple[dict[int, torch.nn.Module], dict[str, object]]:
         """Collect D_k from every client (or load them); save them with the run."""
@@ -200,7 +224,7 @@ class DiscriminatorStage(FedGANStage):
                     "images": len(images),
                     "bytes_per_client": int(images.nbytes),
                 }
-            messages = self.messages_to(content, self.node_ids, DISCRIMINATOR_MESSAGE)
+            messages = self.outbox.to(content, self.outbox.node_ids, DISCRIMINATOR_MESSAGE)
             t0 = time.perf_counter()
             per_client: dict[str, dict[str, float]] = {}
             # As the rounds do: a SuperLink's 'Node Unavailable' reply is credited to its node.
@@ -223,7 +247,7 @@ class DiscriminatorStage(FedGANStage):
                     WARNING,
                     "FedGO: no discriminator from client %d (node %d)",
                     pid,
-                    self.node_ids[pid],
+                    self.outbox.node_ids[pid],
                 )
             report["discriminator_round_time"] = time.perf_counter() - t0
             report["discriminators"] = per_client
@@ -246,7 +270,8 @@ class DiscriminatorStage(FedGANStage):
         round): n_k is the server's count of each client's whole partition, the data these
         rounds train on."""
         sizes = None if self.resources is None else self.resources.partition.client_sizes
-        return RoundIntake(self.node_ids, self.node_ids, sizes, what=what, tokens=self.reply_tokens)
+        nodes = self.outbox.node_ids
+        return RoundIntake(nodes, nodes, sizes, what=what, tokens=self.outbox.tokens)
 
     def _load_discriminators(
         self, path: str, reference: Mapping[str, np.ndarray]

@@ -1,21 +1,21 @@
 """The receiving side: each reply checked, unpacked and folded in as it arrives.
 
-:class:`ReplyIntake` is the part of :class:`strategies.base.Strategy` that takes a round's
-replies. Every reply goes through the round's intake (:class:`fedgo_flwr.protocol.RoundIntake`)
-before any strategy code sees it: checked against the client algorithm's declared reply
-(:meth:`~ReplyIntake.reply_spec`) and the server's templates of its array records
-(:meth:`~ReplyIntake.reply_templates`), a model update bounded against the model the client was
-sent (:meth:`~ReplyIntake.sent_arrays`, ``strategy.aggregation.update_bound``), then unpacked
-into a :class:`Reply`. :meth:`~ReplyIntake.collect` is the one loop over a round's replies: each
-into ``absorb`` as it arrives and its arrays let go, so the server's memory does not grow with
-the number of clients; ``absorb`` may still drop a reply by raising :class:`ReplyRejected`.
+:class:`ReplyIntake`, owned by a strategy as ``self.intake``, takes a round's replies. Every
+reply goes through the round's :class:`fedgo_flwr.protocol.RoundIntake` (``intake.round``)
+before any strategy code sees it: checked against the client algorithm's declared reply and the
+server's templates of its array records, a model update bounded against the model the client
+was sent (``strategy.aggregation.update_bound``), then unpacked into a :class:`Reply`
+(:meth:`~ReplyIntake.accept`; the strategy hands it these as call arguments).
+:meth:`~ReplyIntake.collect` is the one loop over a round's replies: each into the strategy's
+``absorb`` as it arrives and its arrays let go, so the server's memory does not grow with the
+number of clients; ``absorb`` may still drop a reply by raising :class:`ReplyRejected`.
 :func:`client_metrics` makes the round's client figures out of the accepted replies.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from logging import WARNING
 from typing import Any
@@ -25,7 +25,7 @@ from flwr.app import Message, RecordDict
 from flwr.supercore import log
 
 from fedgo_flwr.learning.aggregation import update_problem, upload_norm
-from fedgo_flwr.protocol import TRAIN, ReplySpec, RoundIntake, declaration
+from fedgo_flwr.protocol import ReplySpec, RoundIntake
 from fedgo_flwr.runtime import messages as msgs
 
 
@@ -47,46 +47,53 @@ class Reply:
 
 
 class ReplyIntake:
-    """Reply intake of :class:`strategies.base.Strategy` (a mixin): the round's
-    :class:`~fedgo_flwr.protocol.RoundIntake` (``intake``) and the partitions sent work
-    (``sampled``)."""
+    """A strategy's reply intake: the round's :class:`~fedgo_flwr.protocol.RoundIntake`
+    (``round``, opened by :meth:`open`) and the norms of the models sent this round.
 
-    def open_round(self, pids: Iterable[int]) -> None:
-        """Send work to partitions ``pids`` this round: only their replies are taken, once
-        each (:class:`fedgo_flwr.protocol.RoundIntake`)."""
-        self.sampled = list(pids)
-        self.intake = RoundIntake(
-            self.node_ids, self.sampled, self.client_sizes, tokens=self.reply_tokens
-        )
-        self._sent_norms: dict[int, tuple[Mapping[str, np.ndarray], Any]] = {}  # sent_norm's
+    ``node_ids``: partition id -> node id; ``client_sizes``: n_k of every partition as the
+    server counts it (``None``: trust the claim); ``tokens``: partition id -> the reply token
+    of its latest message (shared with the sending side, which writes it);
+    ``round_timeout``: named in the WARNING about a client that did not reply."""
 
-    def reply_spec(self) -> ReplySpec:
-        """What a ``train`` reply must hold: the client algorithm's declaration
-        (:func:`fedgo_flwr.protocol.declaration`)."""
-        return declaration(self.client_algorithm).reply(TRAIN)
+    def __init__(
+        self,
+        node_ids: Mapping[int, int],
+        client_sizes: Any,
+        tokens: Mapping[int, str],
+        round_timeout: float,
+    ) -> None:
+        self.node_ids = node_ids
+        self.client_sizes = client_sizes
+        self.tokens = tokens
+        self.round_timeout = round_timeout
+        self.round = RoundIntake(node_ids, (), tokens=tokens)
+        self._sent_norms: dict[int, tuple[Mapping[str, np.ndarray], Any]] = {}
 
-    def reply_templates(self, pid: int) -> dict[str, Mapping[str, np.ndarray]]:
-        """Per ArrayRecord of client ``pid``'s reply, what it must match in keys, shapes and
-        dtypes: the model (:meth:`reference_arrays`); subclasses add their records'."""
-        return {msgs.ARRAYS: self.reference_arrays(pid)}
+    def open(self, pids: Iterable[int]) -> None:
+        """A round sent work to partitions ``pids``: only their replies are taken, once each
+        (:class:`fedgo_flwr.protocol.RoundIntake`)."""
+        self.round = RoundIntake(self.node_ids, list(pids), self.client_sizes, tokens=self.tokens)
+        self._sent_norms = {}
 
-    def check_reply(self, content: RecordDict) -> str | None:
-        """Extra checks of a subclass, after the intake's; return why the reply is unusable,
-        or ``None``."""
-        return None
+    def accept(
+        self,
+        msg: Message,
+        spec: ReplySpec,
+        templates: Callable[[int], dict[str, Mapping[str, np.ndarray]]],
+        check: Callable[[RecordDict], str | None],
+        labels: Callable[[int, str], tuple[str, str]] | None,
+        sent: Callable[[int], Mapping[str, np.ndarray] | None],
+        update_bound: float | None,
+    ) -> Reply | None:
+        """``msg`` checked by the round's intake, unpacked; ``None`` (logged) if unusable.
 
-    def accept(self, msg: Message) -> Reply | None:
-        """The reply checked by the round's intake, unpacked; ``None`` (logged) if unusable.
-
-        Whatever a client sent, this returns (:meth:`RoundIntake.take`).
-        """
-        checked = self.intake.take(
-            msg,
-            self.reply_spec(),
-            self.reply_templates,
-            lambda c: self.check_reply(c.content),
-            self._record_labels if self.heterogeneous else None,
-        )
+        ``spec``: what the reply must hold; ``templates(pid)``: per ArrayRecord, what it must
+        match; ``check(content)``: the strategy's own checks (why unusable, or ``None``);
+        ``labels``: how a refused record is named (``model.client_models``); ``sent(pid)``:
+        the model client ``pid`` was sent, against which its update is bounded by
+        ``update_bound`` (``None``: not bounded). Whatever a client sent, this returns
+        (:meth:`RoundIntake.take`)."""
+        checked = self.round.take(msg, spec, templates, lambda c: check(c.content), labels)
         if checked is None:
             return None
         reply = Reply(
@@ -97,22 +104,15 @@ class ReplyIntake:
             metrics=checked.metrics,
             content=checked.content,
         )
-        sent = self.sent_arrays(reply.partition_id)
-        bound = self.aggregation.update_bound
-        if sent is not None and bound is not None:
-            problem = update_problem(reply.arrays, sent, bound, self.sent_norm(sent))
+        reference = sent(reply.partition_id)
+        if reference is not None and update_bound is not None:
+            problem = update_problem(
+                reply.arrays, reference, update_bound, self.sent_norm(reference)
+            )
             if problem is not None:
                 self.drop(reply, problem, model_fault=True)
                 return None
         return reply
-
-    def sent_arrays(self, pid: int) -> Mapping[str, np.ndarray] | None:
-        """The model client ``pid`` was sent this round, against which its reply's update is
-        bounded (``strategy.aggregation.update_bound``, :func:`update_problem`): the global
-        model; ``None`` (not checked) for a client of another architecture."""
-        if self.heterogeneous and self.client_arch(pid) != self.cfg.model.name:
-            return None
-        return self.global_arrays or None
 
     def sent_norm(self, sent: Mapping[str, np.ndarray]) -> Any:
         """``||sent||`` (:func:`upload_norm`), once per model sent this round: every client
@@ -122,34 +122,33 @@ class ReplyIntake:
             hit = self._sent_norms[id(sent)] = (sent, upload_norm(sent))
         return hit[1]
 
-    def _record_labels(self, pid: int, key: str) -> tuple[str, str]:
-        """How a refused record of client ``pid`` is named with ``model.client_models``."""
-        if key == msgs.ARRAYS:
-            return f"arrays (its model '{self.client_arch(pid)}')", "that model"
-        return f"ArrayRecord {key!r}", "the server's"
-
     def drop(self, reply: Reply, reason: str, model_fault: bool = False) -> None:
-        """Drop an accepted ``reply`` after all (:class:`ReplyRejected` from :meth:`absorb`);
+        """Drop an accepted ``reply`` after all (:class:`ReplyRejected` from ``absorb``);
         ``model_fault``: the reason points at the model sent (an update beyond
         ``update_bound``: :attr:`RoundIntake.model_faults`)."""
-        self.intake.accepted.discard(reply.partition_id)
-        self.intake.reject(reply.partition_id, reply.node_id, reason, model_fault)
+        self.round.accepted.discard(reply.partition_id)
+        self.round.reject(reply.partition_id, reply.node_id, reason, model_fault)
 
-    def collect(self, server_round: int, replies: Iterable[Message]) -> tuple[list[Reply], float]:
-        """The one loop over a round's replies: each, as it arrives, through the intake
-        (:meth:`accept`) and into :meth:`absorb`, its arrays let go afterwards; returns the
-        accepted replies sorted by partition id (arrival order must not matter) and the
-        seconds spent in :meth:`absorb`."""
+    def collect(
+        self,
+        server_round: int,
+        replies: Iterable[Message],
+        accept: Callable[[Message], Reply | None],
+        absorb: Callable[[int, Reply], None],
+    ) -> tuple[list[Reply], float]:
+        """The one loop over a round's replies: each, as it arrives, through ``accept`` and
+        into ``absorb``, its arrays let go afterwards; returns the accepted replies sorted by
+        partition id (arrival order must not matter) and the seconds spent in ``absorb``."""
         accepted: list[Reply] = []
         t_absorb = 0.0
         for msg in replies:  # as they arrive; one reply's arrays in memory at a time
-            reply = self.accept(msg)
+            reply = accept(msg)
             del msg
             if reply is None:
                 continue
             t0 = time.perf_counter()
             try:
-                self.absorb(server_round, reply)
+                absorb(server_round, reply)
             except ReplyRejected as exc:  # absorb found it unusable before changing anything
                 self.drop(reply, str(exc))
                 continue
@@ -163,7 +162,7 @@ class ReplyIntake:
 
     def warn_silent(self, server_round: int) -> None:
         """One WARNING per partition of the round that no reply answered for."""
-        for pid in self.intake.silent:
+        for pid in self.round.silent:
             if pid not in self.node_ids:
                 log(
                     WARNING,
@@ -178,7 +177,7 @@ class ReplyIntake:
                 server_round,
                 pid,
                 self.node_ids[pid],
-                self.cfg.round_timeout,
+                self.round_timeout,
             )
 
 

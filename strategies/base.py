@@ -54,40 +54,47 @@ the base applies it in :meth:`~Strategy.begin_round` / :meth:`~Strategy.absorb` 
 :meth:`~Strategy.averaged`, so FedAvg, FedProx and FedDF/FedGO's average initialisation get it
 as they are (SCAFFOLD applies it to its model update).
 
-A strategy module (``strategies/<name>.py``) subclasses this and overrides only what differs:
-:meth:`~Strategy.train_record` (what is sent), :meth:`~Strategy.absorb` /
-:meth:`~Strategy.aggregate` (how accepted replies become the next model),
-:meth:`~Strategy.check_reply` (extra reply checks), :meth:`~Strategy.setup` (work before round
-1) and :meth:`~Strategy.state_dict` (what a resumed run needs).
+**How it reads.** :meth:`Strategy.start` is the whole run, top to bottom, as Flower's own
+``Strategy.start``: per row, sample and send (:meth:`~Strategy.configure_train`), take the replies
+as they come and aggregate (:meth:`~Strategy.aggregate_train`), undo the row if its model was
+broken, evaluate and record, checkpoint. The jobs it delegates are objects the strategy owns,
+built in ``__init__`` from what they need, each in a private module of this package (private:
+:func:`strategies.available` does not take them for strategies):
 
-**Where the parts are.** :class:`Strategy` is composed of one mixin per job, each in a private
-module of this package (private: :func:`strategies.available` does not take them for
-strategies); this module holds the class itself (its class attributes, constructor, config and
-pre-flight checks, the server's resources and data, the setup and checkpoint hooks) and the
-shared ``BaseConfig``:
+- ``self.outbox`` (:class:`strategies._sending.Outbox`): sampling, the messages and their reply
+  tokens;
+- ``self.intake`` (:class:`strategies._replies.ReplyIntake`): the round's reply checks and the
+  one loop over its replies (``Reply``, ``ReplyRejected``, ``client_metrics``);
+- ``self.averager`` (:class:`strategies._aggregation.RobustAveraging`): robust averaging;
+- ``self.architectures`` (:class:`strategies._architectures.ClientArchitectures`): client
+  architectures other than the global model's;
+- ``self.rollback`` (:class:`strategies._rounds.Rollback`, per run): the last good model.
 
-- :mod:`strategies._rounds`: the round loop (:class:`~strategies._rounds.RoundLoop`, ``Row``);
-- :mod:`strategies._sending`: sampling and the training messages;
-- :mod:`strategies._replies`: reply intake and unpacking (``Reply``, ``ReplyRejected``,
-  ``client_metrics``);
-- :mod:`strategies._aggregation`: robust averaging and the round's metrics;
-- :mod:`strategies._architectures`: client architectures other than the global model's.
+What a strategy varies are the hook methods below, each with its docstring: the rows
+(:meth:`~Strategy.plan`, :meth:`~Strategy.begin_run`, :meth:`~Strategy.rows`,
+:meth:`~Strategy.row_title`, :meth:`~Strategy.run_row`), what is sent
+(:meth:`~Strategy.train_record`, :meth:`~Strategy.arrays_for`), what a reply must be
+(:meth:`~Strategy.reply_spec`, :meth:`~Strategy.reply_templates`, :meth:`~Strategy.check_reply`,
+:meth:`~Strategy.sent_arrays`), how replies become the next model (:meth:`~Strategy.begin_round`,
+:meth:`~Strategy.absorb`, :meth:`~Strategy.aggregate`), the work before round 1
+(:meth:`~Strategy.setup`) and the checkpoint (:meth:`~Strategy.state_dict` and its kin).
 """
 
 from __future__ import annotations
 
-import collections
-import copy
-from collections.abc import Iterable, Mapping
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
 from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from flwr.supercore import log
 from torch import nn
@@ -100,15 +107,18 @@ from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.experiment.task import heterogeneous_models
 from fedgo_flwr.learning.aggregation import AggregationConfig
-from fedgo_flwr.protocol import RoundIntake
-from strategies._aggregation import RobustAveraging
-from strategies._architectures import ClientArchitectures
+from fedgo_flwr.protocol import TRAIN, ReplySpec, declaration
+from fedgo_flwr.runtime import messages as msgs
+from fedgo_flwr.runtime.messages import stream_replies, to_numpy, to_record
+from fedgo_flwr.runtime.shutdown import raise_if_stopping
+from strategies._aggregation import RobustAveraging, update_norms
+from strategies._architectures import ClientArchitectures, homogeneous_only
 from strategies._replies import Reply, ReplyIntake, ReplyRejected, client_metrics
-from strategies._rounds import RoundLoop, Row
-from strategies._sending import Sending
+from strategies._rounds import Rollback, Row
+from strategies._sending import Outbox
 
-# What a strategy module needs to subclass Strategy: the mixins' modules are private, so the
-# types a subclass uses (Reply, ReplyRejected, Row, client_metrics) are taken from here.
+# What a strategy module needs to subclass Strategy: the parts' modules are private, so the
+# types and functions a subclass uses are taken from here.
 __all__ = [
     "BaseConfig",
     "Reply",
@@ -117,6 +127,7 @@ __all__ = [
     "ServerResources",
     "Strategy",
     "client_metrics",
+    "update_norms",
 ]
 
 
@@ -141,9 +152,7 @@ class ServerResources:
     out_dir: Path
 
 
-class Strategy(
-    RoundLoop, Sending, ReplyIntake, RobustAveraging, ClientArchitectures, FlowerStrategy
-):
+class Strategy(FlowerStrategy):
     """Seeded sampling, per-reply validation, streaming aggregation, resumable rounds."""
 
     name: ClassVar[str] = ""
@@ -158,15 +167,17 @@ class Strategy(
     """The client algorithm's own reply metrics the round records (FedUV's ``uv_var``): the
     n_k-weighted mean over the accepted replies that have it (the declaration checks them)."""
     finished: bool = False
-    """Set by a strategy whose run ends before ``rounds`` (CPFL, one-shot FL): the loop stops
-    after the row that set it, and that row is evaluated."""
-    evaluate_now: bool = False
-    """True while the current row is evaluated although ``eval.every`` would skip it."""
+    """Whether the run ended before ``rounds`` (CPFL, one-shot FL: part of their state, so a
+    resumed run knows; the loop itself stops after a row that is ``finished``)."""
     supports_heterogeneous_models: ClassVar[bool] = False
     """Whether clients may train architectures other than ``model.name``
     (``model.client_models``). A strategy that averages parameters cannot: it refuses them. One
     that sets it must override :meth:`absorb` / :meth:`aggregate` (the default averages every
     reply's arrays) and may override :meth:`arrays_for`."""
+    rolls_back: ClassVar[bool] = True
+    """Whether a row whose replies say its model was broken is undone
+    (:mod:`strategies._rounds`); ``False`` for a strategy whose rows are not rounds of one
+    global model (CPFL's cohorts, one-shot FL, central training)."""
 
     def __init__(
         self,
@@ -186,28 +197,29 @@ class Strategy(
             self.params, "aggregation", AggregationConfig()
         )
         self.node_ids = dict(node_ids)  # partition id -> node id (a node may serve several)
-        served = collections.Counter(self.node_ids.values())
-        # node id -> partition id, for nodes that serve one partition (replies without group id)
-        self.partition_of = {n: p for p, n in self.node_ids.items() if served[n] == 1}
         self.param_names = [name for name, _ in model.named_parameters()]
         self.resources = resources
         # n_k of every partition, as the server counts it (None: no resources, trust the claim).
         self.client_sizes = None if resources is None else resources.partition.client_sizes
-        self._template = copy.deepcopy(model).cpu()
-        self.heterogeneous = heterogeneous_models(cfg)
-        # Architectures other than model.name: a seeded initial model of each, built once.
-        self._arch_templates: dict[str, nn.Module] = {}
-        self._arch_arrays: dict[str, dict[str, np.ndarray]] = {}
-        self._arch_records: dict[str, ArrayRecord] = {}
-        if self.heterogeneous:
-            self._build_architectures()
-        self.global_arrays: dict[str, np.ndarray] = {}
+        self.architectures = ClientArchitectures(
+            cfg,
+            model,
+            None if resources is None else resources.bundle,
+            supported=self.supports_heterogeneous_models,
+            strategy=self.name,
+        )
+        own = {f.name for f in dataclasses.fields(declaration(self.client_algorithm).Config)}
+        mine = dataclasses.asdict(self.params)
+        self.outbox = Outbox(cfg, self.node_ids, self.client_algorithm, {k: mine[k] for k in own})
+        self.intake = ReplyIntake(
+            self.node_ids, self.client_sizes, self.outbox.tokens, cfg.round_timeout
+        )
+        self.averager = RobustAveraging(self.aggregation)
+        self.global_arrays: dict[str, np.ndarray] = {}  # the model sent this round
+        self.rollback = Rollback(ArrayRecord())  # per run: start()
         self.num_rounds = cfg.rounds  # set again by start()
         self.sampled: list[int] = []
-        # partition id -> the reply token of the latest message sent to it (messages_to)
-        self.reply_tokens: dict[int, str] = {}
-        self.intake = RoundIntake(self.node_ids, (), tokens=self.reply_tokens)  # each round's
-        self.last_round: dict[str, float | int] = {}  # read by the run recorder
+        self.last_round: dict[str, float | int] = {}  # the current row's metrics
         self.run_token = ""  # names this run's client-state files (kept when resuming)
         self.resuming = False  # set by the ServerApp when the run continues from a checkpoint
         # seconds of named stages of setup() (``generator``, ``discriminators``), for the
@@ -220,7 +232,7 @@ class Strategy(
         experiment ``cfg`` (``c.fail`` names the key). Here: client architectures other than
         ``model.name`` only for a strategy that supports them."""
         if cfg is not None and heterogeneous_models(cfg) and not cls.supports_heterogeneous_models:
-            c.at("model.", cfg.model).fail("client_models", cls._homogeneous_only(cfg))
+            c.at("model.", cfg.model).fail("client_models", homogeneous_only(cls.name, cfg))
         agg = getattr(config, "aggregation", None)
         if cfg is not None and agg is not None and agg.rule == "trimmed_mean":
             k = cfg.clients_per_round
@@ -282,8 +294,289 @@ class Strategy(
         self._server_unlabeled = data
         return data
 
+    # -- the run: Flower's start, resumable, one row at a time -----------------------------
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        *,
+        first_round: int = 1,
+        round_end: Callable[[int, ArrayRecord], None] | None = None,
+        record: Callable[[int, ArrayRecord, Row], MetricRecord | None] | None = None,
+    ) -> Result:
+        """The run of every strategy: Flower's ``Strategy.start``, resumable, one row at a time.
+
+        Per row of ``metrics.jsonl``: sample, send, take the replies and aggregate
+        (:meth:`run_row`: a communication round here; CPFL's cohort rounds and stage two,
+        one-shot FL's clients' round and server epochs elsewhere), undo the row if its replies
+        say its model was broken (:attr:`rolls_back`, :class:`strategies._rounds.Rollback`),
+        evaluate and record (``record(row, arrays, out)``: the run recorder gets the row's
+        :class:`Row` whole, its figures in ``fields``; or Flower's ``evaluate_fn(row,
+        arrays)``), checkpoint (``round_end(row, arrays)``). Unlike Flower's there is no
+        federated evaluation (this framework evaluates on the server); rows start at
+        ``first_round`` (a resumed run: the initial evaluation is skipped unless it is 1);
+        which rows there are is :meth:`rows`, and the loop ends early after a row that is
+        ``finished``. A stop asked for (Ctrl-C, TERM) ends the loop before a row's results are
+        used or checkpointed.
+        """
+        log(
+            INFO,
+            "Starting %s strategy (%s)",
+            type(self).__name__,
+            self.plan(first_round, num_rounds),
+        )
+        self.summary()
+        result = Result()
+        result.arrays = arrays = initial_arrays
+        self.num_rounds = num_rounds
+        if not self.begin_run(initial_arrays):
+            return result
+        if record is None and evaluate_fn is not None:
+            record = lambda n, evaluated, _: evaluate_fn(n, evaluated)  # noqa: E731
+        if record is not None and first_round == 1:
+            res = record(0, arrays, Row(label=self.row_label(0)))
+            if res is not None:
+                result.evaluate_metrics_serverapp[0] = res
+        train_config = ConfigRecord() if train_config is None else train_config
+        self.rollback = Rollback(arrays)  # after a resume, the model resumed from
+        for row in self.rows(first_round, num_rounds):
+            title = self.row_title(row, num_rounds)
+            if title:
+                log(INFO, "")
+                log(INFO, "%s", title)
+            # Sample, send, take the replies as they come, aggregate.
+            out = self.run_row(row, grid, arrays, ConfigRecord(train_config), timeout)
+            # Clients that died with a Ctrl-C/TERM must not make a row (runtime.shutdown).
+            raise_if_stopping(f"round {row}")
+            if self.rolls_back:  # a broken model: back to the last good one
+                undone = self.rollback.check(row, self.intake.round, self.last_round, out, arrays)
+                if undone is not None:
+                    out, arrays = undone, self.rollback.good
+                    result.arrays = arrays
+            if out.arrays is not None:
+                result.arrays = arrays = out.arrays
+            if out.metrics is not None:
+                result.train_metrics_clientapp[row] = out.metrics
+            out.fields = dict(self.last_round)  # the row's figures, as the rollback left them
+            out.label = out.label or self.row_label(row)
+            if record is not None:  # evaluate and record
+                res = record(row, arrays if out.evaluated is None else out.evaluated, out)
+                if res is not None:
+                    result.evaluate_metrics_serverapp[row] = res
+            if round_end is not None:  # checkpoint
+                raise_if_stopping(f"round {row}'s checkpoint")
+                round_end(row, arrays if out.checkpoint is None else out.checkpoint)
+            if out.finished:
+                break
+        return result
+
+    def run_row(
+        self, row: int, grid: Grid, arrays: ArrayRecord, config: ConfigRecord, timeout: float
+    ) -> Row:
+        """Hook: what one row does. Here one communication round: sample and send the global
+        model ``arrays`` (:meth:`configure_train`), take the replies as they come
+        (:func:`fedgo_flwr.runtime.messages.stream_replies`), aggregate
+        (:meth:`aggregate_train`). CPFL and one-shot FL override it."""
+        messages = self.configure_train(row, arrays, config, grid)
+        new, metrics = self.aggregate_train(row, stream_replies(grid, messages, timeout))
+        return Row(arrays=new, metrics=metrics)
+
+    def plan(self, first_round: int, num_rounds: int) -> str:
+        """Hook: how the start of the run describes the rows to come (logged)."""
+        return f"rounds {first_round}..{num_rounds}"
+
+    def begin_run(self, initial_arrays: ArrayRecord) -> bool:
+        """Hook: work before the first row of this (possibly resumed) run; ``False``: nothing
+        is left to do (a run resumed after its last row)."""
+        return True
+
+    def rows(self, first_round: int, num_rounds: int) -> Iterable[int]:
+        """Hook: the rows of ``metrics.jsonl`` this run makes: here one per round."""
+        return range(first_round, num_rounds + 1)
+
+    def row_title(self, row: int, num_rounds: int) -> str | None:
+        """Hook: the row's heading in the log (``None``: none)."""
+        return f"[ROUND {row}/{num_rounds}]"
+
+    def row_label(self, row: int) -> str | None:
+        """Hook: how the row's evaluation line names it (``None``: ``round r/rounds``)."""
+        return None
+
+    def report(self) -> dict[str, Any]:
+        """Hook: this strategy's part of ``summary.json`` (CPFL's simulated time, CPU-hours,
+        bytes); nothing here."""
+        return {}
+
+    # -- a round: sample and send ----------------------------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """The round's training messages: the seeded sample of clients
+        (:meth:`Outbox.sample <strategies._sending.Outbox.sample>`), each sent
+        :meth:`train_record` (with ``model.client_models``, one record per architecture, built
+        once, ``arrays`` being :meth:`arrays_for`'s); opens the round's intake."""
+        self.global_arrays = to_numpy(arrays)
+        pids = self.outbox.sample(server_round)
+        log(INFO, "configure_train: clients %s", pids)
+        config = self.message_config(server_round, config)
+        if not self.architectures.heterogeneous:
+            record = self.train_record(server_round, arrays, config)
+            self.open_round(pids)
+            return self.messages_to(record, pids, MessageType.TRAIN)
+        records: dict[str, RecordDict] = {}  # one per architecture, shared by its clients
+        messages: list[Message] = []
+        for pid in pids:  # in partition order, as without client_models
+            arch = self.architectures.of(pid)
+            if arch not in records:
+                records[arch] = self.train_record(
+                    server_round, self.arrays_for(arch, arrays), config
+                )
+            messages += self.messages_to(records[arch], [pid], MessageType.TRAIN)
+        self.open_round(pids)
+        return messages
+
+    def train_record(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
+    ) -> RecordDict:
+        """Hook: the content sent to every sampled client (subclasses add their own records)."""
+        return RecordDict({msgs.ARRAYS: arrays, msgs.CONFIG: config})
+
+    def arrays_for(self, arch: str, arrays: ArrayRecord) -> ArrayRecord:
+        """Hook: what clients of architecture ``arch`` start the round from (the global model
+        ``arrays`` for ``model.name``'s; :meth:`ClientArchitectures.initial_record
+        <strategies._architectures.ClientArchitectures.initial_record>` for the others). A
+        strategy that keeps a model per architecture (FedDF's prototypes) overrides it."""
+        return self.architectures.initial_record(arch, arrays)
+
+    def message_config(self, server_round: int, config: ConfigRecord | None = None) -> ConfigRecord:
+        """The ConfigRecord of every message to clients (:meth:`Outbox.config
+        <strategies._sending.Outbox.config>`)."""
+        return self.outbox.config(server_round, self.run_token, config)
+
+    def messages_to(
+        self, content: RecordDict, pids: Iterable[int], message_type: str
+    ) -> list[Message]:
+        """One message of ``message_type`` with ``content`` per partition in ``pids``, each
+        with a fresh reply token (:meth:`Outbox.to <strategies._sending.Outbox.to>`)."""
+        return self.outbox.to(content, pids, message_type)
+
+    def pid_of(self, msg: Message) -> int:
+        """The partition a reply answers for (``-1``: none this server knows)."""
+        return self.outbox.pid_of(msg)
+
+    def open_round(self, pids: Iterable[int]) -> None:
+        """Send work to partitions ``pids`` this round (``sampled``): only their replies are
+        taken, once each (:meth:`ReplyIntake.open <strategies._replies.ReplyIntake.open>`)."""
+        self.sampled = list(pids)
+        self.intake.open(self.sampled)
+
+    # -- a round: take the replies and aggregate ---------------------------------------------
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The round's replies, each checked (:meth:`accept`) and folded in (:meth:`absorb`)
+        as it arrives, then :meth:`aggregate`; the round's metrics in ``last_round``. With
+        fewer than ``min_clients`` usable replies the global model is kept (``None``)."""
+        self.begin_round(server_round)
+        accepted, t_absorb = self.intake.collect(server_round, replies, self.accept, self.absorb)
+        self.last_round = {
+            "clients_sampled": len(self.sampled),
+            "clients_replied": len(accepted),
+            "clients_failed": self.intake.round.failed,
+        }
+        if len(accepted) < self.cfg.min_clients:
+            log(
+                WARNING,
+                "Round %d: %d usable replies < min_clients %d; the global model is kept",
+                server_round,
+                len(accepted),
+                self.cfg.min_clients,
+            )
+            return None, MetricRecord(self.last_round)
+        t0 = time.perf_counter()
+        arrays = self.aggregate(server_round, accepted)
+        self.last_round["aggregate_time"] = time.perf_counter() - t0 + t_absorb
+        self.last_round.update(client_metrics(accepted, self.reply_metrics))
+        return to_record(arrays), MetricRecord(self.last_round)
+
+    def accept(self, msg: Message) -> Reply | None:
+        """``msg`` through the round's intake with this strategy's :meth:`reply_spec`,
+        :meth:`reply_templates`, :meth:`check_reply` and :meth:`sent_arrays`
+        (:meth:`ReplyIntake.accept <strategies._replies.ReplyIntake.accept>`); ``None``
+        (logged) if unusable. Whatever a client sent, this returns."""
+        archs = self.architectures
+        return self.intake.accept(
+            msg,
+            self.reply_spec(),
+            self.reply_templates,
+            self.check_reply,
+            archs.record_labels if archs.heterogeneous else None,
+            self.sent_arrays,
+            self.aggregation.update_bound,
+        )
+
+    def reply_spec(self) -> ReplySpec:
+        """Hook: what a ``train`` reply must hold: the client algorithm's declaration
+        (:func:`fedgo_flwr.protocol.declaration`)."""
+        return declaration(self.client_algorithm).reply(TRAIN)
+
+    def reply_templates(self, pid: int) -> dict[str, Mapping[str, np.ndarray]]:
+        """Hook: per ArrayRecord of client ``pid``'s reply, what it must match in keys, shapes
+        and dtypes: the model it trained (this round's global model, or its architecture's
+        initial model); subclasses add their records'."""
+        return {msgs.ARRAYS: self.architectures.reference(pid, self.global_arrays)}
+
+    def check_reply(self, content: RecordDict) -> str | None:
+        """Hook: extra checks of a subclass, after the intake's; why the reply is unusable,
+        or ``None``."""
+        return None
+
+    def sent_arrays(self, pid: int) -> Mapping[str, np.ndarray] | None:
+        """Hook: the model client ``pid`` was sent this round, against which its reply's
+        update is bounded (``strategy.aggregation.update_bound``): the global model; ``None``
+        (not checked) for a client of another architecture."""
+        if not self.architectures.trains_main(pid):
+            return None
+        return self.global_arrays or None
+
+    def begin_round(self, server_round: int) -> None:
+        """Hook: reset what :meth:`absorb` accumulates (here the averager, against the model
+        the clients were sent)."""
+        self.averager.begin(self.global_arrays, f"Round {server_round}")
+
+    def absorb(self, server_round: int, reply: Reply) -> None:
+        """Hook: fold one accepted reply in as it arrives (here into the averager, its update
+        clipped under ``strategy.aggregation``); its arrays are dropped afterwards. Raise
+        :class:`ReplyRejected` to drop the reply, only before changing anything."""
+        self.averager.add(reply.arrays, reply.num_examples, reply.partition_id, self.global_arrays)
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
+        """Hook: the next global model from the round's accepted ``replies`` (metadata only,
+        sorted by partition id; the arrays went through :meth:`absorb`): here
+        :meth:`averaged`."""
+        return self.averaged()
+
+    def averaged(self) -> dict[str, np.ndarray]:
+        """The averager's result for the round, its figures (``clients_clipped``,
+        ``update_ratio_*``) into the round's metrics."""
+        out, figures = self.averager.result()
+        self.last_round.update(figures)
+        return out
+
+    # -- models ----------------------------------------------------------------------------
+    def model_factory(self, arch: str | None = None) -> nn.Module:
+        """A fresh copy of the experiment's model, or of client architecture ``arch``, with
+        its initial weights (:meth:`ClientArchitectures.model
+        <strategies._architectures.ClientArchitectures.model>`)."""
+        return self.architectures.model(arch)
+
     def setup(self, grid: Grid) -> None:
-        """Work before round 1 (e.g. FedGO's discriminator round); nothing by default."""
+        """Hook: work before round 1 (e.g. FedGO's discriminator round); nothing by default."""
 
     # -- checkpointing ---------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -307,7 +600,8 @@ class Strategy(
         """Why ``arrays`` is not a model of ``model.name`` (keys, shapes, dtypes, finite values
         of at most ``bound``, :data:`~fedgo_flwr.experiment.checkpoint.MAX_PARAMETER` unless
         told), or ``None``."""
-        template = {k: v.detach().numpy() for k, v in self._template.state_dict().items()}
+        template = self.architectures.template.state_dict()
+        template = {k: v.detach().numpy() for k, v in template.items()}
         return arrays_problem(arrays, template, what, bound=bound)
 
     @classmethod

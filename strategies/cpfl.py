@@ -114,7 +114,7 @@ from fedgo_flwr.runtime.rng import derive_seed
 from fedgo_flwr.runtime.shutdown import raise_if_stopping
 from strategies._cpfl_distill import CohortDistillation
 from strategies._cpfl_rounds import CohortRounds
-from strategies._prefl import DiscriminatorStage
+from strategies._prefl import check_generator
 from strategies.base import BaseConfig, Row, Strategy
 
 
@@ -195,7 +195,7 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
         )
 
 
-class CPFL(CohortRounds, CohortDistillation, DiscriminatorStage, Strategy):
+class CPFL(CohortRounds, CohortDistillation, Strategy):
     """Cohorts trained in parallel to convergence, then distilled into one model (Alg. 1)."""
 
     name = "cpfl"
@@ -217,7 +217,8 @@ class CPFL(CohortRounds, CohortDistillation, DiscriminatorStage, Strategy):
 
     @classmethod
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
-        super().preflight(cfg, c)  # DiscriminatorStage's: strategy.generator.module
+        super().preflight(cfg, c)
+        check_generator(cfg, c)  # strategy.generator.module
         p: CPFLConfig = cfg.strategy.params
         s = c.at("strategy.", p)
         if p.profiles is not None:
@@ -252,6 +253,7 @@ class CPFL(CohortRounds, CohortDistillation, DiscriminatorStage, Strategy):
             size - holdout_size(size, p.val_fraction, p.min_val_samples)
             for size in part.client_sizes
         ]
+        self.intake.client_sizes = self.client_sizes  # a reply's num-examples must be these
         hist = part.histogram(train.y, train.num_classes).astype(np.int64)
         self.num_classes = train.num_classes
         # Label counts of each client's training split (what its cohort reports, step 3).
@@ -415,7 +417,7 @@ class CPFL(CohortRounds, CohortDistillation, DiscriminatorStage, Strategy):
                     c.status = MAX_ROUNDS
                     c.finish_seconds = c.clock.seconds
         if not any(c.running for c in self.cohorts):
-            return Row(arrays=to_record(self.stage_two(row)))
+            return Row(arrays=to_record(self.stage_two(row)), finished=self.finished)
         if len(self.cohorts) == 1:
             model = to_record(self.cohorts[0].arrays)
             return Row(evaluated=model, checkpoint=model)

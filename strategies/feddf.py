@@ -285,11 +285,11 @@ class FedDF(Strategy):
         self.student = self.model_factory()
         self.previous: dict[str, np.ndarray] | None = None
         # FedDF Alg. 3: one prototype per client architecture other than model.name.
-        archs = sorted({self.client_arch(p) for p in range(self.cfg.data.num_clients)})
+        archs = sorted({self.architectures.of(p) for p in range(self.cfg.data.num_clients)})
         self.other_archs = [a for a in archs if a != self.cfg.model.name]
         self.scratches = {a: self.model_factory(a) for a in self.other_archs}
         self.arch_students = {a: self.model_factory(a) for a in self.other_archs}
-        self.protos = {a: dict(self._arch_arrays[a]) for a in self.other_archs}
+        self.protos = {a: dict(self.architectures.initial[a]) for a in self.other_archs}
         self._main_scratch = self.scratch
 
     def distill_pool(self) -> ArrayDataset:
@@ -339,10 +339,12 @@ class FedDF(Strategy):
         for arch, arrays in protos.items():
             if problem is not None:
                 break
-            if arch not in self._arch_arrays or arch == self.cfg.model.name:
+            if arch not in self.architectures.initial or arch == self.cfg.model.name:
                 return f"'strategy_state.protos': {arch!r} is no client architecture of this run"
             what = f"'strategy_state.protos.{arch}'"
-            problem = arrays_problem(arrays, self._arch_arrays[arch], what, f"model {arch!r}")
+            problem = arrays_problem(
+                arrays, self.architectures.initial[arch], what, f"model {arch!r}"
+            )
         return problem
 
     def arrays_for(self, arch: str, arrays: ArrayRecord) -> ArrayRecord:
@@ -458,7 +460,7 @@ class FedDF(Strategy):
         res = self.resources
         assert res is not None
         t0 = time.perf_counter()
-        arch = self.client_arch(reply.partition_id)
+        arch = self.architectures.of(reply.partition_id)
         self.scratch = self.scratches.get(arch, self._main_scratch)
         self.scratch.load_state_dict(self.to_state(reply.arrays))
         bank = self.bank
@@ -524,7 +526,7 @@ class FedDF(Strategy):
         res = self.resources
         assert res is not None
         device = res.device
-        if self.running.count:
+        if self.averager.count:
             average = self.averaged()
         else:  # no client of model.name replied (mixed architectures): its last model
             average = self.previous if self.previous is not None else self.global_arrays

@@ -177,14 +177,14 @@ class FedDisco(FedAvg):
     def begin_round(self, server_round: int) -> None:
         super().begin_round(server_round)  # rule mean: the mean clipped relative to the round
         if self.aggregation.rule != "mean":
-            self.running = new_weighted_average(self.aggregation)  # the rules take p_k
+            self.averager.running = new_weighted_average(self.aggregation)  # the rules take p_k
         self.zero_weighted = new_average(self.aggregation)  # used only if no one else replies
 
     def absorb(self, server_round: int, reply: Reply) -> None:
-        arrays = self.robust(reply)
+        arrays = self.averager.robust(reply.arrays, self.global_arrays)
         weight = self.weight[reply.partition_id]
         if weight > 0:
-            self.running.add(arrays, weight, reply.partition_id)
+            self.averager.running.add(arrays, weight, reply.partition_id)
         else:
             self.zero_weighted.add(arrays, reply.num_examples)
 
@@ -196,13 +196,13 @@ class FedDisco(FedAvg):
             disco_zeroed=sum(v == 0 for v in values),
             disco_fallback=int(self.disco_fallback),
         )
-        if self.running.count == 0:
+        if self.averager.count == 0:
             log(
                 WARNING,
                 "FedDisco: no client with a positive weight replied in round %d; the replies "
                 "are averaged by n_k",
                 server_round,
             )
-            self.running = self.zero_weighted
+            self.averager.running = self.zero_weighted
             self.last_round["disco_fallback"] = 1
         return self.averaged()

@@ -13,10 +13,15 @@ weights them by n_k, as FedAvg's Alg. 1 does. FedGO's Table 3 row is FedGKD+
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from strategies._gkd import GKDBufferConfig, GlobalModelBuffer
-from strategies.base import BaseConfig
+from strategies.base import BaseConfig, Reply
 from strategies.fedavg import FedAvg
 
 
@@ -34,8 +39,40 @@ class FedGKDServerConfig(GKDBufferConfig, BaseConfig):
             )
 
 
-class FedGKD(GlobalModelBuffer, FedAvg):
+class FedGKD(FedAvg):
+    """FedAvg with the buffer of global models (``self.gkd``) as the clients' teachers."""
+
     name = "fedgkd"
     client_algorithm = "fedgkd"
     Config = FedGKDServerConfig
     reply_metrics = ("kd_loss",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gkd = GlobalModelBuffer(self.params)
+
+    def train_record(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord
+    ) -> RecordDict:
+        """FedAvg's content plus the buffer's teachers (:meth:`GlobalModelBuffer.add_teachers`)."""
+        return self.gkd.add_teachers(super().train_record(server_round, arrays, config), arrays)
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
+        """FedAvg's average, pushed into the buffer; the round records ``teacher_distance``."""
+        out = super().aggregate(server_round, replies)
+        self.last_round["teacher_distance"] = self.gkd.teacher_distance
+        self.gkd.push(out)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), **self.gkd.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.gkd.load_state_dict(state)
+
+    def state_problem(self, state: Mapping[str, Any], server_round: int) -> str | None:
+        """FedAvg's checks, then the buffer's: at most ``buffer_length`` models of
+        ``model.name``."""
+        problem = super().state_problem(state, server_round)
+        return problem or self.gkd.state_problem(state, self.model_problem)

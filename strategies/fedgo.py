@@ -4,7 +4,8 @@ Jang, Park, Lee, "Provably Near-Optimal Federated Ensemble Distillation with Neg
 Overhead", ICML 2025, Sec. 3.2, Alg. 1-3 (App. D) and App. E.2.
 
 Pre-FL stage (:meth:`FedGO.setup`, before round 1, once per run; the generator and the
-discriminator round are :class:`strategies._prefl.DiscriminatorStage`, shared with CPFL):
+discriminator round are :class:`strategies._prefl.DiscriminatorStage`, a part shared with CPFL
+and built here as ``self.prefl``):
 
 1. the server obtains a generator G: trained with WGAN-GP on its unlabeled data (scenario G1,
    Alg. 2) or loaded from ``strategy.generator.path`` (G2: off-the-shelf, or an earlier run's);
@@ -67,7 +68,7 @@ from fedgo_flwr.learning.distill import num_views
 from fedgo_flwr.runtime.fileio import strict_json
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import byzantine_clients, get_weighting, make_byzantine
-from strategies._prefl import DiscriminatorStage, discriminator_stats
+from strategies._prefl import DiscriminatorStage, check_generator, discriminator_stats
 from strategies.feddf import FedDF, FedDFConfig
 
 DISTILL_DATA = ("server", "generated")
@@ -109,7 +110,7 @@ class FedGOConfig(FedDFConfig):
             )
 
 
-class FedGO(DiscriminatorStage, FedDF):
+class FedGO(FedDF):
     """FedDF with discriminator-odds weighting and FedGO's pre-FL stage."""
 
     name = "fedgo"
@@ -137,6 +138,7 @@ class FedGO(DiscriminatorStage, FedDF):
     @classmethod
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
         super().preflight(cfg, c)
+        check_generator(cfg, c)  # strategy.generator.module
         params = cfg.strategy.params
         if cfg.data.server_fraction > 0 or cfg.data.public_path is not None:
             return  # the server has unlabeled images (its share, or the public ones)
@@ -164,9 +166,6 @@ class FedGO(DiscriminatorStage, FedDF):
             "the fedgo protocol",
         )
 
-    def needs_generator(self) -> bool:
-        return super().needs_generator() or self.params.distill_data == "generated"
-
     def disc_logits(self, pids: list[int], split: str) -> torch.Tensor | None:
         return self._disc[split][pids]
 
@@ -175,8 +174,20 @@ class FedGO(DiscriminatorStage, FedDF):
         res = self.resources
         assert res is not None
         shape = res.bundle.train.input_shape
-        generator, disc_path, report = self.obtain_generator(grid)
-        discs, disc_report = self._discriminators(grid, generator, disc_path)
+        self.prefl = DiscriminatorStage(
+            self.cfg,
+            res,
+            self.outbox,
+            run_token=self.run_token,
+            data=self.server_unlabeled,
+            needs_generator=self.params.discriminator.uses_generator
+            or self.params.distill_data == "generated",
+            resuming=self.resuming,
+            aggregation=self.aggregation,
+            stage_times=self.stage_times,
+        )
+        generator, disc_path, report = self.prefl.obtain_generator(grid)
+        discs, disc_report = self.prefl.discriminators(grid, generator, disc_path)
         report.update(disc_report)
         if self.params.distill_data == "generated":
             self._use_generated_data(generator)

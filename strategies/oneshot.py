@@ -125,7 +125,6 @@ class OneShot(Strategy):
         self.average: dict[str, np.ndarray] | None = None
         self.epochs_done = 0
         self.finished = False
-        self.evaluate_now = False
         self._test_logits: Tensor | None = None
         self._member_test: dict[int, Tensor] = {}  # each teacher's test logits, from its check
         self._modules: list[nn.Module] | None = None
@@ -170,7 +169,7 @@ class OneShot(Strategy):
 
     def client_model(self, pid: int) -> nn.Module:
         """A fresh module of client ``pid``'s architecture (``model.client_models``)."""
-        return self.model_factory(self.client_arch(pid))
+        return self.model_factory(self.architectures.of(pid))
 
     def teacher_modules(self) -> list[nn.Module]:
         """The uploaded models as modules (built once), in :attr:`pids` order, in eval mode."""
@@ -280,8 +279,7 @@ class OneShot(Strategy):
             for pid in self._arrival:
                 if pid in self.teachers:
                     size = self.teacher_sizes[pid]
-                    reply = Reply(-1, pid, size, self.teachers[pid], {}, RecordDict())
-                    self.running.add(self.robust(reply), size, pid)
+                    self.averager.add(self.teachers[pid], size, pid, self.global_arrays)
             self.average = self.averaged()
 
     def drop_teacher(self, pid: int) -> None:
@@ -408,7 +406,7 @@ class OneShot(Strategy):
             self.last_round["clients_left_out"] = len(self.left_out)
             self.last_round["server_setup_time"] = time.perf_counter() - t0
             self.finished = self.epochs == 0
-            return Row(arrays=to_record(state), due=True)
+            return Row(arrays=to_record(state), due=True, finished=self.finished)
         epoch = row - 1
         state, metrics = self.server_epoch(epoch)
         raise_if_stopping(f"server epoch {epoch}")
@@ -416,7 +414,8 @@ class OneShot(Strategy):
         self.finished = epoch == self.epochs
         self.last_round = {"epoch": epoch, **metrics}
         due = epoch % self.cfg.eval.every == 0 or self.finished
-        return Row(arrays=to_record(state), evaluated=None if due else ArrayRecord(), due=due)
+        evaluated = None if due else ArrayRecord()
+        return Row(arrays=to_record(state), evaluated=evaluated, due=due, finished=self.finished)
 
     def row_label(self, row: int) -> str:
         """How the log names a row: the clients' round, or a server epoch."""

@@ -48,7 +48,7 @@ from fedgo_flwr.learning.clipping import round_average
 from fedgo_flwr.protocol import ModelFault
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
 from fedgo_flwr.runtime.messages import to_numpy, to_record
-from strategies.base import BaseConfig, Reply, Strategy
+from strategies.base import BaseConfig, Reply, Strategy, update_norms
 
 
 @dataclass
@@ -119,7 +119,7 @@ class Scaffold(Strategy):
         control = state.get("control")
         if control is None:
             return None
-        params = dict(self._template.named_parameters())
+        params = dict(self.architectures.template.named_parameters())
         template = {k: np.zeros(tuple(params[k].shape), dtype=np.float32) for k in self.param_names}
         what, of = "'strategy_state.control'", "the model's parameters"
         problem = arrays_problem(control, template, what, of, bound=None)
@@ -171,7 +171,7 @@ class Scaffold(Strategy):
 
     def absorb(self, server_round: int, reply: Reply) -> None:
         assert self.control is not None
-        arrays = self.robust(reply)
+        arrays = self.averager.robust(reply.arrays, self.global_arrays)
         params = {k: v for k, v in arrays.items() if k in self.control}
         buffers = {k: v for k, v in arrays.items() if k not in self.control}
         weight = reply.num_examples if self.params.weighted else 1.0
@@ -184,9 +184,9 @@ class Scaffold(Strategy):
     def aggregate(self, server_round: int, replies: list[Reply]) -> dict[str, np.ndarray]:
         assert self.control is not None
         if self.aggregation.clip_norm is not None:
-            self.last_round["clients_clipped"] = self.clipped_replies
+            self.last_round["clients_clipped"] = self.averager.clipped
         averaged = self.param_avg.result()
-        self.record_update_norms(self.param_avg)
+        self.last_round.update(update_norms(self.param_avg))
         buffers_avg = self.buffer_avg.result() if self.buffer_avg.count else {}
         out: dict[str, np.ndarray] = {}
         for key, x in self.global_arrays.items():

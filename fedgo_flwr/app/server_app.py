@@ -330,9 +330,7 @@ def _run_experiment(
     stages["startup"] = set_up - marks[0][1]
     stages.update(strategy.stage_times)
     stages["setup"] = ready - set_up - sum(strategy.stage_times.values())
-    recorder.attach(
-        strategy, model, bundle.test, device, started=marks[0][1] - launched, stages=stages
-    )
+    recorder.attach(model, bundle.test, device, started=marks[0][1] - launched, stages=stages)
     if ckpt is not None:
         restore_rng(ckpt.rng)
     marks.append(("strategy set-up", time.perf_counter()))
@@ -365,8 +363,8 @@ def _run_experiment(
         num_rounds=cfg.rounds,
         timeout=cfg.round_timeout,
         train_config=ConfigRecord({}),
-        evaluate_fn=recorder.evaluate,
+        record=recorder.record,
         first_round=ckpt.round + 1 if ckpt else 1,
         round_end=round_end,
     )
-    return recorder.finish(result.arrays if len(result.arrays) else None)
+    return recorder.finish(result.arrays if len(result.arrays) else None, strategy.report())

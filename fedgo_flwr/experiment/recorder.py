@@ -34,6 +34,7 @@ import dataclasses
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from logging import INFO
 from pathlib import Path
 from typing import Any
@@ -163,8 +164,34 @@ STAGES = {
 left out."""
 
 
+@dataclass
+class Row:
+    """One row of ``metrics.jsonl`` as the strategy's round loop made it: what the round
+    produced and everything the recorder writes of it (handed to :meth:`RunRecorder.record`).
+
+    ``arrays``: the new global model (``None``: unchanged); ``metrics``: the row's training
+    metrics; ``evaluated``: what the row's evaluation sees, if not the global model (an empty
+    record: nothing to evaluate, e.g. CPFL's cohorts before distillation); ``due``: evaluate
+    this row even if ``eval.every`` would skip it (one-shot FL's server epochs);
+    ``checkpoint``: the arrays the row's checkpoint keeps, if not the global model;
+    ``finished``: the run ends with this row, before ``rounds`` (CPFL, one-shot FL), and it is
+    evaluated; ``fields``: the row's own figures (clients sampled/replied/failed, train loss,
+    client and aggregation times, a strategy's extras), written as they are; ``label``: how
+    the log line names the row (default ``round r/rounds``).
+    """
+
+    arrays: ArrayRecord | None = None
+    metrics: MetricRecord | None = None
+    evaluated: ArrayRecord | None = None
+    due: bool = False
+    checkpoint: ArrayRecord | None = None
+    finished: bool = False
+    fields: dict[str, Any] = field(default_factory=dict)
+    label: str | None = None
+
+
 class RunRecorder:
-    """Writes a run's files and serves as the strategy's ``evaluate_fn``."""
+    """Writes a run's files; :meth:`record` takes each row the strategy's loop hands it."""
 
     def __init__(self, cfg: ExperimentConfig, out_dir: Path) -> None:
         self.cfg = cfg
@@ -211,7 +238,6 @@ class RunRecorder:
 
     def attach(
         self,
-        strategy: Any,
         model: nn.Module,
         test: ArrayDataset,
         device,
@@ -221,7 +247,7 @@ class RunRecorder:
         """Start recording rounds. ``started`` is the run's start (a :func:`time.perf_counter`
         time; default now) and ``stages`` the time of the stages until now (:data:`STAGES`);
         a resumed run's time goes on from its checkpoint's last ``elapsed`` (``earlier``)."""
-        self.strategy, self.model, self.test, self.device = strategy, model, test, device
+        self.model, self.test, self.device = model, test, device
         self.attached = self.last = time.perf_counter()
         self.start = self.attached if started is None else started
         self.stages = {}
@@ -233,20 +259,22 @@ class RunRecorder:
         self.stages.update(stages or {})
 
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        """Centralised evaluation of the global model; appends one line to metrics.jsonl.
+        """Flower's ``evaluate_fn``: :meth:`record` of a row with nothing but ``arrays``."""
+        return self.record(server_round, arrays, Row())
 
-        Evaluated every ``eval.every`` rounds, in round ``cfg.rounds`` and in the round a
-        strategy marks ``finished``; empty ``arrays`` (no global model this round) are not.
+    def record(self, server_round: int, arrays: ArrayRecord, given: Row) -> MetricRecord:
+        """Row ``server_round`` (``given``): the centralised evaluation of ``arrays``, and one
+        line of metrics.jsonl with the row's ``fields``.
+
+        Evaluated every ``eval.every`` rounds, in round ``cfg.rounds``, in a row that is
+        ``finished`` (CPFL, one-shot FL end before ``cfg.rounds``) or ``due`` (one-shot FL's
+        server epochs count epochs, not rounds); empty ``arrays`` (no global model this row,
+        e.g. CPFL's cohorts) are not.
         """
         t0 = time.perf_counter()
         row: dict[str, Any] = {"round": server_round}
         due = server_round % self.cfg.eval.every == 0 or server_round == self.cfg.rounds
-        # A strategy that ends before cfg.rounds (CPFL) marks its last round ``finished``; one
-        # with no single global model in a round (CPFL's cohorts) passes no arrays.
-        due = due or bool(getattr(self.strategy, "finished", False))
-        # One-shot strategies (strategies/oneshot.py) count server epochs, not rounds, and
-        # mark the rows whose model is due (``evaluate_now``; the others come without arrays).
-        due = due or bool(getattr(self.strategy, "evaluate_now", False))
+        due = due or given.finished or given.due
         if due and len(arrays) > 0:
             self.model.load_state_dict(arrays.to_torch_state_dict())
             batch = inference_batch(self.cfg.eval.batch_size, self.device)
@@ -257,7 +285,7 @@ class RunRecorder:
         now = time.perf_counter()
         row.update(test_accuracy=acc, test_loss=loss)
         if server_round > 0:
-            row.update(getattr(self.strategy, "last_round", {}))
+            row.update(given.fields)
         row["bytes_down"], row["bytes_up"] = TRAFFIC.take()
         row.update(
             eval_time=now - t0,
@@ -272,13 +300,11 @@ class RunRecorder:
             self.tensorboard.write(row)
         if self.mlflow is not None:
             self.mlflow.write(row)
-        label = getattr(self.strategy, "row_label", None)
-        where = label(server_round) if callable(label) else None
         log(
             INFO,
             "[%s] %s  test_acc %.4f  test_loss %.4f  round %.2fs%s",
             self.cfg.name,
-            where or f"round {server_round}/{self.cfg.rounds}",
+            given.label or f"round {server_round}/{self.cfg.rounds}",
             acc,
             loss,
             row["round_time"],
@@ -302,11 +328,14 @@ class RunRecorder:
             parts.append(f"ETA {_duration(left * sum(done) / len(done))}")
         return "".join(f"  {p}" for p in parts)
 
-    def finish(self, arrays: ArrayRecord | None) -> dict[str, Any]:
+    def finish(
+        self, arrays: ArrayRecord | None, report: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Write the final model, then summary.json (both atomically); return the summary.
 
         In this order, a ``summary.json`` (the mark of a finished run) always has its model.
-        A strategy's ``report()`` (CPFL's simulated time, CPU-hours, bytes) joins the summary.
+        ``report``, the strategy's own part (CPFL's simulated time, CPU-hours, bytes), joins
+        the summary.
         """
         finishing = time.perf_counter()
         evaluated = [r for r in self.rows if not _missing(r["test_accuracy"])]
@@ -338,9 +367,7 @@ class RunRecorder:
             ]
             summary["target_accuracy"] = target
             summary["rounds_to_target"] = reached[0] if reached else None
-        report = getattr(self.strategy, "report", None)
-        if report is not None:
-            summary.update(report())
+        summary.update(report or {})
         if arrays is not None:
             atomic_torch_save(self.out_dir / "model.pt", arrays.to_torch_state_dict())
         if self.tensorboard is not None:

@@ -37,7 +37,7 @@ points at the model the server sent rather than at the client: non-finite values
 loss that is NaN or infinite, arrays that overflowed) or an update far beyond the model's own
 norm. One client can send those on purpose, but when most of a round's replies have them the
 model itself is broken (it diverges under honest training), and the round loop rolls back
-(:meth:`strategies._rounds.RoundLoop.start`).
+(:meth:`strategies.base.Strategy.start`).
 
 The reply token is per message, not per round. Every message to a client carries a fresh
 token of its own (:func:`fedgo_flwr.runtime.messages.new_reply_token`, from :mod:`secrets`, so

@@ -140,7 +140,7 @@ class HeteroProbe(Strategy):
         self.seen = []
 
     def absorb(self, server_round, reply):
-        arch = self.client_arch(reply.partition_id)
+        arch = self.architectures.of(reply.partition_id)
         self.seen.append([reply.partition_id, arch, sorted(reply.arrays)])
         if arch == self.cfg.model.name:
             super().absorb(server_round, reply)

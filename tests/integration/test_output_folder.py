@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
 import pytest
 import torch
 from flwr.app import ArrayRecord
-from helpers import rows_of, tiny_config
+from helpers import log_messages, rows_of, tiny_config
 
 from fedgo_flwr.app import cli
 from fedgo_flwr.app.inprocess import run_inprocess
@@ -23,7 +24,7 @@ from fedgo_flwr.experiment.checkpoint import (
     PREVIOUS_FILE,
 )
 from fedgo_flwr.experiment.config import ConfigError
-from fedgo_flwr.experiment.recorder import RunRecorder
+from fedgo_flwr.experiment.recorder import Row, RunRecorder
 
 # -- the run folder ------------------------------------------------------------------------
 
@@ -111,13 +112,11 @@ def test_a_crash_while_writing_the_summary_leaves_none(tmp_path, monkeypatch):
 
 def test_infinite_metrics_are_written_as_null(tmp_path):
     cfg = tiny_config(tmp_path, "eval.every=5", "rounds=3")
-
-    class Stub:
-        last_round = {"train_loss": float("inf"), "distill_loss": float("-inf"), "x": [1.0]}
-
+    fields = {"train_loss": float("inf"), "distill_loss": float("-inf"), "x": [1.0]}
     recorder = RunRecorder.create(cfg)
-    recorder.attach(Stub(), None, None, None)
-    recorder.evaluate(1, ArrayRecord())  # not an evaluation round: no model needed
+    recorder.attach(None, None, None)
+    # not an evaluation round: no model needed
+    recorder.record(1, ArrayRecord(), Row(fields=fields))
 
     def strict(name):
         raise ValueError(f"not JSON: {name}")
@@ -125,3 +124,34 @@ def test_infinite_metrics_are_written_as_null(tmp_path):
     row = json.loads((tmp_path / "metrics.jsonl").read_text(), parse_constant=strict)
     assert row["train_loss"] is None and row["distill_loss"] is None
     assert row["test_accuracy"] is None
+
+
+def test_the_recorder_writes_what_the_row_says(tmp_path, flwr_log):
+    """The recorder knows a row only by the :class:`Row` it is handed: its ``fields`` are the
+    line's figures, ``finished`` and ``due`` evaluate a row ``eval.every`` would skip, an empty
+    model is never evaluated, ``label`` names the row in the log, and the strategy's ``report``
+    joins the summary."""
+    from fedgo_flwr.experiment.task import load_bundle, new_model
+
+    flwr_log.set_level(logging.INFO, logger="flwr")
+    cfg = tiny_config(tmp_path, "eval.every=5", "rounds=6")
+    bundle = load_bundle(cfg.data)
+    model = new_model(cfg, bundle)
+    arrays = ArrayRecord(model.state_dict())
+    recorder = RunRecorder.create(cfg)
+    recorder.attach(model, bundle.test, torch.device("cpu"))
+    recorder.record(1, arrays, Row(fields={"clients_replied": 2}))  # not due: no evaluation
+    recorder.record(2, arrays, Row(finished=True))
+    recorder.record(3, arrays, Row(due=True, label="server epoch 2/9"))
+    recorder.record(4, ArrayRecord(), Row(due=True))  # no model this row
+    recorder.record(5, arrays, Row())  # eval.every
+    rows = rows_of(tmp_path)
+    evaluated = [r["round"] for r in rows if r["test_accuracy"] is not None]
+    assert evaluated == [2, 3, 5]
+    assert rows[0]["clients_replied"] == 2 and "clients_replied" not in rows[1]
+    assert any(
+        m.startswith(f"[{cfg.name}] server epoch 2/9  test_acc") for m in log_messages(flwr_log)
+    )
+    assert any(m.startswith(f"[{cfg.name}] round 5/6  test_acc") for m in log_messages(flwr_log))
+    summary = recorder.finish(arrays, {"cohorts": 3})
+    assert summary["cohorts"] == 3 == json.loads((tmp_path / "summary.json").read_text())["cohorts"]

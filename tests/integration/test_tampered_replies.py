@@ -176,7 +176,7 @@ def bare_strategy(tmp_path: Path):
     arrays = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     strategy.global_arrays = arrays
     strategy.open_round([0, 1])
-    strategy.reply_tokens.update(BARE_TOKENS)  # as if it had sent the round's messages
+    strategy.outbox.tokens.update(BARE_TOKENS)  # as if it had sent the round's messages
     return strategy, arrays
 
 

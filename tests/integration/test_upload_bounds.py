@@ -214,13 +214,13 @@ def test_the_sent_models_norm_is_taken_once_per_model_a_round(
     calls: list[int] = []
     monkeypatch.setattr(replies, "upload_norm", lambda a: calls.append(1) or upload_norm(a))
     rounds: list[int] = []
-    opened = replies.ReplyIntake.open_round
+    opened = replies.ReplyIntake.open
 
     def open_round(self, pids):
         rounds.append(len(calls))
         return opened(self, pids)
 
-    monkeypatch.setattr(replies.ReplyIntake, "open_round", open_round)
+    monkeypatch.setattr(replies.ReplyIntake, "open", open_round)
     run_inprocess(config(tmp_path, *overrides, "fraction=1.0", "rounds=2"))
     counts = [b - a for a, b in zip(rounds, [*rounds[1:], len(calls)], strict=True)]
     assert counts == per_round, counts

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import pkgutil
 import re
 import subprocess
@@ -210,6 +211,49 @@ def test_every_algorithm_module_is_found_by_name():
     first_two = ", ".join(strategies.available()[:2])
     with pytest.raises(ValueError, match=f"unknown strategy 'fedfoo'; choose one of {first_two}"):
         strategies.strategy_class("fedfoo")
+
+
+MAX_PROJECT_CLASSES = 4
+"""The most project classes a strategy's class chain may hold (its MRO less Flower's classes
+and ``object``): a round must stay readable in a few files (``tools/class_chains.py`` prints
+the chains)."""
+MAX_MODULE_LINES = 700
+
+
+def class_chains():
+    """``tools/class_chains.py`` (not a package: loaded from its file)."""
+    spec = importlib.util.spec_from_file_location("class_chains", ROOT / "tools/class_chains.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_strategy_has_a_long_class_chain():
+    """Every strategy's chain is at most :data:`MAX_PROJECT_CLASSES` project classes, and the
+    count is what it says: FedAvg is itself and ``Strategy`` (its parts are owned objects, not
+    parents)."""
+    chain = class_chains().chain
+    fedavg = chain(strategies.strategy_class("fedavg"))
+    assert fedavg.classes == ("strategies.fedavg.FedAvg", "strategies.base.Strategy")
+    assert fedavg.overridden == 0 and fedavg.methods > 10
+    long = {}
+    for name in strategies.available():
+        found = chain(strategies.strategy_class(name))
+        if len(found.classes) > MAX_PROJECT_CLASSES:
+            long[name] = [c.rsplit(".", 1)[-1] for c in found.classes]
+    assert not long, f"more than {MAX_PROJECT_CLASSES} project classes: {long}"
+
+
+def test_no_module_is_longer_than_the_limit():
+    """Every module of the project is at most :data:`MAX_MODULE_LINES` lines."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, long
 
 
 def test_every_protocol_module_declares_a_client_algorithm():
