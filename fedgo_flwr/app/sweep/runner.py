@@ -40,8 +40,8 @@ from fedgo_flwr.app.sweep.variants import Variant
 from fedgo_flwr.runtime.fileio import path_inside
 from fedgo_flwr.runtime.progress import Progress, duration
 
-ROOT = Path(__file__).resolve().parents[2]
-"""The repository: first on the children's ``PYTHONPATH``."""
+ROOT = Path(__file__).resolve().parents[3]
+"""The repository (its strategies/, clients/ and conf/): first on the children's ``PYTHONPATH``."""
 
 LOG = "run.log"
 CHECKED = (LOG, SUMMARY, "config.yaml", "metrics.jsonl", "env.json")
