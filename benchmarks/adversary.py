@@ -54,7 +54,6 @@ import contextlib
 import copy
 import dataclasses
 import json
-import logging
 import tempfile
 import time
 from collections.abc import Iterator
@@ -77,6 +76,7 @@ from benchmarks.adversary_attacks import (  # noqa: F401 - the attacks, used fro
     sign_flip,
     upload_scaled,
 )
+from fedgo_flwr.app.fuzz.logs import warnings_logged
 from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.runtime import messages as msgs
 from strategies import available, load_experiment, strategy_class
@@ -287,7 +287,7 @@ _GAN = [
 ]
 KNOBS: dict[str, list[str]] = {
     # The golden runs' cuts (tests/integration/test_golden_runs.py, KNOBS), and what a
-    # strategy needs to learn in 3 rounds (tests/fuzz_replies.py, EXTRA).
+    # strategy needs to learn in 3 rounds (fedgo_flwr/app/fuzz/cases.py, EXTRA).
     "fedtgp": ["strategy.tgp_epochs=3"],
     "fedgkd": ["strategy.buffer_length=2"],
     "fedgkd_plus": ["strategy.buffer_length=2", "strategy.distill.epochs=1"],
@@ -576,31 +576,6 @@ def intercepted(
         yield
     finally:
         InProcessGrid.stream = original  # type: ignore[method-assign]
-
-
-class _Catcher(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with contextlib.suppress(Exception):
-            self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def warnings_logged() -> Iterator[list[str]]:
-    """WARNING and above of Flower's logger (the strategies') and fedgo_flwr's, as text (also
-    the reply fuzzer's, ``tests/fuzz_replies.py``)."""
-    catcher = _Catcher()
-    loggers = [logging.getLogger("flwr"), logging.getLogger("fedgo_flwr")]
-    for lg in loggers:
-        lg.addHandler(catcher)
-    try:
-        yield catcher.lines
-    finally:
-        for lg in loggers:
-            lg.removeHandler(catcher)
 
 
 # -- running and judging ------------------------------------------------------------------------

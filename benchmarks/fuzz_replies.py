@@ -3,7 +3,7 @@
 ``tests/integration/test_fuzz_replies.py`` runs a fixed-seed sample of a few cases per strategy
 in CI; this runs, for every strategy found by name (:func:`strategies.available`), every
 mutation kind of
-``tests/fuzz_replies.py`` (:data:`KINDS`) on every message type the strategy's clean run
+``fedgo_flwr/app/fuzz`` (:data:`KINDS`) on every message type the strategy's clean run
 exchanged (``--examples`` cases each, the round, client, record and key drawn with a seeded
 ``random.Random``), once with the strategy's defaults and once with the robust options
 (``--mode``), and prints what failed, by (mode, strategy, mutation kind, message type), with
@@ -32,10 +32,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-import fuzz_replies as fr  # noqa: E402 - tests/ is put on the path above
+from fedgo_flwr.app import fuzz as fr
 
 
 def cases(

@@ -4,7 +4,7 @@ The tests are in three folders, and each test is marked with its folder's name:
 ``tests/unit`` (pure functions, no federated run), ``tests/integration`` (in-process runs on tiny
 data) and ``tests/e2e`` (Ray, ``run.sh``, ``flwr run``, a deployment, network namespaces). So
 ``-m "not e2e"`` is the edit-test loop and ``-m unit`` the quickest check. The shared helpers
-(``helpers.py``, ``fuzz_replies.py``, ...) stay in ``tests/``, on the path of every tier (put
+(``helpers.py``, ``deployment_helpers.py``, ...) stay in ``tests/``, on the path of every tier (put
 there below, not by ``pythonpath`` in pyproject.toml: ``run.sh`` re-installs ``.venv`` whenever
 that file changes).
 """

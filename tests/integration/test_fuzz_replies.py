@@ -1,25 +1,25 @@
 """Property-based fuzzing of the server's reply intake: one client's replies mutated in flight.
 
 For every strategy found by name (:func:`strategies.available`; a new algorithm is fuzzed
-without editing this file), a tiny in-process run (``tests/fuzz_replies.py``: digits, 4
+without editing this file), a tiny in-process run (:mod:`fedgo_flwr.app.fuzz`: digits, 4
 clients, 2 rounds, 1 for a one-shot strategy, 1 local epoch, the strategy's expensive knobs
 cut) is run once clean (cached per strategy) and then with ONE client's replies to ONE message
 type (any the strategy exchanges: ``train``, FedGO's ``train.discriminator`` and
 ``train.fedgan`` ...) in ONE round mutated: non-finite or huge values in arrays or metrics,
 wrong dtypes and shapes, list or string scalars, missing or extra keys and records, scaled
 weights, a forged ``metadata.group_id``, a duplicated reply, a missing, garbage or another
-client's reply token (``fuzz_replies.KINDS``). Hypothesis draws the kind, the message type and
+client's reply token (``fuzz.KINDS``). Hypothesis draws the kind, the message type and
 round, the client, the record and the key. A reply refused for its reply token must be one whose
-mutation changed the token (``fuzz_replies.TOKEN_KINDS``): any other mutation is to be judged by
+mutation changed the token (``fuzz.TOKEN_KINDS``): any other mutation is to be judged by
 what it changed.
 
 Each case must finish (no exception out of ``run_inprocess``), leave strictly parseable
 ``*.json`` / ``*.jsonl`` files and write nothing outside its run folder
-(``fuzz_replies.verdict``). With the strategy's defaults the mutated reply must then be dropped
+(``fuzz.verdict``). With the strategy's defaults the mutated reply must then be dropped
 with a WARNING naming the client or leave a usable model (a finite final test loss); with the
-robust options (``fuzz_replies.ROBUST``: the median of the round's models, per-teacher scale
+robust options (``fuzz.ROBUST``: the median of the round's models, per-teacher scale
 normalisation, CPFL's median stopping loss, wherever the strategy has them) the final accuracy
-must stay within ``fuzz_replies.ROBUST_MARGIN`` of the clean robust run's or, if lower, of the run
+must stay within ``fuzz.ROBUST_MARGIN`` of the clean robust run's or, if lower, of the run
 without the mutated reply (a robust server treats a bad reply at worst as a missing one).
 
 **What fails today** is :data:`KNOWN_FAILURES` (from ``benchmarks/fuzz_replies.py``'s full
@@ -43,10 +43,11 @@ import os
 import random
 import shutil
 
-import fuzz_replies as fr
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+
+from fedgo_flwr.app import fuzz as fr
 
 # -- the hardening targets: what fails today ------------------------------------------------
 # (strategy, mutation kind) -> (why, the case that shows it); strategy "*": every strategy (a
