@@ -49,7 +49,8 @@ class Experiment:
     """One FedAvg experiment, the same for every framework.
 
     ``train_subset`` / ``test_subset``: stratified subsets of CIFAR-10's 50,000 / 10,000
-    images (``None``: all); ``threads``: torch threads of every process (also OMP and MKL);
+    images (``None``: all); ``threads``: torch threads of every process (also OMP and MKL) and
+    the CPUs a simulated client reserves in the Ray simulations (``./run.sh``, the Flower app);
     evaluation is central, on the test split, before round 1 and after the last round.
     """
 
@@ -187,7 +188,7 @@ def project_overrides(exp: Experiment, data_path: str | Path) -> list[str]:
         f"eval.batch_size={exp.eval_batch_size}",
         f"eval.every={exp.rounds}",
         "strategy.name=fedavg",
-        "resources.client_cpus=1",
+        f"resources.client_cpus={exp.threads}",
         f"resources.server_cpus={exp.threads}",
         "device=cpu",
         "client_device=cpu",

@@ -129,6 +129,7 @@ def test_the_project_modes_run_the_shared_experiment(tmp_path):
     assert (cfg.train.lr, cfg.train.batch_size, cfg.train.local_epochs) == (0.1, 8, 3)
     assert (cfg.data.server_fraction, cfg.data.augment, cfg.model.name) == (0.0, False, "cnn")
     assert cfg.eval.every == 2 and cfg.strategy.name == "fedavg"
+    assert cfg.resources.client_cpus == cfg.resources.server_cpus == TINY.threads
 
 
 def test_a_deployment_of_many_clients_is_refused_by_name(tmp_path):
