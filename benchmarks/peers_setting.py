@@ -108,7 +108,8 @@ class Experiment:
 
 SHAPES: dict[str, Experiment] = {
     "cross-device": Experiment(num_clients=100, clients_per_round=10, rounds=20),
-    "cross-silo": Experiment(num_clients=5, clients_per_round=5, rounds=10),
+    # 2,000 images a silo: a round trains 10,000, twice a cross-device round (10 clients of ~500)
+    "cross-silo": Experiment(num_clients=5, clients_per_round=5, rounds=10, train_subset=10000),
     "tiny": Experiment(
         num_clients=4,
         clients_per_round=4,

@@ -266,3 +266,17 @@ def test_an_uninstalled_peer_is_an_error_row_not_a_run(tmp_path):
 
 def test_no_peer_package_was_imported():
     assert not [name for name in PEER_PACKAGES if name in sys.modules]
+
+
+@pytest.mark.parametrize("shape", sorted(setting.SHAPES))
+def test_every_shape_translates_for_every_framework(shape, tmp_path):
+    exp = setting.SHAPES[shape]
+    cfg = _project_config(exp, tmp_path / "tree")
+    assert (cfg.data.num_clients, cfg.clients_per_round) == (exp.num_clients, exp.clients_per_round)
+    for framework in setting.FRAMEWORKS:
+        too_many = framework == "fedgo-flwr-deploy" and exp.num_clients > setting.DEPLOY_MAX_NODES
+        if too_many:
+            with pytest.raises(setting.Unsupported):
+                setting.translate(framework, exp, tmp_path, tmp_path / framework)
+        else:
+            setting.translate(framework, exp, tmp_path, tmp_path / framework)
