@@ -315,6 +315,7 @@ def run_one(
         env.pop("PYTHONPATH", None)
     env["FEDGO_STARTED"] = repr(time.time())  # the deployment's clock (run.sh sets its own)
     env["FEDGO_COMMAND"] = " ".join(launch.command)
+    record["load_before"] = os.getloadavg()[0]  # 1-minute load: was the machine idle?
     measured = measure(launch.command, env, run_dir / "run.log", timeout)
     record.update(measured)
     try:
@@ -346,7 +347,11 @@ def run(
     shared = out / "shared"
     export_shared(exp, data, shared)
     results: list[dict] = []
-    meta = {"experiment": exp.__dict__, "versions": {f: versions(cache, f) for f in frameworks}}
+    meta = {
+        "experiment": exp.__dict__,
+        "cpus": os.cpu_count(),
+        "versions": {f: versions(cache, f) for f in frameworks},
+    }
     for repeat in range(repeats):
         for framework in frameworks:
             print(
@@ -425,6 +430,13 @@ def table(results: dict) -> str:
         ratio = "-" if not (base and wall) else f"{wall / base:.2f}"
         total = sum(r["framework"] == f for r in runs)
         lines.append(f"| {f} | {len(ok[f])}/{total} | " + " | ".join(cells) + f" | {ratio} |")
+    loads = [r["load_before"] for r in runs if r.get("load_before") is not None]
+    if loads:
+        lines += [
+            "",
+            f"1-minute load average before a run: {min(loads):.2f} to {max(loads):.2f} "
+            f"({results.get('cpus')} CPUs); a timed table wants it near 0.",
+        ]
     versions_ = results.get("versions", {})
     if versions_:
         lines += [

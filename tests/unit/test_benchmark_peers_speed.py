@@ -245,7 +245,9 @@ def test_round_times_and_the_table(tmp_path):
         },
         {"framework": "fedlab", "error": "pip install fedlab==1.3.0 failed: | no wheel"},
     ]
-    text = speed.table({"experiment": {"rounds": 3}, "runs": runs})
+    runs[0]["load_before"], runs[2]["load_before"] = 1.5, 0.25
+    text = speed.table({"experiment": {"rounds": 3}, "cpus": 2, "runs": runs})
+    assert "load average before a run: 0.25 to 1.50 (2 CPUs)" in text
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()}
     assert rows["fedgo-flwr"].startswith("| fedgo-flwr | 2/2 | 12.0 |")
     assert rows["fedgo-flwr"].endswith("| 1.00 |")
