@@ -10,9 +10,10 @@ same keys (:func:`load_experiment`) defines any other.
 :func:`export_shared` writes what every framework reads, once per experiment, computed by this
 project's own code from the same config the project's runs get (:func:`project_overrides`):
 ``data.npz`` (the training images the split indexes and the test split, ``uint8``),
-``partition.json`` (each client's indices into them, ``data.partition: dirichlet``, and the
-clients the project samples each round), ``init.pt`` (the initial weights of ``cnn``, which
-every runner loads) and ``experiment.json``. The project therefore trains on exactly these
+``partition.json`` (each client's indices into them, ``data.partition: dirichlet``, and, as a
+record, the clients the project samples each round; the peers sample with their own
+samplers), ``init.pt`` (the initial weights of ``cnn``, which every runner loads) and
+``experiment.json``. The project therefore trains on exactly these
 clients by construction; the peers read the files.
 
 :func:`translate` writes one framework's own config into a run folder and returns the command
@@ -219,7 +220,10 @@ def export_shared(exp: Experiment, data_path: Path, shared: Path) -> dict[str, A
     )
     per_round = cfg.clients_per_round
     if per_round != exp.clients_per_round:  # fraction's floor must give m back exactly
-        raise ValueError(f"fraction {exp.fraction!r} gives {per_round} clients a round, not m")
+        raise ValueError(
+            f"fraction {exp.fraction!r} gives {per_round} clients a round, not "
+            f"{exp.clients_per_round}"
+        )
     record = {
         "num_classes": int(bundle.train.num_classes),
         "clients": [c.tolist() for c in partition.clients],

@@ -343,9 +343,20 @@ def run(
     from benchmarks.sweep import ensure_data
 
     data = Path(exp.data) if Path(exp.data).is_absolute() else ROOT / exp.data
-    ensure_data(data, os.environ.get("FEDGO_CIFAR10_ARCHIVE"))
+    archive = os.environ.get("FEDGO_CIFAR10_ARCHIVE")
+    if not (data / "train").is_dir() and not (archive and Path(archive).is_file()):
+        raise SystemExit(
+            f"peers_speed: no CIFAR-10 JPEG tree in {data} (no train/ folder): give it with the "
+            "experiment's data=DIR, or its .tar.gz in $FEDGO_CIFAR10_ARCHIVE to unpack it there"
+        )
+    ensure_data(data, archive)
     shared = out / "shared"
-    export_shared(exp, data, shared)
+    try:
+        export_shared(exp, data, shared)
+    except (ValueError, OSError) as exc:  # a ConfigError names the experiment key's project key
+        raise SystemExit(
+            f"peers_speed: cannot write the shared files into {shared}: {exc}"
+        ) from None
     results: list[dict] = []
     meta = {
         "experiment": exp.__dict__,
