@@ -234,7 +234,17 @@ def measure(command: Sequence[str], env: dict[str, str], log: Path, timeout: flo
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+
+    def stop() -> None:  # TERM first: run.sh and local-federation.sh stop what they started
+        for sig, grace in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 0.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            if done.wait(grace):
+                return
+
+    timer = threading.Timer(timeout, stop)
     timer.start()
     try:
         _, status, usage = os.wait4(proc.pid, 0)

@@ -282,3 +282,18 @@ def test_every_shape_translates_for_every_framework(shape, tmp_path):
                 setting.translate(framework, exp, tmp_path, tmp_path / framework)
         else:
             setting.translate(framework, exp, tmp_path, tmp_path / framework)
+
+
+def test_measure_sees_a_childs_memory_and_stops_it_at_the_timeout(tmp_path):
+    import os
+    import time
+
+    grow = "import time; a = bytearray(200 * 2**20); a[::4096] = b'x' * len(a[::4096]); "
+    grow += "time.sleep(1.0)"
+    env = dict(os.environ)
+    record = speed.measure([sys.executable, "-c", grow], env, tmp_path / "a.log", 60.0)
+    assert record["exit"] == 0
+    assert record["peak_process_rss_mb"] >= 200 and record["peak_tree_rss_mb"] >= 200
+    started = time.monotonic()
+    record = speed.measure(["sleep", "30"], env, tmp_path / "b.log", 0.3)
+    assert record["exit"] == -15 and time.monotonic() - started < 10
