@@ -267,23 +267,28 @@ def measure(command: Sequence[str], env: dict[str, str], log: Path, timeout: flo
 
 
 def round_ends(framework: str, run_dir: Path, out_dir: Path | None, started: float) -> dict:
-    """Seconds from process start to the end of each round (0: the initial evaluation) and the
-    final accuracy: the project's ``metrics.jsonl`` (``elapsed`` counts from ``run.sh``'s start,
-    or from ``$FEDGO_STARTED`` for the deployment) and ``summary.json``, else the runner's
-    ``rounds.jsonl`` and ``result.json``."""
+    """Seconds from process start to the end of each round (0: the initial evaluation), the
+    initial and the final accuracy: the project's ``metrics.jsonl`` (``elapsed`` counts from
+    ``run.sh``'s start, or from ``$FEDGO_STARTED`` for the deployment) and ``summary.json``,
+    else the runner's ``rounds.jsonl`` and ``result.json``."""
     ends: dict[int, float] = {}
+    initial = None  # the initial model's accuracy: the same in every framework (same weights)
     if framework in PROJECT_MODES:
         assert out_dir is not None
         for line in (out_dir / "metrics.jsonl").read_text().splitlines():
             row = json.loads(line)
             ends[int(row["round"])] = float(row["elapsed"])
+            if int(row["round"]) == 0:
+                initial = row.get("test_accuracy")
         summary = json.loads((out_dir / "summary.json").read_text())
-        return {"ends": ends, "final_accuracy": summary["final_accuracy"]}
+        return {"ends": ends, "final_accuracy": summary["final_accuracy"], "initial": initial}
     for line in (run_dir / "rounds.jsonl").read_text().splitlines():
         row = json.loads(line)
         ends[int(row["round"])] = float(row["time"]) - started
+        if int(row["round"]) == 0:
+            initial = row.get("accuracy")
     result = json.loads((run_dir / "result.json").read_text())
-    return {"ends": ends, "final_accuracy": result["final_accuracy"]}
+    return {"ends": ends, "final_accuracy": result["final_accuracy"], "initial": initial}
 
 
 def summarize_run(ends: dict[int, float], rounds: int) -> dict:
@@ -335,6 +340,7 @@ def run_one(
         return {**record, "error": f"exit {measured['exit']}, no records ({exc}): {tail}"}
     record.update(summarize_run(rounds["ends"], exp.rounds))
     record["final_accuracy"] = rounds["final_accuracy"]
+    record["initial_accuracy"] = rounds["initial"]
     if measured["exit"] != 0:
         record["error"] = f"exit {measured['exit']}: {_tail(run_dir / 'run.log', 8)}"
     return record
@@ -397,6 +403,7 @@ COLUMNS = (
     ("per_round_s", "per round after the first (s)"),
     ("startup_s", "start-up (s)"),
     ("peak_tree_rss_mb", "peak memory, all processes (MB)"),
+    ("initial_accuracy", "initial accuracy"),  # equal everywhere: the same initial weights
     ("final_accuracy", "final accuracy"),
 )
 BASELINE = "fedgo-flwr"
@@ -444,7 +451,7 @@ def table(results: dict) -> str:
                 "-"
                 if value is None
                 else f"{value:.3f}"
-                if key == "final_accuracy"
+                if key.endswith("accuracy")
                 else f"{value:.1f}"
             )
         wall = medians[f]["wall_s"]

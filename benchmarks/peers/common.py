@@ -158,7 +158,8 @@ def evaluate(
 
 class Clock:
     """The runner's records: ``rounds.jsonl`` (``{"round": r, "time": unix}`` when round ``r``
-    ended; round 0: the initial evaluation) and ``result.json``."""
+    ended, with ``accuracy`` after an evaluation; round 0: the initial evaluation) and
+    ``result.json``."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir

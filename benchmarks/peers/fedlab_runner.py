@@ -68,8 +68,8 @@ class TimedPipeline(StandalonePipeline):
         self.x, self.y = shared.test_tensors()
 
     def main(self):
-        evaluate(self.handler.model, self.x, self.y, self.batch)
-        self.clock.round_done(0)
+        acc, _ = evaluate(self.handler.model, self.x, self.y, self.batch)
+        self.clock.round_done(0, accuracy=acc)
         done = 0
         while self.handler.if_stop is False:
             sampled_clients = self.handler.sample_clients()
@@ -80,7 +80,7 @@ class TimedPipeline(StandalonePipeline):
             done += 1
             if self.handler.if_stop:
                 acc, loss = evaluate(self.handler.model, self.x, self.y, self.batch)
-                self.clock.round_done(done)
+                self.clock.round_done(done, accuracy=acc)
                 self.clock.finish(acc, loss)
             else:
                 self.clock.round_done(done)

@@ -82,7 +82,7 @@ def main() -> None:
             done = 0 if self.evaluated == 0 else self.coordinator.current_round
             self.evaluated += 1
             acc, loss = evaluate(self.coordinator.model, test_x, test_y, exp["eval_batch_size"])
-            clock.round_done(done)
+            clock.round_done(done, accuracy=acc)
             if done == rounds:
                 clock.finish(acc, loss)
 

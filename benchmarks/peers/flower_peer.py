@@ -81,11 +81,12 @@ def server_fn(context: Context):
     clock = Clock(Path(run_dir))
 
     def central(server_round: int, arrays, _config):
-        clock.round_done(server_round)
         if server_round not in (0, exp["rounds"]):
+            clock.round_done(server_round)
             return None
         _set(model, arrays)
         acc, loss = evaluate(model, test_x, test_y, exp["eval_batch_size"])
+        clock.round_done(server_round, accuracy=acc)
         if server_round == exp["rounds"]:
             clock.finish(acc, loss)
         return loss, {"accuracy": acc}

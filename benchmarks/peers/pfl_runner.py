@@ -54,15 +54,15 @@ class Rounds(TrainingProcessCallback):
         self.x, self.y = shared.test_tensors()
 
     def on_train_begin(self, *, model):
-        evaluate(model._model, self.x, self.y, self.batch)
-        self.clock.round_done(0)
+        acc, _ = evaluate(model._model, self.x, self.y, self.batch)
+        self.clock.round_done(0, accuracy=acc)
         return Metrics()
 
     def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
         done = central_iteration + 1
         if done == self.rounds:
             acc, loss = evaluate(model._model, self.x, self.y, self.batch)
-            self.clock.round_done(done)
+            self.clock.round_done(done, accuracy=acc)
             self.clock.finish(acc, loss)
         else:
             self.clock.round_done(done)

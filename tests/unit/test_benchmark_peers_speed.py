@@ -297,3 +297,18 @@ def test_measure_sees_a_childs_memory_and_stops_it_at_the_timeout(tmp_path):
     started = time.monotonic()
     record = speed.measure(["sleep", "30"], env, tmp_path / "b.log", 0.3)
     assert record["exit"] == -15 and time.monotonic() - started < 10
+
+
+def test_round_ends_read_the_runner_and_the_project_records(tmp_path):
+    rows = [{"round": 0, "time": 102.0, "accuracy": 0.1}, {"round": 1, "time": 105.5}]
+    (tmp_path / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "result.json").write_text(json.dumps({"final_accuracy": 0.4}))
+    got = speed.round_ends("fedlab", tmp_path, None, started=100.0)
+    assert got == {"ends": {0: 2.0, 1: 5.5}, "final_accuracy": 0.4, "initial": 0.1}
+    out = tmp_path / "out"
+    out.mkdir()
+    rows = [{"round": 0, "elapsed": 3.0, "test_accuracy": 0.1}, {"round": 1, "elapsed": 7.0}]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "summary.json").write_text(json.dumps({"final_accuracy": 0.3}))
+    got = speed.round_ends("fedgo-flwr", tmp_path, out, started=100.0)
+    assert got == {"ends": {0: 3.0, 1: 7.0}, "final_accuracy": 0.3, "initial": 0.1}
