@@ -1,14 +1,15 @@
 """The FLGo peer: FLGo's ``fedavg`` on a benchmark made from ``partition.json``.
 
-``python flgo_runner.py RUN_DIR`` (FLGo's venv). FLGo's way to bring one's own data: a
-benchmark generated from a config file (``train_data``, ``test_data``, ``get_model``; here the
-shared arrays as ``TensorDataset``s and :class:`common.SmallCNN` with ``init.pt``), and a task
-generated with a partitioner, here one that returns the clients of ``partition.json``. Training
-is FLGo's own (``fedavg.Server`` / ``Client``, its option dict from ``setting.json``: uniform
-sampling without replacement, aggregation weighted by data size, SGD); its client dataset gets
-the ``__getitems__`` torch 2.14 asks of a ``Subset`` subclass. A Logger subclass (FLGo's
-extension point) evaluates with ``common.evaluate`` before round 1 and after the last
-(``eval_interval = rounds``); a ``Server`` subclass notes the end of every other round.
+``python flgo_runner.py RUN_DIR`` (FLGo's venv). FLGo's way to bring one's own data: a benchmark
+generated from a config file (``train_data``, ``test_data``, ``get_model``; here the shared
+arrays as datasets of (image tensor, int label), like torchvision's, and
+:class:`common.SmallCNN` with ``init.pt``), and a task generated with a partitioner, here one
+that returns the clients of ``partition.json``. Training is FLGo's own (``fedavg.Server`` /
+``Client``, its option dict from ``setting.json``: uniform sampling without replacement,
+aggregation weighted by data size, SGD); its client dataset gets the ``__getitems__`` torch 2.14
+asks of a ``Subset`` subclass. A Logger subclass (FLGo's extension point) evaluates with
+``common.evaluate`` before round 1 and after the last (``eval_interval = rounds``); a ``Server``
+subclass notes the end of every other round.
 """
 
 from __future__ import annotations
@@ -24,14 +25,28 @@ import json
 from pathlib import Path
 
 import torch
-from torch.utils.data import TensorDataset
 
 from common import Shared, images
 
+
+class Split(torch.utils.data.Dataset):
+    """Images as tensors, labels as ints (as torchvision's CIFAR10 gives them: FLGo's plot of the
+    partition counts the classes with set(labels), which tensors would make one per sample)."""
+
+    def __init__(self, x, y):
+        self.x, self.y = images(x), [int(v) for v in y]
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
 _setting = json.loads((Path(__file__).resolve().parents[1] / "setting.json").read_text())
 _shared = Shared(_setting["shared"])
-train_data = TensorDataset(images(_shared.train_x), torch.from_numpy(_shared.train_y))
-test_data = TensorDataset(images(_shared.test_x), torch.from_numpy(_shared.test_y))
+train_data = Split(_shared.train_x, _shared.train_y)
+test_data = Split(_shared.test_x, _shared.test_y)
 
 
 def get_model():
