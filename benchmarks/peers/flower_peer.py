@@ -1,0 +1,107 @@
+"""The plain Flower peer: a quickstart-pytorch style app (a ``NumPyClient`` and Flower's
+``flwr.server.strategy.FedAvg`` in the compat layer), run by ``flower_launch.py`` with
+``flwr run`` on a local simulation SuperLink.
+
+Its run config (``pyproject.toml``, written by ``benchmarks/peers_setting.py``) names the run
+folder; ``setting.json`` there holds the experiment. Partition ``k`` of the simulation trains
+client ``k``'s shard of ``partition.json``; the strategy samples ``clients_per_round`` nodes a
+round with Flower's own sampler and evaluates centrally (before round 1 and after the last).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import torch
+from common import Clock, Shared, evaluate, load_setting, local_train, set_threads
+from flwr.client import ClientApp, NumPyClient
+from flwr.common import Context, ndarrays_to_parameters
+from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+from flwr.server.strategy import FedAvg
+
+
+@functools.lru_cache(maxsize=1)
+def _setting(run_dir: str) -> tuple[dict, Shared]:
+    setting = load_setting(Path(run_dir))
+    set_threads(setting["experiment"]["threads"])
+    return setting, Shared(setting["shared"])
+
+
+def _get(model: torch.nn.Module) -> list[np.ndarray]:
+    return [v.detach().cpu().numpy() for v in model.state_dict().values()]
+
+
+def _set(model: torch.nn.Module, arrays: list[np.ndarray]) -> None:
+    keys = model.state_dict().keys()
+    model.load_state_dict(
+        {k: torch.from_numpy(np.asarray(a)) for k, a in zip(keys, arrays, strict=True)}
+    )
+
+
+class CifarClient(NumPyClient):
+    def __init__(self, run_dir: str, partition: int) -> None:
+        self.setting, self.shared = _setting(run_dir)
+        self.partition = partition
+        self.model = self.shared.new_model()
+
+    def fit(self, parameters, config):
+        exp = self.setting["experiment"]
+        _set(self.model, parameters)
+        x, y = self.shared.client_tensors(self.partition)
+        gen = torch.Generator().manual_seed(
+            exp["seed"] * 100003 + int(config["round"]) * 1009 + self.partition
+        )
+        loss = local_train(
+            self.model,
+            x,
+            y,
+            epochs=exp["local_epochs"],
+            batch_size=exp["batch_size"],
+            lr=exp["lr"],
+            momentum=exp["momentum"],
+            weight_decay=exp["weight_decay"],
+            generator=gen,
+        )
+        return _get(self.model), len(y), {"train_loss": loss}
+
+
+def client_fn(context: Context):
+    run_dir = str(context.run_config["run-dir"])
+    return CifarClient(run_dir, int(context.node_config["partition-id"])).to_client()
+
+
+def server_fn(context: Context):
+    run_dir = str(context.run_config["run-dir"])
+    setting, shared = _setting(run_dir)
+    exp, conf = setting["experiment"], setting["config"]
+    model = shared.new_model()
+    test_x, test_y = shared.test_tensors()
+    clock = Clock(Path(run_dir))
+
+    def central(server_round: int, arrays, _config):
+        if server_round not in (0, exp["rounds"]):
+            clock.round_done(server_round)
+            return None
+        _set(model, arrays)
+        acc, loss = evaluate(model, test_x, test_y, exp["eval_batch_size"])
+        clock.round_done(server_round, accuracy=acc)
+        if server_round == exp["rounds"]:
+            clock.finish(acc, loss)
+        return loss, {"accuracy": acc}
+
+    strategy = FedAvg(
+        fraction_fit=conf["fraction_fit"],
+        fraction_evaluate=0.0,
+        min_fit_clients=conf["min_fit_clients"],
+        min_available_clients=conf["min_available_clients"],
+        initial_parameters=ndarrays_to_parameters(_get(model)),
+        evaluate_fn=central,
+        on_fit_config_fn=lambda r: {"round": r},
+    )
+    return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=exp["rounds"]))
+
+
+client = ClientApp(client_fn=client_fn)
+server = ServerApp(server_fn=server_fn)
