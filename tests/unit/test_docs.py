@@ -152,3 +152,17 @@ def test_no_key_is_described_twice():
         if f.name in gen.attribute_docs(s.cls) and f"``{f.name}``:" in gen.class_doc(s.cls)
     ]
     assert not twice, f"described in the attribute docstring and the class docstring: {twice}"
+
+
+def test_every_paper_number_cited_is_defined():
+    """The code and notes cite papers as "paper 001"; docs/papers.md says which paper each is."""
+    defined = set(re.findall(r"^\| (\d{3}) \|", (ROOT / "docs/papers.md").read_text(), re.M))
+    cited: dict[str, str] = {}
+    for folder in ("fedgo_flwr", "strategies", "clients", "benchmarks", "conf", "docs", "tests"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in {".py", ".md", ".yaml"} and path.is_file():
+                for number in re.findall(r"[Pp]aper (00\d)\b", path.read_text()):
+                    cited.setdefault(number, str(path.relative_to(ROOT)))
+    assert cited, "no paper cited by number: the pattern is wrong"
+    missing = {n: where for n, where in cited.items() if n not in defined}
+    assert not missing, f"paper numbers cited but not in docs/papers.md: {missing}"
