@@ -163,6 +163,7 @@ def _fedgo_weights(
     disc_mode: Any = "double_sigmoid",
     clip: Any = None,
     temperature: Any = 1.0,
+    sizes: Any = True,
 ) -> Tensor:
     """FedGO: ``w_k(x) = n_k Φ_k(x) / Σ_i n_i Φ_i(x)``, ``Φ = D / (1 - D)`` (Thm 3.6, Eq. (9)).
 
@@ -186,8 +187,14 @@ def _fedgo_weights(
     ``temperature`` ``T`` (default 1): ``log Φ_k / T`` (before the clip), i.e. ``Φ_k^{1/T}``;
     ``T > 1`` flattens over-confident odds towards ``data_size``, ``T < 1`` sharpens them. Not
     in the paper: a calibration knob for discriminators trained on a few hundred images.
+
+    ``sizes`` (default ``True``: Eq. (9)): ``False`` drops the ``n_k`` factor, ``w_k(x) =
+    Φ_k(x) / Σ_i Φ_i(x)`` over the clients with data. Not in the paper: an ablation that tells
+    how much of FedGO's weighting is its odds and how much Eq. (9)'s data-size prior (with the
+    double sigmoid's odds in ``(1, e)``, Eq. (9) stays within a factor ``e`` of ``data_size``).
     """
     mode = _disc_mode_param("fedgo", disc_mode)
+    use_sizes = _bool_param("fedgo", "sizes", sizes)
     tau = _positive_float("fedgo", "temperature", temperature)
     assert inputs.disc_logits is not None  # checked by compute_weights
     n = _positive_total("fedgo", inputs.num_examples)  # (K,)
@@ -201,8 +208,15 @@ def _fedgo_weights(
     neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=log_phi.device)
     shift = torch.where(active, log_phi, neg_inf).amax(dim=0, keepdim=True)  # (1, N), finite
     ratio = torch.exp(torch.where(active, log_phi - shift, neg_inf))  # in [0, 1]
-    numer = n[:, None] * ratio
+    numer = (n[:, None] if use_sizes else active.to(n.dtype)) * ratio
     return numer / numer.sum(dim=0, keepdim=True)
+
+
+def _bool_param(method: str, name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool (YAML ``true`` / ``false``), else raise ``ValueError``."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{method}: {name} must be true or false, got {value!r}")
+    return value
 
 
 def _oracle_weights(inputs: WeightingInputs) -> Tensor:
@@ -232,6 +246,7 @@ _PARAM_CHECKS: Mapping[str, Callable[[str, Any], Any]] = MappingProxyType(
         "temperature": lambda method, value: _positive_float(method, "temperature", value),
         "disc_mode": _disc_mode_param,
         "clip": _clip_param,
+        "sizes": lambda method, value: _bool_param(method, "sizes", value),
     }
 )
 """How each weighting parameter is checked: ``check(method, value) -> value`` or ``ValueError``."""
@@ -320,7 +335,12 @@ WEIGHTING_METHODS: Mapping[str, WeightingMethod] = MappingProxyType(
                 "fedgo",
                 _fedgo_weights,
                 requires=("disc_logits",),
-                defaults={"disc_mode": "double_sigmoid", "clip": None, "temperature": 1.0},
+                defaults={
+                    "disc_mode": "double_sigmoid",
+                    "clip": None,
+                    "temperature": 1.0,
+                    "sizes": True,
+                },
                 variants={
                     "sigmoid": {"disc_mode": "sigmoid"},
                     "double_sigmoid": {"disc_mode": "double_sigmoid"},

@@ -244,6 +244,20 @@ def test_fedgo_scales_with_num_examples() -> None:
     torch.testing.assert_close(w, torch.tensor([[0.25] * 3, [0.75] * 3]))
 
 
+def test_fedgo_without_sizes_is_the_odds_alone() -> None:
+    # Exact odds exp(z): z = (0, ln 3) gives odds (1, 3); with n = (3, 1) Eq. (9) weighs them
+    # 3*1 : 1*3 (equal), without n_k 1 : 3. A client with no data stays out either way.
+    disc = torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0], [5.0, 5.0]])
+    inputs = WeightingInputs(torch.zeros(3, 2, 2), torch.tensor([3, 1, 0]), disc_logits=disc)
+    with_n = compute_weights("fedgo", inputs, disc_mode="sigmoid")
+    torch.testing.assert_close(with_n[:, 0], torch.tensor([0.5, 0.5, 0.0]))
+    alone = compute_weights("fedgo", inputs, disc_mode="sigmoid", sizes=False)
+    torch.testing.assert_close(alone[:, 0], torch.tensor([0.25, 0.75, 0.0]))
+    torch.testing.assert_close(alone[:, 1], torch.tensor([0.5, 0.5, 0.0]))
+    with pytest.raises(ValueError, match="sizes must be true or false"):
+        compute_weights("fedgo", inputs, sizes="no")
+
+
 def test_double_sigmoid_odds_bounds() -> None:
     moderate = torch.linspace(-15.0, 15.0, 301)
     phi = discriminator_odds(moderate)
