@@ -71,7 +71,7 @@ EOF
 
 # What the user typed, and when (after the .venv check): a run records them (env.json's
 # command; summary.json's "launch" stage), handed on in FEDGO_COMMAND and FEDGO_STARTED
-# (fedgo_flwr/experiment/provenance.py).
+# (fedgo_flwr/records/provenance.py).
 COMMAND_LINE="$(printf '%q ' "$0" "$@")"
 mark_start() {
   STARTED_AT="${EPOCHREALTIME:-$(date +%s)}"
@@ -276,7 +276,7 @@ case "${1:-}" in
   --report)
     shift
     setup
-    exec "$PY" -m fedgo_flwr.experiment.report "$@"
+    exec "$PY" -m fedgo_flwr.records.report "$@"
     ;;
   --sweep)
     shift

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedgo_flwr.experiment.checkpoint import safe_torch_load
-from fedgo_flwr.experiment.config import load_config
-from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
+from fedgo_flwr.config.experiment import load_config
+from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import evaluate
+from fedgo_flwr.runtime.fileio import safe_torch_load
 
 
 @torch.no_grad()

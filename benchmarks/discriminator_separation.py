@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
-from fedgo_flwr.experiment.task import load_bundle, make_partition
 from fedgo_flwr.gan import discriminator_logits
+from fedgo_flwr.learning.task import load_bundle, make_partition
 from fedgo_flwr.learning.training import get_device
 from fedgo_flwr.runtime.fileio import strict_json
 from fedgo_flwr.weighting import WeightingInputs, compute_weights

@@ -53,9 +53,9 @@ from sklearn.metrics import roc_auc_score
 from benchmarks.discriminator_separation import own_vs_unseen_aucs, weight_on_knowing
 from clients.base import ClientJob
 from clients.fedgo import FedGOClient
-from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
 from fedgo_flwr.gan import discriminator_logits
 from fedgo_flwr.gan.settings import GanConfig
+from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import get_device, predict_logits, train_local
 from fedgo_flwr.protocol.fedgo import GENERATOR_KEY, REFERENCE_KEY
 from fedgo_flwr.runtime.fileio import strict_json

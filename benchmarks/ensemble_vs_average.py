@@ -41,10 +41,10 @@ import torch.nn.functional as F
 from flwr.app import Message
 
 from benchmarks.replay import client_model, replay
+from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.data import stratified_subset
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
 from fedgo_flwr.learning.aggregation import RunningAverage
+from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import get_device, predict_logits
 from fedgo_flwr.runtime.fileio import strict_json
 from fedgo_flwr.weighting import WeightingInputs, compute_weights, ensemble_logits

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from fedgo_flwr.config.experiment import TrainConfig
 from fedgo_flwr.data import (
     FOUR_GAUSSIANS_PAPER_OWNERS,
     ArrayDataset,
@@ -53,7 +54,6 @@ from fedgo_flwr.data import (
     make_four_gaussians,
 )
 from fedgo_flwr.data.partition import component_partition
-from fedgo_flwr.experiment.config import TrainConfig
 from fedgo_flwr.gan import build_discriminator
 from fedgo_flwr.learning.distill import DistillConfig, distill
 from fedgo_flwr.learning.training import predict_logits, train_local

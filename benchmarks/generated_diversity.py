@@ -37,18 +37,18 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedgo_flwr.config.experiment import load_config
 from fedgo_flwr.data.arrays import ArrayDataset
-from fedgo_flwr.experiment.checkpoint import (
+from fedgo_flwr.gan import generated_set, stored_like
+from fedgo_flwr.gan.settings import GeneratorConfig
+from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
+from fedgo_flwr.models.features import FeatureTap
+from fedgo_flwr.records.checkpoint import (
     CHECKPOINT_FILE,
     PREVIOUS_FILE,
     read_checkpoint,
-    safe_torch_load,
 )
-from fedgo_flwr.experiment.config import load_config
-from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
-from fedgo_flwr.gan import generated_set, stored_like
-from fedgo_flwr.gan.settings import GeneratorConfig
-from fedgo_flwr.models.features import FeatureTap
+from fedgo_flwr.runtime.fileio import safe_torch_load
 from fedgo_flwr.runtime.rng import make_rng
 
 CHECKPOINTS = {"last": CHECKPOINT_FILE, "prev": PREVIOUS_FILE}

@@ -32,9 +32,9 @@ from flwr.app import Message
 from torch import nn
 
 from benchmarks.replay import client_model, replay
-from fedgo_flwr.experiment.task import client_dataset, load_bundle, make_partition, new_model
 from fedgo_flwr.gan import discriminator_logits, train_discriminator
 from fedgo_flwr.learning.distill import TeacherBank
+from fedgo_flwr.learning.task import client_dataset, load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import get_device
 from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from fedgo_flwr.weighting import WeightingInputs, compute_weights

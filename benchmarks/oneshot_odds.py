@@ -32,7 +32,7 @@ import torch
 
 from benchmarks.sweep import RunFailed, run_command
 from fedgo_flwr.datafree import fedgo_multipliers, weighted_logits
-from fedgo_flwr.experiment.task import load_bundle, new_model
+from fedgo_flwr.learning.task import load_bundle, new_model
 from fedgo_flwr.learning.training import predict_logits
 from fedgo_flwr.weighting import DISC_MODES
 from strategies import load_experiment

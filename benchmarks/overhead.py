@@ -36,7 +36,7 @@ from flwr.simulation import run_simulation
 from fedgo_flwr.app.client_app import app as client_app
 from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.app.server_app import server_app_for
-from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.config.experiment import ExperimentConfig
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent

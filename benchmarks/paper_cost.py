@@ -50,7 +50,7 @@ import torch
 from benchmarks.overhead import later_rounds, run_flower
 from benchmarks.profile_phases import cuts, lengths, machine, profile_run
 from benchmarks.sweep import add_data_arguments, ensure_data
-from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.runtime.fileio import strict_json
 from strategies import load_experiment
 

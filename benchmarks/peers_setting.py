@@ -205,7 +205,7 @@ def export_shared(exp: Experiment, data_path: Path, shared: Path) -> dict[str, A
     import torch
 
     from benchmarks.sweep import load_config
-    from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model, sample_clients
+    from fedgo_flwr.learning.task import load_bundle, make_partition, new_model, sample_clients
 
     cfg = load_config(PROJECT_CONFIG, project_overrides(exp, data_path))
     bundle = load_bundle(cfg.data)

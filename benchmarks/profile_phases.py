@@ -53,8 +53,8 @@ from torch import nn
 from benchmarks.fedgo_table3 import METHODS
 from benchmarks.sweep import add_data_arguments, ensure_data
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.task import load_bundle
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.learning.task import load_bundle
 from fedgo_flwr.learning.training import get_device
 from fedgo_flwr.models.classifiers import build_model
 from fedgo_flwr.runtime import kernels, profiling

@@ -33,12 +33,12 @@ import numpy as np
 import torch
 
 from benchmarks.discriminator_variants import memorisation_aucs as aucs_of_sent
+from fedgo_flwr.config.experiment import load_config
 from fedgo_flwr.data.arrays import ArrayDataset
-from fedgo_flwr.experiment.checkpoint import safe_torch_load
-from fedgo_flwr.experiment.config import load_config
-from fedgo_flwr.experiment.task import load_bundle, make_partition
 from fedgo_flwr.gan.sampling import discriminator_logits
 from fedgo_flwr.gan.settings import DiscriminatorConfig
+from fedgo_flwr.learning.task import load_bundle, make_partition
+from fedgo_flwr.runtime.fileio import safe_torch_load
 from strategies._prefl import reference_indices
 
 

@@ -23,8 +23,8 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
+from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.config import ExperimentConfig
 from fedgo_flwr.learning.training import Batch, BatchLoss, TrainStats, train_local
 from fedgo_flwr.protocol import EmptyConfig
 

@@ -19,7 +19,7 @@ from flwr.app import ArrayRecord
 
 from clients import client_class
 from clients.base import ClientAlgorithm, ClientJob
-from fedgo_flwr.experiment.schema import build_section
+from fedgo_flwr.config.schema import build_section
 from fedgo_flwr.learning.cohorts import holdout_split
 from fedgo_flwr.learning.training import TrainStats, evaluate
 from fedgo_flwr.protocol.cpfl import PROTOCOL, CohortClientConfig, local_declaration

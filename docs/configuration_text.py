@@ -30,8 +30,8 @@ fedgo-flwr: invalid configuration: override 'data.alpha=-1': data.alpha = -1.0: 
 RULES = """\
 ## What every key must satisfy
 
-Besides each key's own checks below, the schema (`fedgo_flwr/experiment/schema.py`) and the YAML
-reader (`fedgo_flwr/experiment/config.py`) refuse, naming the key; `REFUSED` in
+Besides each key's own checks below, the schema (`fedgo_flwr/config/schema.py`) and the YAML
+reader (`fedgo_flwr/config/experiment.py`) refuse, naming the key; `REFUSED` in
 `tests/unit/test_config.py` lists every case:
 
 - **Keys and types.** A key no section has (the error suggests the closest one); a value of

@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python -m docs.gen_configuration --write   # or: ... > docs/configuration.md
 
 Every key, its type, default and integer limit come from the dataclasses: the core sections of
-:mod:`fedgo_flwr.experiment.config` and, for each strategy of :func:`strategies.available`, its
+:mod:`fedgo_flwr.config.experiment` and, for each strategy of :func:`strategies.available`, its
 ``Config`` with every base class and nested section (``strategy.aggregation``, ``strategy.distill``
 ...). What each section's ``check`` method refuses is read from its source (``c.require``,
 ``c.choice``, ``c.fail``), and which strategies read a section from the classes. A section's
@@ -15,7 +15,7 @@ nearest base's; a parameter declared by :class:`fedgo_flwr.protocol.scalars.Para
 ``doc`` and its bound instead), else the class docstring, which then must name the key: a key is
 described in one place. ``{strategies}``, ``{datasets}`` ... in a description stand for lists
 the page takes from the code (:data:`PLACEHOLDERS`: the strategies, the entries of
-:data:`fedgo_flwr.experiment.names.DATASETS`). The page's other prose is
+:data:`fedgo_flwr.config.names.DATASETS`). The page's other prose is
 :mod:`docs.configuration_text`. ``tests/unit/test_docs.py`` keeps the committed file equal to
 this output and every key described.
 
@@ -38,9 +38,9 @@ from typing import Any
 
 import strategies
 from docs.configuration_text import INTRO, RULES
-from fedgo_flwr.experiment.config import ExperimentConfig, StrategyConfig
-from fedgo_flwr.experiment.names import DATASETS
-from fedgo_flwr.experiment.schema import MAX_INT
+from fedgo_flwr.config.experiment import ExperimentConfig, StrategyConfig
+from fedgo_flwr.config.names import DATASETS
+from fedgo_flwr.config.schema import MAX_INT
 from fedgo_flwr.weighting import WEIGHTING_METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -525,7 +525,7 @@ class Renderer:
             INTRO,
             "## Core keys",
             "",
-            "What every experiment has, whatever the strategy (`fedgo_flwr/experiment/config.py`).",
+            "What every experiment has, whatever the strategy (`fedgo_flwr/config/experiment.py`).",
             "",
         ]
         for section in self.core.values():

@@ -29,7 +29,7 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """The API's names, imported on first use (a module ``__getattr__``, PEP 562)."""
     if name in ("ConfigError", "ExperimentConfig"):
-        from fedgo_flwr.experiment import config
+        from fedgo_flwr.config import experiment as config
 
         return getattr(config, name)
     if name in ("RunResult", "load_experiment", "load_model", "run"):

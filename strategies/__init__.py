@@ -7,7 +7,7 @@ algorithm is ``strategies/<x>.py`` + ``clients/<x>.py`` + ``conf/<x>.yaml``: not
 them (the FL-bench convention).
 
 :func:`load_experiment` is how the apps read an experiment: the core sections come from
-:func:`fedgo_flwr.experiment.config.load_config`, then the strategy's own parameters are built,
+:func:`fedgo_flwr.config.experiment.load_config`, then the strategy's own parameters are built,
 once, into its typed ``Config`` (``cfg.strategy.params``), which travels from there.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fedgo_flwr.experiment.config import ExperimentConfig, load_config
-from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
+from fedgo_flwr.config.experiment import ExperimentConfig, load_config
+from fedgo_flwr.config.schema import Checker, ConfigError, build_section
 from fedgo_flwr.runtime.plugins import load_class, module_names
 from strategies.base import Strategy
 
@@ -103,7 +103,7 @@ def load_experiment(
 ) -> ExperimentConfig:
     """Load, check and type a whole experiment (raises :class:`ConfigError`).
 
-    As :func:`fedgo_flwr.experiment.config.load_config`, then the strategy's parameters are built
+    As :func:`fedgo_flwr.config.experiment.load_config`, then the strategy's parameters are built
     into its ``Config`` and stored in ``cfg.strategy.params``.
     """
     return resolve(load_config(path, overrides, search_dirs))

@@ -20,8 +20,8 @@ import torch
 from flwr.app import ArrayRecord
 from torch import nn
 
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.task import client_model_name, heterogeneous_models, new_model
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.learning.task import client_model_name, heterogeneous_models, new_model
 from fedgo_flwr.runtime.messages import ARRAYS, to_record
 
 
@@ -84,13 +84,13 @@ class ClientArchitectures:
 
     def of(self, pid: int) -> str:
         """The architecture client ``pid`` trains
-        (:func:`fedgo_flwr.experiment.task.client_model_name`)."""
+        (:func:`fedgo_flwr.learning.task.client_model_name`)."""
         return client_model_name(self.cfg, pid)
 
     def initial_record(self, arch: str, arrays: ArrayRecord) -> ArrayRecord:
         """What clients of architecture ``arch`` start a round from by default: ``model.name``'s
         the global model (``arrays``); any other architecture's its seeded initial model
-        (:func:`fedgo_flwr.experiment.task.new_model`: seed ``derive_seed(cfg.seed,
+        (:func:`fedgo_flwr.learning.task.new_model`: seed ``derive_seed(cfg.seed,
         "model-init", arch)``), the same every round, so all clients of one architecture start
         equal (one-shot FL, e.g. Co-Boosting, needs no more)."""
         return arrays if arch == self.main else self.records[arch]

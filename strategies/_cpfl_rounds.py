@@ -23,7 +23,6 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.supercore import log
 
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.task import sample_clients
 from fedgo_flwr.learning.aggregation import clip_update
 from fedgo_flwr.learning.clipping import round_average
 from fedgo_flwr.learning.cohorts import (
@@ -38,6 +37,7 @@ from fedgo_flwr.learning.cohorts import (
     prune_history,
 )
 from fedgo_flwr.learning.systems import DeviceProfile, SimClock, round_seconds
+from fedgo_flwr.learning.task import sample_clients
 from fedgo_flwr.learning.training import predict_logits
 from fedgo_flwr.protocol import ReplySpec
 from fedgo_flwr.protocol.cpfl import member_reply

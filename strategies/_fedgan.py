@@ -36,7 +36,7 @@ last finished round; the messages are ``train.fedgan``, answered by ``clients/fe
 pair is checked before it is used (:func:`read_fedgan_checkpoint`): the generator's and the
 critic's arrays must have the keys, shapes and dtypes of the configured pair and finite values,
 and its round must be one of ``federated_rounds``; otherwise the run stops with one
-:class:`~fedgo_flwr.experiment.checkpoint.CheckpointError` naming the file (a file of another
+:class:`~fedgo_flwr.records.checkpoint.CheckpointError` naming the file (a file of another
 configuration is not the run's: it is started over, with a WARNING).
 """
 
@@ -51,17 +51,16 @@ from flwr.app import ArrayRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.checkpoint import (
-    CheckpointError,
-    arrays_problem,
-    config_differences,
-    safe_torch_load,
-)
 from fedgo_flwr.learning.aggregation import BoundedAverage
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, FEDGAN_MESSAGE, GENERATOR_KEY
 from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
+from fedgo_flwr.records.checkpoint import (
+    CheckpointError,
+    arrays_problem,
+    config_differences,
+)
 from fedgo_flwr.runtime import messages as msgs
-from fedgo_flwr.runtime.fileio import atomic_torch_save
+from fedgo_flwr.runtime.fileio import atomic_torch_save, safe_torch_load
 from fedgo_flwr.runtime.messages import CONFIG, stream_replies
 from fedgo_flwr.runtime.rng import derive_seed
 from fedgo_flwr.runtime.shutdown import raise_if_stopping

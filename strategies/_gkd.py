@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.learning.aggregation import RunningAverage
 from fedgo_flwr.protocol.fedgkd import TEACHER_WEIGHTS_KEY, FedGKDConfig, teacher_key
 from fedgo_flwr.runtime.messages import to_numpy, to_record

@@ -28,22 +28,21 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.names import dataset_entry
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.checkpoint import safe_torch_load
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.names import dataset_entry
-from fedgo_flwr.experiment.schema import Checker
-from fedgo_flwr.experiment.task import load_bundle
 from fedgo_flwr.gan import cache as generator_cache
 from fedgo_flwr.gan import train_wgan_gp
 from fedgo_flwr.gan.external import generator_output_problem
 from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.learning.aggregation import AggregationConfig, check_arrays
+from fedgo_flwr.learning.task import load_bundle
 from fedgo_flwr.protocol import RoundIntake
 from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE, GENERATOR_KEY, REFERENCE_KEY
 from fedgo_flwr.protocol.fedgo import PROTOCOL as FEDGO
 from fedgo_flwr.runtime import messages as msgs
-from fedgo_flwr.runtime.fileio import atomic_torch_save
+from fedgo_flwr.runtime.fileio import atomic_torch_save, safe_torch_load
 from fedgo_flwr.runtime.messages import ARRAYS, CONFIG, stream_replies, to_record
 from fedgo_flwr.runtime.progress import Progress
 from fedgo_flwr.runtime.rng import derive_seed, make_rng
@@ -354,7 +353,7 @@ def seeded_generator(seed: int, gp: GeneratorConfig, shape: tuple[int, ...]) -> 
 
 def preflight_input_shape(cfg: ExperimentConfig) -> tuple[int, ...]:
     """The classifier's input shape: the dataset's entry's
-    (:data:`fedgo_flwr.experiment.names.DATASETS`), so the pre-flight check need not load it,
+    (:data:`fedgo_flwr.config.names.DATASETS`), so the pre-flight check need not load it,
     else read from the data (``imagefolder``, ``hf:``; cached per process, so the ServerApp
     loads it once)."""
     entry = dataset_entry(cfg.data.dataset.strip().lower())

@@ -1,7 +1,7 @@
 """The parts of the round loop (:meth:`strategies.base.Strategy.start`): a row's result and the
 rollback.
 
-:class:`Row` (:class:`fedgo_flwr.experiment.recorder.Row`) is what one row of ``metrics.jsonl``
+:class:`Row` (:class:`fedgo_flwr.records.recorder.Row`) is what one row of ``metrics.jsonl``
 produced (:meth:`Strategy.run_row <strategies.base.Strategy.run_row>`), handed whole to the run
 recorder. :class:`Rollback`, owned by a strategy as ``self.rollback``, keeps the last good
 model.
@@ -28,8 +28,8 @@ from typing import Any
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.recorder import Row
 from fedgo_flwr.protocol import RoundIntake
+from fedgo_flwr.records.recorder import Row
 
 
 class Rollback:

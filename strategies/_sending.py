@@ -5,7 +5,7 @@ message carries (the core experiment, the client algorithm's name and its own pa
 run token: :mod:`fedgo_flwr.runtime.messages`), one message per partition to the node that
 serves it (the partition id in its ``group_id``, a reply token of its own in its config, kept in
 :attr:`Outbox.tokens` for the intake) and seeded client sampling
-(:func:`fedgo_flwr.experiment.task.sample_clients`: every strategy trains the same clients in
+(:func:`fedgo_flwr.learning.task.sample_clients`: every strategy trains the same clients in
 the same round, and a run is repeatable).
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.task import sample_clients
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.learning.task import sample_clients
 from fedgo_flwr.protocol import partition_of_reply
 from fedgo_flwr.runtime import messages as msgs
 

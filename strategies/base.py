@@ -3,7 +3,7 @@
 :class:`Strategy` subclasses Flower's abstract ``flwr.serverapp.strategy.Strategy`` (not its
 ``FedAvg``: nothing of FedAvg's sampling, message building or aggregation is used) and adds:
 
-- Seeded client sampling over partition ids (:func:`fedgo_flwr.experiment.task.sample_clients`), so
+- Seeded client sampling over partition ids (:func:`fedgo_flwr.learning.task.sample_clients`), so
   every strategy trains the same clients in the same round and a run is repeatable.
 - Training messages that carry the core experiment, the client algorithm's name and its own
   parameters (:mod:`fedgo_flwr.runtime.messages`).
@@ -99,15 +99,15 @@ from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from flwr.supercore import log
 from torch import nn
 
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.data import ArrayDataset, DataBundle
 from fedgo_flwr.data.imagefolder import load_unlabeled
 from fedgo_flwr.data.partition import Partition
-from fedgo_flwr.experiment.checkpoint import MAX_PARAMETER, arrays_problem
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker
-from fedgo_flwr.experiment.task import heterogeneous_models
 from fedgo_flwr.learning.aggregation import AggregationConfig
+from fedgo_flwr.learning.task import heterogeneous_models
 from fedgo_flwr.protocol import TRAIN, ReplySpec, declaration
+from fedgo_flwr.records.checkpoint import MAX_PARAMETER, arrays_problem
 from fedgo_flwr.runtime import messages as msgs
 from fedgo_flwr.runtime.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.runtime.shutdown import raise_if_stopping
@@ -223,7 +223,7 @@ class Strategy(FlowerStrategy):
         self.run_token = ""  # names this run's client-state files (kept when resuming)
         self.resuming = False  # set by the ServerApp when the run continues from a checkpoint
         # seconds of named stages of setup() (``generator``, ``discriminators``), for the
-        # summary's stage_times (fedgo_flwr.experiment.recorder.STAGES)
+        # summary's stage_times (fedgo_flwr.records.recorder.STAGES)
         self.stage_times: dict[str, float] = {}
 
     @classmethod
@@ -598,7 +598,7 @@ class Strategy(FlowerStrategy):
         self, arrays: Any, what: str, bound: float | None = MAX_PARAMETER
     ) -> str | None:
         """Why ``arrays`` is not a model of ``model.name`` (keys, shapes, dtypes, finite values
-        of at most ``bound``, :data:`~fedgo_flwr.experiment.checkpoint.MAX_PARAMETER` unless
+        of at most ``bound``, :data:`~fedgo_flwr.records.checkpoint.MAX_PARAMETER` unless
         told), or ``None``."""
         template = self.architectures.template.state_dict()
         template = {k: v.detach().numpy() for k, v in template.items()}

@@ -30,8 +30,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.learning.training import make_optimizer, train_local
 from fedgo_flwr.runtime.messages import to_numpy, to_record
 from fedgo_flwr.runtime.rng import make_rng

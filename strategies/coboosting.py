@@ -46,10 +46,10 @@ import numpy as np
 import torch
 from flwr.supercore import log
 
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.datafree import BoostSettings, DataFreeDistillation, SynthesisSettings
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker
-from fedgo_flwr.experiment.task import heterogeneous_models, load_bundle
+from fedgo_flwr.learning.task import heterogeneous_models, load_bundle
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import MAX_SHARE_FACTOR, mean_share_caps
 from strategies.oneshot import OneShot, OneShotConfig

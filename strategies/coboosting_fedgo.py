@@ -46,19 +46,19 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.supercore import log
 from torch import Tensor, nn
 
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.datafree import (
     BoostSettings,
     DataFreeDistillation,
     fedgo_multipliers,
 )
-from fedgo_flwr.experiment.checkpoint import safe_torch_load
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.gan import screen_discriminators
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.learning.aggregation import check_arrays
 from fedgo_flwr.learning.training import predict_logits
 from fedgo_flwr.protocol.oneshot_fedgo import DISCRIMINATOR_KEY
+from fedgo_flwr.runtime.fileio import safe_torch_load
 from fedgo_flwr.runtime.messages import to_numpy
 from fedgo_flwr.weighting import (
     DISC_MODES,

@@ -81,9 +81,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker, build_section
-from fedgo_flwr.experiment.task import load_bundle
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import Checker, build_section
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.learning.cohorts import (
     EMPTY,
@@ -108,6 +107,7 @@ from fedgo_flwr.learning.systems import (
     load_profiles,
     synthetic_profiles,
 )
+from fedgo_flwr.learning.task import load_bundle
 from fedgo_flwr.protocol.cpfl import CohortClientConfig, local_declaration
 from fedgo_flwr.runtime.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.runtime.rng import derive_seed

@@ -55,10 +55,9 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.supercore import log
 from torch import Tensor
 
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.checkpoint import arrays_problem, safe_torch_load
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.gan import generated_set, screen_discriminators
 from fedgo_flwr.learning.aggregation import (
     BoundedAverage,
@@ -69,6 +68,8 @@ from fedgo_flwr.learning.aggregation import (
 from fedgo_flwr.learning.distill import num_views, view_batches
 from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY, DaFKDClientConfig
+from fedgo_flwr.records.checkpoint import arrays_problem
+from fedgo_flwr.runtime.fileio import safe_torch_load
 from fedgo_flwr.runtime.kernels import place
 from fedgo_flwr.runtime.messages import to_numpy, to_record
 from fedgo_flwr.runtime.rng import derive_seed, make_rng

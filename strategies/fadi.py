@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.datafree import PlainBoost, SynthesisSettings
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker
-from fedgo_flwr.experiment.task import client_model_name, load_bundle
+from fedgo_flwr.learning.task import client_model_name, load_bundle
 from fedgo_flwr.models.classifiers import build_model
 from strategies.coboosting import CoBoosting, CoBoostingConfig
 

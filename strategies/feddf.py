@@ -70,11 +70,9 @@ from flwr.app import ArrayRecord
 from flwr.supercore import log
 from torch import Tensor, nn
 
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.checkpoint import arrays_problem
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker
-from fedgo_flwr.experiment.task import heterogeneous_models
 from fedgo_flwr.learning.aggregation import new_average
 from fedgo_flwr.learning.distill import (
     TEACHER_NORMS,
@@ -87,7 +85,9 @@ from fedgo_flwr.learning.distill import (
     predict_views,
     teacher_logits_problem,
 )
+from fedgo_flwr.learning.task import heterogeneous_models
 from fedgo_flwr.learning.training import evaluate
+from fedgo_flwr.records.checkpoint import arrays_problem
 from fedgo_flwr.runtime import profiling
 from fedgo_flwr.runtime.kernels import inference_batch
 from fedgo_flwr.runtime.messages import to_record

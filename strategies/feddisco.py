@@ -52,7 +52,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.learning.aggregation import new_average
 from fedgo_flwr.learning.weighted_rules import new_weighted_average
 from strategies.base import BaseConfig, Reply

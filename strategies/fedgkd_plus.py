@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.learning.training import evaluate
 from strategies._gkd import GKDBufferConfig, GlobalModelBuffer
 from strategies.base import Reply

@@ -54,9 +54,9 @@ import torch
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.gan import (
     count_bytes,
     discriminator_logits,

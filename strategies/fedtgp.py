@@ -53,12 +53,12 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import nn
 
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.data import batches
-from fedgo_flwr.experiment.checkpoint import arrays_problem
-from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import bound_uploads, scale_upload, warn_bounded
 from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.protocol.fedtgp import GLOBAL_PROTOS_KEY, PROTOS_KEY, FedTGPConfig
+from fedgo_flwr.records.checkpoint import arrays_problem
 from fedgo_flwr.runtime.messages import to_numpy, to_record
 from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from strategies.base import BaseConfig, Reply, ReplyRejected

@@ -52,10 +52,9 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 from torch import Tensor, nn
 
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.datafree import weighted_logits
-from fedgo_flwr.experiment.checkpoint import arrays_problem, safe_torch_load
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import check_arrays
 from fedgo_flwr.learning.distill import (
     TEACHER_NORMS,
@@ -64,7 +63,8 @@ from fedgo_flwr.learning.distill import (
     teacher_scale_outliers,
 )
 from fedgo_flwr.learning.training import predict_logits
-from fedgo_flwr.runtime.fileio import atomic_torch_save
+from fedgo_flwr.records.checkpoint import arrays_problem
+from fedgo_flwr.runtime.fileio import atomic_torch_save, safe_torch_load
 from fedgo_flwr.runtime.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.runtime.shutdown import raise_if_stopping
 from strategies.base import BaseConfig, Reply, ReplyRejected, Row, Strategy

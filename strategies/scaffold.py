@@ -41,12 +41,12 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgo_flwr.experiment.checkpoint import arrays_problem
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.learning.aggregation import bound_uploads, check_arrays, new_average, warn_bounded
 from fedgo_flwr.learning.clipping import round_average
 from fedgo_flwr.protocol import ModelFault
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY, CONTROL_KEY
+from fedgo_flwr.records.checkpoint import arrays_problem
 from fedgo_flwr.runtime.messages import to_numpy, to_record
 from strategies.base import BaseConfig, Reply, Strategy, update_norms
 

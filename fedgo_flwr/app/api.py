@@ -9,8 +9,8 @@ names lazily: ``import fedgo_flwr`` imports neither torch nor Flower)::
     model = load_model(result.output_dir) # the final global model, in eval mode
 
 - :func:`load_experiment` reads a YAML file and overrides into a checked, resolved
-  :class:`~fedgo_flwr.experiment.config.ExperimentConfig`; a bad key, value or file raises one
-  :class:`~fedgo_flwr.experiment.schema.ConfigError` naming it (as ``./run.sh`` exits 2).
+  :class:`~fedgo_flwr.config.experiment.ExperimentConfig`; a bad key, value or file raises one
+  :class:`~fedgo_flwr.config.schema.ConfigError` naming it (as ``./run.sh`` exits 2).
 - :func:`run` runs it with :func:`fedgo_flwr.app.inprocess.run_inprocess` (the ServerApp and
   ClientApp code in this process, clients one after another, no Ray) into a new folder
   ``outputs/<name>/<date-time>`` (or ``output_dir``), and returns a :class:`RunResult`.
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedgo_flwr.experiment.config import ExperimentConfig, load_config
-from fedgo_flwr.experiment.schema import ConfigError
+from fedgo_flwr.config.experiment import ExperimentConfig, load_config
+from fedgo_flwr.config.schema import ConfigError
 
 __all__ = ["Overrides", "RunResult", "load_experiment", "load_model", "run"]
 
@@ -62,7 +62,7 @@ def _override_words(overrides: Overrides) -> list[str]:
     if isinstance(overrides, Mapping):
         return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
     if isinstance(overrides, str):
-        from fedgo_flwr.experiment.config import split_overrides
+        from fedgo_flwr.config.experiment import split_overrides
 
         return split_overrides(overrides)
     return [str(o) for o in overrides]
@@ -75,7 +75,7 @@ def load_experiment(
 
     A relative ``path`` is looked up in the current folder, then in this checkout's root (so
     ``conf/fedgo.yaml`` works from anywhere); ``None``: the defaults. Raises
-    :class:`~fedgo_flwr.experiment.schema.ConfigError` naming the key, the value and the file
+    :class:`~fedgo_flwr.config.schema.ConfigError` naming the key, the value and the file
     or override it came from.
     """
     from strategies import load_experiment as load_resolved
@@ -99,7 +99,7 @@ def run(
     current folder (``$FEDGO_WORKDIR`` if set).
     """
     from fedgo_flwr.app.inprocess import run_inprocess
-    from fedgo_flwr.experiment.recorder import decide_output_dir, resolve_output_dir
+    from fedgo_flwr.records.recorder import decide_output_dir, resolve_output_dir
     from strategies import resolve
 
     if isinstance(experiment, ExperimentConfig):
@@ -126,8 +126,8 @@ def load_model(run_dir: str | os.PathLike[str], *, data_path: str | None = None)
     ``model.pt`` (an unfinished run), one that is no state dict of tensors, or one whose
     arrays do not fit the architecture is a ``ValueError`` naming the file.
     """
-    from fedgo_flwr.experiment.checkpoint import safe_torch_load
-    from fedgo_flwr.experiment.task import load_bundle, new_model
+    from fedgo_flwr.learning.task import load_bundle, new_model
+    from fedgo_flwr.runtime.fileio import safe_torch_load
 
     folder = Path(run_dir).expanduser()
     config_file, model_file = folder / "config.yaml", folder / "model.pt"

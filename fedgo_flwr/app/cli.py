@@ -2,10 +2,10 @@
 
 ``prepare CONFIG [k=v ...] --run-toml PATH [--supernodes N]``: validate the experiment (fail
 fast, exit 2 with one message naming key, value and file), decide its output folder (a new
-one unless ``output_dir`` is set: :func:`fedgo_flwr.experiment.recorder.decide_output_dir`), write
+one unless ``output_dir`` is set: :func:`fedgo_flwr.records.recorder.decide_output_dir`), write
 the Flower run config (``config`` + ``overrides``, the last of them that ``output_dir``; and
 ``launch``, the command line and start time ``run.sh`` passed in ``$FEDGO_COMMAND`` and
-``$FEDGO_STARTED``: :class:`~fedgo_flwr.experiment.provenance.Launch`) to PATH,
+``$FEDGO_STARTED``: :class:`~fedgo_flwr.records.provenance.Launch`) to PATH,
 and print the Flower federation config (``num-supernodes``: N, default ``data.num_clients``;
 client resources) on stdout for ``flwr run --federation-config``, then the output directory.
 With ``--stage DIR``, also link the app's files into DIR, which ``flwr run`` then bundles
@@ -30,18 +30,18 @@ import torch
 
 from fedgo_flwr.app.cluster import check_cluster, cluster_address
 from fedgo_flwr.app.staging import stage_app
-from fedgo_flwr.experiment.config import (
+from fedgo_flwr.config.experiment import (
     ConfigError,
     DataConfig,
     ExperimentConfig,
     config_and_overrides,
     resolve_config_path,
 )
-from fedgo_flwr.experiment.names import dataset_entry
-from fedgo_flwr.experiment.provenance import LAUNCH_KEY, Launch
-from fedgo_flwr.experiment.recorder import decide_output_dir, resolve_output_dir
-from fedgo_flwr.experiment.schema import Checker
-from fedgo_flwr.experiment.task import make_partition
+from fedgo_flwr.config.names import dataset_entry
+from fedgo_flwr.config.schema import Checker
+from fedgo_flwr.learning.task import make_partition
+from fedgo_flwr.records.provenance import LAUNCH_KEY, Launch
+from fedgo_flwr.records.recorder import decide_output_dir, resolve_output_dir
 from strategies import available, load_experiment, require_resolved, strategy_class
 
 
@@ -98,7 +98,7 @@ def preflight(cfg: ExperimentConfig) -> None:
     :class:`ConfigError` naming the key, the value and where it was set:
 
     - local data must be there: the folder of the dataset's entry
-      (:data:`fedgo_flwr.experiment.names.DATASETS`: ``imagefolder``'s ``train/``, CIFAR's
+      (:data:`fedgo_flwr.config.names.DATASETS`: ``imagefolder``'s ``train/``, CIFAR's
       torchvision folder when ``data.download`` is off);
     - every ``path`` key of the strategy's parameters (``strategy.generator.path``,
       ``strategy.discriminator.path``) must name an existing file;

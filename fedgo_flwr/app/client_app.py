@@ -65,19 +65,19 @@ from clients import ClientAlgorithm, ClientJob, client_class
 from clients import available as available_clients
 from fedgo_flwr.app.discovery import parse_index
 from fedgo_flwr.app.noise import quiet_known_noise
-from fedgo_flwr.experiment.checkpoint import is_run_token, safe_torch_load
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.recorder import resolve_output_dir
-from fedgo_flwr.experiment.schema import build_section
-from fedgo_flwr.experiment.task import (
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.config.schema import build_section
+from fedgo_flwr.learning.task import (
     client_dataset,
     client_model_name,
     load_bundle,
     new_client_model,
 )
 from fedgo_flwr.learning.training import get_device
+from fedgo_flwr.records.checkpoint import is_run_token
+from fedgo_flwr.records.recorder import resolve_output_dir
 from fedgo_flwr.runtime import messages as msgs
-from fedgo_flwr.runtime.fileio import atomic_torch_save
+from fedgo_flwr.runtime.fileio import atomic_torch_save, safe_torch_load
 from fedgo_flwr.runtime.kernels import (
     use_channels_last,
     use_deterministic,
@@ -292,7 +292,7 @@ def _state_dir(
     Node config ``state-dir`` if given, else ``<output_dir>/client-state``; one folder per run
     token (a resumed run keeps its token, a fresh run gets a new one) and partition id. The
     token comes from the server: only the form
-    :func:`fedgo_flwr.experiment.checkpoint.new_run_token` makes is accepted, and the folder must
+    :func:`fedgo_flwr.records.checkpoint.new_run_token` makes is accepted, and the folder must
     resolve inside the base (no ``..``, absolute paths or symbolic links out of it).
     """
     if not (cfg.checkpoint or shared) or not token:

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
 
 ADDRESS_ENV = "RAY_ADDRESS"
 

@@ -36,7 +36,7 @@ another token answers another message, e.g. a reply replayed from an earlier que
 Every other problem (a malformed claim, too few clients left with a node, a node map that the
 nodes contradict) ends the run with one :class:`NodeDiscoveryError` (one line naming the node
 or nodes and the value); a map that cannot be read is a
-:class:`~fedgo_flwr.experiment.schema.ConfigError` of the run config key ``node-map``, raised before
+:class:`~fedgo_flwr.config.schema.ConfigError` of the run config key ``node-map``, raised before
 the run starts anything.
 """
 
@@ -56,7 +56,7 @@ from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.schema import ConfigError
+from fedgo_flwr.config.schema import ConfigError
 from fedgo_flwr.runtime.messages import (
     CONFIG,
     ECHO,

@@ -39,8 +39,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.provenance import Launch
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.records.provenance import Launch
 from fedgo_flwr.runtime.fileio import strict_json
 
 SERVER_NODE_ID = 1
@@ -156,9 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     scalars as JSON; exit 2 with one message for a bad configuration (the schema's, found when
     the config loads, or the machine's, found by the run's own ``preflight`` before it starts)
     or a checkpoint the run cannot resume from (:class:`CheckpointError`, naming the file)."""
-    from fedgo_flwr.experiment.checkpoint import CheckpointError
-    from fedgo_flwr.experiment.config import ConfigError, config_and_overrides
-    from fedgo_flwr.experiment.recorder import decide_output_dir
+    from fedgo_flwr.config.experiment import ConfigError, config_and_overrides
+    from fedgo_flwr.records.checkpoint import CheckpointError
+    from fedgo_flwr.records.recorder import decide_output_dir
     from strategies import load_experiment
 
     parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.app.inprocess")

@@ -40,7 +40,11 @@ from fedgo_flwr.app.discovery import (
     load_node_map,
 )
 from fedgo_flwr.app.noise import quiet_known_noise
-from fedgo_flwr.experiment.checkpoint import (
+from fedgo_flwr.config.experiment import ConfigError, ExperimentConfig, split_overrides
+from fedgo_flwr.config.schema import Checker
+from fedgo_flwr.learning.task import check_model_inputs, load_bundle, make_partition, new_model
+from fedgo_flwr.learning.training import get_device
+from fedgo_flwr.records.checkpoint import (
     Checkpoint,
     CheckpointError,
     capture_rng,
@@ -51,18 +55,14 @@ from fedgo_flwr.experiment.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig, split_overrides
-from fedgo_flwr.experiment.provenance import LAUNCH_KEY, Launch
-from fedgo_flwr.experiment.recorder import (
+from fedgo_flwr.records.provenance import LAUNCH_KEY, Launch
+from fedgo_flwr.records.recorder import (
     RunRecorder,
     check_output_dir,
     decide_output_dir,
     resolve_output_dir,
 )
-from fedgo_flwr.experiment.runlog import RunLog, run_log
-from fedgo_flwr.experiment.schema import Checker
-from fedgo_flwr.experiment.task import check_model_inputs, load_bundle, make_partition, new_model
-from fedgo_flwr.learning.training import get_device
+from fedgo_flwr.records.runlog import RunLog, run_log
 from fedgo_flwr.runtime import shutdown
 from fedgo_flwr.runtime.kernels import (
     use_channels_last,
@@ -87,7 +87,7 @@ APP_DIR = Path(__file__).resolve().parents[2]
 RUN_CONFIG_FILE_KEYS = ("config", "overrides", NODE_MAP, LAUNCH_KEY)
 """Run-config keys that are not experiment keys: the YAML file, the free-form overrides, the
 deployment's node map (:mod:`fedgo_flwr.app.discovery`) and how ``run.sh`` was started
-(:class:`~fedgo_flwr.experiment.provenance.Launch`)."""
+(:class:`~fedgo_flwr.records.provenance.Launch`)."""
 
 
 def run_config_overrides(run_config: Mapping[str, Any]) -> list[str]:
@@ -220,17 +220,17 @@ def run_experiment(
     """Run one experiment end to end; return its summary (also in summary.json).
 
     The log lines of the run go to ``run.log`` in its folder too
-    (:mod:`fedgo_flwr.experiment.runlog`). ``launch`` is how the user started it (``run.sh``:
+    (:mod:`fedgo_flwr.records.runlog`). ``launch`` is how the user started it (``run.sh``:
     the command line for ``env.json``, the start time for the summary's ``launch`` stage);
     unknown by default.
 
     The run folder is ``output_dir``, or a new ``outputs/<name>/<date-time>`` if it is unset
     (with ``resume: true``, the one ``outputs/<name>/latest`` points to):
-    :func:`fedgo_flwr.experiment.recorder.decide_output_dir`. With ``resume: true`` and a
+    :func:`fedgo_flwr.records.recorder.decide_output_dir`. With ``resume: true`` and a
     ``checkpoint.pt`` in the run folder, the run continues after the checkpoint's round
-    (:mod:`fedgo_flwr.experiment.checkpoint`); otherwise it starts from round 1. A folder holding an
+    (:mod:`fedgo_flwr.records.checkpoint`); otherwise it starts from round 1. A folder holding an
     earlier run is refused before anything is written, unless the run resumes it or
-    ``overwrite: true`` (:func:`fedgo_flwr.experiment.recorder.check_output_dir`).
+    ``overwrite: true`` (:func:`fedgo_flwr.records.recorder.check_output_dir`).
     ``cfg`` comes resolved, its strategy's parameters typed once where it was read
     (:func:`strategies.load_experiment`); an unresolved one is a ``TypeError``.
     ``node_map`` (run config ``node-map``) says which node serves which partition

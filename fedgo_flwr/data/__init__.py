@@ -10,7 +10,7 @@ The package is split by what each part owns:
 * :mod:`fedgo_flwr.data.arrays` -- :class:`ArrayDataset`, :class:`DataBundle`, normalisation,
   :func:`batches` and :func:`stratified_subset`;
 * :mod:`fedgo_flwr.data.sources` -- :func:`load_dataset` (names: those of
-  :func:`fedgo_flwr.experiment.names.is_dataset_name`) and the built-in sources (``digits``,
+  :func:`fedgo_flwr.config.names.is_dataset_name`) and the built-in sources (``digits``,
   ``four_gaussians``, torchvision CIFAR-10/100, Hugging Face ``datasets``);
 * :mod:`fedgo_flwr.data.imagefolder` -- :func:`load_imagefolder` and its decode cache, and
   :func:`load_unlabeled` (any folder of images, e.g. a public distillation set).

@@ -9,7 +9,7 @@ The training set is split in two stages:
    labels stay available to the caller for diagnostics only.
 2. **Client split.**  The remaining samples (the "client pool") are divided over ``K`` clients by
    one of three schemes (config key ``data.partition``,
-   :data:`~fedgo_flwr.experiment.names.PARTITION_SCHEMES`):
+   :data:`~fedgo_flwr.config.names.PARTITION_SCHEMES`):
 
    * ``dirichlet`` (default, :func:`dirichlet_partition`): the per-class Dirichlet label-skew
      scheme of Hsu, Qi and Brown (2019), "Measuring the Effects of Non-Identical Data

@@ -1,6 +1,6 @@
 """Datasets by name: :func:`load_dataset` and the built-in sources.
 
-The built-in datasets are the entries of :data:`fedgo_flwr.experiment.names.DATASETS`, each
+The built-in datasets are the entries of :data:`fedgo_flwr.config.names.DATASETS`, each
 naming its loader here:
 
 * ``"digits"`` -- scikit-learn's embedded 8x8 digits (no download); a small CPU-friendly proxy.
@@ -27,15 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from fedgo_flwr.data.arrays import ArrayDataset, DataBundle
-from fedgo_flwr.data.imagefolder import DEFAULT_CACHE_ROOT, load_imagefolder
-from fedgo_flwr.experiment.names import (
+from fedgo_flwr.config.names import (
     HF_PREFIX,
     TORCHVISION_ROOT,
     dataset_entry,
     dataset_names,
     hf_id,
 )
+from fedgo_flwr.data.arrays import ArrayDataset, DataBundle
+from fedgo_flwr.data.imagefolder import DEFAULT_CACHE_ROOT, load_imagefolder
 from fedgo_flwr.runtime.fileio import atomic_write
 
 __all__ = [
@@ -68,7 +68,7 @@ def load_dataset(
     download: bool = False,
     cache_dir: str | None = None,
 ) -> DataBundle:
-    """Load a dataset by name: one of :data:`~fedgo_flwr.experiment.names.DATASETS` (by its
+    """Load a dataset by name: one of :data:`~fedgo_flwr.config.names.DATASETS` (by its
     entry's loader), or ``"hf:<hub dataset id>"``.
 
     Args:
@@ -269,7 +269,7 @@ def load_four_gaussians(**_: Any) -> DataBundle:
 
 def load_cifar(*, name: str, path: str | None, download: bool, **_: Any) -> DataBundle:
     """CIFAR-10 or CIFAR-100 (``name``) via torchvision under ``path`` (default
-    :data:`~fedgo_flwr.experiment.names.TORCHVISION_ROOT`); ``.data`` (N, 32, 32, 3) ->
+    :data:`~fedgo_flwr.config.names.TORCHVISION_ROOT`); ``.data`` (N, 32, 32, 3) ->
     (N, 3, 32, 32) uint8."""
     from torchvision import datasets
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.datafree.ensemble import (
     DIVERSIFY_VARIANTS,
     diversify,
@@ -27,7 +28,6 @@ from fedgo_flwr.datafree.generator import Generator, reset_generator
 from fedgo_flwr.datafree.losses import kd_loss
 from fedgo_flwr.datafree.pool import SyntheticPool
 from fedgo_flwr.datafree.synthesis import SynthesisSettings, synthesize
-from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.weighting import cap_scalar_shares
 
 __all__ = [

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.datafree.ensemble import member_logits, weighted_logits
 from fedgo_flwr.datafree.generator import reset_generator, to_model_input
 from fedgo_flwr.datafree.losses import (
@@ -23,7 +24,6 @@ from fedgo_flwr.datafree.losses import (
     hard_cross_entropy,
     image_prior_losses,
 )
-from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.runtime.progress import Progress
 
 __all__ = [

@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedgo_flwr.experiment.checkpoint import safe_torch_load
 from fedgo_flwr.runtime import kernels
-from fedgo_flwr.runtime.fileio import atomic_torch_save, atomic_write_text
+from fedgo_flwr.runtime.fileio import atomic_torch_save, atomic_write_text, safe_torch_load
 
 __all__ = [
     "GENERATOR_CACHE_VERSION",

@@ -5,7 +5,7 @@ the same generator from it to load its weights; :class:`DiscriminatorConfig` say
 trains its discriminator (Jang, Park, Lee, ICML 2025, App. E.2). Both sections live under
 ``strategy.`` in an experiment configuration (``strategy.generator.*``,
 ``strategy.discriminator.*``); :class:`GanConfig` groups them for the clients. Every value is
-checked by the section's ``check`` method (see :mod:`fedgo_flwr.experiment.schema`), one key per
+checked by the section's ``check`` method (see :mod:`fedgo_flwr.config.schema`), one key per
 check.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.gan.critics import build_critic
 from fedgo_flwr.gan.discriminator_training import DISCRIMINATOR_LOSSES
 from fedgo_flwr.gan.discriminators import DISCRIMINATOR_NAMES, build_discriminator

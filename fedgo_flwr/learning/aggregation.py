@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.schema import Checker
 
 Arrays = Mapping[str, np.ndarray]
 

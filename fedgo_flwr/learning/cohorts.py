@@ -51,8 +51,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
-from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.systems import SimClock
 from fedgo_flwr.runtime.kernels import autocast, place
 from fedgo_flwr.runtime.progress import Progress

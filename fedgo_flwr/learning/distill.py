@@ -55,8 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.data import ArrayDataset, ends_in_batch_of_one
-from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.learning.aggregation import lower_median
 from fedgo_flwr.runtime import profiling
 from fedgo_flwr.runtime.kernels import autocast, inference_batch, place

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedgo_flwr.config.experiment import TrainConfig
 from fedgo_flwr.data import ArrayDataset, batches, ends_in_batch_of_one
-from fedgo_flwr.experiment.config import TrainConfig
 from fedgo_flwr.models.features import FeatureTap
 from fedgo_flwr.runtime import profiling
 from fedgo_flwr.runtime.kernels import autocast, inference_batch, place

@@ -1,7 +1,7 @@
 """Model zoo for fedgo-flwr (plain PyTorch).
 
 All models are built through :func:`build_model` from a name in
-:data:`~fedgo_flwr.experiment.names.MODEL_NAMES`, an input shape without the batch dimension and a
+:data:`~fedgo_flwr.config.names.MODEL_NAMES`, an input shape without the batch dimension and a
 number of classes. Every model's ``forward(x)`` takes a batch ``x`` of shape ``(N, *input_shape)``
 and returns logits of shape ``(N, num_classes)``.
 
@@ -62,7 +62,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from fedgo_flwr.experiment.names import MODEL_NAMES
+from fedgo_flwr.config.names import MODEL_NAMES
 from fedgo_flwr.models.mobile import MobileNetV3, ShuffleNetV2
 
 __all__ = [
@@ -604,7 +604,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
     """Build a freshly initialised model by name.
 
     Args:
-        name: one of :data:`~fedgo_flwr.experiment.names.MODEL_NAMES` (exact, lower case).
+        name: one of :data:`~fedgo_flwr.config.names.MODEL_NAMES` (exact, lower case).
         input_shape: per-sample input shape without the batch dimension: ``(C, H, W)`` for
             images or ``(D,)`` for feature vectors.
         num_classes: number of output logits (>= 1).
@@ -621,7 +621,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
 
     Raises:
         ValueError: unknown ``name`` (the message lists
-        :data:`~fedgo_flwr.experiment.names.MODEL_NAMES`), a malformed
+        :data:`~fedgo_flwr.config.names.MODEL_NAMES`), a malformed
             ``input_shape`` or ``num_classes``, or an input shape the model cannot take
             (e.g. ``"resnet18"`` on ``(2,)``; the message names the model and the shape).
     """

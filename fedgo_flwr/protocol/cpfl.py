@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.protocol import TRAIN, Declaration, declaration
 from fedgo_flwr.protocol.spec import ReplySpec, Scalar
 from fedgo_flwr.runtime.plugins import client_algorithms

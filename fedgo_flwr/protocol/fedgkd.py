@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.protocol import TRAIN, Declaration
 from fedgo_flwr.protocol.spec import ReplySpec, Scalar
 

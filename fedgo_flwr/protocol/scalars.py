@@ -9,7 +9,7 @@ finds it by name; both sides use it as they use a module's ``PROTOCOL``: the cli
 ``Config = declaration("<name>").Config`` and the strategy's ``Config`` extends that class.
 
 The built ``Config`` is a dataclass like any section:
-:func:`~fedgo_flwr.experiment.schema.build_section` builds and checks it, a parameter's
+:func:`~fedgo_flwr.config.schema.build_section` builds and checks it, a parameter's
 description is its field's ``metadata["doc"]`` and its bound's text ``metadata["rule"]``
 (``docs/gen_configuration.py`` writes both on the configuration page), and it pickles by name
 (this module's :func:`__getattr__`).
@@ -23,7 +23,7 @@ import textwrap
 from collections.abc import Iterable
 from typing import Any
 
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.protocol import TRAIN, Declaration
 from fedgo_flwr.protocol.spec import ReplySpec, Scalar
 

@@ -37,7 +37,7 @@ from typing import IO, Any
 import numpy as np
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.names import path_problem
+from fedgo_flwr.config.names import path_problem
 
 __all__ = [
     "UnsafePathError",
@@ -92,7 +92,7 @@ def path_inside(folder: str | os.PathLike[str], name: str, what: str = "") -> Pa
 
     ``name`` is ``/``-separated and relative: not absolute, no empty, ``.`` or ``..``
     component, no control character, no component over 255 bytes
-    (:func:`fedgo_flwr.experiment.names.path_problem`), so it stays inside ``folder``. Every
+    (:func:`fedgo_flwr.config.names.path_problem`), so it stays inside ``folder``. Every
     part of the path below ``folder`` that exists must not be a symbolic link: a link planted
     there (``out/variant -> /elsewhere``) would carry a write or a read out of the folder.
     ``folder`` itself is taken as given (the user's choice). ``what`` starts the error
@@ -124,6 +124,22 @@ def atomic_write_text(
 ) -> Path:
     """Write ``text`` (encoded with ``encoding``) to ``path`` atomically."""
     return atomic_write_bytes(path, text.encode(encoding), mode=mode)
+
+
+def safe_torch_load(path: str | os.PathLike[str], what: str = "file") -> Any:
+    """``torch.load(path, weights_only=True)`` on CPU; any failure is a ``ValueError`` naming
+    ``path`` (a truncated file, or one that holds objects other than tensors and plain data,
+    which weights_only loading refuses instead of running their code)."""
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - truncated, foreign or malicious files alike
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"{what} {path} is unreadable or holds more than tensors and plain data "
+            f"(refused by torch.load(weights_only=True): {first})"
+        ) from exc
 
 
 def atomic_torch_save(path: str | os.PathLike[str], obj: Any, *, mode: int | None = None) -> Path:

@@ -49,7 +49,7 @@ import sys
 import torch
 from torch import nn
 
-from fedgo_flwr.experiment.names import PRECISIONS
+from fedgo_flwr.config.names import PRECISIONS
 
 _channels_last = False
 _precision = "fp32"

@@ -17,7 +17,7 @@ from fedgo_flwr.app.client_app import app as client_app
 from fedgo_flwr.app.cluster import check_cluster
 from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.app.server_app import server_app_for
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -122,7 +122,7 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     import time
 
     from fedgo_flwr.app.inprocess import run_inprocess
-    from fedgo_flwr.experiment.checkpoint import load_checkpoint
+    from fedgo_flwr.records.checkpoint import load_checkpoint
 
     tiny = ["rounds=5", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
     tiny.append("strategy.name=scaffold")  # client state (c_i) must survive the restart too

@@ -108,7 +108,7 @@ def test_faulty_clients_are_survived_under_ray(tmp_path, monkeypatch):
     a client hangs past ``round_timeout``. Each round completes with the rest; FedDF's weights
     cover only the clients that replied. The simulated nodes opt in to the faults through their
     environment (they have no node config of their own), which Ray's workers inherit."""
-    from fedgo_flwr.experiment.task import sample_clients
+    from fedgo_flwr.learning.task import sample_clients
 
     monkeypatch.setenv("FEDGO_ALLOW_FAULTS", "1")
 

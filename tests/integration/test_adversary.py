@@ -17,7 +17,7 @@ from flwr.app import Array, ArrayRecord, RecordDict
 from helpers import rows_of
 
 from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.experiment.task import sample_clients
+from fedgo_flwr.learning.task import sample_clients
 from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment
 

@@ -236,7 +236,7 @@ def test_preset_partitions_can_be_drawn_for_every_alpha_and_default_seed(driver)
     images; a preset whose split cannot be drawn fails every run of the grid at its start.
     CIFAR-10's training subset is stratified, so its labels are balanced."""
     from fedgo_flwr.data.partition import dirichlet_prior_partition
-    from fedgo_flwr.experiment.task import load_bundle
+    from fedgo_flwr.learning.task import load_bundle
 
     for preset in (DIGITS, driver.DEFAULT_CONFIG):
         for alpha in driver.ALPHAS:

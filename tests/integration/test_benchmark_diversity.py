@@ -14,7 +14,7 @@ from helpers import held_one_thread
 from torch import nn
 
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.checkpoint import read_checkpoint
+from fedgo_flwr.records.checkpoint import read_checkpoint
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,9 +15,8 @@ from torch import nn
 
 from fedgo_flwr.app.cli import preflight
 from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.checkpoint import load_checkpoint
-from fedgo_flwr.experiment.config import ConfigError
 from fedgo_flwr.learning.cohorts import (
     CohortDistillConfig,
     PlateauStopper,
@@ -30,6 +29,7 @@ from fedgo_flwr.learning.cohorts import (
     random_cohorts,
     teacher_weights,
 )
+from fedgo_flwr.records.checkpoint import load_checkpoint
 from strategies import load_experiment
 from strategies.cpfl import CPFL
 

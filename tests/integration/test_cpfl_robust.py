@@ -22,7 +22,7 @@ from flwr.app import MetricRecord
 from helpers import rows_of, without_timing
 
 from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.learning.cohorts import LOSS_BOUND, PlateauStopper, cohort_loss, random_cohorts
 from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment

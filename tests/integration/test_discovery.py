@@ -34,7 +34,7 @@ from fedgo_flwr.app.discovery import (
     public_key_der,
 )
 from fedgo_flwr.app.inprocess import InProcessGrid
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.runtime import messages as msgs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ import torch
 from helpers import rows_of, without_timing
 
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.checkpoint import CheckpointError, load_checkpoint
-from fedgo_flwr.experiment.config import ConfigError
-from fedgo_flwr.experiment.task import sample_clients
+from fedgo_flwr.config.experiment import ConfigError
+from fedgo_flwr.learning.task import sample_clients
+from fedgo_flwr.records.checkpoint import CheckpointError, load_checkpoint
 from strategies import available, load_experiment, strategy_class
 from strategies.base import Strategy
 from strategies.oneshot import OneShot

@@ -18,7 +18,7 @@ from helpers import TINY_RUN
 
 from fedgo_flwr.app.cli import preflight
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.gan import build_generator, generator_from_config
 from fedgo_flwr.gan.settings import GeneratorConfig
 from strategies import load_experiment

@@ -19,8 +19,8 @@ from flwr.app import ConfigRecord
 import clients.base
 import strategies
 from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.experiment.config import ConfigError, load_config
-from fedgo_flwr.experiment.task import client_model_name, load_bundle, make_partition, new_model
+from fedgo_flwr.config.experiment import ConfigError, load_config
+from fedgo_flwr.learning.task import client_model_name, load_bundle, make_partition, new_model
 from fedgo_flwr.models.classifiers import build_model
 from fedgo_flwr.runtime.messages import ARRAYS, to_record
 from fedgo_flwr.runtime.rng import derive_seed

@@ -14,8 +14,8 @@ from helpers import SMALL_GAN, TINY_RUN
 from clients.fedavg import FedAvgClient
 from clients.fedgo import FedGOClient
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.config import ConfigError
-from fedgo_flwr.experiment.task import make_partition, sample_clients
+from fedgo_flwr.config.experiment import ConfigError
+from fedgo_flwr.learning.task import make_partition, sample_clients
 from fedgo_flwr.protocol import RoundIntake
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, GENERATOR_KEY
 from strategies import load_experiment

@@ -12,8 +12,8 @@ import torch
 from flwr.app import ArrayRecord
 from torch import nn
 
+from fedgo_flwr.config.experiment import TrainConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.config import TrainConfig
 from fedgo_flwr.learning.distill import predict_views
 from fedgo_flwr.learning.training import train_local
 from fedgo_flwr.models.classifiers import build_model

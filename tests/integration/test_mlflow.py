@@ -1,4 +1,4 @@
-"""``logging.mlflow``: a run tracked in MLflow (:mod:`fedgo_flwr.experiment.tracking`).
+"""``logging.mlflow``: a run tracked in MLflow (:mod:`fedgo_flwr.records.tracking`).
 
 The first tests put a recording stand-in for MLflow's client in place of the package (CI
 installs no MLflow: ``.[mlflow]`` is an extra), so what is sent, and what a failing MLflow
@@ -20,15 +20,15 @@ import pytest
 from helpers import TINY_RUN
 
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.config import ConfigError
-from fedgo_flwr.experiment.tracking import flat_params
+from fedgo_flwr.config.experiment import ConfigError
+from fedgo_flwr.records.tracking import flat_params
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeClient:
-    """Records what :class:`~fedgo_flwr.experiment.tracking.MlflowLog` sends to MLflow."""
+    """Records what :class:`~fedgo_flwr.records.tracking.MlflowLog` sends to MLflow."""
 
     calls: list[tuple] = []
     fail_on: str | None = None  # a method that raises

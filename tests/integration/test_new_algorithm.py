@@ -19,7 +19,7 @@ import clients
 import strategies
 from fedgo_flwr import protocol
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.schema import ConfigError, build_section
+from fedgo_flwr.config.schema import ConfigError, build_section
 from fedgo_flwr.protocol import Declaration
 from fedgo_flwr.protocol.scalars import SCALAR_ALGORITHMS, Param, parameters
 from strategies import load_experiment
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import RecordDict
 from fedgo_flwr.runtime.messages import CONFIG, METRICS
-from fedgo_flwr.experiment.schema import Checker
+from fedgo_flwr.config.schema import Checker
 from strategies.fedavg import FedAvg
 from strategies.base import Reply
 

@@ -12,7 +12,7 @@ from helpers import log_messages, rows_of, tiny_config
 
 from fedgo_flwr.app.client_app import node_cpus
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.task import sample_clients
+from fedgo_flwr.learning.task import sample_clients
 
 # -- faults need the node's consent --------------------------------------------------------
 

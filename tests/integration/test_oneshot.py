@@ -12,8 +12,8 @@ from helpers import ONESHOT_TINY, rows_of, without_timing
 
 from fedgo_flwr.app.cli import preflight
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.checkpoint import load_checkpoint
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
+from fedgo_flwr.records.checkpoint import load_checkpoint
 from strategies import load_experiment
 from strategies.coboosting import CoBoosting
 
@@ -221,7 +221,7 @@ def test_coboosting_with_fedgo_odds_in_the_one_round(tmp_path):
 def test_a_reply_without_a_discriminator_is_refused(tmp_path):
     from flwr.app import ArrayRecord, RecordDict
 
-    from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
+    from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
     from strategies.base import ServerResources
     from strategies.coboosting_fedgo import CoBoostingFedGO
 
@@ -322,7 +322,7 @@ def test_fedgo_generator_trained_on_a_server_share(tmp_path, monkeypatch):
     ]
     run_inprocess(config(tmp_path / "g1", *common, *g1, name="coboosting_fedgo"))
     cfg = config(tmp_path / "x", *common, name="coboosting_fedgo")
-    from fedgo_flwr.experiment.task import make_partition
+    from fedgo_flwr.learning.task import make_partition
 
     assert calls == [len(make_partition(cfg).server)]
     assert summary_of(tmp_path / "g1")["clients_used"] == [0, 1, 2, 3]

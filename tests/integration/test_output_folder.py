@@ -19,12 +19,12 @@ from helpers import log_messages, rows_of, tiny_config
 
 from fedgo_flwr.app import cli
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.checkpoint import (
+from fedgo_flwr.config.experiment import ConfigError
+from fedgo_flwr.records.checkpoint import (
     CHECKPOINT_FILE,
     PREVIOUS_FILE,
 )
-from fedgo_flwr.experiment.config import ConfigError
-from fedgo_flwr.experiment.recorder import Row, RunRecorder
+from fedgo_flwr.records.recorder import Row, RunRecorder
 
 # -- the run folder ------------------------------------------------------------------------
 
@@ -131,7 +131,7 @@ def test_the_recorder_writes_what_the_row_says(tmp_path, flwr_log):
     line's figures, ``finished`` and ``due`` evaluate a row ``eval.every`` would skip, an empty
     model is never evaluated, ``label`` names the row in the log, and the strategy's ``report``
     joins the summary."""
-    from fedgo_flwr.experiment.task import load_bundle, new_model
+    from fedgo_flwr.learning.task import load_bundle, new_model
 
     flwr_log.set_level(logging.INFO, logger="flwr")
     cfg = tiny_config(tmp_path, "eval.every=5", "rounds=6")

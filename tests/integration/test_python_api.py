@@ -15,7 +15,7 @@ import yaml
 from helpers import TINY_RUN
 
 import fedgo_flwr
-from fedgo_flwr.experiment.task import load_bundle
+from fedgo_flwr.learning.task import load_bundle
 from fedgo_flwr.learning.training import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]

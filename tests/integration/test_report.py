@@ -13,7 +13,7 @@ from helpers import SMALL_GAN, TINY_RUN
 from PIL import Image
 
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.report import main as report_main
+from fedgo_flwr.records.report import main as report_main
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from fedgo_flwr.app import inprocess, server_app
 from fedgo_flwr.app.cli import preflight
 from fedgo_flwr.app.client_app import app as client_app
 from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.experiment.config import load_config
+from fedgo_flwr.config.experiment import load_config
 
 
 @pytest.fixture

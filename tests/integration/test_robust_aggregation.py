@@ -20,7 +20,7 @@ import strategies
 from clients.fedavg import FedAvgClient
 from clients.scaffold import ScaffoldClient
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.learning.aggregation import (
     AggregationConfig,
     ReplyStack,

@@ -20,10 +20,10 @@ from helpers import ROOT, rows_of, run_context
 from fedgo_flwr.app import cli, inprocess, server_app
 from fedgo_flwr.app.client_app import app as client_app
 from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.experiment.config import ConfigError, split_overrides
-from fedgo_flwr.experiment.recorder import decide_output_dir
-from fedgo_flwr.experiment.report import find_runs, load_run
-from fedgo_flwr.experiment.runfolders import LATEST, is_run_stamp, new_run_folder, point_latest
+from fedgo_flwr.config.experiment import ConfigError, split_overrides
+from fedgo_flwr.records.recorder import decide_output_dir
+from fedgo_flwr.records.report import find_runs, load_run
+from fedgo_flwr.records.runfolders import LATEST, is_run_stamp, new_run_folder, point_latest
 from strategies import load_experiment
 
 TINY = ["rounds=1", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]

@@ -16,7 +16,7 @@ from fedgo_flwr.app import cli, server_app
 from fedgo_flwr.app.client_app import app as client_app
 from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.app.inprocess import main as inprocess_main
-from fedgo_flwr.experiment.provenance import COMMAND_VAR, LAUNCH_KEY, STARTED_VAR, Launch
+from fedgo_flwr.records.provenance import COMMAND_VAR, LAUNCH_KEY, STARTED_VAR, Launch
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from helpers import log_messages, rows_of, tiny_config
 
 from fedgo_flwr.app import server_app as server_app_module
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.checkpoint import (
+from fedgo_flwr.records.checkpoint import (
     new_run_token,
 )
 

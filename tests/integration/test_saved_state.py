@@ -18,7 +18,7 @@ from helpers import SMALL_GAN, log_messages, rows_of, tiny_config
 
 from fedgo_flwr.app.client_app import restore_state
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.checkpoint import (
+from fedgo_flwr.records.checkpoint import (
     CHECKPOINT_FILE,
     PREVIOUS_FILE,
     SAVED_FIELDS,
@@ -134,7 +134,7 @@ def test_a_checkpoint_round_trips_exactly(tmp_path):
 )
 def test_checkpoint_fields_are_checked_on_load(tmp_path, field, value):
     raw = good_checkpoint()
-    from fedgo_flwr.experiment.checkpoint import FORMAT, encode
+    from fedgo_flwr.records.checkpoint import FORMAT, encode
 
     data = {"format": FORMAT, **encode(raw)}
     data[field] = value
@@ -196,8 +196,8 @@ def test_planted_fedgo_files_run_no_code(tmp_path, monkeypatch, planted):
     if planted == "generator":
         paths = [f"strategy.generator.path={evil}"]
     else:
-        from fedgo_flwr.experiment.task import load_bundle
         from fedgo_flwr.gan import build_generator
+        from fedgo_flwr.learning.task import load_bundle
 
         cfg = tiny_config(tmp_path / "x", *FEDGO)
         gp = cfg.strategy.params.generator

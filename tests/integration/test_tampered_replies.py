@@ -19,11 +19,11 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from helpers import SMALL_GAN, held_one_thread, rows_of
 
 from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.experiment.checkpoint import load_checkpoint
-from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model, sample_clients
 from fedgo_flwr.learning.aggregation import check_arrays
+from fedgo_flwr.learning.task import load_bundle, make_partition, new_model, sample_clients
 from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY
+from fedgo_flwr.records.checkpoint import load_checkpoint
 from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment, strategy_class
 

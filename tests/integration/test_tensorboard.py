@@ -36,7 +36,7 @@ def test_tensorboard_gets_the_rounds_metrics(tmp_path):
 def test_tensorboard_without_its_package_is_refused_before_the_run(tmp_path, monkeypatch):
     import importlib.util
 
-    from fedgo_flwr.experiment.config import ConfigError
+    from fedgo_flwr.config.experiment import ConfigError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

@@ -24,10 +24,8 @@ from helpers import SMALL_GAN, rows_of, without_timing
 from test_tampered_replies import tamper
 
 from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.datafree import SynthesisSettings, synthesize, weighted_logits
-from fedgo_flwr.experiment.checkpoint import load_checkpoint
-from fedgo_flwr.experiment.config import ConfigError
-from fedgo_flwr.experiment.task import sample_clients
 from fedgo_flwr.gan import discriminator_scale_outliers, neutralise_nonfinite
 from fedgo_flwr.learning.aggregation import (
     DEFAULT_UPDATE_BOUND,
@@ -50,12 +48,14 @@ from fedgo_flwr.learning.distill import (
     teacher_logits_problem,
     teacher_scales,
 )
+from fedgo_flwr.learning.task import sample_clients
 from fedgo_flwr.protocol.dafkd import GENERATOR_KEY as DAFKD_GENERATOR_KEY
 from fedgo_flwr.protocol.fedgo import CRITIC_KEY, DISCRIMINATOR_MESSAGE, FEDGAN_MESSAGE
 from fedgo_flwr.protocol.fedgo import GENERATOR_KEY as FEDGAN_GENERATOR_KEY
 from fedgo_flwr.protocol.fedtgp import PROTOS_KEY
 from fedgo_flwr.protocol.oneshot_fedgo import DISCRIMINATOR_KEY
 from fedgo_flwr.protocol.scaffold import CONTROL_DELTA_KEY
+from fedgo_flwr.records.checkpoint import load_checkpoint
 from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from fedgo_flwr.experiment.schema import Checker, ConfigError
+from fedgo_flwr.config.schema import Checker, ConfigError
 from fedgo_flwr.learning.aggregation import (
     AGGREGATION_RULES,
     DEFAULT_UPDATE_BOUND,

@@ -9,10 +9,10 @@ from torch import nn
 
 from clients.fedprox import proximal_term
 from clients.scaffold import scaffold_client_update
+from fedgo_flwr.config.experiment import TrainConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.config import TrainConfig
-from fedgo_flwr.experiment.task import sample_clients
 from fedgo_flwr.learning.aggregation import check_arrays, weighted_average
+from fedgo_flwr.learning.task import sample_clients
 from fedgo_flwr.learning.training import train_local
 from fedgo_flwr.runtime.rng import make_rng
 

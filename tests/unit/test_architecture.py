@@ -16,9 +16,9 @@ import yaml
 
 import clients
 import strategies
-from fedgo_flwr.experiment.config import OPTIMIZERS, ExperimentConfig
-from fedgo_flwr.experiment.names import MODEL_NAMES, PARTITION_SCHEMES, dataset_names
-from fedgo_flwr.experiment.schema import ConfigError
+from fedgo_flwr.config.experiment import OPTIMIZERS, ExperimentConfig
+from fedgo_flwr.config.names import MODEL_NAMES, PARTITION_SCHEMES, dataset_names
+from fedgo_flwr.config.schema import ConfigError
 from fedgo_flwr.protocol import EmptyConfig, declaration
 from fedgo_flwr.protocol.scalars import SCALAR_ALGORITHMS
 from fedgo_flwr.runtime.plugins import client_algorithms
@@ -26,26 +26,28 @@ from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("fedgo_flwr", "strategies", "clients")
-LAYERS = ("config", "library", "algorithms", "app")
-"""Bottom to top: a module imports modules of its own layer or of a layer below it."""
-CONFIG_LAYER = {
-    "fedgo_flwr.experiment.schema",
-    "fedgo_flwr.experiment.names",
-    "fedgo_flwr.experiment.config",
-    "fedgo_flwr.experiment.yaml_files",
-}
-"""The configuration layer: standard library and YAML only, nothing else of the project."""
+LAYERS = ("config", "library", "records", "algorithms", "app")
+"""Bottom to top: a module imports modules of its own layer or of a layer below it. Each layer
+of ``fedgo_flwr`` is a package of its own: ``config``, ``records``, ``app``; the library is
+the rest."""
 
 
 def layer_of(module: str) -> str:
     """``app`` (``fedgo_flwr/app/`` and the package root), ``algorithms`` (``strategies/``,
-    ``clients/``), ``config`` (:data:`CONFIG_LAYER`) or ``library`` (the rest of
+    ``clients/``), ``records`` (``fedgo_flwr/records/``: what a run writes), ``config``
+    (``fedgo_flwr/config/``: standard library and YAML only) or ``library`` (the rest of
     ``fedgo_flwr``)."""
-    if module in ("fedgo_flwr", "fedgo_flwr.app") or module.startswith("fedgo_flwr.app."):
+    if module == "fedgo_flwr":
         return "app"  # the package root: the Python API's names, imported on first use
     if module.split(".")[0] in ("strategies", "clients"):
         return "algorithms"
-    return "config" if module in CONFIG_LAYER else "library"
+    package = module.split(".")[1]
+    return package if package in ("app", "records", "config") else "library"
+
+
+def config_layer() -> list[str]:
+    """The configuration layer's modules."""
+    return sorted(m for m in project_imports() if layer_of(m) == "config")
 
 
 def module_name(path: Path) -> str:
@@ -72,12 +74,12 @@ def project_imports() -> dict[str, set[str]]:
 
 
 def test_dependencies_point_one_way():
-    """app -> (strategies, clients) -> library -> config: a module imports only its own layer
+    """app -> (strategies, clients) -> records -> library -> config: a module imports only its own layer
     and the layers below it (:func:`layer_of`). Only ``fedgo_flwr/app/`` imports strategies or
     clients; strategies and clients never import each other (what both need, the protocol,
     lives in ``fedgo_flwr``); the configuration layer imports no library."""
     graph = project_imports()
-    assert "fedgo_flwr.experiment.config" in graph and "strategies.base" in graph
+    assert "fedgo_flwr.config.experiment" in graph and "strategies.base" in graph
     assert "fedgo_flwr.protocol.fedgo" in graph and "fedgo_flwr.app.server_app" in graph
     assert {layer_of(m) for m in graph} == set(LAYERS)
     rank = {layer: i for i, layer in enumerate(LAYERS)}
@@ -89,18 +91,19 @@ def test_dependencies_point_one_way():
             other = "clients" if top == "strategies" else "strategies"
             bad = {m for m in imported if m.split(".")[0] == other}
             assert not bad, f"{module} imports {sorted(bad)}"
-    assert graph["fedgo_flwr.experiment.schema"] == set(), "the schema builder must stay a leaf"
+    assert graph["fedgo_flwr.config.schema"] == set(), "the schema builder must stay a leaf"
     # Importing a config module runs these packages' __init__: they import nothing (the root
     # imports the API's modules only inside __getattr__: test_the_package_import_is_cheap).
-    assert graph["fedgo_flwr.experiment"] == set()
+    assert graph["fedgo_flwr.config"] == set()
     client_side = {m for m in graph["fedgo_flwr.app.client_app"] if m.startswith("strategies")}
     assert not client_side, "a client must not import server strategies"
 
 
 def test_the_config_layer_imports_the_standard_library_and_yaml_only():
     allowed = set(sys.stdlib_module_names) | {"yaml", "fedgo_flwr"}
-    for module in sorted(CONFIG_LAYER):
-        path = ROOT / (module.replace(".", "/") + ".py")
+    for module in config_layer():
+        base = ROOT / module.replace(".", "/")
+        path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module]
@@ -183,7 +186,7 @@ def python_says(code: str) -> subprocess.CompletedProcess:
 def test_checking_a_config_does_not_import_any_strategy():
     """Nor the library: reading and checking a config imports neither torch nor NumPy."""
     code = (
-        "import sys; from fedgo_flwr.experiment.config import load_config; "
+        "import sys; from fedgo_flwr.config.experiment import load_config; "
         "load_config('conf/fedgo.yaml'); "
         "tops = ('strategies', 'clients', 'torch', 'numpy'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in tops))"

@@ -86,7 +86,7 @@ def test_the_runners_cnn_is_the_projects_cnn():
 
 
 def test_shared_files_are_the_projects_partition_data_and_init(image_tree, shared):
-    from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model, sample_clients
+    from fedgo_flwr.learning.task import load_bundle, make_partition, new_model, sample_clients
 
     folder, record = shared
     cfg = _project_config(TINY, image_tree)

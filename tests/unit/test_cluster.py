@@ -8,7 +8,7 @@ import pytest
 
 from fedgo_flwr.app import cli, cluster
 from fedgo_flwr.app.cluster import actors_per_node
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

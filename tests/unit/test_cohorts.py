@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
+from fedgo_flwr.config.schema import Checker, ConfigError
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.schema import Checker, ConfigError
 from fedgo_flwr.learning.cohorts import (
     CONVERGED,
     EMPTY,

@@ -18,9 +18,9 @@ import torch
 from fedgo_flwr.app.cli import main as cli_main
 from fedgo_flwr.app.cli import preflight
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig
-from fedgo_flwr.experiment.names import DATASETS
-from fedgo_flwr.experiment.schema import Checker, build_section
+from fedgo_flwr.config.experiment import ConfigError, ExperimentConfig
+from fedgo_flwr.config.names import DATASETS
+from fedgo_flwr.config.schema import Checker, build_section
 from strategies import load_experiment, resolve
 
 ROOT = Path(__file__).resolve().parents[2]

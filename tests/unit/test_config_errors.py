@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fedgo_flwr.app.cli import main as cli_main
-from fedgo_flwr.experiment.config import DEFAULT_CONFIG, ConfigError, config_and_overrides
+from fedgo_flwr.config.experiment import DEFAULT_CONFIG, ConfigError, config_and_overrides
 from strategies import available, load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,8 +152,8 @@ def test_strict_accepts_a_config_whose_keys_are_all_used():
 
 def test_strict_is_no_setting_of_what_runs():
     """It changes neither the config's fingerprint nor whether a checkpoint may be resumed."""
-    from fedgo_flwr.experiment.checkpoint import RESUMABLE_CHANGES
-    from fedgo_flwr.experiment.provenance import config_fingerprint
+    from fedgo_flwr.records.checkpoint import RESUMABLE_CHANGES
+    from fedgo_flwr.records.provenance import config_fingerprint
 
     plain = load_experiment(CONF / "default.yaml").to_dict()
     strict = load_experiment(CONF / "default.yaml", ["strict=true"]).to_dict()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedgo_flwr.config.names import HF_PREFIX, dataset_names, is_dataset_name
 from fedgo_flwr.data import (
     FOUR_GAUSSIANS_MEANS,
     FOUR_GAUSSIANS_PAPER_OWNERS,
@@ -23,7 +24,6 @@ from fedgo_flwr.data import (
 )
 from fedgo_flwr.data import imagefolder as imagefolder_module
 from fedgo_flwr.data.partition import component_partition
-from fedgo_flwr.experiment.names import HF_PREFIX, dataset_names, is_dataset_name
 
 # ------------------------------------------------------------------------------------------
 # digits

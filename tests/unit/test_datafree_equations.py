@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from helpers import Linear
 from torch import nn
 
+from fedgo_flwr.config.schema import Checker, ConfigError
 from fedgo_flwr.datafree import (
     BNStatistics,
     Generator,
@@ -29,7 +30,6 @@ from fedgo_flwr.datafree import (
     weight_step,
     weighted_logits,
 )
-from fedgo_flwr.experiment.schema import Checker, ConfigError
 
 # -- losses ----------------------------------------------------------------------------------
 

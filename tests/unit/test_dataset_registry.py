@@ -11,9 +11,9 @@ import pytest
 import strategies._prefl as prefl
 from docs.gen_configuration import generate
 from fedgo_flwr.app.cli import preflight
+from fedgo_flwr.config.experiment import ConfigError
+from fedgo_flwr.config.names import DATASETS, Dataset, dataset_names, is_dataset_name
 from fedgo_flwr.data import load_dataset
-from fedgo_flwr.experiment.config import ConfigError
-from fedgo_flwr.experiment.names import DATASETS, Dataset, dataset_names, is_dataset_name
 from strategies import load_experiment
 
 TOY = Dataset(

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedgo_flwr.config.schema import ConfigError, build_section
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.schema import ConfigError, build_section
 from fedgo_flwr.learning.distill import (
     DistillConfig,
     TeacherBank,

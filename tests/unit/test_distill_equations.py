@@ -20,8 +20,8 @@ import torch
 from helpers import Linear
 from torch import nn
 
+from fedgo_flwr.config.schema import ConfigError, build_section
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.schema import ConfigError, build_section
 from fedgo_flwr.learning.distill import (
     MAX_TEACHER_LOGIT,
     DistillConfig,

@@ -44,7 +44,7 @@ def test_a_key_is_described_in_its_dataclass_only():
     import docs.configuration_text as prose
 
     assert sorted(n for n in vars(prose) if n.isupper()) == ["INTRO", "RULES"]
-    from fedgo_flwr.experiment.config import DataConfig
+    from fedgo_flwr.config.experiment import DataConfig
     from strategies.fedgo import FedGOConfig
 
     assert (

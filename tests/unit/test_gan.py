@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from fedgo_flwr import gan
+from fedgo_flwr.config.schema import ConfigError, build_section
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.schema import ConfigError, build_section
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GanConfig, GeneratorConfig
 from fedgo_flwr.learning.distill import view_batches
 from fedgo_flwr.models.classifiers import count_parameters

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from fedgo_flwr.experiment.names import MODEL_NAMES
+from fedgo_flwr.config.names import MODEL_NAMES
 from fedgo_flwr.models.classifiers import MLP, build_model, count_parameters
 
 BATCH = 2

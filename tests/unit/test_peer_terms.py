@@ -19,9 +19,9 @@ from clients.dafkd import DaFKDClient, gradient_penalty
 from clients.fedgkd import kd_term
 from clients.fedtgp import class_prototypes, prototype_term
 from clients.feduv import FedUVClient, iid_gamma, uniformity_term, variance_term
+from fedgo_flwr.config.experiment import ConfigError, TrainConfig
+from fedgo_flwr.config.names import MODEL_NAMES
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.config import ConfigError, TrainConfig
-from fedgo_flwr.experiment.names import MODEL_NAMES
 from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.learning.training import train_local
 from fedgo_flwr.models.classifiers import build_model
@@ -367,7 +367,7 @@ def test_distill_size_copies_only_the_drawn_server_images(tmp_path):
     """``distill_size`` draws its images by index from the server's share: the same images as a
     draw from the whole copied share, without copying the share (a memory map of the data
     cache: 25,000 CIFAR images at 1,000 clients, where 2,000 are distilled on)."""
-    from fedgo_flwr.experiment.task import load_bundle, make_partition, new_model
+    from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
     from strategies.base import ServerResources
 
     cfg = load_experiment(

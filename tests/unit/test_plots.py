@@ -1,4 +1,4 @@
-"""The figures (fedgo_flwr.experiment.plots): what their titles, labels, legends and bands say,
+"""The figures (fedgo_flwr.records.plots): what their titles, labels, legends and bands say,
 read from matplotlib's artists, on runs written by hand."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 import yaml
 from matplotlib.collections import PolyCollection
 
-from fedgo_flwr.experiment import plots
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.plots import (
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.records import plots
+from fedgo_flwr.records.plots import (
     metric_label,
     plot_accuracy,
     plot_curves,
@@ -20,7 +20,7 @@ from fedgo_flwr.experiment.plots import (
     plot_partitions,
     setting,
 )
-from fedgo_flwr.experiment.report import Run
+from fedgo_flwr.records.report import Run
 
 
 def config(**changes) -> dict:

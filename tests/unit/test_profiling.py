@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
+from fedgo_flwr.config.experiment import TrainConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.config import TrainConfig
 from fedgo_flwr.gan.sampling import discriminator_logits
 from fedgo_flwr.learning.distill import DistillConfig, distill
 from fedgo_flwr.learning.training import train_local

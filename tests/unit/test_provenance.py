@@ -1,11 +1,11 @@
-"""A config's fingerprint and a run folder's env.json (fedgo_flwr.experiment.provenance)."""
+"""A config's fingerprint and a run folder's env.json (fedgo_flwr.records.provenance)."""
 
 import json
 
 import yaml
 
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.provenance import (
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.records.provenance import (
     config_differences,
     config_fingerprint,
     environment,
@@ -66,7 +66,7 @@ def test_environment_records_code_and_command(tmp_path):
 
 
 def test_launch_from_run_sh_environment_is_taken_out_of_it():
-    from fedgo_flwr.experiment.provenance import Launch
+    from fedgo_flwr.records.provenance import Launch
 
     env = {"FEDGO_COMMAND": "./run.sh conf/a\\ b.yaml 'name=x y' ", "FEDGO_STARTED": "100.5"}
     launch = Launch.from_environ(env)
@@ -82,7 +82,7 @@ def test_launch_from_run_sh_environment_is_taken_out_of_it():
 
 
 def test_launch_seconds_are_believed_only_when_plausible():
-    from fedgo_flwr.experiment.provenance import Launch
+    from fedgo_flwr.records.provenance import Launch
 
     assert Launch(started=100.0).seconds_before(now=112.5) == 12.5
     assert Launch(started=100.0).seconds_before(now=90.0) == 0.0  # in the future

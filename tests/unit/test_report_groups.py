@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fedgo_flwr.experiment.report import load_run
-from fedgo_flwr.experiment.report import main as report_main
-from fedgo_flwr.experiment.report_groups import arrange, commits, versions
+from fedgo_flwr.records.report import load_run
+from fedgo_flwr.records.report import main as report_main
+from fedgo_flwr.records.report_groups import arrange, commits, versions
 
 COMMIT_A = "a" * 40
 COMMIT_B = "b" * 40
@@ -262,7 +262,7 @@ def test_a_path_naming_the_runs_own_seed_is_the_same_input_for_every_seed(tmp_pa
 
 def test_a_core_key_added_since_counts_as_its_default(tmp_path, capsys):
     """A run written before ``data.partition`` existed ran with what is now its default."""
-    from fedgo_flwr.experiment.config import ExperimentConfig
+    from fedgo_flwr.config.experiment import ExperimentConfig
 
     full = ExperimentConfig().to_dict(strategy_params=False)
     older = json.loads(json.dumps(full))

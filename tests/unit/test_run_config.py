@@ -15,7 +15,7 @@ from fedgo_flwr.app.server_app import (
     config_from_context,
     run_config_overrides,
 )
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

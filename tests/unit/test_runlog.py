@@ -1,4 +1,4 @@
-"""run.log (fedgo_flwr/experiment/runlog.py): Flower's log lines of a run, in its folder."""
+"""run.log (fedgo_flwr/records/runlog.py): Flower's log lines of a run, in its folder."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from logging import INFO, WARNING
 import pytest
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.runlog import RUN_LOG, run_log
+from fedgo_flwr.records.runlog import RUN_LOG, run_log
 
 
 def test_lines_before_the_folder_is_known_are_held_then_written(tmp_path):
@@ -49,7 +49,7 @@ def test_nothing_is_added_when_the_process_output_goes_to_run_log(tmp_path):
     """A sweep's child writes its whole output to <run>/run.log: no second copy of each line."""
     code = (
         "import sys; from pathlib import Path; from flwr.supercore import log; "
-        "from fedgo_flwr.experiment.runlog import run_log\n"
+        "from fedgo_flwr.records.runlog import run_log\n"
         "with run_log() as h:\n"
         f"    h.open(Path({str(tmp_path)!r}))\n"
         "    log(20, 'once')\n"

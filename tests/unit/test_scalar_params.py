@@ -11,7 +11,7 @@ import pytest
 
 import clients
 import strategies
-from fedgo_flwr.experiment.schema import ConfigError, build_section
+from fedgo_flwr.config.schema import ConfigError, build_section
 from fedgo_flwr.protocol import declaration
 from fedgo_flwr.protocol.scalars import SCALAR_ALGORITHMS, Param, parameters
 from strategies import load_experiment

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fedgo_flwr.experiment.config import ConfigError
-from fedgo_flwr.experiment.task import client_dataset, load_bundle, make_partition
+from fedgo_flwr.config.experiment import ConfigError
+from fedgo_flwr.learning.task import client_dataset, load_bundle, make_partition
 from strategies import load_experiment
 
 

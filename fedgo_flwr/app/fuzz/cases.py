@@ -17,7 +17,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 
 from fedgo_flwr.app.inprocess import InProcessGrid
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment, strategy_class
 from strategies.oneshot import OneShot

@@ -31,7 +31,7 @@ from fedgo_flwr.app.fuzz.cases import (
 )
 from fedgo_flwr.app.fuzz.logs import warnings_logged
 from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.experiment.config import ConfigError
+from fedgo_flwr.config.experiment import ConfigError
 from strategies import available
 
 

@@ -5,7 +5,7 @@ output_dir=<out>/<variant>/seed<N> resume=true`` (the ServerApp and ClientApp co
 ``./run.sh --local``), its output in ``run.log`` in its folder. A run whose folder holds a
 ``summary.json`` is not run again; one that stopped half-way continues from its checkpoint
 (``resume=true``). A finished run whose ``config.yaml`` differs from what the sweep would run
-now (:func:`fedgo_flwr.experiment.checkpoint.config_differences`, and more rounds than asked) is
+now (:func:`fedgo_flwr.records.checkpoint.config_differences`, and more rounds than asked) is
 **stale**: it is left out of the table and named, never silently reused nor replaced (delete
 its folder to run it again); one with fewer rounds than asked is extended (``resume=true``).
 A run that fails is recorded (exit code, the log's tail) and the others go on. A symbolic link
@@ -104,8 +104,8 @@ def plan(
     (data paths, devices) are left out: for a table of runs made elsewhere. A link at a run's
     folder or files below ``out`` raises :class:`~fedgo_flwr.runtime.fileio.UnsafePathError`."""
     from fedgo_flwr.app.cli import preflight
-    from fedgo_flwr.experiment.checkpoint import config_differences
-    from fedgo_flwr.experiment.config import ConfigError
+    from fedgo_flwr.config.experiment import ConfigError
+    from fedgo_flwr.records.checkpoint import config_differences
     from strategies import load_experiment
 
     jobs, settled = [], []

@@ -12,9 +12,9 @@ side by side or beside other work make it a cost indication, not a timing); and 
 out: missing (not finished),
 failed, or finished under another configuration (``excluded``); and the commits and package
 versions the runs used, per variant, from each run's ``env.json``
-(:mod:`fedgo_flwr.experiment.provenance`; ``unknown`` without one), a variant whose runs used
+(:mod:`fedgo_flwr.records.provenance`; ``unknown`` without one), a variant whose runs used
 several commits named as such. ``curves.png``
-(:func:`fedgo_flwr.experiment.plots.plot_curves`): the metric's mean per round with its 95%
+(:func:`fedgo_flwr.records.plots.plot_curves`): the metric's mean per round with its 95%
 band, one line per variant, titled with the runs' setting.
 """
 
@@ -29,9 +29,9 @@ from types import SimpleNamespace
 from fedgo_flwr.app.sweep.seeds import SeedSet
 from fedgo_flwr.app.sweep.stats import LEVEL, finite, paired, ratio_summary, summarize
 from fedgo_flwr.app.sweep.variants import Variant
-from fedgo_flwr.experiment.plots import plot_curves
-from fedgo_flwr.experiment.provenance import ENV_FILE
-from fedgo_flwr.experiment.report_groups import cell, commits, versions
+from fedgo_flwr.records.plots import plot_curves
+from fedgo_flwr.records.provenance import ENV_FILE
+from fedgo_flwr.records.report_groups import cell, commits, versions
 from fedgo_flwr.runtime.fileio import atomic_write_text
 
 SUMMARY = "summary.json"

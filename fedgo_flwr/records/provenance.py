@@ -4,7 +4,7 @@ Two runs are runs *of the same experiment* when their resolved configs (``config
 on every key that can change a result: :func:`config_fingerprint` hashes a config less the keys
 in :data:`RESULT_NEUTRAL_KEYS` (the seed, which the seeds of one experiment differ in, and the
 keys that only say where and how a run writes its files). The report groups runs by it and
-never averages runs whose fingerprints differ (:mod:`fedgo_flwr.experiment.report`);
+never averages runs whose fingerprints differ (:mod:`fedgo_flwr.records.report`);
 :func:`config_differences` names the keys two configs differ in, for the message that says so.
 
 ``env.json`` (:func:`write_environment`) records the code and machine a run used: the git

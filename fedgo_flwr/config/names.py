@@ -1,6 +1,6 @@
 """The names a configuration accepts: datasets, models, partition schemes, experiment names.
 
-Part of the configuration layer (standard library only): :mod:`fedgo_flwr.experiment.config`
+Part of the configuration layer (standard library only): :mod:`fedgo_flwr.config.experiment`
 checks a config against these lists without importing the library that implements them. The
 library imports them from here (:func:`fedgo_flwr.data.sources.load_dataset`,
 :func:`fedgo_flwr.models.classifiers.build_model`, :mod:`fedgo_flwr.data.partition`), so a name

@@ -10,8 +10,8 @@ atomically once the new folder exists; ``resume: true`` continues the run it poi
 ``latest`` that is not a link (a folder or file someone put there) is never replaced:
 :func:`latest_problem` names it before any folder is made.
 
-Only names and folders here: :func:`fedgo_flwr.experiment.recorder.decide_output_dir` decides a
-run's folder from its config, and :mod:`fedgo_flwr.experiment.report` reads dated folders as runs of
+Only names and folders here: :func:`fedgo_flwr.records.recorder.decide_output_dir` decides a
+run's folder from its config, and :mod:`fedgo_flwr.records.report` reads dated folders as runs of
 the experiment that holds them. Standard library only, so the report can import it cheaply.
 """
 

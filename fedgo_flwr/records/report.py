@@ -1,16 +1,16 @@
 """Plots and tables of finished runs.
 
-    python -m fedgo_flwr.experiment.report RUN_DIR [RUN_DIR ...] [--out DIR] [--target 0.5]
+    python -m fedgo_flwr.records.report RUN_DIR [RUN_DIR ...] [--out DIR] [--target 0.5]
         [--label dir|strategy]
     ./run.sh --report RUN_DIR ...
 
 A run folder is what a run writes (``metrics.jsonl``, ``summary.json``, ``config.yaml``,
-``partition.json``, ``env.json``; :mod:`fedgo_flwr.experiment.recorder`); a folder that holds
+``partition.json``, ``env.json``; :mod:`fedgo_flwr.records.recorder`); a folder that holds
 run folders (e.g. ``outputs/bench/cifar10-cpu-bn``, or ``outputs/<name>`` with its dated runs)
 stands for all of them, and a folder of such folders (a sweep's ``--out``, ``outputs/``) for
 all of theirs. A report's row is the runs of one experiment
-(:mod:`fedgo_flwr.experiment.report_groups`): runs that share a name, a strategy and the
-fingerprint of their ``config.yaml`` (:func:`fedgo_flwr.experiment.provenance.config_fingerprint`:
+(:mod:`fedgo_flwr.records.report_groups`): runs that share a name, a strategy and the
+fingerprint of their ``config.yaml`` (:func:`fedgo_flwr.records.provenance.config_fingerprint`:
 the config less the seed and where the run writes). The name is the run folder's without a
 trailing ``-seed<N>``; for a dated run folder ``outputs/<name>/<date-time>`` (or
 ``outputs/<name>/latest``) ``<name>``; for a sweep's ``<out>/<variant>/seed<N>`` the variant;
@@ -23,7 +23,7 @@ to ``--out`` (default ``report/``):
 - ``accuracy.png``: four panels titled with the runs' setting, one line per group (n in the
   legend), mean over its runs with a +- one sd band: test accuracy by round (dashed, the client
   ensemble's of distillation methods), test loss by round, test accuracy vs cumulative MB sent
-  and vs wall time (:func:`fedgo_flwr.experiment.plots.plot_accuracy`);
+  and vs wall time (:func:`fedgo_flwr.records.plots.plot_accuracy`);
 - ``metrics.csv``: every row of every run's ``metrics.jsonl`` with its run, label, seed and,
   for a run left out, why;
 - ``table.md`` / ``table.csv``: per group, n and its seeds; the mean +- sample sd over seeds
@@ -65,16 +65,16 @@ from typing import Any
 
 import yaml
 
-from fedgo_flwr.experiment.plots import plot_accuracy, plot_partitions
-from fedgo_flwr.experiment.provenance import ENV_FILE, config_fingerprint
-from fedgo_flwr.experiment.report_groups import (
+from fedgo_flwr.records.plots import plot_accuracy, plot_partitions
+from fedgo_flwr.records.provenance import ENV_FILE, config_fingerprint
+from fedgo_flwr.records.report_groups import (
     Arrangement,
     arrange,
     cell,
     group_commits,
     group_versions,
 )
-from fedgo_flwr.experiment.runfolders import LATEST, is_run_stamp
+from fedgo_flwr.records.runfolders import LATEST, is_run_stamp
 from fedgo_flwr.runtime.fileio import atomic_write_text
 
 __all__ = ["Run", "find_runs", "group_runs", "load_run", "main", "summary_rows"]
@@ -99,9 +99,9 @@ class Run:
     config: dict[str, Any] = field(default_factory=dict)
     """The run's ``config.yaml`` (empty if it has none)."""
     env: dict[str, Any] | None = None
-    """The run's ``env.json`` (:mod:`fedgo_flwr.experiment.provenance`; ``None``: none)."""
+    """The run's ``env.json`` (:mod:`fedgo_flwr.records.provenance`; ``None``: none)."""
     fingerprint: str | None = None
-    """:func:`~fedgo_flwr.experiment.provenance.config_fingerprint` of ``config`` (``None``:
+    """:func:`~fedgo_flwr.records.provenance.config_fingerprint` of ``config`` (``None``:
     no ``config.yaml``)."""
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
@@ -267,7 +267,7 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 
 
 def group_runs(runs: Sequence[Run]) -> dict[str, list[Run]]:
-    """The runs of each experiment by label (:func:`fedgo_flwr.experiment.report_groups.arrange`:
+    """The runs of each experiment by label (:func:`fedgo_flwr.records.report_groups.arrange`:
     runs of different configs never share a group, a seed counts once), in the order labels
     first appear; each group sorted by seed."""
     return arrange(runs).groups
@@ -511,7 +511,7 @@ def _partition_name(path: Path, written: Sequence[Path]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m fedgo_flwr.experiment.report", description=__doc__.split("\n")[0]
+        prog="python -m fedgo_flwr.records.report", description=__doc__.split("\n")[0]
     )
     parser.add_argument("runs", nargs="+", type=Path, help="run folders, or folders of runs")
     parser.add_argument("--out", type=Path, default=Path("report"), help="output folder (report/)")

@@ -1,12 +1,12 @@
 """Reading an experiment's YAML files: ``base:`` chains, merging, and what is refused.
 
 Part of the configuration layer (standard library and YAML only; used by
-:mod:`fedgo_flwr.experiment.config`). The reader refuses what a configuration never means but
+:mod:`fedgo_flwr.config.experiment`). The reader refuses what a configuration never means but
 YAML would silently accept: an empty file (it would run the defaults), a key given twice in one
 mapping (the last would win), a file that is not UTF-8 text, an integer of more than
 :data:`MAX_DIGITS` digits, nesting deeper than :data:`MAX_DEPTH` levels and more than
 :data:`MAX_NODES` values once aliases are expanded (these would crash or exhaust the reader
-instead). Every problem is one :class:`~fedgo_flwr.experiment.schema.ConfigError`.
+instead). Every problem is one :class:`~fedgo_flwr.config.schema.ConfigError`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from fedgo_flwr.experiment.schema import ConfigError
+from fedgo_flwr.config.schema import ConfigError
 
 __all__ = ["MAX_DEPTH", "MAX_DIGITS", "MAX_NODES", "Refused", "load_yaml", "merge", "read_yaml"]
 

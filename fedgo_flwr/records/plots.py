@@ -339,7 +339,7 @@ _PANELS = [
 
 def plot_accuracy(groups: Mapping[str, Sequence[Any]], path: Path, dpi: int = DPI) -> None:
     """``accuracy.png``: the four panels of the module's description for ``groups`` (label ->
-    its runs, :class:`fedgo_flwr.experiment.report.Run`), titled with their setting; ``dpi``
+    its runs, :class:`fedgo_flwr.records.report.Run`), titled with their setting; ``dpi``
     sets its size in pixels."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator

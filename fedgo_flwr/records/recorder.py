@@ -8,7 +8,7 @@ strategy reports for the round (clients sampled/replied/failed, train loss, clie
 aggregation times).
 A relative ``output_dir`` is taken relative to ``$FEDGO_WORKDIR`` if set, else the current
 directory of the ServerApp process. Unset, every run gets a new folder
-``outputs/<name>/<date-time>`` (:func:`decide_output_dir`, :mod:`fedgo_flwr.experiment.runfolders`).
+``outputs/<name>/<date-time>`` (:func:`decide_output_dir`, :mod:`fedgo_flwr.records.runfolders`).
 
 Nothing of an earlier run is replaced silently: :func:`check_output_dir` refuses a folder that
 holds a run's results unless the config says ``resume: true`` (and there is a checkpoint to
@@ -43,11 +43,12 @@ from flwr.app import ArrayRecord, MetricRecord
 from flwr.supercore import log
 from torch import nn
 
+from fedgo_flwr.config.experiment import ConfigError, ExperimentConfig
 from fedgo_flwr.data import ArrayDataset
-from fedgo_flwr.experiment.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE
-from fedgo_flwr.experiment.config import ConfigError, ExperimentConfig
-from fedgo_flwr.experiment.provenance import write_environment
-from fedgo_flwr.experiment.runfolders import (
+from fedgo_flwr.learning.training import evaluate
+from fedgo_flwr.records.checkpoint import CHECKPOINT_FILE, PREVIOUS_FILE
+from fedgo_flwr.records.provenance import write_environment
+from fedgo_flwr.records.runfolders import (
     LATEST,
     RUNS_ROOT,
     latest_problem,
@@ -55,8 +56,7 @@ from fedgo_flwr.experiment.runfolders import (
     new_run_folder,
     point_latest,
 )
-from fedgo_flwr.experiment.tracking import MlflowLog
-from fedgo_flwr.learning.training import evaluate
+from fedgo_flwr.records.tracking import MlflowLog
 from fedgo_flwr.runtime import profiling
 from fedgo_flwr.runtime.fileio import atomic_torch_save, atomic_write_text, strict_json
 from fedgo_flwr.runtime.kernels import inference_batch
@@ -122,7 +122,7 @@ def decide_output_dir(cfg: ExperimentConfig) -> ExperimentConfig:
     - unset, with ``resume: true``: the run ``outputs/<name>/latest`` points to (the folder it
       names, so that a newer run cannot move it), or a new folder if there is none;
     - unset: a new folder ``outputs/<name>/<date-time>``, and ``latest`` then points to it
-      (:mod:`fedgo_flwr.experiment.runfolders`); a ``latest`` there that is not a link is
+      (:mod:`fedgo_flwr.records.runfolders`); a ``latest`` there that is not a link is
       refused (:class:`ConfigError` on ``output_dir``, before any folder is made).
 
     A folder chosen here is absolute, so the clients, which get ``cfg`` from the server, use

@@ -44,9 +44,9 @@ import numpy as np
 import torch
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.config import ExperimentConfig
+from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.learning.aggregation import check_arrays
-from fedgo_flwr.runtime.fileio import atomic_torch_save
+from fedgo_flwr.runtime.fileio import atomic_torch_save, safe_torch_load
 
 CHECKPOINT_FILE = "checkpoint.pt"
 PREVIOUS_FILE = "checkpoint.prev.pt"
@@ -180,20 +180,6 @@ def decode(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return tuple(decode(v) for v in obj)
     return obj
-
-
-def safe_torch_load(path: str | os.PathLike[str], what: str = "file") -> Any:
-    """``torch.load(path, weights_only=True)`` on CPU; any failure is a ``ValueError`` naming
-    ``path`` (a truncated file, or one that holds objects other than tensors and plain data,
-    which weights_only loading refuses instead of running their code)."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - truncated, foreign or malicious files alike
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(
-            f"{what} {path} is unreadable or holds more than tensors and plain data "
-            f"(refused by torch.load(weights_only=True): {first})"
-        ) from exc
 
 
 # -- saving and loading --------------------------------------------------------------------

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedgo_flwr.config.experiment import DataConfig, ExperimentConfig
+from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.data import ArrayDataset, DataBundle, load_dataset, stratified_subset
 from fedgo_flwr.data.partition import (
     Partition,
@@ -23,8 +25,6 @@ from fedgo_flwr.data.partition import (
     dirichlet_partition,
     dirichlet_prior_partition,
 )
-from fedgo_flwr.experiment.config import DataConfig, ExperimentConfig
-from fedgo_flwr.experiment.schema import Checker
 from fedgo_flwr.models.classifiers import build_model
 from fedgo_flwr.runtime.rng import derive_seed
 

@@ -1,12 +1,12 @@
 """Which runs a report averages together, and what it says about them.
 
 A report's row is the runs of one experiment: :func:`arrange` sorts runs into groups by their
-name (the label :func:`fedgo_flwr.experiment.report.load_run` gives them: the folder's name,
+name (the label :func:`fedgo_flwr.records.report.load_run` gives them: the folder's name,
 a sweep's variant, or with ``--label strategy`` the strategy), their strategy and the
-:func:`~fedgo_flwr.experiment.provenance.config_fingerprint` of their ``config.yaml`` as
+:func:`~fedgo_flwr.records.provenance.config_fingerprint` of their ``config.yaml`` as
 :func:`comparable` reads it: a core key that an older run's config lacks (added to the project
 since) counts as its default, as when a run resumes
-(:func:`fedgo_flwr.experiment.checkpoint.config_differences`), and the run's own seed in a text
+(:func:`fedgo_flwr.records.checkpoint.config_differences`), and the run's own seed in a text
 value (``teachers_from: outputs/bench/x/oneshot-seed1`` in the run of seed 1: the input made by
 the run of the same seed) is written ``seed<N>`` for every seed. Runs whose configs differ
 otherwise are never averaged: a name that holds runs of several configs becomes
@@ -19,7 +19,7 @@ started in one second), and the other is ``left_out`` with the reason. Runs with
 are all kept.
 
 :func:`commits` and :func:`versions` read a run's ``env.json``
-(:mod:`fedgo_flwr.experiment.provenance`) for the report's provenance section; a run without
+(:mod:`fedgo_flwr.records.provenance`) for the report's provenance section; a run without
 one is ``unknown``, and a field that is not what a run writes is ``unknown`` too. Every text
 taken from a run's files passes :func:`cell` before it goes into a Markdown table.
 """
@@ -33,10 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedgo_flwr.experiment.provenance import config_differences, config_fingerprint
+from fedgo_flwr.records.provenance import config_differences, config_fingerprint
 
 Run = Any
-"""A :class:`fedgo_flwr.experiment.report.Run` (that module imports this one, not the reverse)."""
+"""A :class:`fedgo_flwr.records.report.Run` (that module imports this one, not the reverse)."""
 
 __all__ = ["Arrangement", "arrange", "cell", "commits", "comparable", "versions"]
 
@@ -65,7 +65,7 @@ class Arrangement:
 
 
 def _core_defaults() -> dict[str, Any]:
-    from fedgo_flwr.experiment.config import ExperimentConfig
+    from fedgo_flwr.config.experiment import ExperimentConfig
 
     return ExperimentConfig().to_dict(strategy_params=False)
 
@@ -91,7 +91,7 @@ def _own_seed(value: Any, token: re.Pattern) -> Any:
 
 def comparable(run: Run, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
     """``run.config`` as runs are compared (see the module): the core keys it lacks filled with
-    their defaults (``defaults``: :class:`~fedgo_flwr.experiment.config.ExperimentConfig`'s,
+    their defaults (``defaults``: :class:`~fedgo_flwr.config.experiment.ExperimentConfig`'s,
     strategy section aside), ``seed<S>`` of its own seed ``S`` in a text value as ``seed<N>``."""
     config = _with_defaults(run.config, _core_defaults() if defaults is None else defaults)
     if _integer(run.seed):

@@ -5,7 +5,7 @@ rounds too), in the MLflow experiment named after ``name``, run name the run fol
 
 - params: the resolved configuration, one param per dotted key (``data.alpha``,
   ``strategy.distill.epochs``; lists as JSON); tags ``fedgo.output_dir`` (the run folder) and
-  ``fedgo.config_fingerprint`` (:func:`fedgo_flwr.experiment.provenance.config_fingerprint`);
+  ``fedgo.config_fingerprint`` (:func:`fedgo_flwr.records.provenance.config_fingerprint`);
 - metrics: every numeric value of every ``metrics.jsonl`` row, step = round (NaN and
   infinities, text and nested values are left out, as in TensorBoard);
 - at the end: the summary's numbers as metrics, and the run folder as artifacts, less the
@@ -35,8 +35,8 @@ from typing import Any
 
 from flwr.supercore import log
 
-from fedgo_flwr.experiment.config import ExperimentConfig
-from fedgo_flwr.experiment.provenance import config_fingerprint
+from fedgo_flwr.config.experiment import ExperimentConfig
+from fedgo_flwr.records.provenance import config_fingerprint
 
 __all__ = ["MLFLOW_DB", "MlflowLog", "flat_params", "tracking_uri"]
 

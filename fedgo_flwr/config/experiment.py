@@ -3,10 +3,10 @@
 One YAML file describes one experiment. A file may start from another with ``base: other.yaml``
 (resolved relative to the file); keys are merged recursively, the later file winning. Overrides
 ``dotted.key=value`` (value parsed as YAML) are applied last. :func:`load_config` validates the
-core sections below (built by :func:`fedgo_flwr.experiment.schema.build_section`); the first problem
+core sections below (built by :func:`fedgo_flwr.config.schema.build_section`); the first problem
 stops with one :class:`ConfigError` naming the key, the bad value and where it came from.
 
-The YAML reader (:mod:`fedgo_flwr.experiment.yaml_files`) refuses what a configuration never
+The YAML reader (:mod:`fedgo_flwr.config.yaml_files`) refuses what a configuration never
 means but YAML would silently accept: an empty file, a key given twice in one mapping, a file
 that is not UTF-8 text, overlong integers, deep nesting and alias bombs.
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from fedgo_flwr.experiment.names import (
+from fedgo_flwr.config.names import (
     HF_PREFIX,
     MAX_NAME_BYTES,
     MODEL_NAMES,
@@ -44,8 +44,8 @@ from fedgo_flwr.experiment.names import (
     path_problem,
     unprintable,
 )
-from fedgo_flwr.experiment.schema import Checker, ConfigError, build_section
-from fedgo_flwr.experiment.yaml_files import Refused, load_yaml, read_yaml
+from fedgo_flwr.config.schema import Checker, ConfigError, build_section
+from fedgo_flwr.config.yaml_files import Refused, load_yaml, read_yaml
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -170,7 +170,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    """Model architecture by name (see ``fedgo_flwr.experiment.names.MODEL_NAMES``): the
+    """Model architecture by name (see ``fedgo_flwr.config.names.MODEL_NAMES``): the
     server's, and the clients' where they train others, as in one-shot FL's "model market"
     (Co-Boosting, Dai et al., ICLR 2024, Sec. 3). Only a strategy that declares
     ``supports_heterogeneous_models`` accepts client architectures other than the server's.
@@ -186,7 +186,7 @@ class ModelConfig:
     code). A model that cannot take the dataset's inputs is refused by key when the run starts."""
     client_models: list[str] = field(default_factory=list)
     """Client ``k`` trains ``client_models[k % len(client_models)]``
-    (:func:`fedgo_flwr.experiment.task.client_model_name`): one name per client, or a shorter
+    (:func:`fedgo_flwr.learning.task.client_model_name`): one name per client, or a shorter
     list repeated over the partition ids, at most ``data.num_clients`` names; empty, every client
     trains ``model.name``. Strategies that average parameters refuse names other than
     ``model.name``; ``coboosting``, ``coboosting_fedgo``, ``dense`` and ``fadi`` take them (their
@@ -263,7 +263,7 @@ class LoggingConfig:
     mlflow: bool = False
     """Track the run in MLflow (``pip install -e '.[mlflow]'``; experiment ``name``): config as
     params, every round's metrics, summary and run folder as artifacts; an MLflow failure is a
-    WARNING and the run goes on (:mod:`fedgo_flwr.experiment.tracking`)."""
+    WARNING and the run goes on (:mod:`fedgo_flwr.records.tracking`)."""
     mlflow_uri: str | None = None
     """The MLflow tracking URI (``http://host:5000``, ``sqlite:///path.db``); null:
     ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the folder of ``outputs/``."""
@@ -377,7 +377,7 @@ class ExperimentConfig:
     """A whole experiment. ``to_dict``/``from_dict`` round-trip it (clients get it as JSON).
 
     The run's entry point decides the run's folder before anything is written
-    (:func:`fedgo_flwr.experiment.recorder.decide_output_dir`).
+    (:func:`fedgo_flwr.records.recorder.decide_output_dir`).
     """
 
     name: str = "default"
