@@ -11,7 +11,7 @@ The Python API (docs/running.md, "Python API")::
 The names are imported when first used (:func:`__getattr__`), so ``import fedgo_flwr``, which
 every submodule's import runs, imports nothing else: reading a config stays free of torch and
 Flower. They live in :mod:`fedgo_flwr.app.api` (and the config classes in
-:mod:`fedgo_flwr.experiment`).
+:mod:`fedgo_flwr.config`).
 """
 
 from __future__ import annotations
