@@ -223,6 +223,13 @@ NOTES: dict[str, str] = {
     "keeps this share apart and reports the received model's loss on it.",
     "CohortClientConfig.min_val_samples": "Smallest client that keeps a validation split.",
     "CohortDistillConfig.epochs": "Epochs of the student's distillation.",
+    "CohortDistillConfig.steps": (
+        "Adam steps of the distillation instead of `epochs` passes (null: `epochs`); the paper's "
+        "budget is 9,800 (50 epochs of 100,000 images at batch 512)."
+    ),
+    "CohortDistillConfig.public_size": (
+        "Distil on a seeded random subset of this many public images (null: all of them)."
+    ),
     "CohortDistillConfig.batch_size": "Distillation batch size.",
     "CohortDistillConfig.lr": "Adam's learning rate.",
     "CohortDistillConfig.beta1": "Adam's beta1.",
