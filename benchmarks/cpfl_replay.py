@@ -79,8 +79,12 @@ def load_teachers(path: Path) -> dict[str, Any]:
     return saved
 
 
-def rebuild(run_dir: Path, overrides: Sequence[str], out_dir: Path) -> CPFL:
-    """The run's CPFL server (its config with ``overrides``), writing nothing to ``run_dir``."""
+def rebuild(
+    run_dir: Path, overrides: Sequence[str], out_dir: Path, threads: int | None = None
+) -> CPFL:
+    """The run's CPFL server (its config with ``overrides``), writing nothing to ``run_dir``;
+    ``threads``: torch's threads instead of the run's (the result may then differ from the
+    run's by float rounding)."""
     config = run_dir / "config.yaml"
     if not config.is_file():
         raise ReplayError(f"{run_dir}: no config.yaml (not a run folder)")
@@ -93,7 +97,7 @@ def rebuild(run_dir: Path, overrides: Sequence[str], out_dir: Path) -> CPFL:
     if cfg.strategy.params.distill.weights == "fedgo":
         raise ReplayError(f"{run_dir}: distill.weights fedgo needs the clients' discriminators")
     # The run's kernel settings (as the ServerApp sets them), so its own budget gives its student.
-    torch.set_num_threads(cfg.resources.server_cpus or os.cpu_count() or 1)
+    torch.set_num_threads(threads or cfg.resources.server_cpus or os.cpu_count() or 1)
     use_channels_last(cfg.resources.channels_last)
     use_precision(cfg.resources.precision)
     use_deterministic(cfg.resources.deterministic)
@@ -130,13 +134,14 @@ def saved_cohorts(strategy: CPFL, saved: dict[str, Any], path: Path) -> list[Coh
     return cohorts
 
 
-def replay(run_dir: Path, budget: Sequence[str] = ()) -> dict[str, Any]:
+def replay(run_dir: Path, budget: Sequence[str] = (), threads: int | None = None) -> dict[str, Any]:
     """Stage 2 of the run in ``run_dir`` on its kept teachers, with the ``budget`` overrides
-    (``strategy.distill.<key>=<value>``); the result as described in the module docstring."""
+    (``strategy.distill.<key>=<value>``) and ``threads`` (:func:`rebuild`); the result as
+    described in the module docstring."""
     path = run_dir / TEACHERS_FILE
     saved = load_teachers(path)
     with tempfile.TemporaryDirectory() as tmp:
-        strategy = rebuild(run_dir, budget, Path(tmp))
+        strategy = rebuild(run_dir, budget, Path(tmp), threads)
         cohorts = saved_cohorts(strategy, saved, path)
         config = strategy.params.distill
         teachers = [c.arrays for c in cohorts]
@@ -156,7 +161,45 @@ def replay(run_dir: Path, budget: Sequence[str] = ()) -> dict[str, Any]:
         "distill_loss": distilled["distill_loss"],
         "epoch_losses": distilled["distill_epoch_losses"],
         "seconds": time.perf_counter() - start,
+        "threads": torch.get_num_threads(),
     }
+
+
+def stop_round(losses: Sequence[float | None], window: int, patience: int) -> int | None:
+    """The round (1-based) in which :class:`PlateauStopper` ``(window, patience)`` stops on a
+    cohort's per-round validation signal ``losses``, ``None`` if not within them.
+
+    A cohort's training does not depend on its stopping rule until the rule stops it, so the
+    signal a run recorded (``metrics.jsonl``) shows what another rule would have done up to the
+    round the run's own rule stopped it."""
+    stopper = PlateauStopper(window, patience)
+    for i, loss in enumerate(losses, start=1):
+        stopper.observe(loss)
+        if stopper.stopped:
+            return i
+    return None
+
+
+def cohort_signals(metrics: Path) -> dict[int, list[float | None]]:
+    """Per cohort, its validation signal of every round it ran, from a run's ``metrics.jsonl``."""
+    signals: dict[int, list[float | None]] = {}
+    for line in metrics.read_text().splitlines():
+        for c in json.loads(line).get("cohorts", []):
+            signals.setdefault(int(c["cohort"]), []).append(c.get("val_loss"))
+    return signals
+
+
+def stopping_lines(run_dir: Path, rules: Sequence[tuple[int, int]]) -> list[str]:
+    """One line per cohort of the run: the rounds it ran, and the round each ``(window,
+    patience)`` rule would have stopped it in (``> R``: not within the R rounds recorded)."""
+    lines = []
+    for cohort, losses in sorted(cohort_signals(run_dir / "metrics.jsonl").items()):
+        stops = []
+        for w, p in rules:
+            at = stop_round(losses, w, p)
+            stops.append(f"{w}/{p}: {at if at is not None else f'> {len(losses)}'}")
+        lines.append(f"{run_dir.name} cohort {cohort}: ran {len(losses)}; " + ", ".join(stops))
+    return lines
 
 
 def seed_of(run: str) -> int:
@@ -236,6 +279,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, help="write every result as a JSON list here")
     parser.add_argument(
+        "--stopping",
+        nargs=2,
+        type=int,
+        action="append",
+        metavar=("WINDOW", "PATIENCE"),
+        help="instead of replaying: when this stopping rule would have stopped each cohort, "
+        "on the validation signal in the run's metrics.jsonl (repeatable)",
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch threads (default: the run's, as its ServerApp set them)"
+    )
+    parser.add_argument(
         "--table", type=Path, help="write the results' table by budget here (markdown)"
     )
     parser.add_argument(
@@ -257,10 +312,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.results:
             results = json.loads(args.results.read_text())
         budgets = [parse_budget(b) for b in (args.budget or [""])]
+        if args.stopping:
+            for run in args.runs:
+                print("\n".join(stopping_lines(run, [tuple(r) for r in args.stopping])))
+            return
         baseline = baseline_of(Path(args.baseline[0]), args.baseline[1]) if args.baseline else {}
         for run in args.runs:
             for budget in budgets:
-                r = replay(run, budget)
+                r = replay(run, budget, args.threads)
                 results.append(r)
                 print(
                     f"{r['run']} {','.join(budget) or 'own budget'}: {r['steps']} steps, "
