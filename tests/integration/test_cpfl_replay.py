@@ -132,3 +132,29 @@ def test_the_budget_table_pairs_each_seed_with_its_ensemble_and_baseline() -> No
         "| steps=9800 | 9800 | 128 | 425 | 2 | 82.0 ± 25.4 | 91.0 ± 12.7 "
         "| -9.0 [-21.7, +3.7] p=0.07 (n=2) | -14.5 [-46.3, +17.3] p=0.11 (n=2) |"
     )
+
+
+def test_stop_round_replays_the_stopping_rule_on_a_recorded_signal(tmp_path: Path) -> None:
+    """By hand: minima in rounds 1-3, then three rounds without one (patience 3) -> round 6;
+    a round without a loss counts as one without a minimum; a signal that ends first: None.
+    From a run's metrics.jsonl: cohort 0 (1, 1.0 a round after 3 minima) stops in round 5
+    under window 1 / patience 2 and is not stopped within its 5 rounds under 2 / 3 (smoothed
+    3, 2.5, 1.5, 1, 1: minima through round 4); cohort 1, always improving, under neither."""
+    from benchmarks.cpfl_replay import stop_round, stopping_lines
+
+    assert stop_round([3.0, 2.0, 1.0, 1.0, 1.0, 1.0], 1, 3) == 6
+    assert stop_round([3.0, 2.0, 1.0, None, 1.0, 1.0], 1, 3) == 6
+    assert stop_round([3.0, 2.0, 1.0, 1.0, 1.0], 1, 3) is None
+    assert stop_round([3.0, 1.0, 5.0, 5.0], 2, 2) == 4  # smoothed 3, 2, 3, 5
+    losses = {0: [3.0, 2.0, 1.0, 1.0, 1.0], 1: [5.0, 4.0, 3.0, 2.0, 1.0]}
+    rows = [{"round": 0}] + [
+        {"round": r + 1, "cohorts": [{"cohort": c, "val_loss": losses[c][r]} for c in (0, 1)]}
+        for r in range(5)
+    ]
+    run = tmp_path / "a0.1-n2-seed0"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert stopping_lines(run, [(1, 2), (2, 3)]) == [
+        "a0.1-n2-seed0 cohort 0: ran 5; 1/2: 5, 2/3: > 5",
+        "a0.1-n2-seed0 cohort 1: ran 5; 1/2: > 5, 2/3: > 5",
+    ]
