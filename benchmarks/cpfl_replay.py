@@ -211,27 +211,30 @@ def seed_of(run: str) -> int:
 
 
 def budget_table(results: Sequence[dict[str, Any]], baseline: dict[int, float]) -> str:
-    """A markdown table of replay ``results`` by budget (in first-seen order): steps, batch and
-    public size, the seeds, the student's accuracy (mean with its 95% t interval), its
-    ensemble's, the student minus its ensemble and the student minus ``baseline`` (per seed,
-    e.g. n = 1's accuracy), both paired by seed with their intervals and the paired t-test."""
-    by_budget: dict[str, list[dict[str, Any]]] = {}
+    """A markdown table of replay ``results`` by run method (the run's name less its seed) and
+    budget, in first-seen order: steps, batch and public size, the seeds, the student's
+    accuracy (mean with its 95% t interval), its ensemble's, the student minus its ensemble
+    and the student minus ``baseline`` (per seed, e.g. n = 1's accuracy), both paired by seed
+    with their intervals and the paired t-test."""
+    by_budget: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
-        by_budget.setdefault(",".join(r["budget"]) or "the run's own", []).append(r)
+        method = r["run"].rpartition("-seed")[0]
+        by_budget.setdefault((method, ",".join(r["budget"]) or "the run's own"), []).append(r)
     seeds = sorted({seed_of(r["run"]) for r in results})
     rows = [
         f"Stage 2 replayed on each run's own teachers ({seed_note(seeds)}); accuracy in %, "
         "mean ± half-width of the 95% t interval; differences paired by seed: mean [interval] "
         "p (paired t-test).",
         "",
-        "| budget | steps | batch | public | seeds | student | ensemble | student - ensemble "
-        "| student - baseline |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| runs | budget | steps | batch | public | seeds | student | ensemble "
+        "| student - ensemble | student - baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for budget, rs in by_budget.items():
+    for (method, budget), rs in by_budget.items():
         student = {seed_of(r["run"]): r["student_accuracy"] for r in rs}
         ensemble = {seed_of(r["run"]): r["ensemble_accuracy"] for r in rs}
         cells = [
+            method,
             budget.replace("strategy.distill.", ""),
             ", ".join(str(v) for v in sorted({r["steps"] for r in rs})),
             ", ".join(str(v) for v in sorted({r["batch_size"] for r in rs})),

@@ -129,7 +129,7 @@ def test_the_budget_table_pairs_each_seed_with_its_ensemble_and_baseline() -> No
     )
     assert "report seeds" in text.splitlines()[0]
     assert text.splitlines()[-1] == (
-        "| steps=9800 | 9800 | 128 | 425 | 2 | 82.0 ± 25.4 | 91.0 ± 12.7 "
+        "| a0.1-n4 | steps=9800 | 9800 | 128 | 425 | 2 | 82.0 ± 25.4 | 91.0 ± 12.7 "
         "| -9.0 [-21.7, +3.7] p=0.07 (n=2) | -14.5 [-46.3, +17.3] p=0.11 (n=2) |"
     )
 
