@@ -335,7 +335,8 @@ def interval_rows(
 ) -> list[str]:
     """Table (4): the student's accuracy with its 95% t interval over seeds, its paired
     difference from n = 1, and the speed-up and CPU-hours ratio against n = 1 with their
-    intervals (the ratios are per seed), with how many runs had a cohort stopped by the cap,
+    intervals (per-seed ratios, their geometric mean: :func:`ratio_cell`), with how many runs
+    had a cohort stopped by the cap,
     under the seed set's note (:func:`benchmarks.sweep.seed_note`)."""
     seeds = seeds_of(runs)
     if not seeds:
