@@ -57,6 +57,7 @@ from benchmarks.sweep import (
     seeds_of,
     write_table,
 )
+from fedgo_flwr.app.sweep.stats import ratio_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/cpfl-cifar10-cpu.yaml"
@@ -153,7 +154,7 @@ def values(runs: Iterable[Run], key: str) -> list[float]:
 
 def per_seed_ratios(base: Sequence[Run], runs: Sequence[Run], key: str) -> list[float]:
     """``base / run`` of summary ``key`` for each seed that has both (a speed-up or a saving
-    factor against n = 1; the mean of these is what the tables report)."""
+    factor against n = 1; the tables report their geometric mean, :func:`ratio_cell`)."""
     ref = {r.seed: r.summary.get(key) for r in base}
     out = []
     for r in runs:
@@ -161,6 +162,29 @@ def per_seed_ratios(base: Sequence[Run], runs: Sequence[Run], key: str) -> list[
         if num is not None and den:
             out.append(float(num) / float(den))
     return out
+
+
+def ratio_cell(ratios: Sequence[float]) -> str:
+    """``"1.18x [0.21, 6.70]"``: the geometric mean of per-seed ratios and the 95% t interval
+    of their mean log-ratio, mapped back (:func:`fedgo_flwr.app.sweep.stats.ratio_summary`; a
+    ratio and its inverse summarise to inverses); ``(n=1)`` for one seed, ``–`` for none."""
+    r = ratio_summary(ratios)
+    if r.gmean is None:
+        return MISSING
+    if r.ci_low is None:
+        return f"{r.gmean:.2f}x (n={r.n})"
+    return f"{r.gmean:.2f}x [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+
+
+def student_gaps(runs: Sequence[Run]) -> list[float]:
+    """Per run, the student's accuracy minus its ensemble's (the distillation target's):
+    what stage 2 loses of what the teachers together know."""
+    return [
+        r.summary["final_accuracy"] - r.summary["ensemble_accuracy"]
+        for r in runs
+        if r.summary.get("final_accuracy") is not None
+        and r.summary.get("ensemble_accuracy") is not None
+    ]
 
 
 def bytes_cell(runs: Sequence[Run]) -> str:
@@ -221,9 +245,9 @@ def main_rows(alpha: float, cohorts: Sequence[int], runs: dict[str, list[Run]]) 
         rows.append(
             f"| {n} | {len(rs)} | {accuracy_cell(rs, 'final_accuracy')} "
             f"| {fmt(values(rs, 'sim_time_to_convergence_h'))} "
-            f"| {fmt(per_seed_ratios(base, rs, 'sim_time_to_convergence_h'))} "
+            f"| {ratio_cell(per_seed_ratios(base, rs, 'sim_time_to_convergence_h'))} "
             f"| {fmt(values(rs, 'cpu_hours'), 1)} "
-            f"| {fmt(per_seed_ratios(base, rs, 'cpu_hours'))} "
+            f"| {ratio_cell(per_seed_ratios(base, rs, 'cpu_hours'))} "
             f"| {bytes_cell(rs)} | {fmt(values(rs, 'distill_time_s'), 1)} |"
         )
     return rows
@@ -236,10 +260,13 @@ def teacher_rows(
     rows = [
         "Teacher vs student (paper Table 1; n > 1, test accuracy %; mean teacher: the mean "
         "of a run's cohort models; delta: student minus mean teacher, per seed, then mean ± sd; "
-        "ensemble: the cohorts' label-weighted logits, the distillation target):",
+        "ensemble: the cohorts' label-weighted logits, the distillation target; student - "
+        "ensemble: per seed, mean with its 95% t interval; steps: the distillation's Adam steps, "
+        "public: its public images):",
         "",
-        "| alpha | n | seeds | mean teacher | student | delta (points) | ensemble |",
-        "|---|---|---|---|---|---|---|",
+        "| alpha | n | seeds | mean teacher | student | delta (points) | ensemble "
+        "| student - ensemble (points) | steps | public |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for alpha in alphas:
         for n in cohorts:
@@ -255,9 +282,16 @@ def teacher_rows(
             rows.append(
                 f"| {alpha:g} | {n} | {len(rs)} | {accuracy_cell(rs, 'teacher_accuracy_mean')} "
                 f"| {accuracy_cell(rs, 'final_accuracy')} | {fmt(deltas, 1, 100.0)} "
-                f"| {accuracy_cell(rs, 'ensemble_accuracy')} |"
+                f"| {accuracy_cell(rs, 'ensemble_accuracy')} | {mean_ci(student_gaps(rs))} "
+                f"| {distinct(rs, 'distill_steps')} | {distinct(rs, 'public_size')} |"
             )
     return rows
+
+
+def distinct(runs: Sequence[Run], key: str) -> str:
+    """The values of summary ``key`` over the runs, each once (``–`` for none)."""
+    found = sorted({r.summary[key] for r in runs if r.summary.get(key) is not None})
+    return ", ".join(map(str, found)) or MISSING
 
 
 def finish_rows(
@@ -301,14 +335,16 @@ def interval_rows(
 ) -> list[str]:
     """Table (4): the student's accuracy with its 95% t interval over seeds, its paired
     difference from n = 1, and the speed-up and CPU-hours ratio against n = 1 with their
-    intervals (the ratios are per seed), with how many runs had a cohort stopped by the cap,
+    intervals (per-seed ratios, their geometric mean: :func:`ratio_cell`), with how many runs
+    had a cohort stopped by the cap,
     under the seed set's note (:func:`benchmarks.sweep.seed_note`)."""
     seeds = seeds_of(runs)
     if not seeds:
         return []
     rows = [
         "With 95% t intervals over seeds (mean ± half-width; against n = 1 seed by seed: the "
-        "accuracy difference with a paired t-test, the ratios as above; capped: runs with a "
+        "accuracy difference with a paired t-test, the ratios' geometric mean with the "
+        "interval of their mean log-ratio; capped: runs with a "
         f"cohort stopped by the round cap, whose ratios are bounds): {seed_note(seeds)}.",
         "",
         "| alpha | n | student acc (%) | acc - n=1 (points) | speed-up vs n=1 "
@@ -325,7 +361,7 @@ def interval_rows(
             diff = "" if n == 1 else paired_cell(base, rs, final_accuracy)
             speed = per_seed_ratios(base, rs, "sim_time_to_convergence_h")
             cpu = per_seed_ratios(base, rs, "cpu_hours")
-            ratios = ("", "") if n == 1 else (mean_ci(speed, 1.0, 2), mean_ci(cpu, 1.0, 2))
+            ratios = ("", "") if n == 1 else (ratio_cell(speed), ratio_cell(cpu))
             rows.append(
                 f"| {alpha:g} | {n} | {mean_ci(acc)} | {diff} | {ratios[0]} | {ratios[1]} "
                 f"| {sum(map(capped, rs))} of {len(rs)} |"
@@ -342,7 +378,9 @@ def table(results: Path, alphas: Sequence[float] = ALPHAS, cohorts: Sequence[int
         ANCHOR,
         "",
         "Mean ± sd over seeds (sample sd). Speed-up and CPU-hours ratio: n = 1's value over "
-        "n's, computed per seed (seeds with both runs), then averaged. Times and CPU-hours are "
+        "n's, computed per seed (seeds with both runs), then their geometric mean with the 95% "
+        "t interval of the mean log-ratio (an interval holding 1 shows no detectable "
+        "difference). Times and CPU-hours are "
         "simulated (synthetic devices); distillation is excluded from the time and reported as "
         "measured wall time.",
     ]

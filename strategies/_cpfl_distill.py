@@ -27,12 +27,14 @@ from fedgo_flwr.data import ArrayDataset, stratified_subset
 from fedgo_flwr.gan import discriminator_logits, screen_discriminators
 from fedgo_flwr.learning.cohorts import (
     Cohort,
+    CohortDistillConfig,
     cohort_odds_weights,
     combine_per_sample,
     combine_teachers,
     distill_l1,
     distill_start,
     live_cohorts,
+    public_subset,
     teacher_at,
     teacher_outputs,
     teacher_weights,
@@ -43,6 +45,9 @@ from fedgo_flwr.runtime.messages import to_record
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import WeightingInputs, cap_mean_shares_named, compute_weights
 from strategies._prefl import DiscriminatorStage, discriminator_stats
+
+TEACHERS_FILE = "cpfl_teachers.pt"
+"""Where a run keeps the teachers stage 2 distilled (:meth:`CohortDistillation.keep_teachers`)."""
 
 
 class CohortDistillation:
@@ -157,41 +162,92 @@ class CohortDistillation:
             student = self.model_arrays()
             self.final = {**report, "distill_time_s": 0.0}
             return student
-        test = self.teacher_test_set()
-        test_logits = torch.stack([self._test_logits(t, test) for t in teachers])
-        labels = torch.as_tensor(test.y)
-        teacher_accs = [float((lg.argmax(1) == labels).float().mean()) for lg in test_logits]
-        # The ensemble is the distillation target on the test images: the same outputs.
-        outputs = teacher_outputs(test_logits, p.distill.outputs)
-        per_sample = p.distill.weights == "fedgo"
-        if per_sample:
-            odds = self.odds_weights(included, test, "the test split")
-            ensemble = combine_per_sample(outputs, odds)
-        else:
-            counts = np.stack([c.counts for c in included])
-            weights = teacher_weights(counts, p.distill.weights)
-            ensemble = combine_teachers(outputs, weights)
-        report.update(
-            teacher_accuracies=teacher_accs,
-            ensemble_accuracy=float((ensemble.argmax(1) == labels).float().mean()),
-        )
+        report.update(self.evaluate_teachers(teachers, included, p.distill))
         if len(self.cohorts) == 1:  # FedAvg with early stopping: no distillation
             self.final = {**report, "distill_time_s": 0.0}
             return teachers[0]
         # Each cohort's model and label counts go to the global server once (step 3).
         self.upload_clock.add_bytes(up=len(included) * (self.model_bytes + 8 * self.num_classes))
+        self.keep_teachers(included, teachers, at)
+        student, distilled = self.distill(teachers, included, p.distill)
+        self.final = {**report, **distilled, "distill_time_s": time.perf_counter() - t0}
+        log(
+            INFO,
+            "CPFL: distilled %d teachers on %d public samples in %.1fs (L1 %.4f)",
+            len(teachers),
+            distilled["public_size"],
+            self.final["distill_time_s"],
+            distilled["distill_loss"],
+        )
+        return student
+
+    def evaluate_teachers(
+        self,
+        teachers: list[dict[str, np.ndarray]],
+        included: list[Cohort],
+        config: CohortDistillConfig,
+    ) -> dict[str, Any]:
+        """``teacher_accuracies`` and ``ensemble_accuracy`` (the teachers combined as the
+        distillation target is, ``config.outputs`` and ``config.weights``) on
+        :meth:`teacher_test_set`."""
+        test = self.teacher_test_set()
+        test_logits = torch.stack([self._test_logits(t, test) for t in teachers])
+        labels = torch.as_tensor(test.y)
+        teacher_accs = [float((lg.argmax(1) == labels).float().mean()) for lg in test_logits]
+        outputs = teacher_outputs(test_logits, config.outputs)
+        if config.weights == "fedgo":
+            odds = self.odds_weights(included, test, "the test split")
+            ensemble = combine_per_sample(outputs, odds)
+        else:
+            weights = teacher_weights(np.stack([c.counts for c in included]), config.weights)
+            ensemble = combine_teachers(outputs, weights)
+        return {
+            "teacher_accuracies": teacher_accs,
+            "ensemble_accuracy": float((ensemble.argmax(1) == labels).float().mean()),
+        }
+
+    def keep_teachers(
+        self, included: list[Cohort], teachers: list[dict[str, np.ndarray]], at: float
+    ) -> None:
+        """Write the teachers stage 2 distils, with their cohorts' indices and label counts,
+        to :data:`TEACHERS_FILE` in the run folder: ``benchmarks/cpfl_replay.py`` re-runs
+        stage 2 on them with other budgets."""
+        torch.save(
+            {
+                "cohorts": [c.index for c in included],
+                "counts": torch.as_tensor(np.stack([c.counts for c in included])),
+                "teachers": [{k: torch.as_tensor(v) for k, v in t.items()} for t in teachers],
+                "distill_at_h": at / 3600.0,
+            },
+            self.resources.out_dir / TEACHERS_FILE,
+        )
+
+    def distill(
+        self,
+        teachers: list[dict[str, np.ndarray]],
+        included: list[Cohort],
+        config: CohortDistillConfig,
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """A fresh student distilled from ``teachers`` (those of the ``included`` cohorts) on
+        the public set (or ``config.public_size`` of it, :func:`public_subset`) with
+        ``config``'s budget; its arrays and the report's distillation keys."""
         public = self.public_set()
+        subset = public_subset(len(public), config.public_size, self.cfg.seed)
+        if subset is not None:
+            public = public.subset(subset)
         model = self.model_factory()
         logits = []
         for t in teachers:
             model.load_state_dict(to_record(t).to_torch_state_dict())
-            out = predict_logits(model, public, p.distill.teacher_batch_size, self.resources.device)
-            logits.append(teacher_outputs(out, p.distill.outputs))
-        if per_sample:
+            out = predict_logits(model, public, config.teacher_batch_size, self.resources.device)
+            logits.append(teacher_outputs(out, config.outputs))
+        report: dict[str, Any] = {}
+        if config.weights == "fedgo":
             odds = self.odds_weights(included, public, "the public set")
             targets = combine_per_sample(torch.stack(logits), odds)
             report["disc_stats_public"] = self.disc_report
         else:
+            weights = teacher_weights(np.stack([c.counts for c in included]), config.weights)
             targets = combine_teachers(torch.stack(logits), weights)
         del logits
         student = self.model_factory()  # a fresh model (the common initial weights)
@@ -199,29 +255,19 @@ class CohortDistillation:
             student,
             public,
             targets,
-            p.distill,
+            config,
             rng=make_rng(self.cfg.seed, "cpfl-distill"),
             device=self.resources.device,
             progress="CPFL stage 2 (distillation of the cohorts)",
         )
         student.cpu()
-        self.final = {
-            **report,
-            "public_size": len(public),
-            "distill_loss": result.loss,
-            "distill_epoch_losses": result.epoch_losses,
-            "distill_steps": result.steps,
-            "distill_time_s": time.perf_counter() - t0,
-        }
-        log(
-            INFO,
-            "CPFL: distilled %d teachers on %d public samples in %.1fs (L1 %.4f)",
-            len(teachers),
-            len(public),
-            self.final["distill_time_s"],
-            result.loss,
+        report.update(
+            public_size=len(public),
+            distill_loss=result.loss,
+            distill_epoch_losses=result.epoch_losses,
+            distill_steps=result.steps,
         )
-        return {k: v.detach().numpy() for k, v in student.state_dict().items()}
+        return {k: v.detach().numpy() for k, v in student.state_dict().items()}, report
 
     def model_arrays(self) -> dict[str, np.ndarray]:
         return {k: v.detach().numpy() for k, v in self.model_factory().state_dict().items()}

@@ -393,10 +393,23 @@ def combine_per_sample(logits: Tensor, weights: Tensor) -> Tensor:
 @dataclass
 class CohortDistillConfig:
     """CPFL's server distillation, ``strategy.distill.<key>`` (paper Sec. 4.1: Adam lr 1e-3,
-    batch 512, 50 epochs, L1 on logits, per-class label weights)."""
+    batch 512, 50 epochs, L1 on logits, per-class label weights).
+
+    The paper's budget in steps: 50 epochs of STL-10's 100,000 unlabeled images at batch 512,
+    ``50 x ceil(100000 / 512) = 50 x 196 = 9,800`` Adam steps. ``steps`` (null: ``epochs``
+    passes) trains for exactly that many mini-batch steps instead, whatever the public set's
+    size: a small public set reaches the paper's step count with many passes.
+    ``public_size`` (null: all of it) distils on a seeded random subset of that many public
+    images (:func:`public_subset`), to measure how the student depends on the set's size.
+    """
 
     epochs: int = 50
     """Epochs of the student's distillation."""
+    steps: int | None = None
+    """Adam steps of the distillation instead of `epochs` passes (null: `epochs`); the paper's
+    budget is 9,800 (50 epochs of 100,000 images at batch 512)."""
+    public_size: int | None = None
+    """Distil on a seeded random subset of this many public images (null: all of them)."""
     batch_size: int = 512
     """Distillation batch size."""
     lr: float = 1e-3
@@ -418,6 +431,10 @@ class CohortDistillConfig:
 
     def check(self, c: Checker) -> None:
         c.require("epochs", self.epochs >= 1, "must be >= 1")
+        if self.steps is not None:
+            c.require("steps", self.steps >= 1, "must be >= 1 (or null: epochs)")
+        if self.public_size is not None:
+            c.require("public_size", self.public_size >= 1, "must be >= 1 (or null: all)")
         c.require("batch_size", self.batch_size >= 1, "must be >= 1")
         c.require("lr", self.lr > 0, "must be > 0")
         c.require("beta1", 0 <= self.beta1 < 1, "must be in [0, 1)")
@@ -425,6 +442,15 @@ class CohortDistillConfig:
         c.choice("disc_mode", DISC_MODES)
         c.choice("outputs", TEACHER_OUTPUTS)
         c.require("teacher_batch_size", self.teacher_batch_size >= 1, "must be >= 1")
+
+
+def public_subset(size: int, wanted: int | None, seed: int) -> np.ndarray | None:
+    """Indices of ``wanted`` of ``size`` public images, a seeded draw kept in order (``None``:
+    all of them, when ``wanted`` is null or not below ``size``)."""
+    if wanted is None or wanted >= size:
+        return None
+    rng = np.random.default_rng(derive_seed(seed, "cpfl-public-subset"))
+    return np.sort(rng.choice(size, size=wanted, replace=False))
 
 
 def teacher_outputs(logits: Tensor, outputs: str) -> Tensor:
@@ -452,7 +478,9 @@ def distill_l1(
 ) -> L1DistillResult:
     """Train ``student`` in place on ``data`` towards ``targets`` (``(N, C)``) with the mean
     absolute error between its outputs and the targets (``torch.nn.L1Loss``, CPFL eq. 3):
-    ``epochs`` shuffled passes, Adam (``lr``, betas ``(beta1, 0.999)``), no augmentation.
+    ``epochs`` shuffled passes, or exactly ``steps`` mini-batch steps if set (the last pass cut
+    short where the count ends), Adam (``lr``, betas ``(beta1, 0.999)``), no augmentation.
+    ``epoch_losses`` has one mean loss per pass (a cut-short pass: over its steps).
     ``progress`` names the stage in progress lines
     (:class:`~fedgo_flwr.runtime.progress.Progress`); ``None``: none."""
     n = len(data)
@@ -464,11 +492,16 @@ def distill_l1(
     end = n - 1 if ends_in_batch_of_one(n, config.batch_size) else n
     losses: list[float] = []
     steps = 0
-    said = Progress(progress, config.epochs * len(range(0, end, config.batch_size)), "steps")
-    for _ in range(config.epochs):
+    per_pass = len(range(0, end, config.batch_size))
+    # No mini-batch at all (a public set of one image, whose batch of one is left out): no step.
+    budget = config.epochs * per_pass if config.steps is None or not per_pass else config.steps
+    said = Progress(progress, budget, "steps")
+    while steps < budget:
         order = torch.randperm(n, generator=rng)
         total, count = 0.0, 0
         for s in range(0, end, config.batch_size):
+            if steps == budget:
+                break
             idx = order[s : s + config.batch_size]
             x, _ = data.to_tensors(idx.numpy())
             with autocast(device):

@@ -1,10 +1,10 @@
 """The CPFL benchmark driver (``benchmarks/cpfl_cohorts.py``): its grid, its sweep, its tables.
 
 The tables are built from hand-made run records (``summary.json`` + ``metrics.jsonl``) whose
-figures are chosen so that a speed-up taken as a ratio of means instead of a mean of per-seed
-ratios, a seed without its n = 1 run counted in a ratio, a wrong delta sign or a quantile
-without interpolation gives other numbers. One real run goes through the subprocess path on a
-tiny digits config.
+figures are chosen so that a speed-up taken as a ratio of means or an arithmetic mean instead
+of the geometric mean of per-seed ratios, a seed without its n = 1 run counted in a ratio, a
+wrong delta sign or a quantile without interpolation gives other numbers. One real run goes
+through the subprocess path on a tiny digits config.
 """
 
 from __future__ import annotations
@@ -192,6 +192,7 @@ def results(tmp_path: Path) -> Path:
             tmp_path,
             f"a0.1-n4-seed{seed}",
             **_cpfl(t, cpu, b, student, teacher, finish[seed], status, distill_s=10.0 + seed),
+            **({"distill_steps": 9800, "public_size": 425} if seed == 0 else {}),
         )
     return tmp_path
 
@@ -200,27 +201,30 @@ def _rows(text: str, first_cell: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(f"| {first_cell} |")]
 
 
-def test_table_speed_up_and_cpu_ratio_are_per_seed_ratios_averaged(driver, results) -> None:
+def test_table_speed_up_and_cpu_ratio_are_geometric_means_of_per_seed_ratios(
+    driver, results
+) -> None:
     text = driver.table(results)
     assert driver.ANCHOR in text.splitlines()[:4]  # above the tables
     alpha01 = text.split("alpha = 0.1")[1].split("alpha = 1")[0]
     (n4,) = _rows(alpha01, "4")
     cells = [c.strip() for c in n4.strip("|").split("|")]
-    # seeds 0, 1: 10/5 = 2 and 30/10 = 3 -> 2.50 (a ratio of means would be 40/15 = 2.67,
-    # and seed 2, with no n = 1 run, would add 10/1 or 20/1)
+    # seeds 0, 1: 10/5 = 2 and 30/10 = 3 -> sqrt(6) = 2.45 (their arithmetic mean 2.50, a
+    # ratio of means 40/15 = 2.67, and seed 2, with no n = 1 run, would add 10/1 or 20/1);
+    # interval: exp(mean log +- t(0.975, 1) sd(log) / sqrt(2)) = exp(0.896 +- 2.576)
     assert cells == [
         "4",
         "3",
         "60.0 ± 2.0",  # student accuracy, all three seeds
         "5.33 ± 4.51",  # time to convergence: 5, 10, 1
-        "2.50 ± 0.71",
+        "2.45x [0.19, 32.20]",
         "53.7 ± 45.6",  # CPU-hours: 80, 80, 1
-        "1.50 ± 0.35",  # 100/80 = 1.25 and 140/80 = 1.75
+        "1.48x [0.17, 12.54]",  # 100/80 = 1.25 and 140/80 = 1.75: sqrt(2.1875)
         "3.0 ± 1.0 MB",
         "11.0 ± 1.0",  # distillation wall seconds
     ]
     (n1,) = _rows(alpha01, "1")
-    assert "| 1.00 ± 0.00 |" in n1 and "| 2.50 ± 0.71 GB |" in n1
+    assert "| 1.00x [1.00, 1.00] |" in n1 and "| 2.50 ± 0.71 GB |" in n1
     # a missing run, and the missing alpha, show as dashes but still make rows
     (n2,) = _rows(alpha01, "2")
     assert n2 == "| 2 | 0 | – | – | – | – | – | – | – |"
@@ -233,8 +237,12 @@ def test_table_teacher_vs_student_delta_is_per_seed_student_minus_teacher(driver
     teacher = text.split("Teacher vs student")[1].split("Cohort finish times")[0]
     rows = _rows(teacher, "0.1")
     assert [r.split(" | ")[1] for r in rows] == ["2", "4", "8", "16", "200"]  # n = 1: no KD
-    # teachers 50, 48, 52; students 60, 62, 58; deltas +10, +14, +6
-    assert rows[1] == "| 0.1 | 4 | 3 | 50.0 ± 2.0 | 60.0 ± 2.0 | 10.0 ± 4.0 | 61.0 ± 2.0 |"
+    # teachers 50, 48, 52; students 60, 62, 58; deltas +10, +14, +6; every student 1 point
+    # under its ensemble (a zero-width interval); steps and public size kept by seed 0 only
+    assert rows[1] == (
+        "| 0.1 | 4 | 3 | 50.0 ± 2.0 | 60.0 ± 2.0 | 10.0 ± 4.0 | 61.0 ± 2.0 | -1.0 ± 0.0 "
+        "| 9800 | 425 |"
+    )
 
 
 def test_table_finish_quantiles_pool_every_cohort_of_every_seed(driver, results) -> None:
@@ -259,9 +267,10 @@ def test_table_intervals_pair_each_seed_with_its_n1_run_and_count_capped_runs(
     assert _rows(part, "0.1 | 1") == ["| 0.1 | 1 | 71.0 ± 12.7 |  |  |  | 0 of 2 |"]
     # n = 4: 60, 62, 58 (half width t(0.975, 2) 2 / sqrt(3) = 4.97); against n = 1 on seeds 0
     # and 1 only: -10 both times (an interval of zero width, no test); speed-ups 2 and 3
-    # (12.71 x 0.71 / sqrt(2) = 6.35), CPU-hours ratios 1.25 and 1.75 (3.18); seed 1 capped
+    # (geometric mean 2.45, as in the first table), CPU-hours ratios 1.25 and 1.75; seed 1 capped
     assert _rows(part, "0.1 | 4") == [
-        "| 0.1 | 4 | 60.0 ± 5.0 | -10.0 [-10.0, -10.0] (n=2) | 2.50 ± 6.35 | 1.50 ± 3.18 | 1 of 3 |"
+        "| 0.1 | 4 | 60.0 ± 5.0 | -10.0 [-10.0, -10.0] (n=2) | 2.45x [0.19, 32.20] "
+        "| 1.48x [0.17, 12.54] | 1 of 3 |"
     ]
     assert _rows(part, "0.1 | 2") == [] and _rows(part, "1 | 1") == []  # no runs: no rows
     assert "With 95% t intervals" not in driver.table(results / "none", alphas=[0.1])
@@ -270,7 +279,7 @@ def test_table_intervals_pair_each_seed_with_its_n1_run_and_count_capped_runs(
 def test_table_of_an_empty_results_folder_is_all_dashes(driver, tmp_path: Path) -> None:
     text = driver.table(tmp_path / "none", alphas=[0.1], cohorts=[1, 4])
     assert "| 4 | 0 | – | – | – | – | – | – | – |" in text
-    assert "| 0.1 | 4 | 0 | – | – | – | – |" in text
+    assert "| 0.1 | 4 | 0 | – | – | – | – | - | – | – |" in text
 
 
 def test_quantile_interpolates_between_order_statistics(driver) -> None:

@@ -482,6 +482,7 @@ def test_teacher_outputs_are_the_logits_or_their_log_softmax() -> None:
 def test_distill_config_defaults_are_sec_4_1() -> None:
     cfg = CohortDistillConfig()
     assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.beta1) == (50, 512, 1e-3, 0.9)
+    assert cfg.steps is None and cfg.public_size is None  # epochs passes over the whole set
     assert (cfg.weights, cfg.disc_mode, cfg.outputs, cfg.teacher_batch_size) == (
         "label",
         "double_sigmoid",
@@ -497,6 +498,8 @@ def test_distill_config_defaults_are_sec_4_1() -> None:
     ("change", "key", "problem"),
     [
         ({"epochs": 0}, "epochs", "must be >= 1"),
+        ({"steps": 0}, "steps", "must be >= 1 (or null: epochs)"),
+        ({"public_size": 0}, "public_size", "must be >= 1 (or null: all)"),
         ({"batch_size": 0}, "batch_size", "must be >= 1"),
         ({"lr": 0.0}, "lr", "must be > 0"),
         ({"beta1": -0.1}, "beta1", "must be in [0, 1)"),
@@ -573,6 +576,57 @@ def test_distill_l1_matches_the_loop_written_out(n: int, outputs: str, per_epoch
     assert 0 <= result.seconds < 600
     for a, b in zip(student.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(a.detach(), b.detach())
+
+
+def test_distill_l1_in_steps_continues_across_passes_and_stops_mid_pass() -> None:
+    """``steps=5`` on 7 samples in batches of 4 (2 a pass): passes of 2, 2 and 1 steps, the
+    same parameters as the loop written out for 3 epochs stopped after its fifth step (the
+    third pass's loss over its one batch), and ``epochs`` ignored."""
+    rng = np.random.default_rng(2)
+    data = ArrayDataset(x=rng.normal(size=(7, 3)).astype(np.float32), y=np.zeros(7), num_classes=2)
+    targets = torch.as_tensor(rng.normal(size=(7, 2)).astype(np.float32))
+    cfg = CohortDistillConfig(epochs=40, steps=5, batch_size=4, lr=0.05)
+    torch.manual_seed(0)
+    student, ref = nn.Linear(3, 2), nn.Linear(3, 2)
+    ref.load_state_dict(student.state_dict())
+    result = distill_l1(
+        student,
+        data,
+        targets,
+        cfg,
+        rng=torch.Generator().manual_seed(7),
+        device=torch.device("cpu"),
+    )
+    opt = torch.optim.Adam(ref.parameters(), lr=0.05, betas=(0.9, 0.999))
+    gen = torch.Generator().manual_seed(7)
+    x, losses, done = torch.as_tensor(data.x), [], 0
+    while done < 5:
+        order = torch.randperm(7, generator=gen)
+        total = count = 0
+        for s in (0, 4):
+            if done == 5:
+                break
+            idx = order[s : s + 4]
+            loss = (ref(x[idx]) - targets[idx]).abs().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total, count, done = total + loss.item() * len(idx), count + len(idx), done + 1
+        losses.append(total / count)
+    assert result.steps == 5 and len(result.epoch_losses) == 3
+    np.testing.assert_allclose(result.epoch_losses, losses, rtol=1e-6)
+    for a, b in zip(student.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a.detach(), b.detach())
+
+
+def test_public_subset_is_a_seeded_sorted_draw_or_everything() -> None:
+    from fedgo_flwr.learning.cohorts import public_subset
+
+    assert public_subset(10, None, 0) is None and public_subset(10, 10, 0) is None
+    a = public_subset(100, 30, seed=3)
+    assert len(a) == len(set(a)) == 30 and list(a) == sorted(a) and 0 <= a.min() < a.max() < 100
+    assert np.array_equal(a, public_subset(100, 30, seed=3))
+    assert not np.array_equal(a, public_subset(100, 30, seed=4))
 
 
 def test_distill_l1_of_zero_epochs_reports_nan_and_leaves_the_student() -> None:

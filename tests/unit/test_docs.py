@@ -96,9 +96,6 @@ INTERVAL = re.compile(rf"({NUMBER})(x?)(?: points)? \[({NUMBER}), ({NUMBER})\]")
 """A figure and its interval: ``+5.71 [+3.37, +8.06]``, ``-0.3 points [-0.7, +0.8]``, or a
 ratio ``1.18x [0.21, 6.70]``."""
 OVERSTATED = re.compile(r"\b(beats?|better|worse|outperforms?)\b", re.IGNORECASE)
-UNLINKED = ("| CPFL",)
-"""Rows that may lack a link for now: the CPFL row, which issue 51's CPFL part rewrites; once it
-links its table, this exemption goes."""
 
 
 def _claim_rows() -> list[str]:
@@ -122,7 +119,7 @@ def test_readme_claims_link_their_tables_and_say_what_their_intervals_allow():
     assert len(rows) >= 5
     for row in rows:
         linked = LINK.search(row) or any(f"][{label}]" in row for label in labels)
-        assert linked or row.startswith(UNLINKED), f"a claim without a link to its table: {row}"
+        assert linked, f"a claim without a link to its table: {row}"
         for _value, ratio, low, high in INTERVAL.findall(row):
             if ratio:  # a ratio: an interval that holds 1 says neither faster nor slower
                 if float(low) <= 1 <= float(high):
