@@ -36,8 +36,8 @@ import torch
 from benchmarks.sweep import load_runs, mean_ci, seed_note, write_table
 from fedgo_flwr.app.sweep.stats import paired
 from fedgo_flwr.config.experiment import ConfigError
-from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
 from fedgo_flwr.learning.cohorts import Cohort, PlateauStopper
+from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import get_device
 from fedgo_flwr.runtime.fileio import strict_json
 from fedgo_flwr.runtime.kernels import use_channels_last, use_deterministic, use_precision

@@ -74,10 +74,10 @@ def project_imports() -> dict[str, set[str]]:
 
 
 def test_dependencies_point_one_way():
-    """app -> (strategies, clients) -> records -> library -> config: a module imports only its own layer
-    and the layers below it (:func:`layer_of`). Only ``fedgo_flwr/app/`` imports strategies or
-    clients; strategies and clients never import each other (what both need, the protocol,
-    lives in ``fedgo_flwr``); the configuration layer imports no library."""
+    """app -> (strategies, clients) -> records -> library -> config: a module imports only its
+    own layer and the layers below it (:func:`layer_of`). Only ``fedgo_flwr/app/`` imports
+    strategies or clients; strategies and clients never import each other (what both need, the
+    protocol, lives in ``fedgo_flwr``); the configuration layer imports no library."""
     graph = project_imports()
     assert "fedgo_flwr.config.experiment" in graph and "strategies.base" in graph
     assert "fedgo_flwr.protocol.fedgo" in graph and "fedgo_flwr.app.server_app" in graph
