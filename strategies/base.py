@@ -605,7 +605,7 @@ class Strategy(FlowerStrategy):
         return arrays_problem(arrays, template, what, bound=bound)
 
     @classmethod
-    def last_round(cls, cfg: ExperimentConfig) -> int:
+    def final_row(cls, cfg: ExperimentConfig) -> int:
         """The run's last row of ``metrics.jsonl``, the largest round a checkpoint may have:
         ``rounds``."""
         return cfg.rounds

@@ -447,7 +447,7 @@ class OneShot(Strategy):
         }
 
     @classmethod
-    def last_round(cls, cfg: ExperimentConfig) -> int:
+    def final_row(cls, cfg: ExperimentConfig) -> int:
         """Row ``1 + epochs``, the last server epoch's."""
         return 1 + int(getattr(cfg.strategy.params, "epochs", 0))
 

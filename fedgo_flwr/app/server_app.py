@@ -179,7 +179,7 @@ def restore_strategy(strategy: Any, ckpt: Checkpoint, out_dir: Path) -> None:
             f"{where}: field 'strategy_state' does not fit strategy {strategy.name} "
             f"({type(exc).__name__}: {first})"
         ) from exc
-    last = type(strategy).last_round(strategy.cfg)
+    last = type(strategy).final_row(strategy.cfg)
     if ckpt.round < last and not strategy.finished:
         return
     if (out_dir / "summary.json").is_file():
@@ -294,7 +294,7 @@ def _run_experiment(
     strategy_cls = strategy_class(cfg.strategy.name)
     if ckpt is not None:  # its model and round, against this run's
         template = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
-        check_resumable(ckpt, template, strategy_cls.last_round(cfg))
+        check_resumable(ckpt, template, strategy_cls.final_row(cfg))
     marks.append(("data, partition and model", time.perf_counter()))
 
     node_ids = discover_nodes(
