@@ -47,9 +47,10 @@ def local_declaration(name: str) -> Declaration:
         raise ValueError(f"unknown local algorithm {name!r}; choose one of {', '.join(usable)}")
     local = declaration(name)
     if local.server_state:
+        usable = [a for a in known if a != NAME and not declaration(a).server_state]
         raise ValueError(
             f"'{name}' needs server-side state beyond the averaged model, which CPFL's cohort "
-            "servers do not keep; use an averaging algorithm (fedavg, fedprox, feduv)"
+            f"servers do not keep; use an averaging algorithm ({', '.join(usable)})"
         )
     return local
 
