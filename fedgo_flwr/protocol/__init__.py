@@ -22,9 +22,8 @@ The server checks every reply against its declaration in one place,
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
+from fedgo_flwr.protocol.base import TRAIN, Declaration, EmptyConfig
 from fedgo_flwr.protocol.intake import (
     Checked,
     ModelFault,
@@ -32,6 +31,7 @@ from fedgo_flwr.protocol.intake import (
     parse_group_id,
     partition_of_reply,
 )
+from fedgo_flwr.protocol.scalars import SCALAR_ALGORITHMS
 from fedgo_flwr.protocol.spec import COMMON_METRICS, TRAIN_METRICS, ReplySpec, Scalar, is_number
 
 __all__ = [
@@ -51,34 +51,7 @@ __all__ = [
     "partition_of_reply",
 ]
 
-TRAIN = "train"
-"""The message type of a training round (Flower's ``MessageType.TRAIN``)."""
-
-_MACHINERY = frozenset({"spec", "intake", "scalars"})
-
-
-@dataclass
-class EmptyConfig:
-    """No parameters of its own."""
-
-
-@dataclass(frozen=True)
-class Declaration:
-    """One client algorithm's protocol: the reply spec of each message type it answers, its
-    parameters and whether the server keeps state for it."""
-
-    name: str
-    replies: Mapping[str, ReplySpec] = field(default_factory=lambda: {TRAIN: ReplySpec()})
-    Config: type = EmptyConfig
-    """The client's own parameters (``strategy.<key>`` in YAML), a dataclass."""
-    server_state: bool = False
-    """Whether the server side keeps state beyond the averaged model for it (SCAFFOLD's
-    control variate): such an algorithm cannot be run inside CPFL's cohorts, whose servers
-    only average."""
-
-    def reply(self, message_type: str = TRAIN) -> ReplySpec:
-        """The spec of a reply to ``message_type`` (``KeyError``: not declared)."""
-        return self.replies[message_type]
+_MACHINERY = frozenset({"base", "spec", "intake", "scalars"})
 
 
 def declaration(name: str) -> Declaration:
@@ -93,7 +66,5 @@ def declaration(name: str) -> Declaration:
     except ModuleNotFoundError as exc:
         if exc.name != f"{__name__}.{name}":
             raise
-        from fedgo_flwr.protocol.scalars import SCALAR_ALGORITHMS
-
         return SCALAR_ALGORITHMS.get(name) or Declaration(name)
     return module.PROTOCOL

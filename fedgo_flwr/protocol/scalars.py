@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fedgo_flwr.config.schema import Checker
-from fedgo_flwr.protocol import TRAIN, Declaration
+from fedgo_flwr.protocol.base import TRAIN, Declaration
 from fedgo_flwr.protocol.spec import ReplySpec, Scalar
 
 __all__ = ["SCALAR_ALGORITHMS", "Param", "parameters"]
