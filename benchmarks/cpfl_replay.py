@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.sweep import load_runs, mean_ci, seed_note, write_table
+from benchmarks.sweep import load_runs, mean_ci, paired_text, seed_note, write_table
 from fedgo_flwr.app.sweep.stats import paired
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.learning.cohorts import Cohort, PlateauStopper
@@ -247,19 +247,6 @@ def budget_table(results: Sequence[dict[str, Any]], baseline: dict[int, float]) 
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
-
-
-def paired_text(result) -> str:
-    """``"-9.6 [-12.0, -7.2] p=0.004 (n=3)"`` of a :func:`paired` result, in points."""
-    d = result.diff
-    if d.n == 0:
-        return "-"
-    text = f"{100 * d.mean:+.1f}"
-    if d.ci_low is not None:
-        text += f" [{100 * d.ci_low:+.1f}, {100 * d.ci_high:+.1f}]"
-    if result.p_value is not None:
-        text += f" p={result.p_value:.2g}"
-    return text + f" (n={d.n})"
 
 
 def baseline_of(results_dir: Path, method: str) -> dict[int, float]:

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify
-from fedgo_flwr.app.sweep.stats import paired, ratio_summary, summarize
+from fedgo_flwr.app.sweep.stats import Paired, paired, ratio_summary, summarize
 from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_text, path_inside
 
 __all__ = ["REPORT_SEEDS", "TUNING_SEEDS"]  # the named seed sets, for the drivers' defaults
@@ -608,6 +608,12 @@ def paired_cell(
     p=P (n=k)"``, the mean difference times ``scale`` with its 95% t interval and the paired
     t-test's p-value; ``"-"`` without a common seed, no interval or test below 2 pairs."""
     result = paired({r.seed: value(r) for r in baseline}, {r.seed: value(r) for r in runs})
+    return paired_text(result, scale)
+
+
+def paired_text(result: Paired, scale: float = 100.0) -> str:
+    """``"+d [lo, hi] p=P (n=k)"`` of a :func:`paired` result, its difference times ``scale``
+    (``"-"`` without a pair)."""
     d = result.diff
     if d.n == 0:
         return "-"
