@@ -86,7 +86,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MARGIN = 0.10
 """How far below the clean run's final test accuracy an attacked run's may fall (36 of the
-360 test images). Measured on seed 0 (benchmarks/README.md, "The adversary profile"): the run
+360 test images). Measured on seed 0 (benchmarks/studies/trust.md, "The adversary profile"): the run
 in which the attacker's model replies never arrive (:data:`WITHHOLD`, what a perfect filter
 would leave) ends 0.083 below the clean run for FedAvg, -0.036 SCAFFOLD, 0.017 CPFL, 0.025
 FedTGP, 0.011 DaFKD and 0.219 FedGO; FedAvg's clean runs of seeds 0, 1, 2 end at 0.672,

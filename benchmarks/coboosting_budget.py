@@ -4,8 +4,8 @@ Issue 36 asks for Co-Boosting's Table 1 (paper 004, Dai et al., ICLR 2024, Sec. 
 smallest server budget where the data-free students clear 20%": at the grid's 8 epochs every
 data-free student sits at chance. The budget is a choice, so it is made on the tuning seeds
 and the table is built on report seeds that no choice used (:mod:`fedgo_flwr.app.sweep.seeds`).
-The rule, fixed before any of its runs (``benchmarks/README.md``, "Co-Boosting's learning
-budget"):
+The rule, fixed before any of its runs (``benchmarks/studies/coboosting.md``,
+"Co-Boosting's learning budget"):
 
 1. **Pilot**: for each budget in ``--budgets`` (server epochs, ascending), DENSE and
    Co-Boosting (with the one-shot run whose uploads they share) on every tuning seed

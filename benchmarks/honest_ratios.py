@@ -21,7 +21,8 @@ with 20 clients (10 at alpha 0.01, which cannot split digits over 20), 8 per rou
     PYTHONPATH=$PWD .venv/bin/python -m benchmarks.honest_ratios --only grid --strategies fedavg
 
 Each run is deterministic (accuracy-only: it may run beside other work). The figures of the
-bounds' defaults are in ``benchmarks/README.md``, "Honest ratios under the reply bounds".
+bounds' defaults are in ``benchmarks/studies/trust.md``, "Honest ratios under the reply
+bounds".
 """
 
 from __future__ import annotations

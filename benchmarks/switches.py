@@ -13,8 +13,8 @@ change only where the threads go:
 The committed ``switches-cifar10-r3`` results also hold ``cl_compile`` and
 ``cl_compile_waiting1``: the same with ``resources.compile=true``, a switch that ran the loops
 through ``torch.compile``. It bought nothing measurable on this CPU and was removed after
-these runs; the commit that measured it is named in ``benchmarks/README.md``. The table shows
-every variant it finds.
+these runs; the commit that measured it is named in ``benchmarks/studies/performance.md``. The
+table shows every variant it finds.
 
 Per variant: the whole run's time (``total_time``), round 1 and the median of the later rounds,
 the medians of the clients' training (summed), the server's aggregation and its evaluation, the

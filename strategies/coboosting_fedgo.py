@@ -28,8 +28,8 @@ over a batch exceeds ``max(2/n, 3 n_k / sum n)``
 ``exp(sigmoid(z))`` by default or its Def. 3.5 odds ``exp(z)`` (``sigmoid``). Against an
 untrained G every discriminator calls real images real with near certainty, and the double
 sigmoid's odds, bounded in ``(1, e)``, then leave the weights near uniform, where the exact
-odds keep the clients' differences (``benchmarks/README.md``, "Why Co-Boosting + FedGO's odds
-rows equal uniform").
+odds keep the clients' differences (``benchmarks/studies/coboosting.md``, "Why Co-Boosting +
+FedGO's odds rows equal uniform").
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ class FedDFConfig(BaseConfig):
     """Samples per forward pass of the server's inference with the client models (teacher
     logits, ensemble tests) and their discriminators (FedGO); the results do not depend on it.
     64 is the fastest on a CPU (larger batches leave the L2 cache; measured in
-    ``benchmarks/README.md``, "Performance"); on a GPU use 512 or more."""
+    ``benchmarks/studies/performance.md``); on a GPU use 512 or more."""
     teacher_norm: str = "none"
     """``none`` (the papers' ensemble) or ``std``: every teacher's logits rescaled to the median
     teacher's scale before the weights and the ensemble
@@ -301,9 +301,9 @@ class FedDF(Strategy):
         only the drawn images are read and copied. The training set is a memory map; copying the
         whole share first (25,000 CIFAR images where 2,000 are distilled on, in
         ``conf/bench/scale-cifar10.yaml``) read most of the file into the server's memory and kept
-        a copy (the peak with and without: ``benchmarks/README.md``, "Performance"). A strategy that
-        needs the whole share (a G1 generator, FedGO's discriminator reference) still loads it
-        through ``server_unlabeled``.
+        a copy (the peak with and without: ``benchmarks/studies/scale.md``, "Pull batches"). A
+        strategy that needs the whole share (a G1 generator, FedGO's discriminator reference)
+        still loads it through ``server_unlabeled``.
         """
         res = self.resources
         size = self.params.distill_size

@@ -91,7 +91,8 @@ def _decode_workers() -> int:
     """Decode processes: ``_DECODE_WORKERS`` if set, else ``min(8, CPUs)`` on >= 4 CPUs, else 1.
 
     On 2-core machines the fork and the copies between processes cost more than the second
-    core gains (``benchmarks/README.md``, "Performance"), so small machines decode serially.
+    core gains (``benchmarks/studies/performance.md``, "Two small measurements"), so small
+    machines decode serially.
     """
     if _DECODE_WORKERS is not None:
         return max(1, int(_DECODE_WORKERS))

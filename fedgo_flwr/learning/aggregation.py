@@ -57,17 +57,18 @@ coordinate-wise over the round's client models (keep every reply of the round in
 DEFAULT_UPLOAD_BOUND = 10.0
 """``strategy.aggregation.upload_bound``'s default: 10 times the round's median, above the largest
 ratio of an honest upload's norm (or a teacher's logit scale) to its round's median measured in
-honest runs, every golden run and digits at Dirichlet alpha 0.01-1.0 (``benchmarks/README.md``,
-"Honest ratios under the reply bounds"; ``benchmarks/honest_ratios.py``). One client's upload
+honest runs, every golden run and digits at Dirichlet alpha 0.01-1.0
+(``benchmarks/studies/trust.md``, "Honest ratios under the reply bounds";
+``benchmarks/honest_ratios.py``). One client's upload
 then moves a combination by at most 10 typical uploads; a bound that did bind on an honest
 client only scales it down (a one-shot teacher: leaves it out), with a WARNING that says so."""
 
 
 DEFAULT_CLIP_FACTOR = 10.0
 """``strategy.aggregation.clip_factor``'s default: an update is clipped to 10 times the round's
-lower median update norm. The largest honest ratio measured is in ``benchmarks/README.md``
-("Honest ratios under the reply bounds"); the default is chosen above it so that honest runs
-keep FedAvg's mean bit for bit."""
+lower median update norm. The largest honest ratio measured is in
+``benchmarks/studies/trust.md`` ("Honest ratios under the reply bounds"); the default is chosen
+above it so that honest runs keep FedAvg's mean bit for bit."""
 
 DEFAULT_CLIP_KEEP = 3
 """``strategy.aggregation.clip_keep``'s default: how many of a round's replies (those with the
@@ -77,7 +78,7 @@ largest update norms) :class:`ClippedMean` keeps in memory to clip exactly at th
 DEFAULT_UPDATE_BOUND = 50.0
 """``strategy.aggregation.update_bound``'s default (:func:`update_problem`): an update may be
 up to 50 times as long as the model it started from, 38 times the largest honest ratio
-measured (``benchmarks/README.md``, "Honest ratios under the reply bounds"); the tampered
+measured (``benchmarks/studies/trust.md``, "Honest ratios under the reply bounds"); the tampered
 uploads it is for are 1e5 times the model and more."""
 
 

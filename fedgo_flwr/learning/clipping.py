@@ -10,10 +10,11 @@ clip_factor``, :data:`DEFAULT_CLIP_FACTOR`):
 This is norm clipping (Sun et al., "Can You Really Backdoor Federated Learning?", 2019, Sec. 4)
 with the threshold taken from the round itself, as ``upload_bound`` does for the other uploads
 (:func:`fedgo_flwr.learning.aggregation.bound_uploads`): honest updates of one round are of one
-scale (the largest ratio to the median measured in honest runs is in ``benchmarks/README.md``,
-"Honest ratios under the reply bounds"), so a bound a few times the median never meets them,
-and one client can move the average by at most ``c`` typical updates times its weight, whatever
-direction it picks (a sign-flipped or scaled update, a bias on one class). The median is the
+scale (the largest ratio to the median measured in honest runs is in
+``benchmarks/studies/trust.md``, "Honest ratios under the reply bounds"), so a bound a few
+times the median never meets them, and one client can move the average by at most ``c``
+typical updates times its weight, whatever direction it picks (a sign-flipped or scaled
+update, a bias on one class). The median is the
 *lower* median, which one client out of two cannot set (:func:`lower_median`).
 
 **Streaming.** The median is only known once the round's last reply is in, but the mean is

@@ -27,7 +27,7 @@ BatchNorm statistics (``DistillConfig.bn_stats``). A student in train mode norma
 by its own statistics and moves its running statistics towards them. On generated images (FedGO
 D2, DaFKD) that replaces the statistics the student got from the clients' real data by those of
 the generator's images, and the model then fails on real ones (measured on DaFKD at CIFAR-10:
-``benchmarks/README.md``, "The rest of FedGO's Table 3"). Three modes:
+``benchmarks/studies/dafkd.md``). Three modes:
 
 - ``update``: plain train mode (the authors' code of FedGO and DaFKD; the papers are silent);
 - ``batch``: train mode, and every BatchNorm layer's running statistics (and batch count) are
@@ -127,7 +127,7 @@ def bound_teachers(
     the round's median teacher scale, and those teachers (``logits`` itself when none is).
 
     To the median, not to ``factor`` times it: honest teachers stay well below the factor
-    (``benchmarks/README.md``, "Honest ratios under the reply bounds"), so one above it has
+    (``benchmarks/studies/trust.md``, "Honest ratios under the reply bounds"), so one above it has
     scaled its logits, and at ``factor`` times the median it would still outweigh several
     honest teachers in the logit average; at the median it counts as one teacher, by its
     ranking of the classes (as under ``teacher_norm: std``). Teachers within the factor are

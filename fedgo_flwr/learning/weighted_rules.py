@@ -17,7 +17,7 @@ the weight it holds lets it. Values are taken in float64 and cast back to each a
   cut of ``beta`` of the *weight* at each end leaves a client whose weight is above ``beta``
   the excess of it at its extreme value, and one value 49 model norms away then moves the
   mean by that excess times 49 norms (measured with FedDisco in the adversary profile,
-  ``benchmarks/README.md``). Cut by count, one bad client among ``m >= 3`` with ``b >= 1``
+  ``benchmarks/studies/trust.md``). Cut by count, one bad client among ``m >= 3`` with ``b >= 1``
   never has a value outside the honest range in the mean. Equal weights give the unweighted
   ``beta``-trimmed mean.
 

@@ -7,7 +7,8 @@ Weights keep their values, so state dicts, messages and checkpoints are unchange
 without 4-D weights (MLPs) are left as they are. The results differ from NCHW's in the last bits
 of float32, and training amplifies the difference over rounds, so a run with it on is
 deterministic per seed but not bit-identical to one with it off: hence a switch, off by default
-(the speed-ups measured on CPU and GPU: ``benchmarks/README.md``, "Performance").
+(the speed-ups measured on CPU and GPU: ``benchmarks/studies/performance.md`` and
+``benchmarks/studies/gpu.md``).
 
 The switches are per process (like torch's thread count): the ServerApp sets them from the
 config at the start of a run and the ClientApp for each message it handles.
@@ -37,7 +38,7 @@ default, it is no context at all. The generators', discriminators' and data-free
 loops stay float32: bfloat16 was slower there on a GPU (WGAN-GP's gradient penalty is a second
 back-propagation), and DeepInversion's batch-norm statistics loss compares small differences of
 means. Logits leave a pass as float32 (``.float()``), so what a pass returns has one dtype
-either way. Figures for both: ``benchmarks/README.md``, "The GPU against its own bare loops".
+either way. Figures for both: ``benchmarks/studies/gpu.md``, "The GPU against its own bare loops".
 """
 
 from __future__ import annotations

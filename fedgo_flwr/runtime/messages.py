@@ -154,14 +154,16 @@ def stream_replies(
     a slow client costs one short call every ``poll_interval`` (a fixed wait would hold the
     last reply of a round for half of it on average). Every pull asks for all pending ids:
     pulling a few at a time made many-client rounds slower without lowering the server's peak
-    memory (both measured in ``benchmarks/README.md``, "Performance").
+    memory (``benchmarks/studies/framework-overhead.md``, "Backoff polling";
+    ``benchmarks/studies/scale.md``, "Pull batches").
 
     With :func:`use_waiting_threads` set (``resources.server_cpus_waiting``), the server's work
     on the replies (FedDF's teacher logits) runs with that many torch threads while any client
     of the round still trains, and with the process's own count again once the last reply has
     been pulled (also when the caller stops early). In a simulation on one machine the clients'
-    workers and the server then do not oversubscribe the cores (``benchmarks/README.md``,
-    "thread layout"); a deployed server on its own machine has no reason to set it.
+    workers and the server then do not oversubscribe the cores
+    (``benchmarks/studies/performance.md``, "Thread layout"); a deployed server on its own
+    machine has no reason to set it.
 
     An error reply that the SuperLink makes in a node's place (``Node Unavailable``, when the
     node's heartbeats stopped) comes from the SuperLink's own node id; it is yielded as from the
