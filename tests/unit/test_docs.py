@@ -77,10 +77,20 @@ REFERENCE = re.compile(r"^\[([^\]]+)\]:\s*([^#\s]+)(#\S*)?", re.MULTILINE)
 """A reference-style link's definition, ``[label]: target``."""
 
 
+BENCHMARKS = ROOT / "benchmarks"
+STUDIES = BENCHMARKS / "studies"
+INDEX = BENCHMARKS / "README.md"
+"""The benchmarks' index: how the scripts run, and one row per study page of ``STUDIES``."""
+
+
+def doc_pages() -> list[Path]:
+    """The hand-written Markdown pages: README, docs/, the benchmarks' index and study pages."""
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md")), INDEX, *sorted(STUDIES.glob("*.md"))]
+
+
 def test_relative_links_of_the_docs_resolve():
-    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
     broken = []
-    for page in pages:
+    for page in doc_pages():
         text = page.read_text()
         targets = LINK.findall(text) + [(t, a) for _, t, a in REFERENCE.findall(text)]
         for target, _ in targets:
@@ -89,6 +99,73 @@ def test_relative_links_of_the_docs_resolve():
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, f"links to missing files: {broken}"
+
+
+def linked_files(page: Path) -> set[Path]:
+    """The local files a Markdown page links to, resolved."""
+    return {(page.parent / target).resolve() for target, _ in LINK.findall(page.read_text())}
+
+
+def test_every_study_page_is_in_the_index_and_links_back():
+    pages = sorted(STUDIES.iterdir())
+    assert len(pages) >= 10, "the study pages are gone"
+    assert all(p.suffix == ".md" for p in pages), [p.name for p in pages]
+    in_index = linked_files(INDEX)
+    assert not [p.name for p in pages if p.resolve() not in in_index], "pages not in the index"
+    assert not [p.name for p in pages if INDEX.resolve() not in linked_files(p)], (
+        "study pages without a link back to the index"
+    )
+
+
+CITATION = re.compile(
+    r'benchmarks/(studies/[\w-]+\.md|README\.md)`{0,2}\)?(?:,\s*|\s*\()?(?:"([^"]+)")?'
+)
+"""A benchmark page named in the code or the docs, and the quoted section title after it if any:
+``benchmarks/studies/trust.md``, "The adversary profile" (in a docstring, a YAML comment, or
+the target of a Markdown link)."""
+CITED_LINK = re.compile(r'\]\(([^)#\s]+)(?:#[^)\s]*)?\)(?:,\s*|\s*\()"([^"]+)"')
+"""A relative Markdown link and the quoted section title after it: [page.md](page.md), "Title"."""
+
+
+def section_starts(page: Path) -> list[str]:
+    """What a quoted section title may begin: a heading, a list item or a paragraph (its first
+    line, bold markers left out, spaces collapsed)."""
+    lines = page.read_text().splitlines()
+    return [
+        " ".join(line.lstrip("#- ").replace("**", "").split())
+        for i, line in enumerate(lines)
+        if line.startswith(("#", "- ")) or (line and (i == 0 or not lines[i - 1].strip()))
+    ]
+
+
+def test_every_cited_benchmark_page_and_section_exists():
+    """Code, configs and docs cite the benchmarks by page and section title; each cited page
+    exists and has a heading, list item or paragraph that begins with the cited title."""
+    cited: list[tuple[str, Path, str]] = []
+    files = [ROOT / ".gitignore", *doc_pages()]
+    for folder in ("fedgo_flwr", "strategies", "clients", "benchmarks", "conf", "tests"):
+        files += [p for p in (ROOT / folder).rglob("*") if p.suffix in {".py", ".yaml"}]
+    for path in files:
+        if path == Path(__file__).resolve():
+            continue
+        # one line: line breaks, and the comment leaders of wrapped YAML and Python comments, out
+        text = " ".join(re.sub(r"\n[ \t]*#[ \t]*", " ", path.read_text()).split())
+        where = str(path.relative_to(ROOT))
+        cited += [(where, BENCHMARKS / page, title) for page, title in CITATION.findall(text)]
+        if path.suffix == ".md":
+            for target, title in CITED_LINK.findall(text):
+                page = (path.parent / target).resolve()
+                if page == INDEX.resolve() or page.parent == STUDIES.resolve():
+                    cited.append((where, page, title))
+    assert len(cited) >= 20, "the citation patterns find too little"
+    missing = [(w, str(p.relative_to(ROOT))) for w, p, _ in cited if not p.is_file()]
+    assert not missing, f"cited benchmark pages that do not exist: {missing}"
+    unknown = [
+        (where, page.name, title)
+        for where, page, title in cited
+        if title and not any(s.startswith(title) for s in section_starts(page))
+    ]
+    assert not unknown, f"cited sections that their page does not have: {unknown}"
 
 
 NUMBER = r"[+-]?\d+(?:\.\d+)?"
