@@ -27,6 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.pooling import split_unlike
 from benchmarks.sweep import (
     Kept,
     Run,
@@ -214,8 +215,9 @@ def last_round(run: Run, key: str) -> float | None:
 
 
 def table(results: Path) -> str:
-    """``table.md`` from the finished runs kept in ``results``."""
-    runs = load_runs(results, METHODS)
+    """``table.md`` from the finished runs kept in ``results``; a method's runs whose configs
+    differ beyond the seed are rows of their own (:func:`benchmarks.pooling.split_unlike`)."""
+    runs, unlike = split_unlike(load_runs(results, METHODS), results)
     rows = []
     header = (
         "| method | seeds | server acc final | server acc best | ensemble acc (last) "
@@ -234,7 +236,7 @@ def table(results: Path) -> str:
                 r.get("aggregate_time", 0) - r.get("ensemble_eval_time", 0) for r in metrics[1:]
             ]
             times[run.seed] = statistics.mean(per_round) if per_round else 0.0
-            if method in DIAGNOSED:
+            if run.method in DIAGNOSED:
                 for d in DIAGNOSTICS:
                     mean = round_mean(run, f"pl_acc_{d}")
                     if mean is not None:
@@ -247,6 +249,7 @@ def table(results: Path) -> str:
             f"| {column(method_runs, lambda r: last_round(r, 'init_test_accuracy'))} "
             f"| {statistics.median(times.values()):.2f} |"
         )
+    rows += unlike
     rows += paired_rows(runs)
     rows += diagnostics_rows(diag)
     rows += ["", *figure2(runs)]

@@ -62,7 +62,6 @@ class GKDBufferConfig(FedGKDConfig):
     vote_temperature: float = 1.0
 
     def check(self, c: Checker) -> None:
-        super().check(c)
         c.require(
             "buffer_length",
             1 <= self.buffer_length <= MAX_BUFFER,

@@ -76,7 +76,6 @@ class CoBoostingConfig(OneShotConfig):
     boost: BoostSettings = field(default_factory=BoostSettings)
 
     def check(self, c: Checker) -> None:
-        super().check(c)
         c.require("epochs", self.epochs >= 1, "must be >= 1")
         c.choice("student_init", STUDENT_INITS)
         c.require("nz", self.nz >= 1, "must be >= 1")

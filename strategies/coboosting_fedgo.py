@@ -89,7 +89,6 @@ class CoBoostingFedGOConfig(CoBoostingConfig):
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
 
     def check(self, c: Checker) -> None:
-        super().check(c)
         c.choice("combine", COMBINE)
         c.choice("disc_mode", DISC_MODES)
 

@@ -165,7 +165,6 @@ class CPFLConfig(BaseConfig, CohortClientConfig):
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
 
     def check(self, c: Checker) -> None:
-        CohortClientConfig.check(self, c)
         c.require("cohorts", self.cohorts >= 1, "must be >= 1")
         c.choice("grouping", GROUPINGS)
         c.require("window", self.window >= 1, "must be >= 1")

@@ -91,8 +91,6 @@ class DaFKDConfig(DaFKDClientConfig, FedDFConfig):
     distill_from_round: int = 2
 
     def check(self, c: Checker) -> None:
-        FedDFConfig.check(self, c)
-        DaFKDClientConfig.check(self, c)
         c.choice("distill_data", DISTILL_DATA)
         c.require("distill_size", self.distill_size >= 1, "must be >= 1")
         c.require("distill_from_round", self.distill_from_round >= 1, "must be >= 1")

@@ -30,7 +30,6 @@ class FedGKDServerConfig(GKDBufferConfig, BaseConfig):
     """The client's KD parameters, the buffer's, and the shared ``aggregation`` section."""
 
     def check(self, c) -> None:
-        GKDBufferConfig.check(self, c)
         if self.vote_weights == "val_loss":
             c.fail(
                 "vote_weights",

@@ -33,8 +33,6 @@ class FedGKDPlusConfig(GKDBufferConfig, FedDFConfig):
     """FedGKD's client and buffer parameters and every FedDF parameter."""
 
     def check(self, c: Checker) -> None:
-        GKDBufferConfig.check(self, c)
-        FedDFConfig.check(self, c)
         if self.vote_weights == "val_loss":
             c.require(
                 "val_fraction",

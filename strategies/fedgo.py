@@ -98,7 +98,6 @@ class FedGOConfig(FedDFConfig):
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
 
     def check(self, c: Checker) -> None:
-        super().check(c)
         c.choice("distill_data", DISTILL_DATA)
         c.require("generated_size", self.generated_size >= 1, "must be >= 1")
         c.require("byzantine", self.byzantine >= 0, "must be >= 0")

@@ -90,7 +90,6 @@ class FedTGPServerConfig(FedTGPConfig, BaseConfig):
     dist_eps: float = 1e-12
 
     def check(self, c: Checker) -> None:
-        FedTGPConfig.check(self, c)
         c.require("tgp_epochs", self.tgp_epochs >= 0, "must be >= 0 (0: the TGP is not trained)")
         c.require("tgp_batch_size", self.tgp_batch_size >= 1, "must be >= 1")
         c.require("tgp_lr", math.isfinite(self.tgp_lr) and self.tgp_lr > 0, "must be > 0")

@@ -3,7 +3,7 @@
 Every configuration section of fedgo-flwr, core or an algorithm's own, is a dataclass whose name
 ends in ``Config``. :func:`build_section` turns a mapping (from YAML, JSON or overrides) into
 such a dataclass: unknown keys, wrong types and nested sections are checked field by field, and
-then each section's ``check(c)`` method checks its values with a :class:`Checker` that knows the
+then the section's ``check(c)`` methods check its values with a :class:`Checker` that knows the
 section's dotted prefix, so every error names the exact key::
 
     @dataclass
@@ -16,6 +16,11 @@ section's dotted prefix, so every error names the exact key::
 A failed check raises :class:`ConfigError` with the dotted key (``strategy.mu``), the value,
 the problem, and where the key came from (file or override) when the caller passed the
 ``sources`` of the merged configuration.
+
+A section that extends others runs every ``check`` of its class chain, each once, bases first
+(in reverse method resolution order: ``class C(A, B)`` runs ``B``'s, ``A``'s, then ``C``'s), so a
+subclass's ``check`` neither hides its parents' nor calls them: it checks only what it adds, and
+a class that defines none still gets every base's (:func:`run_checks`).
 
 Numbers are checked here once for every section, before its ``check``, so a section need not
 think of them: a ``float`` key must be finite (``.inf`` and ``.nan`` are refused: a comparison
@@ -38,7 +43,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MAX_INT", "Checker", "ConfigError", "build_section", "section_fields"]
+__all__ = ["MAX_INT", "Checker", "ConfigError", "build_section", "run_checks", "section_fields"]
 
 _UNSET: Any = object()
 
@@ -146,8 +151,8 @@ def build_section(
     ``owner`` it says whose parameters they are, e.g. a strategy's). Values are type-checked
     against the annotations (``int`` is accepted for ``float``), nested dataclasses and lists of
     dataclasses are built from mappings, lists of plain values are checked entry by entry (an
-    error names ``key[i]``), and every built section's ``check(checker)`` runs,
-    innermost first.
+    error names ``key[i]``), and every built section's checks run (:func:`run_checks`),
+    innermost section first.
     """
     checker = checker or Checker(sources)
     raw = {} if raw is None else raw
@@ -169,10 +174,25 @@ def build_section(
         kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", checker)
         _check_number(kwargs[key], fields[key].metadata, f"{prefix}{key}", checker)
     section = cls(**kwargs)
-    check = getattr(section, "check", None)
-    if callable(check):
-        check(checker.at(prefix, section))
+    run_checks(section, checker.at(prefix, section))
     return section
+
+
+def run_checks(section: Any, c: Checker) -> None:
+    """Run every ``check`` that a class of ``section``'s chain defines, each once, bases first.
+
+    Each class's own ``check`` (from its ``__dict__``, not inherited) runs in reverse method
+    resolution order, so with ``class C(A, B)`` a ``check`` of ``B``, of ``A`` and of ``C``
+    all run, in that order; a function that two classes share (e.g. the built ``check`` of
+    :func:`fedgo_flwr.protocol.scalars.parameters`) runs once.
+    """
+    seen: set[Any] = set()
+    for klass in reversed(type(section).__mro__):
+        check = vars(klass).get("check")
+        if check is None or check in seen:
+            continue
+        seen.add(check)
+        check.__get__(section, type(section))(c)
 
 
 def _convert(tp: Any, value: Any, key: str, checker: Checker) -> Any:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,3 +143,58 @@ def test_every_weighted_method_names_its_weighting(table3) -> None:
         if any(f.name == "weighting" for f in dataclasses.fields(config)):
             assert any(o.startswith("strategy.weighting=") for o in overrides), method
     assert "strategy.weighting=domain" in table3.METHODS["dafkd"]
+
+
+def _config(results: Path, name: str, **strategy) -> None:
+    """A kept ``config.yaml`` of run ``name`` (its seed and folder in it, as runs write them)."""
+    seed = int(name.rsplit("seed", 1)[1])
+    config = {
+        "seed": seed,
+        "output_dir": f"outputs/bench/t/{name}",
+        "eval": {"batch_size": 1000},
+        "strategy": {"name": "feddf", "weighting": "uniform", **strategy},
+    }
+    (results / name / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_runs_whose_configs_differ_beyond_the_seed_are_not_pooled(table3, tmp_path: Path) -> None:
+    """Never pool unlike runs: seed 2's distillation epochs differ, so it is a row of its own
+    and the note names the key with both values; its own seed in a path, and a key one run
+    lacks while the other has it at its default, do not split."""
+
+    def config(seed: int, **strategy) -> None:
+        path = f"outputs/bench/t/feddf-seed{seed}/generator.pt"
+        _config(tmp_path, f"feddf-seed{seed}", path=path, **strategy)
+
+    for seed, final in enumerate((0.30, 0.31, 0.40)):
+        _run(tmp_path, f"feddf-seed{seed}", final, [1.0], {})
+        distill = {"epochs": 3 if seed == 2 else 2}
+        if seed != 1:  # seed 1's config predates bn_stats: read as its default, auto
+            distill["bn_stats"] = "auto"
+        config(seed, distill=distill)
+    text = table3.table(tmp_path).splitlines()
+    main_table = text[: text.index("")]
+    assert [line.split(" | ")[:2] for line in main_table[2:]] == [
+        ["| feddf", "2"],
+        ["| feddf [seed2]", "1"],
+    ]
+    assert main_table[2].startswith("| feddf | 2 | 30.5 ± 0.7 |")
+    assert main_table[3].startswith("| feddf [seed2] | 1 | 40.0 ± 0.0 |")
+    note = "- feddf [seed2] vs feddf (seed0, seed1): "
+    assert f"{note}strategy.distill.epochs: 3 vs 2" in text
+
+    # A key that one run lacks and that has no default (a removed parameter) splits too.
+    config(2, distill={"epochs": 2}, entropy_temperature=1.0)
+    assert f"{note}strategy.entropy_temperature: 1.0 vs absent" in table3.table(tmp_path)
+    # Like configs: one row, no note.
+    config(2, distill={"epochs": 2})
+    text = table3.table(tmp_path)
+    assert "| feddf | 3 | 33.7 ± 5.5 |" in text
+    assert "not pooled" not in text and "[seed" not in text
+
+
+def test_an_unreadable_kept_config_is_one_error_naming_it(table3, tmp_path: Path) -> None:
+    _run(tmp_path, "feddf-seed0", 0.3, [1.0], {})
+    (tmp_path / "feddf-seed0" / "config.yaml").write_text("- a list, not a mapping\n")
+    with pytest.raises(ValueError, match=r"^feddf-seed0/config.yaml: not a mapping of keys$"):
+        table3.table(tmp_path)
