@@ -40,29 +40,35 @@ _DECODE_WORKERS: int | None = None
 _CACHE_FILE_MODE = 0o644  # the cache may be shared with other users
 
 
-def _list_split(split_dir: Path) -> tuple[list[str], list[Path], list[int]]:
-    """Sorted class names, sorted image files and their labels under ``split_dir/<class>/``."""
+def _list_split(split_dir: Path) -> tuple[list[str], list[str], list[int]]:
+    """Sorted class names, sorted image files (paths as strings) and their labels under
+    ``split_dir/<class>/``.
+
+    Files are sorted by their path components, the order of sorting them as ``Path`` objects
+    (``a/b`` before ``a-c``), with plain strings: a 60,000-image tree is listed and keyed on
+    every load, and ``Path`` objects made that cost seconds a process.
+    """
     if not split_dir.is_dir():
         raise FileNotFoundError(f"image folder split not found: {split_dir}")
     classes = sorted(
         e.name for e in os.scandir(split_dir) if e.is_dir() and not e.name.startswith(".")
     )
-    files: list[Path] = []
+    files: list[str] = []
     labels: list[int] = []
     for label, cls in enumerate(classes):
-        found: list[Path] = []
-        for dirpath, dirnames, filenames in os.walk(split_dir / cls):
+        found: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(os.path.join(split_dir, cls)):
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             found.extend(
-                Path(dirpath) / f for f in filenames if f.lower().endswith(IMAGE_EXTENSIONS)
+                os.path.join(dirpath, f) for f in filenames if f.lower().endswith(IMAGE_EXTENSIONS)
             )
-        found.sort()
+        found.sort(key=lambda f: f.split(os.sep))
         files.extend(found)
         labels.extend([label] * len(found))
     return classes, files, labels
 
 
-def _decode_image(file: Path) -> np.ndarray:
+def _decode_image(file: str | Path) -> np.ndarray:
     """Decode one image file into an ``(H, W, 3)`` ``uint8`` RGB array."""
     from PIL import Image
 
@@ -73,7 +79,7 @@ def _decode_image(file: Path) -> np.ndarray:
         raise ValueError(f"cannot decode image file {file}: {exc}") from exc
 
 
-def _decode_chunk(files: Sequence[Path], hw: tuple[int, int]) -> np.ndarray:
+def _decode_chunk(files: Sequence[str | Path], hw: tuple[int, int]) -> np.ndarray:
     """Decode ``files`` into ``(n, 3, H, W)``; every image must be ``hw`` pixels."""
     out = np.empty((len(files), 3, hw[0], hw[1]), dtype=np.uint8)
     for i, f in enumerate(files):
@@ -103,7 +109,7 @@ def _decode_workers() -> int:
     return min(8, cpus) if cpus >= 4 else 1
 
 
-def _decode_files(files: list[Path], hw: tuple[int, int]) -> np.ndarray:
+def _decode_files(files: Sequence[str | Path], hw: tuple[int, int]) -> np.ndarray:
     """Decode all ``files`` in order, in parallel processes for large trees (deterministic)."""
     chunks = [files[i : i + _CHUNK] for i in range(0, len(files), _CHUNK)]
     workers = _decode_workers()
@@ -125,15 +131,17 @@ def _decode_files(files: list[Path], hw: tuple[int, int]) -> np.ndarray:
     return out
 
 
-def _tree_key(root: Path, splits: dict[str, list[Path]]) -> str:
-    """Hash of (absolute root, every file's relative path, size and mtime)."""
+def _tree_key(root: Path, splits: dict[str, list[str]]) -> str:
+    """Hash of (absolute root, every file's path relative to it, size and mtime)."""
     h = hashlib.sha256()
     h.update(f"fedgo-imagefolder-v{_CACHE_VERSION}\0{root}\0".encode())
+    prefix = len(str(root)) + 1  # the files are listed under root: their paths start with it
     for split, files in splits.items():
         h.update(f"[{split}]\0".encode())
         for f in files:
-            st = f.stat()
-            h.update(f"{f.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+            st = os.stat(f)
+            relative = f[prefix:].replace(os.sep, "/")
+            h.update(f"{relative}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return h.hexdigest()[:24]
 
 

@@ -29,6 +29,13 @@ from fedgo_flwr.models.classifiers import build_model
 from fedgo_flwr.runtime.rng import derive_seed
 
 
+@functools.lru_cache(maxsize=2)
+def _load_whole(dataset: str, path: str | None, download: bool) -> DataBundle:
+    """The whole dataset, loaded once per process: the partition (which needs only the training
+    labels) and the run's subsets all read this one copy."""
+    return load_dataset(dataset, path=path, download=download)
+
+
 @functools.lru_cache(maxsize=4)
 def _load_bundle(
     dataset: str,
@@ -37,7 +44,7 @@ def _load_bundle(
     train_subset: int | None,
     test_subset: int | None = None,
 ) -> DataBundle:
-    bundle = load_dataset(dataset, path=path, download=download)
+    bundle = _load_whole(dataset, path, download)
     if train_subset is not None and train_subset < len(bundle.train):
         idx = stratified_subset(bundle.train.y, train_subset)
         bundle = dataclasses.replace(bundle, train=bundle.train.subset(idx))

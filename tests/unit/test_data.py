@@ -455,3 +455,35 @@ def test_cifar_conversion_with_stub(monkeypatch: pytest.MonkeyPatch) -> None:
     assert np.array_equal(b.train.x[2, 1], ref[2, :, :, 1])  # HWC -> CHW
     assert b.train.flip is True and b.train.num_classes == 10
     assert b.train.y.tolist() == list(range(6)) and b.class_names[0] == "c0"
+
+
+def test_imagefolder_orders_files_by_path_components_and_keys_them_by_hand(tmp_path: Path) -> None:
+    """Files sort as path components (``a/b`` before ``a-c``, which plain string order swaps:
+    '-' < '/'), and the cache key is the documented hash of root, relative paths, sizes and
+    mtimes, so a cache written by either listing is found by the other."""
+    import hashlib
+    import os
+
+    root = tmp_path / "tree"
+    for split in ("train", "test"):
+        _write_image(root / split / "cat" / "a" / "b.png", 1)
+        _write_image(root / split / "cat" / "a-c.png", 2)
+        _write_image(root / split / "dog" / "x.png", 3)
+    root = root.resolve()
+    classes, files, labels = imagefolder_module._list_split(root / "train")
+    assert classes == ["cat", "dog"] and labels == [0, 0, 1]
+    relative = [os.path.relpath(f, root) for f in files]
+    assert relative == ["train/cat/a/b.png", "train/cat/a-c.png", "train/dog/x.png"]
+    assert [Path(f) for f in files] == sorted(Path(f) for f in files)
+    assert sorted(relative) != relative  # string order would differ
+
+    _, test_files, _ = imagefolder_module._list_split(root / "test")
+    h = hashlib.sha256()
+    h.update(f"fedgo-imagefolder-v1\0{root}\0".encode())
+    for split, listed in (("train", files), ("test", test_files)):
+        h.update(f"[{split}]\0".encode())
+        for f in listed:
+            st = os.stat(f)
+            h.update(f"{os.path.relpath(f, root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    key = imagefolder_module._tree_key(root, {"train": files, "test": test_files})
+    assert key == h.hexdigest()[:24]

@@ -71,3 +71,26 @@ def test_partition_problems_name_the_data_key():
     with pytest.raises(ConfigError, match="could not draw a Dirichlet") as info:
         make_partition(cfg)
     assert info.value.key == "data.min_client_size"
+
+
+def test_the_partition_and_the_subsets_read_one_load_of_the_dataset(monkeypatch) -> None:
+    """A process loads its dataset once: the partition (training labels only) and a run's
+    test subset read the same copy instead of loading the tree a second time."""
+    from fedgo_flwr.learning import task
+
+    calls: list[str] = []
+    real = task.load_dataset
+
+    def counting(name, **kwargs):
+        calls.append(name)
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(task, "load_dataset", counting)
+    task._load_whole.cache_clear()
+    task._load_bundle.cache_clear()
+    task._partition.cache_clear()
+    cfg = load_experiment(None, ["data.test_subset=100"])
+    make_partition(cfg)
+    bundle = load_bundle(cfg.data)
+    assert len(bundle.test) == 100
+    assert calls == [cfg.data.dataset]
