@@ -27,6 +27,7 @@ SPECS = (
     "coboosting_budget",
     "cpfl_cohorts",
     "compare_strategies",
+    "switches",
 )
 """The registered specs, each the ``SPEC`` of ``benchmarks/<name>.py``."""
 

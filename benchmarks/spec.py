@@ -7,9 +7,10 @@ A **method** is one variant of the spec's config (``spec.overrides(method)``: it
 Each (seed, method) is one run, named ``<method>-seed<N>``, into ``<scratch>/<name>/``
 (default ``outputs/bench/<tag>/``), with the overrides, in this order: ``data.path`` (a config
 on the CIFAR-10 JPEG tree, ``imagefolder``), ``seed``, ``resume=true`` (an interrupted run
-continues from its checkpoint), the command line's ``k=v`` words, the method's (which win over
-those), what ``spec.reuse`` adds (another run's files, e.g. ``strategy.teachers_from``), and
-``output_dir`` last. ``spec.runner`` says how a run starts: ``"child"`` (the default) is
+continues from its checkpoint), the command line's ``k=v`` words, those the spec's own options
+set (``spec.common(args)``), the method's (which win over those), what ``spec.reuse`` adds
+(another run's files, e.g. ``strategy.teachers_from``), and ``output_dir`` last.
+``spec.runner`` says how a run starts: ``"child"`` (the default) is
 :func:`fedgo_flwr.app.inprocess.run_inprocess` in a process of its own (``python -m benchmarks
 --child CONFIG k=v ...``), ``"run.sh"`` a Flower simulation through ``./run.sh``.
 
@@ -59,7 +60,8 @@ class Spec:
     ``methods(args)``: the methods to run, in a seed's run order (``ValueError``: a bad option);
     ``overrides(method)``: the method's k=v words; ``table(bench)``: the table's text from the
     runs kept in ``bench.results`` (or ``{results folder: text}`` for several);
-    ``options(parser)``: the spec's own options;
+    ``options(parser)``: the spec's own options; ``common(args)``: the overrides those options
+    set for every run;
     ``after(method)``: the method whose run of the same seed must be over first;
     ``reuse(bench, method, seed)``: overrides after the method's (another run's files);
     ``prepare(bench, method, seed)``: called before a run starts (``RunFailed``: it does not);
@@ -79,6 +81,7 @@ class Spec:
     table_file: str = "table.md"
     results: str = RESULTS
     options: Callable[[argparse.ArgumentParser], None] | None = None
+    common: Callable[[argparse.Namespace], list[str]] | None = None
     after: Callable[[str], str | None] | None = None
     reuse: Callable[[Bench, str, int], list[str]] | None = None
     prepare: Callable[[Bench, str, int], None] | None = None
@@ -143,12 +146,14 @@ class Bench:
 
     def overrides(self, method: str, seed: int) -> list[str]:
         """Every override of one run (the order is the module doc's)."""
+        common = [] if self.spec.common is None else self.spec.common(self.args)
         reuse = [] if self.spec.reuse is None else self.spec.reuse(self, method, seed)
         return [
             *([f"data.path={self.data}"] if self.data is not None else []),
             f"seed={seed}",
             "resume=true",
             *self.args.overrides,
+            *common,
             *self.spec.overrides(method),
             *reuse,
             f"output_dir={self.run_dir(method, seed)}",
@@ -180,10 +185,10 @@ class Bench:
             return self.spec.check(self, methods)
         dataset = ""
         for method in methods:
+            common = [] if self.spec.common is None else self.spec.common(self.args)
+            words = [*self.args.overrides, *common, *self.spec.overrides(method)]
             try:
-                cfg = load_config(
-                    self.args.config, [*self.args.overrides, *self.spec.overrides(method)]
-                )
+                cfg = load_config(self.args.config, words)
             except Exception as exc:  # noqa: BLE001 - reported with the method it concerns
                 sys.exit(f"{method}: {exc}")
             dataset = cfg.data.dataset

@@ -9,10 +9,10 @@ through it (``./run.sh``, the in-process runner or a ``--child`` entry, :func:`c
 :func:`child`) and raises :class:`RunFailed` (the engine's ``ChildFailed``); :func:`run_child`
 adds the check that the run finished; :func:`run_grid` runs methods x seeds on the engine,
 skipping runs already kept and keeping each finished one (it reports a failed run and goes on,
-and runs several at once with ``jobs``); :func:`sweep` is its serial form that stops at the
-first failure. :func:`parse_with_overrides` reads a command line with ``k=v`` config overrides
-anywhere, :func:`add_data_arguments` / :func:`ensure_data` its ``--data`` / ``--archive`` (the
-CIFAR-10 JPEG tree); :func:`write_table` writes and prints a table.
+and runs several at once with ``jobs``). :func:`parse_with_overrides` reads a command line with
+``k=v`` config overrides anywhere, :func:`add_data_arguments` / :func:`ensure_data` its
+``--data`` / ``--archive`` (the CIFAR-10 JPEG tree); :func:`write_table` writes and prints a
+table.
 
 A results folder holds its table(s) and one archive, ``runs.tar.xz``, with every finished run's
 files as ``<method>-seed<N>/<file>``: ``summary.json``, the raw records ``metrics.jsonl``,
@@ -93,32 +93,6 @@ def seed_of(name: str) -> str:
 
 
 # -- running -------------------------------------------------------------------------------
-
-
-def sweep(
-    methods: Sequence[str],
-    seeds: Iterable[int],
-    run_one: Callable[[str, int], Path],
-    results: Path,
-    *,
-    root: Path | None = None,
-) -> list[str]:
-    """Run each seed's methods in the given order, skipping finished runs; return those run.
-
-    ``run_one(method, seed)`` must leave a finished run (with ``summary.json``) in the folder it
-    returns. If that folder is not ``results/<name>``, the run's files are kept in ``results``'
-    archive with :func:`keep_run` (paths under ``root`` made relative).
-    """
-    ran = []
-    done = set(Kept(results).names())
-    for seed in seeds:
-        for method in methods:
-            name = run_name(method, seed)
-            if name in done:
-                continue
-            keep_finished(run_one(method, seed), results, name, root)
-            ran.append(name)
-    return ran
 
 
 RunFailed = ChildFailed

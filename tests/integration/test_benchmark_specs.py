@@ -98,6 +98,7 @@ COMMITTED = [
     ("coboosting_table1", "coboosting-digits", ["--config", "conf/bench/coboosting-digits.yaml"]),
     ("coboosting_table1", "coboosting-cifar10-cpu", []),
     ("fedgo_table3", "cifar10-cpu-bn", []),
+    ("switches", "switches-cifar10-r3", []),
 ]
 """(spec, results folder, options): the committed tables that ``table`` makes again."""
 
