@@ -4,7 +4,8 @@
 - ``run NAME [--seeds N ...] [--jobs N] [--stop-after S] [--config F] [--tag T] [options]
   [k=v ...]``: its runs not kept yet, then its table (exit 1 if a run failed or was not
   started: run it again to go on; the kept runs are skipped);
-- ``table NAME [--tag T] [options]``: its table from the kept runs only (runs nothing);
+- ``table NAME [--tag T] [options]``: its table from the kept runs only (runs nothing; exit 1
+  when the results folder is not there, or its kept runs cannot make the table);
 - ``run NAME --help``: the spec's own options.
 
 A spec is the ``SPEC`` of the module its name names (``benchmarks/<name>.py``). ``--child
@@ -65,6 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"python -m benchmarks: {exc}", file=sys.stderr)
         return 2
     if command == "table":
+        if bench.spec.run is None and not bench.results.is_dir():
+            print(
+                f"python -m benchmarks: {name}: no results folder {bench.results}", file=sys.stderr
+            )
+            return 1
         return table(bench)
     if bench.spec.run is not None:  # a spec that drives others (and writes their tables)
         return bench.spec.run(bench)

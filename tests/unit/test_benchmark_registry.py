@@ -59,6 +59,14 @@ def test_bad_common_options_are_refused_by_every_spec(registry, capsys) -> None:
     assert "--jobs: at least 1" in capsys.readouterr().err
 
 
+def test_a_table_of_a_missing_results_folder_is_one_line(registry, tmp_path, capsys) -> None:
+    missing = tmp_path / "none"
+    assert registry.main(["table", "cpfl_cohorts", "--out", str(missing)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"python -m benchmarks: cpfl_cohorts: no results folder {missing}\n"
+    assert not missing.exists()
+
+
 def test_a_bad_method_list_is_one_line(registry, capsys) -> None:
     argv = ["run", "coboosting_table1", "--methods", "coboosting", "fedavg"]
     assert registry.main(argv) == 2
