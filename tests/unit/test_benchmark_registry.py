@@ -88,7 +88,7 @@ def test_a_child_logs_its_command_and_output_and_a_failure_carries_the_tail(tmp_
     code = "import sys; print('it broke'); sys.exit(3)"
     with pytest.raises(engine.ChildFailed) as info:
         engine.run_child([sys.executable, "-c", code], log, label="a-seed0")
-    assert info.value.headline == f"a-seed0 failed (exit 3; {log})"
+    assert info.value.headline == f"a-seed0 failed (exit 3; {log}):"
     assert info.value.reason == "exit 3"
     assert str(info.value).endswith("it broke\n")
     assert log.read_text().splitlines().count("hello") == 1  # appended to, not replaced
