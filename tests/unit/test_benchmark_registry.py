@@ -4,7 +4,8 @@ child-run engine it shares with ``python -m fedgo_flwr.app.sweep`` (``engine.py`
 The registry's answers to a bad command line (an unknown name names the known ones, once, with
 exit 2 and no traceback), the list of specs, and the engine's process start: the log gets the
 command and the output, a failure carries the exit code and the log's tail, a link planted at
-the log is not followed, and tasks wait for the task their ``after`` names.
+the log is not followed, tasks wait for the task their ``after`` names, and an interrupt stops
+the children under way.
 """
 
 from __future__ import annotations
@@ -142,3 +143,23 @@ def test_tasks_run_side_by_side_wait_for_their_source_and_go_on_after_a_failure(
     )
     with pytest.raises(ValueError, match="wait for each other: x, y"):
         engine.run_tasks([engine.Task("x", task("x"), "y"), engine.Task("y", task("y"), "x")])
+
+
+def test_an_interrupt_stops_the_children_under_way(tmp_path) -> None:
+    """Ctrl-C (here: raised where the first finished run is kept) ends the other run's process
+    at once, not after its 60 s, and reaches the caller."""
+    quick = engine.Task(
+        "quick", lambda: engine.run_child([sys.executable, "-c", ""], tmp_path / "q")
+    )
+    slow_cmd = [sys.executable, "-c", "import time; time.sleep(60)"]
+    slow = engine.Task("slow", lambda: engine.run_child(slow_cmd, tmp_path / "s"))
+
+    def interrupt(result) -> None:
+        time.sleep(0.5)  # the slow run's process is under way by now
+        raise KeyboardInterrupt
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        engine.run_tasks([quick, slow], 2, say=lambda line: None, on_done=interrupt)
+    assert time.monotonic() - start < 30
+    assert "time.sleep(60)" in (tmp_path / "s").read_text()
