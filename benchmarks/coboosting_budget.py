@@ -9,7 +9,7 @@ The rule, fixed before any of its runs (``benchmarks/studies/coboosting.md``,
 
 1. **Pilot**: for each budget in ``--budgets`` (server epochs, ascending), DENSE and
    Co-Boosting (with the one-shot run whose uploads they share) on every tuning seed
-   (:func:`benchmarks.coboosting_table1.main`, tag ``coboosting-budget-pilot-e<E>``).
+   (``python -m benchmarks run coboosting_table1``, tag ``coboosting-budget-pilot-e<E>``).
 2. **Choice** (:func:`choose_budget`): the smallest budget at which both students' final test
    accuracy is above ``--threshold`` on every tuning seed; if none is, the largest budget,
    marked as not clearing (the table then states the gap). Budgets after the chosen one are not
@@ -25,9 +25,13 @@ stopped; ``--stop-after S`` starts no new run after S seconds (a device lease en
 time; the runs under way finish and are kept), and ``choice.json`` in the report's results
 folder says what was chosen from what.
 
-    python -m benchmarks.coboosting_budget [--budgets 40 80] [--tuning-seeds 0 1] \
+The benchmark is the spec :data:`SPEC` (:mod:`benchmarks.spec`), which drives the spec
+``coboosting_table1``, each call a process of its own:
+
+    python -m benchmarks run coboosting_budget [--budgets 40 80] [--tuning-seeds 0 1] \
         [--report-seeds 100 101 102] [--alpha 0.1] [--archive cifar10-jpg.tar.gz] [--jobs N] \
         [k=v ...]
+    python -m benchmarks table coboosting_budget [--budgets 20 40 80]   # pilot, report tables
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from benchmarks.coboosting_grid import DEFAULT_CONFIG, method_name
-from benchmarks.sweep import add_data_arguments, final_accuracy, load_runs, parse_with_overrides
+from benchmarks.coboosting_grid import DEFAULT_CONFIG, method_name, method_overrides
+from benchmarks.coboosting_tables import reference_of, table
+from benchmarks.spec import Bench, Spec
+from benchmarks.sweep import final_accuracy, load_config, load_runs
 from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,9 +103,9 @@ def table_driver(
     budget: int,
     left: float | None = None,
 ) -> int:
-    """One call of :mod:`benchmarks.coboosting_table1` (its own process); its exit status.
+    """One call of the spec ``coboosting_table1`` (its own process); its exit status.
     ``left``: the seconds of ``--stop-after`` still to go, its own ``--stop-after``."""
-    cmd = [sys.executable, "-m", "benchmarks.coboosting_table1", "--config", args.config,
+    cmd = [sys.executable, "-m", "benchmarks", "run", "coboosting_table1", "--config", args.config,
            "--seeds", *map(str, seeds), "--alphas", f"{args.alpha:g}", "--ablation-alphas",
            "--methods", *methods, "--tag", tag, "--data", args.data,
            "--jobs", str(args.jobs)]  # fmt: skip
@@ -112,44 +118,40 @@ def table_driver(
     return subprocess.call(cmd, cwd=ROOT)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], epilog="k=v words: config overrides for every run"
-    )
-    parser.add_argument("--config", default=DEFAULT_CONFIG)
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budgets", nargs="+", type=int, default=[40, 80])
     parser.add_argument("--tuning-seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--report-seeds", nargs="+", type=int, default=[100, 101, 102])
     parser.add_argument("--alpha", type=float, default=0.1)
     parser.add_argument("--threshold", type=float, default=THRESHOLD)
     parser.add_argument("--report-methods", nargs="+", default=list(REPORT_METHODS))
-    parser.add_argument("--stop-after", type=float, default=None, metavar="S")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once (the table driver's)")
-    add_data_arguments(parser)
-    args = parse_with_overrides(parser, argv)
+
+
+def validate(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line (``None``: nothing); sorts ``--budgets``."""
     if not set(args.tuning_seeds) <= set(TUNING_SEEDS):
-        parser.error(f"--tuning-seeds: a budget is chosen on tuning seeds {TUNING_SEEDS} only")
+        return f"--tuning-seeds: a budget is chosen on tuning seeds {TUNING_SEEDS} only"
     if not set(args.report_seeds) <= set(REPORT_SEEDS):
-        parser.error(f"--report-seeds: report seeds are {REPORT_SEEDS}")
-    if args.jobs < 1:
-        parser.error("--jobs: at least 1")
+        return f"--report-seeds: report seeds are {REPORT_SEEDS}"
     if any(b < 1 for b in args.budgets):
-        parser.error("--budgets: server epochs >= 1")
+        return "--budgets: server epochs >= 1"
     if any(o.split("=", 1)[0] == "strategy.epochs" for o in args.overrides):
-        parser.error("strategy.epochs is the budget: give --budgets")
+        return "strategy.epochs is the budget: give --budgets"
     args.budgets = sorted(set(args.budgets))
-    return args
+    return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def run(bench: Bench) -> int:
+    """The pilot, the choice and the report (the module's doc); 0, or 1 when a call of the
+    table spec failed or the time ran out."""
+    args = bench.args
     start = time.monotonic()
 
     def left() -> float | None:
         return None if args.stop_after is None else args.stop_after - (time.monotonic() - start)
 
     def out_of_time() -> bool:
-        late = (remaining := left()) is not None and remaining < 0
+        late = (remaining := left()) is not None and remaining <= 0
         if late:
             print("coboosting_budget: --stop-after reached; run again to go on", file=sys.stderr)
         return late
@@ -184,5 +186,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def tables(bench: Bench) -> dict[Path, str]:
+    """The table of every pilot and report folder of ``--budgets`` that is there (the table
+    spec's, on ``--alpha`` without the ablation, as this spec's calls of it make them)."""
+    args = bench.args
+    alpha = [args.alpha]
+    cfg = load_config(args.config, [*args.overrides, *method_overrides(f"a{args.alpha:g}-oneshot")])
+    reference = reference_of(cfg.data.dataset)
+    out = {}
+    for budget in args.budgets:
+        for tag in (pilot_tag(budget), report_tag(budget)):
+            folder = ROOT / "benchmarks" / "results" / tag
+            if folder.is_dir():
+                out[folder] = table(folder, alpha, [], title=tag, reference=reference)
+    return out
+
+
+SPEC = Spec(
+    name="coboosting_budget",
+    summary="Co-Boosting's server budget chosen on the tuning seeds, reported on the report seeds",
+    config=DEFAULT_CONFIG,
+    tag="coboosting-budget",
+    methods=lambda args: [],
+    overrides=method_overrides,
+    table=tables,
+    options=options,
+    validate=validate,
+    run=run,
+)

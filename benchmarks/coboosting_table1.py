@@ -39,23 +39,25 @@ share, the data-free methods ignore it), so every method's clients hold the same
 that reuses uploads needs its source's scratch folder (``outputs/bench/<tag>/<source>-seed<N>/``)
 at its start: if that folder was cleaned, or its uploads were made with other settings, the
 source runs again there first (its kept record stays; the rerun must reproduce its
-accuracies). Runs are resumable and kept as in :mod:`benchmarks.cpfl_cohorts`: each is
-:func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of its own (``--child``), its
-summary and raw records kept in ``benchmarks/results/<tag>/runs.tar.xz``; a kept run is
-skipped, a failed one reported while the others go on. ``--jobs N`` runs up to N at once
-(a run that reuses uploads after its source), e.g. on a GPU, where one run of this preset leaves
-the card mostly idle.
+accuracies). The benchmark is the spec :data:`SPEC` (:mod:`benchmarks.spec`): runs are
+resumable and kept as CPFL's are, each :func:`fedgo_flwr.app.inprocess.run_inprocess` in a
+subprocess of its own, its summary and raw records kept in
+``benchmarks/results/<tag>/runs.tar.xz``; a kept run is skipped, a failed one reported while
+the others go on. ``--jobs N`` runs up to N at once (a run that reuses uploads starts once its
+source is over; give each run its share of the cores, e.g. ``resources.server_cpus=1``), e.g.
+on a GPU, where one run of this preset leaves the card mostly idle.
 
-This module runs the grid and holds the command line; the methods (names, overrides, run order,
-whose uploads each reuses) are :mod:`benchmarks.coboosting_grid`'s, and ``table.md`` (Tables 1,
-2 and 7 with the paper's rows, intervals, paired tests and wall times) is built by
+This module holds the runs' reuse of uploads and the spec; the methods (names, overrides, run
+order, whose uploads each reuses) are :mod:`benchmarks.coboosting_grid`'s, and ``table.md``
+(Tables 1, 2 and 7 with the paper's rows, intervals, paired tests and wall times) is built by
 :mod:`benchmarks.coboosting_tables`. The names the tests use stay importable from here.
 
-    .venv/bin/python -m benchmarks.coboosting_table1 [--seeds 0 1 2] [--alphas 0.05 0.1 0.3] \
-        [--ablation-alphas 0.05] [--methods oneshot dense coboosting coboosting_sign ...] \
+    .venv/bin/python -m benchmarks run coboosting_table1 [--seeds 0 1 2] \
+        [--alphas 0.05 0.1 0.3] [--ablation-alphas 0.05] \
+        [--methods oneshot dense coboosting coboosting_sign ...] \
         [--config conf/bench/coboosting-cifar10-cpu.yaml] [--tag coboosting-cifar10-cpu] \
-        [--jobs N] [k=v ...]
-    .venv/bin/python -m benchmarks.coboosting_table1 --table-only [--tag ...]
+        [--jobs N] [--stop-after S] [k=v ...]
+    .venv/bin/python -m benchmarks table coboosting_table1 [--config ...] [--tag ...]
 """
 
 from __future__ import annotations
@@ -67,8 +69,7 @@ import logging
 import shutil
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from benchmarks.coboosting_grid import (
@@ -89,22 +90,8 @@ from benchmarks.coboosting_grid import (
     source_method,
 )
 from benchmarks.coboosting_tables import ANCHOR, reference_of, table
-from benchmarks.sweep import (
-    SUMMARY,
-    Kept,
-    RunFailed,
-    add_data_arguments,
-    child,
-    child_command,
-    ensure_data,
-    load_config,
-    load_runs,
-    parse_with_overrides,
-    run_child,
-    run_grid,
-    run_name,
-    write_table,
-)
+from benchmarks.spec import Bench, Spec
+from benchmarks.sweep import SUMMARY, Kept, RunFailed, load_config, load_runs, run_name
 
 # The grid's, the tables' and the runner's names the tests and coboosting_budget.py use as this
 # module's (``driver.<name>``) that it does not use itself.
@@ -118,8 +105,6 @@ __all__ = [
     "method_name",
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRATCH = ROOT / "outputs" / "bench"  # runs write to SCRATCH/<tag>/<method>-seed<N>/
 UPLOADS = "client_models.pt"  # strategies.oneshot.UPLOADS_FILE
 ACCURACIES = (
     "final_accuracy",
@@ -131,26 +116,16 @@ ACCURACIES = (
 """Summary keys a source's rerun must reproduce (a run repeats exactly per seed on CPU)."""
 
 
-# -- a run's overrides -----------------------------------------------------------------------
+# -- a run's reuse of uploads ------------------------------------------------------------------
 
 
-def run_overrides(
-    method: str, seed: int, extra: Sequence[str], run_dir: Path, data: Path | None
-) -> list[str]:
-    """Every override of one run: data path, seed, the user's ``extra``, the method's (which
-    win over ``extra``), the source's scratch folder (its sibling ``run_dir.parent/<source>``)
-    for a method that reuses uploads, and the output folder last."""
+def reuse(bench: Bench, method: str, seed: int) -> list[str]:
+    """``strategy.teachers_from``: the source's scratch folder (the sibling of the run's own)
+    for a method that reuses uploads; nothing for one that trains its clients."""
     source = source_method(method)
-    reuse = [] if source is None else [f"strategy.teachers_from={scratch_of(run_dir, source)}"]
-    return [
-        *([f"data.path={data}"] if data is not None else []),
-        f"seed={seed}",
-        "resume=true",
-        *extra,
-        *method_overrides(method),
-        *reuse,
-        f"output_dir={run_dir}",
-    ]
+    if source is None:
+        return []
+    return [f"strategy.teachers_from={scratch_of(bench.run_dir(method, seed), source)}"]
 
 
 def scratch_of(run_dir: Path, method: str) -> Path:
@@ -206,22 +181,11 @@ def check_grid(config: str, methods: Sequence[str], extra: Sequence[str]) -> str
 # -- running ---------------------------------------------------------------------------------
 
 
-def execute(method: str, seed: int, args: argparse.Namespace) -> Path:
-    """One run in its own subprocess; its output folder (``RunFailed`` if it failed)."""
-    run_dir = SCRATCH / args.tag / run_name(method, seed)
-    overrides = run_overrides(method, seed, args.overrides, run_dir, args.data)
-    cmd = child_command(__spec__.name, args.config, overrides)
-    return run_child(cmd, run_dir, run_name(method, seed))
-
-
-def uploads_problem(method: str, seed: int, args: argparse.Namespace) -> str | None:
+def uploads_problem(bench: Bench, method: str, seed: int) -> str | None:
     """Why ``method``'s run could not reuse its source's uploads now (``None``: it can): the
     check its own preflight makes (the file is there and was made with this run's settings)."""
-    run_dir = SCRATCH / args.tag / run_name(method, seed)
     with quiet_library():
-        cfg = load_config(
-            args.config, run_overrides(method, seed, args.overrides, run_dir, args.data)
-        )
+        cfg = load_config(bench.args.config, bench.overrides(method, seed))
         from strategies import strategy_class
         from strategies.oneshot import read_client_models
 
@@ -233,7 +197,7 @@ def uploads_problem(method: str, seed: int, args: argparse.Namespace) -> str | N
     return None
 
 
-def prepare_source(method: str, seed: int, args: argparse.Namespace, results: Path) -> None:
+def prepare_source(bench: Bench, method: str, seed: int) -> None:
     """Make sure the uploads ``method`` reuses are in its source's scratch folder.
 
     The source must have finished (its record kept: it runs first in the grid); if its
@@ -245,7 +209,7 @@ def prepare_source(method: str, seed: int, args: argparse.Namespace, results: Pa
     if source is None:
         return
     with _source_lock(run_name(source, seed)):  # its dependents may start at once (--jobs)
-        _prepare(method, source, seed, args, results)
+        _prepare(bench, method, source, seed)
 
 
 _SOURCE_LOCKS: dict[str, threading.Lock] = {}
@@ -257,20 +221,21 @@ def _source_lock(name: str) -> threading.Lock:
         return _SOURCE_LOCKS.setdefault(name, threading.Lock())
 
 
-def _prepare(method: str, source: str, seed: int, args: argparse.Namespace, results: Path) -> None:
+def _prepare(bench: Bench, method: str, source: str, seed: int) -> None:
+    results = bench.results
     record = Kept(results).json(run_name(source, seed))
     if record is None:
         raise RunFailed(
             f"{run_name(method, seed)} not run: it reuses the uploads of "
             f"{run_name(source, seed)}, which has not finished"
         )
-    problem = uploads_problem(method, seed, args)
+    problem = uploads_problem(bench, method, seed)
     if problem is None:
         return
     note = f"note: {problem}; running {run_name(source, seed)} again for its uploads"
     print(note, file=sys.stderr, flush=True)
-    shutil.rmtree(SCRATCH / args.tag / run_name(source, seed), ignore_errors=True)
-    rerun = json.loads((execute(source, seed, args) / SUMMARY).read_text())
+    shutil.rmtree(bench.run_dir(source, seed), ignore_errors=True)
+    rerun = json.loads((bench.execute(source, seed) / SUMMARY).read_text())
     differ = [k for k in ACCURACIES if k in record and rerun.get(k) != record[k]]
     if differ:
         raise RunFailed(
@@ -281,21 +246,10 @@ def _prepare(method: str, source: str, seed: int, args: argparse.Namespace, resu
         )
 
 
-def run_one(method: str, seed: int, args: argparse.Namespace, results: Path) -> Path:
-    """One run, after its source's uploads are in place; its output folder."""
-    prepare_source(method, seed, args, results)
-    return execute(method, seed, args)
+# -- the spec --------------------------------------------------------------------------------
 
 
-# -- command line ----------------------------------------------------------------------------
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], epilog="k=v words: config overrides for every run"
-    )
-    parser.add_argument("--config", default=DEFAULT_CONFIG)
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alphas", nargs="+", type=float, default=list(ALPHAS))
     parser.add_argument(
         "--ablation-alphas",
@@ -312,65 +266,42 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"the methods to run (default: {' '.join(DEFAULT_METHODS)}; also "
         f"{' '.join(EXTRA_METHODS)}); the runs whose uploads they reuse are added",
     )
-    parser.add_argument("--tag", default=DEFAULT_TAG)
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="runs at once (default 1); a run that reuses uploads starts once their source "
-        "is over. Give each run its share of the cores (e.g. resources.server_cpus=1)",
-    )
-    parser.add_argument(
-        "--stop-after",
-        type=float,
-        default=None,
-        metavar="S",
-        help="start no run after S seconds (those under way finish and are kept); run again "
-        "to go on",
-    )
-    add_data_arguments(parser)
-    parser.add_argument("--table-only", action="store_true")
-    args = parse_with_overrides(parser, argv)
-    if args.jobs < 1:
-        parser.error("--jobs: at least 1")
-    if args.stop_after is not None and args.stop_after < 0:
-        parser.error("--stop-after: seconds >= 0")
-    return args
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["--child"]:
-        child(argv[1:])
-        return
-    args = parse_args(argv)
-    stop_at = None if args.stop_after is None else time.monotonic() + args.stop_after
-    results = ROOT / "benchmarks" / "results" / args.tag
+def methods(args: argparse.Namespace) -> list[str]:
+    """The grid of ``--alphas``, ``--ablation-alphas`` and ``--methods`` (``ValueError`` for
+    an unknown method)."""
     try:
-        methods = method_grid(args.alphas, args.ablation_alphas, args.methods)
+        return method_grid(args.alphas, args.ablation_alphas, args.methods)
     except ValueError as exc:
-        sys.exit(f"--methods: {exc}")
-    failed: list[str] = []
-    dataset = check_grid(args.config, methods, args.overrides)
-    if not args.table_only:
-        # Absolute for the runs; kept records name it relative to the repository again.
-        imagefolder = dataset == "imagefolder"
-        args.data = ensure_data(ROOT / args.data, args.archive) if imagefolder else None
-        run: Callable[[str, int], Path] = lambda m, s: run_one(m, s, args, results)  # noqa: E731
-        failed = run_grid(
-            methods, args.seeds, run, results, jobs=args.jobs, after=source_method, stop_at=stop_at
+        raise ValueError(f"--methods: {exc}") from exc
+
+
+def tables(bench: Bench) -> str:
+    """``table.md``: Tables 1, 2 and 7 of the kept runs, against the paper's figures of the
+    config's dataset."""
+    args = bench.args
+    with quiet_library():
+        cfg = load_config(
+            args.config, [*args.overrides, *method_overrides(f"a{args.alphas[0]:g}-oneshot")]
         )
-    text = table(
-        results,
-        args.alphas,
-        args.ablation_alphas,
-        title=args.tag,
-        reference=reference_of(dataset),
+    reference = reference_of(cfg.data.dataset)
+    return table(
+        bench.results, args.alphas, args.ablation_alphas, title=args.tag, reference=reference
     )
-    write_table(results, text)
-    if failed:
-        sys.exit("failed runs (run the sweep again to retry them):\n" + "\n".join(failed))
 
 
-if __name__ == "__main__":
-    main()
+SPEC = Spec(
+    name="coboosting_table1",
+    summary="Co-Boosting's Tables 1, 2 and 7 at CPU scale: one-shot FL with and without data",
+    config=DEFAULT_CONFIG,
+    tag=DEFAULT_TAG,
+    methods=methods,
+    overrides=method_overrides,
+    table=tables,
+    options=options,
+    after=source_method,
+    reuse=reuse,
+    prepare=prepare_source,
+    check=lambda bench, methods: check_grid(bench.args.config, methods, bench.args.overrides),
+)

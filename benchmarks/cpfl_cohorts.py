@@ -8,22 +8,24 @@ Fig. 5 (when the cohorts finish). For every seed, every (alpha, n) of the grid r
 (200: one client per cohort, one-shot FedKD); methods are named ``a<alpha>-n<n>``. All runs of
 a seed share its partition and device profiles (both depend only on the seed and alpha).
 
-Each run is :func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of its own (this file
-with ``--child``): CPFL's times are simulated, so Flower's engine would change nothing but add
-~20 s of start-up per run; a subprocess returns the run's memory, and a run that crashes is
-reported without ending the sweep. Runs write to ``outputs/bench/<tag>/<method>-seed<N>/``;
-:mod:`benchmarks.sweep` keeps each finished run's summary, ``metrics.jsonl`` and ``config.yaml``
-as ``<method>-seed<N>/...`` in ``benchmarks/results/<tag>/runs.tar.xz``, and skips runs already
-kept, so the sweep resumes where it stopped (a seed's methods all run before the next seed's, so
-a partial sweep has whole seeds).
+The benchmark is the spec :data:`SPEC` (:mod:`benchmarks.spec`). Each run is
+:func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of its own (the spec's default
+runner): CPFL's times are simulated, so Flower's engine would change nothing but add ~20 s of
+start-up per run; a subprocess returns the run's memory, and a run that crashes is reported
+without ending the sweep. Runs write to ``outputs/bench/<tag>/<method>-seed<N>/``; each finished
+run's summary, ``metrics.jsonl`` and ``config.yaml`` are kept as ``<method>-seed<N>/...`` in
+``benchmarks/results/<tag>/runs.tar.xz``, and runs already kept are skipped, so the sweep
+resumes where it stopped (a seed's methods all run before the next seed's, so a partial sweep
+has whole seeds). ``--jobs N`` runs N at once: the simulated times and CPU-hours do not depend
+on it, the distillation wall times do (runs share the machine).
 
 The CIFAR-10 JPEG tree is ``--data`` (default ``$FEDGO_CIFAR10``, else ``.cache/cifar10-jpg``),
-unpacked from ``--archive`` first if missing, as in ``fedgo_table3.py``; a config whose
-dataset is not ``imagefolder`` (the digits smoke run) needs neither.
+unpacked from ``--archive`` first if missing; a config whose dataset is not ``imagefolder``
+(the digits smoke run) needs neither.
 
-    .venv/bin/python -m benchmarks.cpfl_cohorts [--seeds 0 1 2] [--alphas 0.1 1] \
+    .venv/bin/python -m benchmarks run cpfl_cohorts [--seeds 0 1 2] [--alphas 0.1 1] \
         [--cohorts 1 2 4 8 16 200] [--tag cpfl-cifar10-cpu] [--jobs N] [k=v ...]
-    .venv/bin/python -m benchmarks.cpfl_cohorts --table-only [--tag cpfl-cifar10-cpu]
+    .venv/bin/python -m benchmarks table cpfl_cohorts [--tag cpfl-cifar10-cpu] [--alphas ...]
 """
 
 from __future__ import annotations
@@ -31,38 +33,26 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from benchmarks.spec import Spec
 from benchmarks.sweep import (
     MISSING,
     Run,
-    add_data_arguments,
-    child,
-    child_command,
     column,
-    ensure_data,
     final_accuracy,
     fmt,
-    load_config,
     load_runs,
     mean_ci,
     paired_cell,
-    parse_with_overrides,
-    run_child,
-    run_grid,
-    run_name,
     seed_note,
     seeds_of,
-    write_table,
 )
 from fedgo_flwr.app.sweep.stats import ratio_summary
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "conf/bench/cpfl-cifar10-cpu.yaml"
 DEFAULT_TAG = "cpfl-cifar10-cpu"
-SCRATCH = ROOT / "outputs" / "bench"  # runs write to SCRATCH/<tag>/<method>-seed<N>/
 ALPHAS = (0.1, 1.0)
 COHORTS = (1, 2, 4, 8, 16, 200)
 ANCHOR = (
@@ -97,46 +87,6 @@ def method_overrides(method: str) -> list[str]:
     """The config overrides that make ``method`` of the base config."""
     alpha, n = parse_method(method)
     return [f"data.alpha={alpha:g}", f"strategy.cohorts={n}"]
-
-
-def run_overrides(
-    method: str, seed: int, extra: Sequence[str], run_dir: Path, data: Path | None
-) -> list[str]:
-    """Every override of one run: data path, seed, the user's ``extra``, the method's (which
-    win over ``extra``), and the scratch output folder. ``resume=true`` restarts a run that
-    crashed before it finished (and continues one from its checkpoint if ``checkpoint=true``)."""
-    return [
-        *([f"data.path={data}"] if data is not None else []),
-        f"seed={seed}",
-        "resume=true",
-        *extra,
-        *method_overrides(method),
-        f"output_dir={run_dir}",
-    ]
-
-
-def check_grid(config: str, methods: Sequence[str], extra: Sequence[str]) -> str:
-    """Load every method's config once before any run (a bad override or an n above the
-    number of clients stops the sweep here, not hours in); return the dataset's name."""
-    dataset = ""
-    for method in methods:
-        try:
-            cfg = load_config(config, [*extra, *method_overrides(method)])
-        except Exception as exc:  # noqa: BLE001 - reported with the method it concerns
-            sys.exit(f"{method}: {exc}")
-        dataset = cfg.data.dataset
-    return dataset
-
-
-# -- running ---------------------------------------------------------------------------------
-
-
-def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
-    """One run in its own subprocess; its output folder (``RunFailed`` if it failed)."""
-    run_dir = SCRATCH / args.tag / run_name(method, seed)
-    overrides = run_overrides(method, seed, args.overrides, run_dir, args.data)
-    cmd = child_command(__spec__.name, args.config, overrides)
-    return run_child(cmd, run_dir, run_name(method, seed))
 
 
 # -- the tables ------------------------------------------------------------------------------
@@ -394,54 +344,21 @@ def table(results: Path, alphas: Sequence[float] = ALPHAS, cohorts: Sequence[int
     return "\n".join(rows)
 
 
-# -- command line ----------------------------------------------------------------------------
+# -- the spec --------------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], epilog="k=v words: config overrides for every run"
-    )
-    parser.add_argument("--config", default=DEFAULT_CONFIG)
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alphas", nargs="+", type=float, default=list(ALPHAS))
     parser.add_argument("--cohorts", nargs="+", type=int, default=list(COHORTS))
-    parser.add_argument("--tag", default=DEFAULT_TAG)
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="runs at once (default 1). The simulated times and CPU-hours do not depend on it; "
-        "the distillation wall times do (runs share the machine)",
-    )
-    add_data_arguments(parser)
-    parser.add_argument("--table-only", action="store_true")
-    args = parse_with_overrides(parser, argv)
-    if args.jobs < 1:
-        parser.error("--jobs: at least 1")
-    return args
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["--child"]:
-        child(argv[1:])
-        return
-    args = parse_args(argv)
-    results = ROOT / "benchmarks" / "results" / args.tag
-    methods = method_grid(args.alphas, args.cohorts)
-    failed: list[str] = []
-    if not args.table_only:
-        dataset = check_grid(args.config, methods, args.overrides)
-        # Absolute for the runs; kept records name it relative to the repository again.
-        imagefolder = dataset == "imagefolder"
-        args.data = ensure_data(ROOT / args.data, args.archive) if imagefolder else None
-        run = lambda m, s: run_one(m, s, args)  # noqa: E731
-        failed = run_grid(methods, args.seeds, run, results, jobs=args.jobs)
-    text = table(results, args.alphas, args.cohorts)
-    write_table(results, text)
-    if failed:
-        sys.exit("failed runs (run the sweep again to retry them):\n" + "\n".join(failed))
-
-
-if __name__ == "__main__":
-    main()
+SPEC = Spec(
+    name="cpfl_cohorts",
+    summary="CPFL's grid (alpha x cohorts n): accuracy, simulated time, CPU-hours, bytes against n",
+    config=DEFAULT_CONFIG,
+    tag=DEFAULT_TAG,
+    methods=lambda args: method_grid(args.alphas, args.cohorts),
+    overrides=method_overrides,
+    table=lambda bench: table(bench.results, bench.args.alphas, bench.args.cohorts),
+    options=options,
+)

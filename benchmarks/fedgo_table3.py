@@ -6,18 +6,21 @@ variance (Fed-ET), entropy (FedHKT/FedDS), domain-aware (DaFKD weighting) and Fe
 first and trains the generator and the discriminators; the domain-aware run reuses them
 (``strategy.generator.path`` / ``strategy.discriminator.path``), so both see the same ones.
 
-Runs are resumable (:mod:`benchmarks.sweep`): a run whose ``summary.json`` is kept is skipped, and
-an interrupted run continues from its last per-round checkpoint (``resume=true``). Each finished
-run's summary, per-round metrics, config and pre-FL record are kept as ``<method>-seed<N>/...``
-in ``benchmarks/results/<tag>/runs.tar.xz`` (committed); the table is rebuilt from there, so a
-long benchmark can be spread over several sessions.
+The benchmark is the spec :data:`SPEC` (:mod:`benchmarks.spec`; runs through ``./run.sh``).
+Runs are resumable: a run whose ``summary.json`` is kept is skipped, and an interrupted run
+continues from its last per-round checkpoint (``resume=true``). Each finished run's summary,
+per-round metrics, config and pre-FL record are kept as ``<method>-seed<N>/...`` in
+``benchmarks/results/<tag>/runs.tar.xz`` (committed); the table is rebuilt from there, so a long
+benchmark can be spread over several sessions. With ``--jobs N``, a run that reuses another's
+generator and discriminators starts once that run of its seed is over.
 
 The CIFAR-10 JPEG tree (``train/``, ``test/``) is ``--data`` (default: ``$FEDGO_CIFAR10``, else
 ``.cache/cifar10-jpg`` in the repository); if it is missing, ``--archive`` (default:
 ``$FEDGO_CIFAR10_ARCHIVE``), a ``.tar.gz`` of that tree, is unpacked there first.
 
-    .venv/bin/python -m benchmarks.fedgo_table3 --seeds 0 1 2 [--tag cifar10-cpu] [k=v ...]
-    .venv/bin/python -m benchmarks.fedgo_table3 --table-only [--tag cifar10-cpu]
+    .venv/bin/python -m benchmarks run fedgo_table3 --seeds 0 1 2 [--tag cifar10-cpu] \
+        [--methods ...] [k=v ...]
+    .venv/bin/python -m benchmarks table fedgo_table3 [--tag cifar10-cpu]
 """
 
 from __future__ import annotations
@@ -28,26 +31,20 @@ import sys
 from pathlib import Path
 
 from benchmarks.pooling import split_unlike
+from benchmarks.spec import Bench, Spec
 from benchmarks.sweep import (
     Kept,
     Run,
-    add_data_arguments,
     column,
-    ensure_data,
     load_runs,
     mean_sd,
     paired_cell,
     ratio_cell,
-    run_command,
     run_name,
     seed_note,
     seed_of,
     seeds_of,
-    sweep,
-    write_table,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
 
 SERVER_REFERENCED = [
     "strategy.name=fedgo",
@@ -153,8 +150,9 @@ BYZANTINE: dict[str, tuple[str, str, str]] = {
 """App. F.8's rows: the clean run, then 5 and 10 of the 20 clients Byzantine."""
 
 
-def reuse_source(method: str, seed: int, tag: str) -> Path:
-    """The run folder whose generator and discriminators ``method`` loads for ``seed``.
+def reuse_source(method: str, seed: int, scratch: Path) -> Path:
+    """The run folder (under ``scratch``) whose generator and discriminators ``method`` loads
+    for ``seed``.
 
     That is ``REUSE[method]``'s run; when its outputs are gone (only its summary was kept), a
     sibling that trained the same ones is used instead: a method with the same ``REUSE``
@@ -163,44 +161,31 @@ def reuse_source(method: str, seed: int, tag: str) -> Path:
     ``fedgo_byz50`` can load what ``fedgo_byz25`` trained for the same seed.
     """
     base = REUSE[method]
-    source = ROOT / "outputs" / "bench" / tag / run_name(base, seed)
+    source = scratch / run_name(base, seed)
     if (source / "discriminators.pt").exists():
         return source
     for sibling in (m for m, b in REUSE.items() if b == base and m != method):
-        run = ROOT / "outputs" / "bench" / tag / run_name(sibling, seed)
+        run = scratch / run_name(sibling, seed)
         if (run / "prefl.json").exists() and (run / "discriminators.pt").exists():
             return run
     return source
 
 
-def run_one(method: str, seed: int, args: argparse.Namespace) -> Path:
-    """One run through ``./run.sh``; returns its output folder."""
-    run_dir = ROOT / "outputs" / "bench" / args.tag / run_name(method, seed)
-    extra = []
-    if method in REUSE:
-        source = reuse_source(method, seed, args.tag)
-        if (source / "discriminators.pt").exists():
-            extra = [
-                f"strategy.generator.path={source / 'generator.pt'}",
-                f"strategy.discriminator.path={source / 'discriminators.pt'}",
-                "strategy.generator.federated_rounds=0",  # loaded, not trained again
-            ]
-        else:  # only the source run's summary was kept: train them again (same seed and data)
-            note = f"note: {source} has no discriminators; {method} trains its own"
-            print(note, file=sys.stderr)
-    cmd = [
-        str(ROOT / "run.sh"),
-        args.config,
-        f"data.path={args.data}",
-        f"seed={seed}",
-        "resume=true",  # an interrupted run continues from its last checkpoint
-        *args.overrides,
-        *METHODS[method],
-        *extra,
-        f"output_dir={run_dir}",
+def reuse(bench: Bench, method: str, seed: int) -> list[str]:
+    """The overrides that load the generator and discriminators of ``method``'s source run
+    (none for a method that trains its own, or when the source's files are gone)."""
+    if method not in REUSE:
+        return []
+    source = reuse_source(method, seed, bench.scratch)
+    if not (source / "discriminators.pt").exists():
+        # only the source run's summary was kept: train them again (same seed and data)
+        print(f"note: {source} has no discriminators; {method} trains its own", file=sys.stderr)
+        return []
+    return [
+        f"strategy.generator.path={source / 'generator.pt'}",
+        f"strategy.discriminator.path={source / 'discriminators.pt'}",
+        "strategy.generator.federated_rounds=0",  # loaded, not trained again
     ]
-    run_command(cmd, run_dir / "run.log")
-    return run_dir
 
 
 def round_mean(run: Run, key: str) -> float | None:
@@ -442,29 +427,28 @@ def figure2(runs: dict[str, list[Run]]) -> list[str]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--config", default="conf/bench/cifar10-cpu.yaml")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+def run_order(args: argparse.Namespace) -> list[str]:
+    """The methods asked for and the sources they reuse, the sources first."""
+    wanted = set(args.methods) | {REUSE[m] for m in args.methods if m in REUSE}
+    sources = [m for m in METHODS if m in set(REUSE.values())]
+    order = [*sources, *(m for m in METHODS if m not in sources)]
+    return [m for m in order if m in wanted]
+
+
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--tag", default="cifar10-cpu")
-    add_data_arguments(parser)
-    parser.add_argument("--table-only", action="store_true")
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
-    results = ROOT / "benchmarks" / "results" / args.tag
-    if not args.table_only:
-        # Absolute for the run (its processes may start elsewhere); kept records name it
-        # relative to the repository again.
-        args.data = ensure_data(ROOT / args.data, args.archive)
-        # The runs whose generator and discriminators others reuse go first.
-        wanted = set(args.methods) | {REUSE[m] for m in args.methods if m in REUSE}
-        sources = [m for m in METHODS if m in set(REUSE.values())]
-        order = [*sources, *(m for m in METHODS if m not in sources)]
-        methods = [m for m in order if m in wanted]
-        sweep(methods, args.seeds, lambda m, s: run_one(m, s, args), results, root=ROOT)
-    write_table(results, table(results))
 
 
-if __name__ == "__main__":
-    main()
+SPEC = Spec(
+    name="fedgo_table3",
+    summary="FedGO's Table 3 / Fig. 2 at CPU scale on CIFAR-10 JPEGs, every method per seed",
+    config="conf/bench/cifar10-cpu.yaml",
+    tag="cifar10-cpu",
+    methods=run_order,
+    overrides=lambda method: METHODS[method],
+    table=lambda bench: table(bench.results),
+    runner="run.sh",
+    options=options,
+    after=REUSE.get,
+    reuse=reuse,
+)

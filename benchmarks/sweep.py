@@ -1,26 +1,28 @@
-"""The benchmark drivers' one shared module: child-process runs, the sweep, the kept records
-and the table cells. A driver keeps only what is its own (methods, configs, table layout).
+"""The benchmarks' shared module: their runs on the child-run engine, the kept records and the
+table cells. A spec (:mod:`benchmarks.spec`) or a driver keeps only what is its own (methods,
+configs, table layout).
 
-Running: :func:`run_command` starts every run's process (``./run.sh``, the in-process runner or
-a driver's own ``--child`` entry, :func:`child_command` / :func:`child`), its output in the
-run's ``run.log``, and raises :class:`RunFailed` with the log's tail; :func:`run_child` adds the
-check that the run finished. :func:`sweep` and :func:`run_grid` (which reports a failed run and
-goes on, and runs several at once with ``jobs``) run methods x seeds;
-:func:`parse_with_overrides` reads a driver's command line with ``k=v`` config overrides
-anywhere, :func:`add_data_arguments` / :func:`ensure_data` its ``--data`` / ``--archive`` (the
-CIFAR-10 JPEG tree); :func:`write_table` writes and prints its table.
+Running: the process start, its log, the failure with the log's tail, several runs at once and
+the time limit are the child-run engine's (:mod:`fedgo_flwr.app.sweep.engine`, which
+``python -m fedgo_flwr.app.sweep`` runs on too). Here: :func:`run_command` starts a run's process
+through it (``./run.sh``, the in-process runner or a ``--child`` entry, :func:`child_command` /
+:func:`child`) and raises :class:`RunFailed` (the engine's ``ChildFailed``); :func:`run_child`
+adds the check that the run finished; :func:`run_grid` runs methods x seeds on the engine,
+skipping runs already kept and keeping each finished one (it reports a failed run and goes on,
+and runs several at once with ``jobs``). :func:`parse_with_overrides` reads a command line with
+``k=v`` config overrides anywhere, :func:`add_data_arguments` / :func:`ensure_data` its
+``--data`` / ``--archive`` (the CIFAR-10 JPEG tree); :func:`write_table` writes and prints a
+table.
 
-A sweep runs every (seed, method) pair through a driver's ``run_one(method, seed)``, which returns
-the run's output folder, and skips a pair whose ``summary.json`` is already kept in the results
-folder, so an interrupted sweep resumes where it stopped. A results folder holds its table(s)
-and one archive, ``runs.tar.xz``, with every finished run's files as ``<method>-seed<N>/<file>``:
-``summary.json``, the raw records ``metrics.jsonl``, ``config.yaml`` and ``prefl.json``, and
-whatever small per-run reports a driver adds (:func:`keep_run`; kept records name paths inside
-the repository relative to it). A run that wrote into ``results/<method>-seed<N>/`` itself is
-read from there (:class:`Kept`); :func:`pack` moves such folders into the archive, and
-:func:`forget` drops runs so that the next sweep runs them again. An older ``runs.tar.gz`` is
-read as well, and replaced by ``runs.tar.xz`` at the next write (``python -m benchmarks.sweep
-pack RESULTS...`` converts it).
+A results folder holds its table(s) and one archive, ``runs.tar.xz``, with every finished run's
+files as ``<method>-seed<N>/<file>``: ``summary.json``, the raw records ``metrics.jsonl``,
+``config.yaml`` and ``prefl.json``, and whatever small per-run reports a driver adds
+(:func:`keep_run`; kept records name paths inside the repository relative to it). A run whose
+``summary.json`` is kept is finished, so an interrupted sweep resumes where it stopped. A run
+that wrote into ``results/<method>-seed<N>/`` itself is read from there (:class:`Kept`);
+:func:`pack` moves such folders into the archive, and :func:`forget` drops runs so that the
+next sweep runs them again. An older ``runs.tar.gz`` is read as well, and replaced by
+``runs.tar.xz`` at the next write (``python -m benchmarks.sweep pack RESULTS...`` converts it).
 
 :func:`load_runs` reads every finished run back and :func:`mean_sd` / :func:`column` turn
 per-seed values into the ``mean ± sd`` cells of the drivers' tables, :func:`mean_ci` into
@@ -31,8 +33,9 @@ was built on (tuning seeds: not for claims). The statistics are the library's
 (:mod:`fedgo_flwr.app.sweep.stats`, the seed sets :mod:`fedgo_flwr.app.sweep.seeds`), so the drivers
 and ``python -m fedgo_flwr.app.sweep`` compute them one way.
 
-Imported by the drivers next to it (``from benchmarks.sweep import ...``; they run as
-``python -m benchmarks.<driver>`` from the repository's root).
+Imported by the specs and drivers next to it (``from benchmarks.sweep import ...``; they run as
+``python -m benchmarks run NAME`` or ``python -m benchmarks.<driver>`` from the repository's
+root).
 """
 
 from __future__ import annotations
@@ -46,15 +49,15 @@ import lzma
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tarfile
-import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from fedgo_flwr.app.sweep import engine
+from fedgo_flwr.app.sweep.engine import ChildFailed
 from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify
 from fedgo_flwr.app.sweep.stats import Paired, paired, ratio_summary, summarize
 from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_text, path_inside
@@ -92,34 +95,9 @@ def seed_of(name: str) -> str:
 # -- running -------------------------------------------------------------------------------
 
 
-def sweep(
-    methods: Sequence[str],
-    seeds: Iterable[int],
-    run_one: Callable[[str, int], Path],
-    results: Path,
-    *,
-    root: Path | None = None,
-) -> list[str]:
-    """Run each seed's methods in the given order, skipping finished runs; return those run.
-
-    ``run_one(method, seed)`` must leave a finished run (with ``summary.json``) in the folder it
-    returns. If that folder is not ``results/<name>``, the run's files are kept in ``results``'
-    archive with :func:`keep_run` (paths under ``root`` made relative).
-    """
-    ran = []
-    done = set(Kept(results).names())
-    for seed in seeds:
-        for method in methods:
-            name = run_name(method, seed)
-            if name in done:
-                continue
-            keep_finished(run_one(method, seed), results, name, root)
-            ran.append(name)
-    return ran
-
-
-class RunFailed(RuntimeError):
-    """A run's subprocess exited with an error (its log names the cause)."""
+RunFailed = ChildFailed
+"""A run's subprocess exited with an error (its message: the run, the exit code, the log's
+tail); the child-run engine's :class:`~fedgo_flwr.app.sweep.engine.ChildFailed`."""
 
 
 def run_command(
@@ -134,27 +112,16 @@ def run_command(
     or :class:`RunFailed` with the log's tail if it exits with an error.
 
     The one way the drivers start a run's process (``./run.sh``, ``-m fedgo_flwr.app.inprocess``
-    or a driver's own ``--child`` entry). ``root`` goes first on its ``PYTHONPATH``; ``env``
-    (default: this process's) is its environment otherwise. ``label`` (default: the log's
-    folder) names the run in the error.
+    or the ``--child`` entry): :func:`fedgo_flwr.app.sweep.engine.run_child`, in ``root``, with
+    ``root`` first on its ``PYTHONPATH``; ``env`` (default: this process's) is its environment
+    otherwise. ``label`` (default: the log's folder) names the run in the error.
     """
-    env = dict(os.environ if env is None else env)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
-    print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(log, "a") as out:
-        proc = subprocess.run(list(cmd), cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        tail = log.read_text()[-3000:]
-        label = label or log.parent.name
-        raise RunFailed(f"{label} failed (exit {proc.returncode}; {log}):\n{tail}")
-    return wall
+    print("$", " ".join(map(str, cmd[1:])), file=sys.stderr, flush=True)
+    return engine.run_child(cmd, log, label=label, cwd=root, env=env, root=root)
 
 
 def run_child(cmd: Sequence[str], run_dir: Path, name: str, root: Path = ROOT) -> Path:
-    """Run ``cmd`` (a driver's ``--child`` entry, :func:`child_command`) with its output in
+    """Run ``cmd`` (a spec's run, :func:`child_command` or ``./run.sh``) with its output in
     ``run_dir/run.log``; return ``run_dir``, or raise :class:`RunFailed` with the log's tail.
 
     A ``run_dir`` that holds a finished run whose records were not kept (the driver stopped in
@@ -172,7 +139,8 @@ def run_child(cmd: Sequence[str], run_dir: Path, name: str, root: Path = ROOT) -
 
 def child_command(module: str, config: str, overrides: Sequence[str]) -> list[str]:
     """The subprocess that runs one experiment in-process: ``python -m <module> --child CONFIG
-    k=v ...``, the driver's ``main`` handing it to :func:`child`."""
+    k=v ...``, the module's ``main`` handing it to :func:`child` (``python -m benchmarks``
+    for the specs)."""
     return [sys.executable, "-m", module, "--child", config, *overrides]
 
 
@@ -203,8 +171,10 @@ def run_grid(
     after: Callable[[str], str | None] | None = None,
     stop_at: float | None = None,
 ) -> list[str]:
-    """:func:`sweep` one (seed, method) at a time, so that a failed run (:class:`RunFailed`)
-    is reported and the others still run; returns the failures' messages.
+    """Every (seed, method) not kept in ``results`` yet, seed by seed, through the child-run
+    engine (:func:`fedgo_flwr.app.sweep.engine.run_tasks`): ``run(method, seed)`` makes the run
+    and returns its folder; a failed run (:class:`RunFailed`) is reported and the others still
+    run; returns the failures' first lines.
 
     ``jobs`` > 1: up to that many runs at once (each is its own process already; ``run`` is
     called from worker threads). A run waits until the run of its seed that ``after(method)``
@@ -215,50 +185,26 @@ def run_grid(
     finish and are kept, and the runs not started are one failure message (a device lease
     ends at a fixed time, and a run cut short is lost).
     """
-    late = lambda: stop_at is not None and time.monotonic() >= stop_at  # noqa: E731
-    if jobs <= 1:
-        failed = []
-        skipped = 0
-        for seed in seeds:
-            for method in methods:
-                if late() and not finished(results, run_name(method, seed)):
-                    skipped += 1
-                    continue
-                try:
-                    sweep([method], [seed], run, results, root=root)
-                except RunFailed as exc:
-                    failed.append(report_failure(exc))
-        return failed + not_started(skipped)
     done = set(Kept(results).names())
-    pending = [(s, m) for s in seeds for m in methods if run_name(m, s) not in done]
-    running: dict[Future, tuple[int, str]] = {}
-    failed = []
-    with ThreadPoolExecutor(jobs) as pool:
-        while pending or running:
-            if late():
-                failed += not_started(len(pending))
-                pending = []
-                if not running:
-                    break
-            waiting = {run_name(m, s) for s, m in [*pending, *running.values()]}
-            for seed, method in list(pending):
-                if len(running) >= jobs:
-                    break
-                source = after(method) if after is not None else None
-                if source is not None and run_name(source, seed) in waiting:
-                    continue
-                pending.remove((seed, method))
-                running[pool.submit(run, method, seed)] = (seed, method)
-            if not running:  # every pending run waits for one that is not to run: a cycle
-                raise ValueError(f"runs that wait for each other: {pending}")
-            for future in wait(running, return_when=FIRST_COMPLETED).done:
-                seed, method = running.pop(future)
-                name = run_name(method, seed)
-                try:
-                    keep_finished(future.result(), results, name, root)
-                except RunFailed as exc:
-                    failed.append(report_failure(exc))
-    return failed
+    tasks = []
+    for seed in seeds:
+        for method in methods:
+            name = run_name(method, seed)
+            if name in done:
+                continue
+            source = after(method) if after is not None else None
+            first = None if source is None else run_name(source, seed)
+            tasks.append(engine.Task(name, partial(run, method, seed), after=first))
+
+    def keep(result: engine.Result) -> None:
+        keep_finished(result.value, results, result.task.name, root)
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    ended = engine.run_tasks(tasks, jobs, say=say, on_done=keep, stop_at=stop_at, label="runs")
+    failed = [r.error.headline for r in ended if r.status == "failed"]
+    return failed + not_started(sum(r.status == "unstarted" for r in ended))
 
 
 def not_started(count: int) -> list[str]:
@@ -270,12 +216,6 @@ def keep_finished(run_dir: Path, results: Path, name: str, root: Path | None) ->
     """Keep a finished run's files in ``results``' archive, unless it wrote them there itself."""
     if run_dir.resolve() != (results / name).resolve():
         keep_run(run_dir, results, name, root=root)
-
-
-def report_failure(exc: RunFailed) -> str:
-    """Print a failed run's error; its first line, for the sweep's list of failures."""
-    print(exc, file=sys.stderr, flush=True)
-    return str(exc).splitlines()[0]
 
 
 def parse_with_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None):

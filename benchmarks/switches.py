@@ -20,13 +20,14 @@ Per variant: the whole run's time (``total_time``), round 1 and the median of th
 the medians of the clients' training (summed), the server's aggregation and its evaluation, the
 final accuracy, and whether every round's test accuracy equals the baseline's.
 
-    .venv/bin/python -m benchmarks.switches [k=v ...] [--variants ...] [--method feddf]
-        [--seed 0] [--config conf/bench/cifar10-cpu-bn.yaml] [--tag switches-cifar10]
+    .venv/bin/python -m benchmarks run switches [--variants ...] [--method feddf] \
+        [--seeds 0] [--config conf/bench/cifar10-cpu-bn.yaml] [--tag switches-cifar10] [k=v ...]
+    .venv/bin/python -m benchmarks table switches [--tag switches-cifar10] [--seeds 0]
 
-(the ``k=v`` overrides of every run first: ``--variants`` takes the words after it).
-
-Finished runs are kept in ``benchmarks/results/<tag>/`` (resumable); ``--table-only`` rebuilds
-``table.md``. Run it alone on the machine: its figures are wall times.
+The benchmark is the spec :data:`SPEC` (:mod:`benchmarks.spec`; runs through ``./run.sh``, the
+variants are its methods, the table is of the first of ``--seeds``). Finished runs are kept in
+``benchmarks/results/<tag>/`` (resumable); ``table`` rebuilds ``table.md``. Run it alone on the
+machine: its figures are wall times.
 """
 
 from __future__ import annotations
@@ -36,41 +37,15 @@ import statistics
 from pathlib import Path
 
 from benchmarks.fedgo_table3 import METHODS
-from benchmarks.sweep import (
-    Kept,
-    add_data_arguments,
-    ensure_data,
-    load_runs,
-    run_command,
-    sweep,
-    write_table,
-)
+from benchmarks.spec import Spec
+from benchmarks.sweep import Kept, load_runs
 
-ROOT = Path(__file__).resolve().parent.parent
 VARIANTS: dict[str, list[str]] = {
     "baseline": [],
     "waiting1": ["resources.server_cpus_waiting=1"],
     "cl": ["resources.channels_last=true"],
     "cl_waiting1": ["resources.channels_last=true", "resources.server_cpus_waiting=1"],
 }
-
-
-def run_one(variant: str, seed: int, args: argparse.Namespace) -> Path:
-    """One run of ``args.method`` with ``variant``'s settings; returns its output folder."""
-    run_dir = ROOT / "outputs" / "bench" / args.tag / f"{variant}-seed{seed}"
-    cmd = [
-        str(ROOT / "run.sh"),
-        args.config,
-        f"data.path={args.data}",
-        f"seed={seed}",
-        "resume=true",
-        *args.overrides,
-        *METHODS[args.method],
-        *VARIANTS[variant],
-        f"output_dir={run_dir}",
-    ]
-    run_command(cmd, run_dir / "run.log", label=variant)
-    return run_dir
 
 
 def _median(rows: list[dict], key: str) -> float:
@@ -115,23 +90,21 @@ def table(results: Path, seed: int) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--method", default="feddf", choices=list(METHODS))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--config", default="conf/bench/cifar10-cpu-bn.yaml")
-    parser.add_argument("--tag", default="switches-cifar10")
-    parser.add_argument("--table-only", action="store_true")
-    add_data_arguments(parser)
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
-    results = ROOT / "benchmarks" / "results" / args.tag
-    if not args.table_only:
-        args.data = ensure_data(ROOT / args.data, args.archive)
-        sweep(args.variants, [args.seed], lambda v, s: run_one(v, s, args), results, root=ROOT)
-    write_table(results, table(results, args.seed))
 
 
-if __name__ == "__main__":
-    main()
+SPEC = Spec(
+    name="switches",
+    summary="The speed switches on one method of a benchmark config, end to end (wall times)",
+    config="conf/bench/cifar10-cpu-bn.yaml",
+    tag="switches-cifar10",
+    methods=lambda args: list(args.variants),
+    overrides=lambda variant: VARIANTS[variant],
+    table=lambda bench: table(bench.results, bench.args.seeds[0]),
+    seeds=(0,),
+    runner="run.sh",
+    options=options,
+    common=lambda args: METHODS[args.method],
+)

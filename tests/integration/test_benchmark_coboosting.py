@@ -8,11 +8,12 @@ wrong mean, sd, seed count or column would change. One real tiny sweep runs on d
 (``test_real_*``), its runs in this process through the children's own entry
 (:func:`in_process_runs`): a subprocess start costs more than a tiny run, and the subprocess
 path itself is the shared ``benchmarks/sweep.py``'s, run for real in ``test_benchmark_cpfl.py``.
+The driver is a spec (``benchmarks.coboosting_table1.SPEC``, :mod:`benchmarks.spec`): a sweep
+here is its :class:`~benchmarks.spec.Bench` with a command line, through the engine's grid.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -27,6 +28,14 @@ from benchmark_scripts import load_benchmark
 DIGITS = "conf/bench/coboosting-digits.yaml"
 # The sweep keeps a finished run in the results' archive: read and dropped through these.
 Kept, forget = load_benchmark("sweep").Kept, load_benchmark("sweep").forget
+run_grid = load_benchmark("sweep").run_grid
+
+
+def bench_of(driver, tmp_path: Path, *argv: str):
+    """The spec with a command line, its runs in ``tmp_path/scratch/t`` and its results in
+    ``tmp_path/results``."""
+    where = ["--scratch", str(tmp_path / "scratch" / "t"), "--out", str(tmp_path / "results")]
+    return driver.SPEC.bench([*where, *argv])
 
 
 def in_process_runs(monkeypatch) -> None:
@@ -114,7 +123,7 @@ def test_methods_choose_the_runs_and_bring_the_sources_they_reuse(driver) -> Non
     assert "a0.1-coboosting_sign" not in driver.method_grid([0.1])  # only when asked
     with pytest.raises(ValueError, match="unknown methods \\['fedavg'\\]"):
         driver.method_grid([0.1], [], ["coboosting", "fedavg"])
-    args = driver.parse_args(["--methods", "coboosting_sign", "feddf"])
+    args = driver.SPEC.bench(["--methods", "coboosting_sign", "feddf"]).args
     assert args.methods == ["coboosting_sign", "feddf"]
     # The sign step is the authors' diversification, everything else Co-Boosting's; it reuses
     # oneshot's uploads and trains the same clients as every other method of its alpha.
@@ -156,15 +165,12 @@ def test_ablation_rows_switch_exactly_their_components(driver) -> None:
     assert (dense.boost.reweight, dense.boost.diversify) == (False, False)
 
 
-def test_a_runs_overrides_reuse_the_sources_scratch_folder(
-    driver, tmp_path: Path, monkeypatch
-) -> None:
-    scratch = tmp_path / "t"
-    data = tmp_path / "cifar"
+def test_a_runs_overrides_reuse_the_sources_scratch_folder(driver, tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch" / "t"
     extra = ["strategy.epochs=5", "strategy.name=dense"]  # the method's name wins
-    assert driver.run_overrides(
-        "a0.1-coboosting", 2, extra, scratch / "a0.1-coboosting-seed2", data
-    ) == [
+    bench = bench_of(driver, tmp_path, "--config", "conf/x.yaml", *extra)
+    bench.data = data = tmp_path / "cifar"
+    assert bench.overrides("a0.1-coboosting", 2) == [
         f"data.path={data}",
         "seed=2",
         "resume=true",
@@ -175,14 +181,13 @@ def test_a_runs_overrides_reuse_the_sources_scratch_folder(
         f"strategy.teachers_from={scratch / 'a0.1-oneshot-seed2'}",
         f"output_dir={scratch / 'a0.1-coboosting-seed2'}",
     ]
-    odds = driver.run_overrides(
-        "a0.3-coboosting_fedgo_odds", 0, [], scratch / "a0.3-coboosting_fedgo_odds-seed0", None
-    )
+    bench = bench_of(driver, tmp_path, "--config", "conf/x.yaml")
+    odds = bench.overrides("a0.3-coboosting_fedgo_odds", 0)
     assert odds[0] == "seed=0"  # no data.path for a built-in dataset
     assert "strategy.combine=odds" in odds
     assert odds[-2] == f"strategy.teachers_from={scratch / 'a0.3-coboosting_fedgo-seed0'}"
     for method in ("a0.1-oneshot", "a0.1-feddf", "a0.1-coboosting_fedgo"):
-        words = driver.run_overrides(method, 0, [], scratch / f"{method}-seed0", None)
+        words = bench.overrides(method, 0)
         assert not any(w.startswith("strategy.teachers_from=") for w in words), method
     assert driver.method_overrides("a0.05-feddf") == [
         "data.alpha=0.05",
@@ -190,19 +195,16 @@ def test_a_runs_overrides_reuse_the_sources_scratch_folder(
         "rounds=1",
         "strategy.weighting=uniform",
     ]
-    # Each run is this module's --child entry, in a process of its own.
-    commands = []
-    monkeypatch.setattr(driver, "run_child", lambda cmd, run_dir, name: commands.append(cmd))
-    monkeypatch.setattr(driver, "SCRATCH", tmp_path)
-    driver.execute("a0.1-oneshot", 0, driver.parse_args(["--config", "conf/x.yaml", "--tag", "t"]))
-    assert commands[0][1:5] == ["-m", "benchmarks.coboosting_table1", "--child", "conf/x.yaml"]
+    # Each run is the registry's --child entry, in a process of its own.
+    assert bench.command("a0.1-oneshot", 0)[1:5] == ["-m", "benchmarks", "--child", "conf/x.yaml"]
 
 
 def test_command_line_overrides_and_an_empty_ablation_list(driver) -> None:
-    args = driver.parse_args(["--alphas", "0.1", "rounds=1", "--ablation-alphas", "--seeds", "4"])
+    argv = ["--alphas", "0.1", "rounds=1", "--ablation-alphas", "--seeds", "4"]
+    args = driver.SPEC.bench(argv).args
     assert (args.alphas, args.ablation_alphas, args.seeds) == ([0.1], [], [4])
     assert args.overrides == ["rounds=1"]
-    args = driver.parse_args([])
+    args = driver.SPEC.bench([]).args
     assert args.ablation_alphas == [0.05] and args.alphas == [0.05, 0.1, 0.3]
     assert args.config == driver.DEFAULT_CONFIG and args.tag == "coboosting-cifar10-cpu"
 
@@ -267,13 +269,13 @@ class FakeRuns:
     a ``client_models.pt`` header made as the strategy makes it (fingerprint of the run's
     settings), so the driver's reuse check reads a genuine file."""
 
-    def __init__(self, driver, scratch: Path, fail: set[str] = frozenset()) -> None:
-        self.driver, self.scratch, self.fail = driver, scratch, fail
+    def __init__(self, driver, bench, fail: set[str] = frozenset()) -> None:
+        self.driver, self.bench, self.fail = driver, bench, fail
         self.calls: list[tuple[str, int]] = []
         self.accuracy = 0.5
         self.delay = 0.0  # seconds each run takes (runs at once: --jobs)
 
-    def __call__(self, method: str, seed: int, args: argparse.Namespace) -> Path:
+    def __call__(self, method: str, seed: int) -> Path:
         from strategies import strategy_class
         from strategies.oneshot import fingerprint
 
@@ -281,11 +283,9 @@ class FakeRuns:
         self.calls.append((method, seed))
         if method in self.fail:
             raise d.RunFailed(f"{method}-seed{seed} failed (exit 1; log)\ntraceback")
-        run_dir = self.scratch / args.tag / f"{method}-seed{seed}"
+        run_dir = self.bench.run_dir(method, seed)
         run_dir.mkdir(parents=True, exist_ok=True)
-        cfg = d.load_config(
-            args.config, d.run_overrides(method, seed, args.overrides, run_dir, None)
-        )
+        cfg = d.load_config(self.bench.args.config, self.bench.overrides(method, seed))
         source = getattr(cfg.strategy.params, "teachers_from", None)
         if source:
             assert (Path(source) / "client_models.pt").is_file()
@@ -306,17 +306,15 @@ class FakeRuns:
 
 @pytest.fixture
 def sweep_env(driver, tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(driver, "SCRATCH", tmp_path / "scratch")
-    fake = FakeRuns(driver, tmp_path / "scratch")
-    monkeypatch.setattr(driver, "execute", fake)
-    args = argparse.Namespace(tag="t", config=DIGITS, data=None, overrides=[])
-    results = tmp_path / "results"
+    bench = bench_of(driver, tmp_path, "--config", DIGITS)
+    fake = FakeRuns(driver, bench)
+    monkeypatch.setattr(bench, "execute", fake)  # the runs and the reruns of a source
+    results = bench.results
 
     def sweep(methods: list[str], jobs: int = 1) -> list[str]:
-        run = lambda m, s: driver.run_one(m, s, args, results)  # noqa: E731
-        return driver.run_grid(methods, [0], run, results, jobs=jobs, after=driver.source_method)
+        return run_grid(methods, [0], bench.run_one, results, jobs=jobs, after=driver.SPEC.after)
 
-    return fake, args, results, sweep
+    return fake, bench.args, results, sweep
 
 
 def test_runs_at_once_start_after_their_source_and_rerun_a_cleaned_one_once(
@@ -653,16 +651,13 @@ def test_real_sweep_reuses_uploads_and_feddf_trains_the_oneshot_clients(
     one-shot FedAvg and FedENS), then the oneshot scratch folder cleaned and Co-Boosting run
     again: oneshot is made again first and reproduces its kept record."""
     in_process_runs(monkeypatch)
-    monkeypatch.setattr(driver, "SCRATCH", tmp_path / "scratch")
-    args = argparse.Namespace(tag="t", config=DIGITS, data=None, overrides=TINY)
-    results = tmp_path / "results"
+    bench = bench_of(driver, tmp_path, "--config", DIGITS, *TINY)
+    results = bench.results
     methods = ["a0.1-oneshot", "a0.1-coboosting", "a0.1-feddf"]
     assert driver.check_grid(DIGITS, methods, TINY) == "digits"
 
     def sweep() -> list[str]:
-        return driver.run_grid(
-            methods, [0], lambda m, s: driver.run_one(m, s, args, results), results
-        )
+        return run_grid(methods, [0], bench.run_one, results)
 
     assert sweep() == []
     runs = driver.load_runs(results, methods)

@@ -4,12 +4,12 @@ The tables are built from hand-made run records (``summary.json`` + ``metrics.js
 figures are chosen so that a speed-up taken as a ratio of means or an arithmetic mean instead
 of the geometric mean of per-seed ratios, a seed without its n = 1 run counted in a ratio, a
 wrong delta sign or a quantile without interpolation gives other numbers. One real run goes
-through the subprocess path on a tiny digits config.
+through the subprocess path on a tiny digits config. The driver is a spec
+(``benchmarks.cpfl_cohorts.SPEC``, run by ``python -m benchmarks run cpfl_cohorts``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
@@ -22,6 +22,10 @@ from benchmark_scripts import load_benchmark
 @pytest.fixture(scope="module")
 def driver():
     return load_benchmark("cpfl_cohorts")
+
+
+def load_config(config: str, overrides: list[str]):
+    return load_benchmark("sweep").load_config(config, overrides)
 
 
 # -- the grid ------------------------------------------------------------------------------
@@ -42,10 +46,12 @@ def test_a_runs_overrides_put_the_method_after_the_users_and_the_folder_last(
     driver, tmp_path: Path, monkeypatch
 ) -> None:
     assert driver.method_overrides("a0.1-n4") == ["data.alpha=0.1", "strategy.cohorts=4"]
-    run_dir = tmp_path / "a1-n200-seed2"
-    data = tmp_path / "cifar"
     extra = ["rounds=50", "strategy.cohorts=3"]  # the method's n wins over the user's
-    assert driver.run_overrides("a1-n200", 2, extra, run_dir, data) == [
+    bench = driver.SPEC.bench(["--config", "conf/x.yaml", "--scratch", str(tmp_path), *extra])
+    bench.data = data = tmp_path / "cifar"
+    run_dir = tmp_path / "a1-n200-seed2"
+    assert bench.run_dir("a1-n200", 2) == run_dir
+    assert bench.overrides("a1-n200", 2) == [
         f"data.path={data}",
         "seed=2",
         "resume=true",
@@ -56,33 +62,33 @@ def test_a_runs_overrides_put_the_method_after_the_users_and_the_folder_last(
         f"output_dir={run_dir}",
     ]
     # A dataset that is not the JPEG tree (digits) gets no data.path.
-    assert driver.run_overrides("a1-n2", 0, [], run_dir, None)[0] == "seed=0"
-    # Each run is this module's --child entry, in a process of its own.
-    commands = []
-    monkeypatch.setattr(driver, "run_child", lambda cmd, run_dir, name: commands.append(cmd))
-    monkeypatch.setattr(driver, "SCRATCH", tmp_path)
-    driver.run_one("a1-n2", 0, driver.parse_args(["--config", "conf/x.yaml", "--tag", "t"]))
-    assert commands[0][1:5] == ["-m", "benchmarks.cpfl_cohorts", "--child", "conf/x.yaml"]
+    bench.data = None
+    assert bench.overrides("a1-n2", 0)[0] == "seed=0"
+    # Each run is the registry's --child entry, in a process of its own.
+    assert bench.command("a1-n2", 0)[1:5] == ["-m", "benchmarks", "--child", "conf/x.yaml"]
 
 
 def test_jobs_reach_the_grid_and_zero_is_refused(driver, monkeypatch, tmp_path) -> None:
     seen = {}
 
-    def run_grid(methods, seeds, run, results, *, jobs=1, after=None):
-        seen.update(jobs=jobs, seeds=list(seeds))
+    def run_grid(methods, seeds, run, results, *, jobs=1, after=None, stop_at=None):
+        seen.update(methods=list(methods), jobs=jobs, seeds=list(seeds), results=results)
         return []
 
-    monkeypatch.setattr(driver, "run_grid", run_grid)
-    monkeypatch.setattr(driver, "write_table", lambda results, text: None)
+    spec = load_benchmark("spec")
+    monkeypatch.setattr(spec, "run_grid", run_grid)
+    monkeypatch.setattr(spec, "write_table", lambda results, text, name: None)
     argv = ["--config", "conf/cpfl.yaml", "--cohorts", "1", "4", "--seeds", "5", "--jobs", "3"]
-    driver.main([*argv, "--tag", "x"])
-    assert seen == {"jobs": 3, "seeds": [5]}
+    registry = load_benchmark("__main__")
+    assert registry.main(["run", "cpfl_cohorts", *argv, "--alphas", "1", "--out", "x"]) == 0
+    results = spec.ROOT / "x"
+    assert seen == {"methods": ["a1-n1", "a1-n4"], "jobs": 3, "seeds": [5], "results": results}
     with pytest.raises(SystemExit):
-        driver.parse_args(["--jobs", "0"])
+        driver.SPEC.bench(["--jobs", "0"])
 
 
 def test_overrides_after_list_options_are_not_taken_as_their_values(driver) -> None:
-    args = driver.parse_args(["--cohorts", "1", "2", "rounds=6", "--seeds", "3", "x.y=a=b"])
+    args = driver.SPEC.bench(["--cohorts", "1", "2", "rounds=6", "--seeds", "3", "x.y=a=b"]).args
     assert args.cohorts == [1, 2]
     assert args.seeds == [3]
     assert args.overrides == ["rounds=6", "x.y=a=b"]
@@ -92,7 +98,7 @@ def test_overrides_after_list_options_are_not_taken_as_their_values(driver) -> N
 def test_preset_is_the_papers_setting_for_every_method_of_the_grid(driver) -> None:
     for method in driver.method_grid(driver.ALPHAS, driver.COHORTS):
         alpha, n = driver.parse_method(method)
-        cfg = driver.load_config(driver.DEFAULT_CONFIG, driver.method_overrides(method))
+        cfg = load_config(driver.DEFAULT_CONFIG, driver.method_overrides(method))
         assert (cfg.data.alpha, cfg.strategy.params.cohorts) == (alpha, n)
     # CPFL Sec. 4.1, CIFAR-10
     assert cfg.data.dataset == "imagefolder" and cfg.data.num_clients == 200
@@ -111,9 +117,9 @@ def test_preset_partition_can_be_drawn_for_every_alpha_and_default_seed(driver) 
     the grid at its start. CIFAR-10's classes are balanced, so the subset's labels are too."""
     from fedgo_flwr.data.partition import dirichlet_partition
 
-    args = driver.parse_args([])
+    args = driver.SPEC.bench([]).args
     for alpha in args.alphas:
-        cfg = driver.load_config(args.config, driver.method_overrides(driver.method_name(alpha, 4)))
+        cfg = load_config(args.config, driver.method_overrides(driver.method_name(alpha, 4)))
         d = cfg.data
         labels = np.repeat(np.arange(10), d.train_subset // 10)
         for seed in range(5):
@@ -139,14 +145,15 @@ def test_grid_runs_seed_by_seed_and_a_failed_run_does_not_stop_it(driver, tmp_pa
         return out
 
     results = tmp_path / "results"
-    failed = driver.run_grid(["a1-n1", "a1-n2"], [0, 1], run, results)
+    run_grid = load_benchmark("sweep").run_grid
+    failed = run_grid(["a1-n1", "a1-n2"], [0, 1], run, results)
     assert calls == [("a1-n1", 0), ("a1-n2", 0), ("a1-n1", 1), ("a1-n2", 1)]
     assert failed == ["a1-n2-seed0 failed (exit 1; log)"]
     kept = load_benchmark("sweep").Kept(results).names()
     assert kept == ["a1-n1-seed0", "a1-n1-seed1", "a1-n2-seed1"]
     # Again: only the failed run is retried.
     calls.clear()
-    driver.run_grid(["a1-n1", "a1-n2"], [0, 1], run, results)
+    run_grid(["a1-n1", "a1-n2"], [0, 1], run, results)
     assert calls == [("a1-n2", 0)]
 
 
@@ -300,20 +307,15 @@ def test_a_real_run_goes_through_the_subprocess_and_a_failed_one_is_reported(
 ) -> None:
     """Tiny digits runs (2 rounds, 2 cohorts; ~10 s): the child process, the kept records,
     a stale unkept run replaced, and a run that cannot start (more cohorts than clients)."""
-    monkeypatch.setattr(driver, "SCRATCH", tmp_path / "scratch")
     stale = tmp_path / "scratch" / "t" / "a1-n2-seed0"
     stale.mkdir(parents=True)
     (stale / "summary.json").write_text(json.dumps({"final_accuracy": 0.0, "cohorts": 9}))
-    args = argparse.Namespace(
-        tag="t",
-        config="conf/cpfl.yaml",
-        data=None,
-        overrides=["rounds=2", "strategy.distill.epochs=1", "checkpoint=false", *CUT],
-    )
+    overrides = ["rounds=2", "strategy.distill.epochs=1", "checkpoint=false", *CUT]
     results = tmp_path / "results"
-    failed = driver.run_grid(
-        ["a1-n2", "a1-n50"], [0], lambda m, s: driver.run_one(m, s, args), results
-    )
+    argv = ["--config", "conf/cpfl.yaml", "--scratch", str(stale.parent), "--out", str(results)]
+    bench = driver.SPEC.bench([*argv, *overrides])
+    run_grid = load_benchmark("sweep").run_grid
+    failed = run_grid(["a1-n2", "a1-n50"], [0], bench.run_one, results)
     assert len(failed) == 1 and failed[0].startswith("a1-n50-seed0 failed (exit 1;")
     log = (tmp_path / "scratch" / "t" / "a1-n50-seed0" / "run.log").read_text()
     assert "more cohorts than clients" in log

@@ -17,6 +17,11 @@ from benchmark_scripts import load_benchmark
 budget = load_benchmark("coboosting_budget")
 
 
+def main(argv: list[str]) -> int:
+    """``python -m benchmarks run coboosting_budget ARGV``'s exit status."""
+    return load_benchmark("__main__").main(["run", "coboosting_budget", *argv])
+
+
 def accs(dense: list[float | None], cb: list[float | None], seeds=(0, 1)) -> dict:
     return {
         "dense": dict(zip(seeds, dense, strict=True)),
@@ -75,7 +80,7 @@ def test_the_pilot_stops_at_the_first_budget_that_clears_and_the_report_runs_see
     tmp_path, monkeypatch
 ):
     calls = standin(tmp_path, monkeypatch, lambda m, e, s: 0.15 if e == 20 else 0.25)
-    assert budget.main(["--budgets", "80", "20", "40", "--report-seeds", "100", "101"]) == 0
+    assert main(["--budgets", "80", "20", "40", "--report-seeds", "100", "101"]) == 0
     pilot = ["dense", "coboosting"]
     report = list(budget.REPORT_METHODS)
     assert calls == [
@@ -95,7 +100,7 @@ def test_the_pilot_stops_at_the_first_budget_that_clears_and_the_report_runs_see
 def test_none_clears_then_every_budget_runs_and_the_largest_is_reported(tmp_path, monkeypatch):
     # DENSE short on tuning seed 1 at every budget
     calls = standin(tmp_path, monkeypatch, lambda m, e, s: 0.19 if (m, s) == ("dense", 1) else 0.3)
-    assert budget.main(["--budgets", "40", "80", "--report-seeds", "102"]) == 0
+    assert main(["--budgets", "40", "80", "--report-seeds", "102"]) == 0
     assert [c[0] for c in calls] == [
         "coboosting-budget-pilot-e40",
         "coboosting-budget-pilot-e80",
@@ -108,7 +113,7 @@ def test_none_clears_then_every_budget_runs_and_the_largest_is_reported(tmp_path
 
 def test_with_jobs_the_report_seeds_go_to_the_table_driver_at_once(tmp_path, monkeypatch):
     calls = standin(tmp_path, monkeypatch, lambda m, e, s: 0.3)
-    assert budget.main(["--budgets", "40", "--jobs", "4"]) == 0
+    assert main(["--budgets", "40", "--jobs", "4"]) == 0
     assert [(c[0], c[1]) for c in calls] == [
         ("coboosting-budget-pilot-e40", [0, 1]),
         ("coboosting-report-e40", [100, 101, 102]),
@@ -118,9 +123,9 @@ def test_with_jobs_the_report_seeds_go_to_the_table_driver_at_once(tmp_path, mon
 def test_a_failed_table_run_or_the_time_limit_stops_the_driver(tmp_path, monkeypatch):
     standin(tmp_path, monkeypatch, lambda m, e, s: 0.3)
     monkeypatch.setattr(budget, "table_driver", lambda *a: 1)
-    assert budget.main(["--budgets", "40"]) == 1
+    assert main(["--budgets", "40"]) == 1
     calls = standin(tmp_path / "b", monkeypatch, lambda m, e, s: 0.3)
-    assert budget.main(["--budgets", "40", "--stop-after", "-1"]) == 1
+    assert main(["--budgets", "40", "--stop-after", "0"]) == 1
     assert calls == []
 
 
@@ -129,12 +134,12 @@ def test_the_time_left_goes_to_each_table_driver_call(tmp_path, monkeypatch):
     run after the limit); without it, none."""
     lefts = []
     standin(tmp_path, monkeypatch, lambda m, e, s: 0.3, lefts)
-    assert budget.main(["--budgets", "40", "--jobs", "2", "--stop-after", "500"]) == 0
+    assert main(["--budgets", "40", "--jobs", "2", "--stop-after", "500"]) == 0
     assert len(lefts) == 2 and all(400 < left <= 500 for left in lefts)
     assert lefts[1] <= lefts[0]
     lefts.clear()
     standin(tmp_path / "b", monkeypatch, lambda m, e, s: 0.3, lefts)
-    assert budget.main(["--budgets", "40"]) == 0
+    assert main(["--budgets", "40"]) == 0
     assert lefts and set(lefts) == {None}
 
 
@@ -150,6 +155,6 @@ def test_the_time_left_goes_to_each_table_driver_call(tmp_path, monkeypatch):
 )
 def test_seeds_from_the_wrong_set_and_a_budget_given_twice_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
-        budget.parse_args(argv)
+        budget.SPEC.bench(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err

@@ -56,9 +56,8 @@ def test_sweep_skips_finished_runs_and_keeps_records_in_one_archive(sweep, tmp_p
         acc = {"fedavg": 0.3, "feddf": 0.4}[method] + 0.01 * seed
         return _fake_run(root / "outputs", root, method, seed, acc)
 
-    ran = sweep.sweep(["fedavg", "feddf"], [0, 1], run_one, results, root=root)
+    assert sweep.run_grid(["fedavg", "feddf"], [0, 1], run_one, results, root=root) == []
     assert calls == [("fedavg", 0), ("feddf", 0), ("fedavg", 1), ("feddf", 1)]
-    assert ran == ["fedavg-seed0", "feddf-seed0", "fedavg-seed1", "feddf-seed1"]
     # one file in the results folder: the archive, with every run's summary and records
     assert [p.name for p in results.iterdir()] == ["runs.tar.xz"]
     archive = sweep.read_archive(results / sweep.ARCHIVE)
@@ -73,7 +72,7 @@ def test_sweep_skips_finished_runs_and_keeps_records_in_one_archive(sweep, tmp_p
 
     # a second sweep (more seeds) runs only what is missing
     calls.clear()
-    sweep.sweep(["fedavg", "feddf"], [0, 1, 2], run_one, results, root=root)
+    sweep.run_grid(["fedavg", "feddf"], [0, 1, 2], run_one, results, root=root)
     assert calls == [("fedavg", 2), ("feddf", 2)]
 
     runs = sweep.load_runs(results, ["feddf", "fedavg"])
@@ -155,7 +154,7 @@ def test_runs_written_into_the_results_folder_stay_loose(sweep, tmp_path) -> Non
     def run_one(method: str, seed: int) -> Path:
         return _fake_run(tmp_path, tmp_path, method, seed, 0.5)
 
-    sweep.sweep(["fedprox"], [0], run_one, tmp_path)
+    assert sweep.run_grid(["fedprox"], [0], run_one, tmp_path) == []
     assert not (tmp_path / sweep.ARCHIVE).exists()
     assert sweep.load_runs(tmp_path, ["fedprox"], [0])["fedprox"][0].metrics == [
         {"round": 1, "test_accuracy": 0.5}
@@ -194,9 +193,13 @@ def test_pack_moves_run_folders_into_the_archive_and_forget_drops_runs(sweep, tm
     assert sweep.Kept(tmp_path).names("separation.json") == ["fedgo-seed1"]
     sweep.forget(tmp_path, ["fedgo-seed0"])
     assert sweep.Kept(tmp_path).names() == ["fedgo-seed1"]
-    ran = sweep.sweep(
-        ["fedgo"], [0, 1], lambda m, s: _fake_run(tmp_path, tmp_path, m, s, 0.5), tmp_path
-    )
+    ran = []
+
+    def run_one(method: str, seed: int) -> Path:
+        ran.append(f"{method}-seed{seed}")
+        return _fake_run(tmp_path, tmp_path, method, seed, 0.5)
+
+    assert sweep.run_grid(["fedgo"], [0, 1], run_one, tmp_path) == []
     assert ran == ["fedgo-seed0"]
 
 

@@ -1,6 +1,6 @@
 """The Table-3 driver's table is built from the committed run records, so check its arithmetic.
 
-``benchmarks/fedgo_table3.py --table-only`` turns ``summary.json`` / ``metrics.jsonl`` of finished
+``python -m benchmarks table fedgo_table3`` turns ``summary.json`` / ``metrics.jsonl`` of finished
 runs (and the FedGO runs' ``separation.json``) into ``table.md``; these tests build such records
 by hand and check the figures the table reports. The committed results keep ``metrics.jsonl`` in
 one ``runs.tar.xz`` per results folder (``benchmarks/sweep.py``); the table must not depend on

@@ -13,7 +13,8 @@
   (:mod:`fedgo_flwr.app.sweep.seeds`);
 - each variant x seed runs as a child process into ``<out>/<variant>/seed<N>/``, several at a
   time where the CPUs allow, resumable, a failed run recorded and the others going on
-  (:mod:`fedgo_flwr.app.sweep.runner`); ``--archive`` keeps the finished runs' records in one
+  (:mod:`fedgo_flwr.app.sweep.runner`, on the child-run engine the benchmark specs use too,
+  :mod:`fedgo_flwr.app.sweep.engine`); ``--archive`` keeps the finished runs' records in one
   file that a sweep on another machine restores first (:mod:`fedgo_flwr.app.sweep.archive`);
   ``--stop-after S`` starts no run after S seconds (the runs under way finish and are kept:
   a lease or batch job that ends at a fixed time), the runs left are named in the table;

@@ -8,10 +8,11 @@ output_dir=<out>/<variant>/seed<N> resume=true`` (the ServerApp and ClientApp co
 now (:func:`fedgo_flwr.records.checkpoint.config_differences`, and more rounds than asked) is
 **stale**: it is left out of the table and named, never silently reused nor replaced (delete
 its folder to run it again); one with fewer rounds than asked is extended (``resume=true``).
-A run that fails is recorded (exit code, the log's tail) and the others go on. A symbolic link
-at a run's folder or at one of its files below ``out`` (``<out>/<variant> -> /elsewhere``) is
-refused before anything runs: the sweep never writes or reads through a link it did not make
-(:func:`fedgo_flwr.runtime.fileio.path_inside`).
+A run that fails is recorded (exit code, the log's tail) and the others go on; the runs start
+through the child-run engine that the benchmarks share too (:mod:`fedgo_flwr.app.sweep.engine`).
+A symbolic link at a run's folder or at one of its files below ``out`` (``<out>/<variant> ->
+/elsewhere``) is refused before anything runs: the sweep never writes or reads through a link it
+did not make (:func:`fedgo_flwr.runtime.fileio.path_inside`).
 
 Every variant is loaded and checked (:func:`strategies.load_experiment`,
 :func:`fedgo_flwr.app.cli.preflight`) before any run starts, so a bad key stops the sweep at once.
@@ -26,22 +27,21 @@ set ``resources.server_cpus`` to run several at once.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import yaml
 
+from fedgo_flwr.app.sweep.engine import ChildFailed, Task, run_child, run_tasks
 from fedgo_flwr.app.sweep.table import SUMMARY, run_dir
 from fedgo_flwr.app.sweep.variants import Variant
 from fedgo_flwr.runtime.fileio import path_inside
-from fedgo_flwr.runtime.progress import Progress, duration
 
-ROOT = Path(__file__).resolve().parents[3]
-"""The repository (its strategies/, clients/ and conf/): first on the children's ``PYTHONPATH``."""
+__all__ = ["InvalidVariant", "Job", "Outcome", "default_jobs", "execute", "plan"]
 
 LOG = "run.log"
 CHECKED = (LOG, SUMMARY, "config.yaml", "metrics.jsonl", "env.json")
@@ -146,33 +146,17 @@ def default_jobs(jobs: Sequence[Job]) -> int:
     return max(1, cpu_count() // widest)
 
 
-def _start(job: Job) -> tuple[subprocess.Popen, object]:
-    job.folder.mkdir(parents=True, exist_ok=True)
-    # appended to, never through a link (plan refused one; O_NOFOLLOW if one appeared since)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    log = os.fdopen(os.open(job.folder / LOG, flags, 0o666), "a")  # closed when the run ends
-    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    cmd = job.command
-    log.write(f"$ {' '.join(cmd)}\n")
-    log.flush()
-    proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": pythonpath}
-    )
-    return proc, log
-
-
-def _eta(said: Progress) -> str:
-    """``, ETA 12m40s`` for the sweep's runs left at its rate so far (none when all done)."""
-    left = (said.total or 0) - said.done
-    rate = said.rate(said.clock())
-    return f", ETA {duration(left / rate)}" if left > 0 and rate > 0 else ""
-
-
-def _tail(path: Path, chars: int = 1500) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return ""
+def _run(job: Job) -> float:
+    """One run through :func:`~fedgo_flwr.app.sweep.engine.run_child`; its wall time. A run
+    that exits 0 without a ``summary.json`` written after it started failed too."""
+    log = job.folder / LOG
+    started = time.time()
+    wall = run_child(job.command, log, label=f"{job.variant.name} seed {job.seed}")
+    summary = job.folder / SUMMARY
+    if not (summary.is_file() and summary.stat().st_mtime >= started - 1):
+        reason = "exit 0 without a new summary.json"
+        raise ChildFailed.of(f"{job.variant.name} seed {job.seed}", reason, log)
+    return wall
 
 
 def execute(
@@ -182,77 +166,30 @@ def execute(
     on_done=None,
     stop_at: float | None = None,
 ) -> list[Outcome]:
-    """Run ``jobs``, ``parallel`` at a time; return each run's outcome. A run succeeded when
-    it exited 0 and left a ``summary.json`` written after it started; ``on_done(job)`` is then
-    called (the sweep's archive keeps it). ``stop_at`` (a :func:`time.monotonic` time): no run
-    starts after it, the runs under way finish, and the others are ``unstarted`` (a lease or
-    batch job that ends at a fixed time loses no finished run; the next sweep goes on). Ctrl-C
-    stops the runs this started (each by its own process) and re-raises."""
-    pending = list(jobs)
-    running: list[tuple[Job, subprocess.Popen, object, float]] = []
-    outcomes: list[Outcome] = []
-    total = len(pending)
-
-    def under_way() -> str:
-        now = time.time()
-        return "running " + ", ".join(
-            f"{j.variant.name} seed {j.seed} ({duration(now - t)})" for j, _, _, t in running
-        )
-
-    said = Progress("sweep", total, "runs", emit=say, longest=60.0, detail=under_way)
-    try:
-        while pending or running:
-            if pending and stop_at is not None and time.monotonic() >= stop_at:
-                say(f"sweep: --stop-after reached: {len(pending)} runs not started")
-                why = "not started: --stop-after reached (run the sweep again to go on)"
-                outcomes += [Outcome(j.variant.name, j.seed, "unstarted", why) for j in pending]
-                pending = []
-            while pending and len(running) < parallel:
-                job = pending.pop(0)
-                proc, log = _start(job)
-                running.append((job, proc, log, time.time()))
-                say(f"sweep: start {job.variant.name} seed {job.seed} -> {job.folder}")
-            time.sleep(0.2)
-            said.tick()
-            for item in list(running):
-                job, proc, log, started = item
-                if proc.poll() is None:
-                    continue
-                running.remove(item)
-                log.close()
-                summary = job.folder / SUMMARY
-                fresh = summary.is_file() and summary.stat().st_mtime >= started - 1
-                seconds = time.time() - started
-                done = len(outcomes) + 1
-                said.done += 1  # counted without a line of its own: the line below says it
-                if proc.returncode == 0 and fresh:
-                    outcomes.append(Outcome(job.variant.name, job.seed, "done", f"{seconds:.0f} s"))
-                    say(
-                        f"sweep: [{done}/{total}] {job.variant.name} seed {job.seed} done "
-                        f"in {duration(seconds)}{_eta(said)}"
-                    )
-                    if on_done is not None:
-                        on_done(job)
-                else:
-                    why = f"exit {proc.returncode}"
-                    if proc.returncode == 0:
-                        why += " without a new summary.json"
-                    detail = f"{why}; log {job.folder / LOG}"
-                    outcomes.append(Outcome(job.variant.name, job.seed, "failed", detail))
-                    say(
-                        f"sweep: [{done}/{total}] {job.variant.name} seed {job.seed} FAILED "
-                        f"({detail}):\n{_tail(job.folder / LOG)}"
-                    )
-        said.close()
-    except BaseException:
-        for _, proc, _log, _ in running:
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc, log, _ in running:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            log.close()
-        raise
+    """Run ``jobs``, ``parallel`` at a time (:func:`~fedgo_flwr.app.sweep.engine.run_tasks`);
+    return each run's outcome. A run succeeded when it exited 0 and left a ``summary.json``
+    written after it started; ``on_done(job)`` is then called (the sweep's archive keeps it).
+    ``stop_at`` (a :func:`time.monotonic` time): no run starts after it, the runs under way
+    finish, and the others are ``unstarted`` (a lease or batch job that ends at a fixed time
+    loses no finished run; the next sweep goes on). Ctrl-C stops the runs this started (each
+    by its own process) and re-raises."""
+    tasks = [
+        Task(f"{j.variant.name} seed {j.seed}", partial(_run, j), folder=j.folder, payload=j)
+        for j in jobs
+    ]
+    done = None if on_done is None else (lambda result: on_done(result.task.payload))
+    results = run_tasks(
+        tasks, parallel, say=say, on_done=done, stop_at=stop_at, stopped="--stop-after reached"
+    )
+    outcomes = []
+    for r in results:
+        job = r.task.payload
+        if r.status == "done":
+            detail = f"{r.seconds:.0f} s"
+        elif r.status == "failed":
+            why = r.error.reason or r.error.headline
+            detail = f"{why}; log {job.folder / LOG}"
+        else:
+            detail = "not started: --stop-after reached (run the sweep again to go on)"
+        outcomes.append(Outcome(job.variant.name, job.seed, r.status, detail))
     return outcomes
