@@ -57,3 +57,9 @@ SPEC = Spec(
     results="outputs",
     options=options,
 )
+
+
+if __name__ == "__main__":  # the command before the specs: say what replaced it
+    raise SystemExit(
+        f"{__spec__.name} is a spec: python -m benchmarks run|table compare_strategies"
+    )

@@ -108,3 +108,7 @@ SPEC = Spec(
     options=options,
     common=lambda args: METHODS[args.method],
 )
+
+
+if __name__ == "__main__":  # the command before the specs: say what replaced it
+    raise SystemExit(f"{__spec__.name} is a spec: python -m benchmarks run|table switches")

@@ -163,3 +163,14 @@ def test_an_interrupt_stops_the_children_under_way(tmp_path) -> None:
         engine.run_tasks([quick, slow], 2, say=lambda line: None, on_done=interrupt)
     assert time.monotonic() - start < 30
     assert "time.sleep(60)" in (tmp_path / "s").read_text()
+
+
+@pytest.mark.parametrize("name", ["fedgo_table3", "cpfl_cohorts", "switches"])
+def test_a_spec_module_run_as_a_script_says_what_replaced_it(name: str) -> None:
+    """``python -m benchmarks.<spec>`` (the command before the specs) must not exit 0 having
+    done nothing: it exits with the command that runs the spec."""
+    import runpy
+
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_module(f"benchmarks.{name}", run_name="__main__")
+    assert f"python -m benchmarks run|table {name}" in str(exc.value.code)
