@@ -38,7 +38,7 @@ order of ``clients_used``) and the ensemble's test accuracy under the learned we
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from logging import WARNING
 from typing import Any
 
@@ -48,13 +48,13 @@ from flwr.supercore import log
 
 from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.config.schema import Checker
-from fedgo_flwr.datafree import BoostSettings, DataFreeDistillation, SynthesisSettings
+from fedgo_flwr.datafree import BoostSettings, DataFreeDistillation, PlainBoost, SynthesisSettings
 from fedgo_flwr.learning.task import heterogeneous_models, load_bundle
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import MAX_SHARE_FACTOR, mean_share_caps
 from strategies.oneshot import OneShot, OneShotConfig
 
-__all__ = ["CoBoosting", "CoBoostingConfig"]
+__all__ = ["CoBoosting", "CoBoostingConfig", "baseline_config"]
 
 STUDENT_INITS = ("fresh", "average")
 
@@ -81,6 +81,32 @@ class CoBoostingConfig(OneShotConfig):
         c.choice("student_init", STUDENT_INITS)
         c.require("nz", self.nz >= 1, "must be >= 1")
         c.require("ngf", self.ngf >= 1, "must be >= 1")
+
+
+def baseline_config(
+    name: str, synthesis: type[SynthesisSettings], baseline: str, module: str
+) -> type[CoBoostingConfig]:
+    """The ``Config`` of a data-free baseline of Co-Boosting's Table 1 (DENSE, F-ADI), one
+    declaration for all of them: Co-Boosting's parameters with the baseline's ``synthesis``
+    defaults (its subclass of :class:`~fedgo_flwr.datafree.SynthesisSettings`) and the boost
+    off (:class:`~fedgo_flwr.datafree.PlainBoost`: the ensemble keeps ``w_k = 1/n`` and the
+    student distils on the pool as generated).
+
+    ``name`` and ``module`` are where the class is found (the module that assigns it to
+    ``name``: the configuration page and pickles look it up there); ``baseline`` names the
+    method in its docstring."""
+    return make_dataclass(
+        name,
+        [
+            ("synthesis", synthesis, field(default_factory=synthesis)),
+            ("boost", PlainBoost, field(default_factory=PlainBoost)),
+        ],
+        bases=(CoBoostingConfig,),
+        namespace={
+            "__module__": module,
+            "__doc__": f"Co-Boosting's parameters with {baseline}'s synthesis and boost defaults.",
+        },
+    )
 
 
 class CoBoosting(OneShot):
