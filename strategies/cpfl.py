@@ -6,68 +6,27 @@ github.com/sacs-epfl/cpfl). The K clients are split into ``cohorts`` (n) disjoin
 (Sec. 3, step 1). **Stage 1:** every cohort runs its own federated training (FedAvg by default,
 ``local_algorithm`` names another averaging client algorithm) on its own model, until its own
 stopping rule fires (moving average of its clients' validation losses, patience on the minimum;
-:class:`fedgo_flwr.learning.cohorts.PlateauStopper`). All running cohorts advance together: one
-round of this strategy sends every running cohort's model to that cohort's sampled clients
-(``fraction`` of its members; the paper: all of them), so the simulation engine trains them
-concurrently; a stopped cohort sends nothing. **Stage 2:** the global server distils the cohorts'
-models (each cohort's best checkpoint, lowest smoothed validation loss; ``teacher: last`` for the
-last) into a fresh student on unlabeled public data, towards ``z~_c = sum_i p_ic z_ic`` with
-per-class label weights, L1 loss on logits, Adam (Sec. 3 eqs. 2-3, Sec. 4.1;
-:func:`fedgo_flwr.learning.cohorts.distill_l1`). ``cohorts: 1`` is FedAvg with early stopping and no
-distillation (the student is the cohort's teacher); ``cohorts: K`` is one-shot FedKD.
+:class:`fedgo_flwr.learning.cohorts.PlateauStopper`). One round of this strategy sends every
+running cohort's model to that cohort's sampled clients, so the cohorts train concurrently.
+**Stage 2:** the global server distils the cohorts' models (each cohort's best checkpoint, or
+``teacher: last``) into a fresh student on unlabeled public data (``data.server_fraction`` or
+``data.public_path``), towards ``z~_c = sum_i p_ic z_ic`` with per-class label weights, L1 loss on
+logits, Adam (Sec. 3 eqs. 2-3, Sec. 4.1; :func:`fedgo_flwr.learning.cohorts.distill_l1`).
+``cohorts: 1`` is FedAvg with early stopping; ``cohorts: K`` is one-shot FedKD.
 
-The public set is the server's unlabeled share of the training data (``data.server_fraction``)
-or, with ``data.public_path``, a folder of images (the paper: STL-10's unlabeled split for
-CIFAR-10). Label counts per cohort (step 3) are the server's count of its clients' training
-splits (the partition is derived from the config on both sides, as for n_k everywhere).
-
-**Simulated time, CPU-hours, bytes** (Sec. 4.1/4.2, App. B.4; :mod:`fedgo_flwr.learning.systems`):
-each client has a device profile (``profiles``: a CSV, or a seeded synthetic population over the
-FedScale ranges). A cohort round lasts its slowest participant's download + local training
-(``local_epochs`` x its mini-batches x its seconds per batch) + upload; a cohort's time is the
-sum of its rounds; time to convergence is the last cohort's finish (distillation excluded and
-reported as measured wall time, ``distill_time_s``); CPU-hours sum every participant's
-compute; bytes count the model both ways per participant and round, plus each cohort's model
-and label counts uploaded to the global server once. A cohort of one client trains locally
-without transfers (it is its own cohort server: "at n=200 the only traffic is uploading each
-client's model to the global server", App. B.4). Clients that fail a round still count (they
-were sent work).
-
-**Beyond the paper** (its future-work suggestion, Sec. 5): ``distill_when: q`` starts stage 2
-once a fraction q of the cohorts has converged, at simulated time T_q (the time the
-ceil(q n)-th cohort finished), every other cohort taking part with its best model as of T_q;
-``distill_at_hours: T`` distils whatever the cohorts hold at simulated time T (the paper's
-fixed-time comparison, Sec. 4.2). A cohort never starts a round that would end after the
-distillation time.
-
-**Untrusted members** (beyond the paper). A member's ``val_loss`` must be a finite number
-``>= 0`` (and be absent for a client without a validation split), else its reply is dropped
-with a warning; the round's signal is the median of the members' losses (``loss_reduce``;
-the paper's ``mean`` and ``trimmed_mean`` are options) after clipping any above
-``loss_bound`` x the cohort's median of the round (a WARNING names the member;
-:func:`fedgo_flwr.learning.cohorts.cohort_loss`), so that one member of a cohort of three or
-more can stop it early with no loss it reports (it can delay the stop: the signal is then
-the other members' median).
-
-**Failures.** A cohort whose clients all fail in a round keeps its model (the round counts as
-one without improvement); a cohort that never got a usable reply is reported and left out of
-distillation, and the run finishes with the others.
-
-Per round ``metrics.jsonl`` has, besides the usual counts, ``sim_hours`` (the furthest cohort
-clock), ``cpu_hours``, ``bytes_total``, ``cohorts_running`` and ``cohorts``: per cohort that
-trained, its clock, raw and smoothed validation loss, status and (every ``cohort_eval_every``
-rounds, n > 1) test accuracy. The top-level ``test_accuracy`` is the model's for n = 1 and the
-student's in the last round (stage 1 of n > 1 has no single model). ``summary.json`` adds
+Each client has a device profile (``profiles``), and the run reports simulated time, CPU-hours
+and bytes (Sec. 4.1/4.2, App. B.4; :mod:`fedgo_flwr.learning.systems`). Beyond the paper:
+``distill_when`` / ``distill_at_hours`` start stage 2 early (its Sec. 5 suggestion), a cohort's
+stopping signal is robust to a lying member (``loss_reduce``, ``loss_bound``), and
+``distill.weights: fedgo`` weights the teachers by FedGO's odds. A cohort without a usable reply
+keeps its model, and one that never got one is left out of stage 2. ``docs/architecture.md``
+("CPFL") has the clock, the options and the rows in full; ``summary.json`` adds
 :meth:`CPFL.report`.
 
-**Where the parts are.** A CPFL round reads in this module: :class:`CPFL` (its ``Config``, the
-hooks of :meth:`~strategies.base.Strategy.start`: ``run_row`` sends each running cohort's model,
-takes the replies and ends the cohorts' round, or runs stage 2) and the two parts it owns: the
-cohorts and their stage 1, ``self.cohorts`` (:class:`strategies._cpfl_rounds.CohortRounds`), and
-stage 2 with FedGO's odds, ``self.distillation``
-(:class:`strategies._cpfl_distill.CohortDistillation`). The pure math and bookkeeping (cohort
-split, stopping rule, :class:`~fedgo_flwr.learning.cohorts.Cohort`, deadlines, teacher weights,
-L1 distillation) are :mod:`fedgo_flwr.learning.cohorts`'.
+**Where the parts are.** A CPFL round reads in :class:`CPFL`'s hooks and the two parts it owns:
+the cohorts and their stage 1, ``self.cohorts`` (:class:`strategies._cpfl_rounds.CohortRounds`),
+and stage 2, ``self.distillation`` (:class:`strategies._cpfl_distill.CohortDistillation`); the
+math and bookkeeping are :mod:`fedgo_flwr.learning.cohorts`'.
 """
 
 from __future__ import annotations
