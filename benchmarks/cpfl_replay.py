@@ -112,10 +112,11 @@ def saved_cohorts(strategy: CPFL, saved: dict[str, Any], path: Path) -> list[Coh
     cohorts = []
     for i, counts, arrays in zip(saved["cohorts"], saved["counts"], saved["teachers"], strict=True):
         i = int(i)
-        if not 0 <= i < len(strategy.groups):
-            raise ReplayError(f"{path}: cohort {i}, but the config has {len(strategy.groups)}")
-        members = strategy.groups[i]
-        want = strategy.class_counts[members].sum(axis=0)
+        groups = strategy.cohorts.groups
+        if not 0 <= i < len(groups):
+            raise ReplayError(f"{path}: cohort {i}, but the config has {len(groups)}")
+        members = groups[i]
+        want = strategy.cohorts.class_counts[members].sum(axis=0)
         if not np.array_equal(np.asarray(counts), want):
             raise ReplayError(f"{path}: cohort {i}'s label counts are not the config's")
         teacher = {k: v.numpy() for k, v in arrays.items()}
@@ -146,9 +147,9 @@ def replay(run_dir: Path, budget: Sequence[str] = (), threads: int | None = None
         config = strategy.params.distill
         teachers = [c.arrays for c in cohorts]
         start = time.perf_counter()
-        evaluated = strategy.evaluate_teachers(teachers, cohorts, config)
-        student, distilled = strategy.distill(teachers, cohorts, config)
-        accuracy = strategy._accuracy(student)
+        evaluated = strategy.distillation.evaluate_teachers(teachers, cohorts, config)
+        student, distilled = strategy.distillation.distill(teachers, cohorts, config)
+        accuracy = strategy.distillation.accuracy(student)
     return {
         "run": run_dir.name,
         "budget": list(budget),

@@ -1,28 +1,30 @@
-"""CPFL's stage 2 on the strategy side: the cohorts' teachers distilled into one student.
+"""CPFL's stage 2, a part :class:`strategies.cpfl.CPFL` owns as ``self.distillation``.
 
 Dhasade et al., EuroMLSys 2025 (Alg. 1 lines 9-15, Sec. 3 eqs. 2-3; :mod:`strategies.cpfl`).
-:class:`CohortDistillation` is the part of :class:`strategies.cpfl.CPFL` that ends a run: at the
-distillation time (:func:`fedgo_flwr.learning.cohorts.distill_start`) each cohort that got a usable
-reply takes part with its teacher as of then (:func:`fedgo_flwr.learning.cohorts.teacher_at`); the
-teachers and their ensemble are evaluated, and a fresh student learns the ensemble's outputs on the
-unlabeled public set with the L1 loss (:func:`fedgo_flwr.learning.cohorts.distill_l1`). The ensemble
-weights a teacher per class by its cohort's label counts, or, with ``distill.weights: fedgo``
-(beyond the paper), per sample by FedGO's odds (Jeong et al., ICML 2025): a cohort's weight
-is the sum of its members' (:func:`fedgo_flwr.learning.cohorts.cohort_odds_weights`), from
-discriminators trained once before round 1 (:meth:`~CohortDistillation.setup`).
+:class:`CohortDistillation` ends a run (:meth:`~CohortDistillation.run`): at the distillation time
+(:func:`fedgo_flwr.learning.cohorts.distill_start`) each cohort that got a usable reply takes part
+with its teacher as of then (:func:`fedgo_flwr.learning.cohorts.teacher_at`); the teachers and
+their ensemble are evaluated, and a fresh student learns the ensemble's outputs on the unlabeled
+public set with the L1 loss (:func:`fedgo_flwr.learning.cohorts.distill_l1`). The ensemble weights
+a teacher per class by its cohort's label counts, or, with ``distill.weights: fedgo`` (beyond the
+paper), per sample by FedGO's odds (Jeong et al., ICML 2025): a cohort's weight is the sum of its
+members' (:func:`fedgo_flwr.learning.cohorts.cohort_odds_weights`), from the discriminators
+FedGO's pre-FL stage trained before round 1 (CPFL's ``setup`` hands them over). It also
+evaluates models on the test split (:meth:`~CohortDistillation.accuracy`: the cohorts' in stage 1).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
 import torch
-from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.data import ArrayDataset, stratified_subset
 from fedgo_flwr.gan import discriminator_logits, screen_discriminators
 from fedgo_flwr.learning.cohorts import (
@@ -32,7 +34,6 @@ from fedgo_flwr.learning.cohorts import (
     combine_per_sample,
     combine_teachers,
     distill_l1,
-    distill_start,
     live_cohorts,
     public_subset,
     teacher_at,
@@ -40,45 +41,75 @@ from fedgo_flwr.learning.cohorts import (
     teacher_weights,
 )
 from fedgo_flwr.learning.training import predict_logits
-from fedgo_flwr.runtime.fileio import strict_json
 from fedgo_flwr.runtime.messages import to_record
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import WeightingInputs, cap_mean_shares_named, compute_weights
-from strategies._prefl import DiscriminatorStage, discriminator_stats
+from strategies._cpfl_rounds import CohortRounds
+from strategies._prefl import discriminator_stats
 
 TEACHERS_FILE = "cpfl_teachers.pt"
 """Where a run keeps the teachers stage 2 distilled (:meth:`CohortDistillation.keep_teachers`)."""
 
 
 class CohortDistillation:
-    """Stage 2 of :class:`strategies.cpfl.CPFL` (a mixin), with FedGO's odds as the ensemble's
-    weights (``distill.weights: fedgo``): the clients' ``discriminators``; ``final`` holds
-    stage 2's report."""
+    """Stage 2 of CPFL, with FedGO's odds as the ensemble's weights (``distill.weights:
+    fedgo``).
 
-    def setup(self, grid: Grid) -> None:
-        """With ``distill.weights: fedgo``, FedGO's pre-FL stage before round 1: a generator
-        (trained on the public set, or loaded) and every client's discriminator, trained once
-        (:class:`strategies._prefl.DiscriminatorStage`); ``prefl.json`` reports it."""
-        if self.params.distill.weights != "fedgo" or len(self.groups) == 1:
-            return  # one cohort is not distilled
-        self.prefl = DiscriminatorStage(
-            self.cfg,
-            self.resources,
-            self.outbox,
-            run_token=self.run_token,
-            data=self.public_set,  # the generator learns it: FedGO's odds compare clients to it
-            needs_generator=self.params.discriminator.uses_generator,
-            resuming=self.resuming,
-            aggregation=self.aggregation,
-            stage_times=self.stage_times,
-        )
-        generator, disc_path, report = self.prefl.obtain_generator(grid)
-        self.discriminators, disc_report = self.prefl.discriminators(grid, generator, disc_path)
-        report.update(disc_report)
-        name = "prefl-resume.json" if self.resuming else "prefl.json"
-        text = strict_json(report, name=name, indent=2, default=float)
-        (self.resources.out_dir / name).write_text(text)
+    ``cfg``: the experiment; ``params``: CPFL's ``Config``; ``resources``: the server's data,
+    device and run folder; ``model_factory()``: a fresh model with the common initial weights;
+    ``public()``: the unlabeled public set; ``upload_bound``: ``strategy.aggregation``'s (the
+    discriminators' screen); ``client_sizes``: each client's training-split size (n_k of
+    FedGO's weights); ``discriminators``: client -> its discriminator (empty unless
+    ``distill.weights: fedgo``).
+    """
 
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        params: Any,
+        resources: Any,
+        *,
+        model_factory: Callable[[], torch.nn.Module],
+        public: Callable[[], ArrayDataset],
+        upload_bound: float | None,
+        client_sizes: list[int],
+        discriminators: dict[int, torch.nn.Module],
+    ) -> None:
+        self.cfg, self.params, self.resources = cfg, params, resources
+        self.model_factory = model_factory
+        self.public = public
+        self.upload_bound = upload_bound
+        self.client_sizes = client_sizes
+        self.discriminators = discriminators
+        self.disc_report: dict[str, Any] = {}  # the discriminators' logits on the last data
+
+    # -- evaluation on the test split ------------------------------------------------------
+    def test_logits(
+        self, arrays: dict[str, np.ndarray], data: ArrayDataset | None = None
+    ) -> torch.Tensor:
+        """The logits of the model ``arrays`` on ``data`` (the test split if ``None``)."""
+        model = self.model_factory()
+        model.load_state_dict(to_record(arrays).to_torch_state_dict())
+        data = self.resources.bundle.test if data is None else data
+        return predict_logits(model, data, self.cfg.eval.batch_size, self.resources.device)
+
+    def accuracy(self, arrays: dict[str, np.ndarray]) -> float:
+        """The test accuracy of the model ``arrays`` (on the whole test split)."""
+        logits = self.test_logits(arrays)
+        labels = torch.as_tensor(self.resources.bundle.test.y)
+        return float((logits.argmax(1) == labels).float().mean())
+
+    def teacher_test_set(self) -> ArrayDataset:
+        """Where the teachers and their ensemble are evaluated: the test split, or a
+        stratified ``teacher_test_size`` of it (200 teachers x 10,000 images is most of
+        stage 2 on a CPU; the student is always evaluated on the whole split)."""
+        test = self.resources.bundle.test
+        size = self.params.teacher_test_size
+        if size is None or size >= len(test):
+            return test
+        return test.subset(stratified_subset(test.y, size))
+
+    # -- the ensemble's weights ------------------------------------------------------------
     def odds_weights(self, included: list[Cohort], data: ArrayDataset, where: str) -> torch.Tensor:
         """``(n, N)`` FedGO weights of the included cohorts on ``data`` (named ``where`` in
         WARNINGs; :func:`fedgo_flwr.learning.cohorts.cohort_odds_weights`). A client without a
@@ -97,9 +128,7 @@ class CohortDistillation:
             device=self.resources.device,
         )[members, 0]
         present = [i for i, k in enumerate(members) if k in self.discriminators]
-        screen_discriminators(
-            logits, members, present, self.aggregation.upload_bound, "CPFL", where
-        )
+        screen_discriminators(logits, members, present, self.upload_bound, "CPFL", where)
         inputs = WeightingInputs(
             logits=torch.zeros(len(members), len(data), 1),
             num_examples=torch.tensor([float(self.client_sizes[k]) for k in members]),
@@ -111,34 +140,15 @@ class CohortDistillation:
         position = {k: i for i, k in enumerate(members)}
         return cohort_odds_weights(weights, [[position[k] for k in c.members] for c in included])
 
-    def teacher_test_set(self) -> ArrayDataset:
-        """Where the teachers and their ensemble are evaluated: the test split, or a
-        stratified ``teacher_test_size`` of it (200 teachers x 10,000 images is most of
-        stage 2 on a CPU; the student is always evaluated on the whole split)."""
-        test = self.resources.bundle.test
-        size = self.params.teacher_test_size
-        if size is None or size >= len(test):
-            return test
-        return test.subset(stratified_subset(test.y, size))
-
-    def distill_time(self) -> float:
-        """The simulated time stage 2 starts: the deadline if one applied, else the last
-        cohort's finish."""
-        return distill_start(self.cohorts, self.deadline())
-
-    def teacher_of(self, c: Cohort, at: float) -> dict[str, np.ndarray]:
-        """Cohort ``c``'s teacher at simulated time ``at``."""
-        return teacher_at(c, at, self.params.distill_when, self.params.teacher)
-
-    def public_set(self) -> ArrayDataset:
-        """The unlabeled public data: ``data.public_path`` if set, else the server's share."""
-        return self.server_unlabeled()
-
-    def stage_two(self, server_round: int) -> dict[str, np.ndarray]:
-        """Distil the cohorts' teachers into a fresh student (Alg. 1 lines 9-15)."""
-        p = self.params  # CPFLConfig
-        at = self.distill_time()
-        live = live_cohorts(self.cohorts)
+    # -- stage 2 ---------------------------------------------------------------------------
+    def run(self, cohorts: CohortRounds) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Distil the teachers of ``cohorts`` into a fresh student (Alg. 1 lines 9-15): the
+        student's arrays and stage 2's report (``summary.json``). One cohort is not distilled
+        (FedAvg with early stopping: its teacher is the result); with no cohort trained the
+        result is the initial model."""
+        p = self.params
+        at = cohorts.distill_time()
+        live = live_cohorts(cohorts.all)
         included = [c for c in live if c.updates > 0]
         for c in live:
             if c.updates == 0:
@@ -149,37 +159,35 @@ class CohortDistillation:
                     c.index,
                     c.members,
                 )
-        teachers = [self.teacher_of(c, at) for c in included]
+        teachers = [teacher_at(c, at, p.distill_when, p.teacher) for c in included]
         t0 = time.perf_counter()
-        self.finished = True
         report: dict[str, Any] = {
             "distill_at_h": at / 3600.0,
             "cohorts_distilled": [c.index for c in included],
-            "cohorts_left_out": [c.index for c in self.cohorts if c not in included],
+            "cohorts_left_out": [c.index for c in cohorts.all if c not in included],
         }
         if not included:
             log(WARNING, "CPFL: no cohort has a trained model; the result is the initial model")
-            student = self.model_arrays()
-            self.final = {**report, "distill_time_s": 0.0}
-            return student
+            return self.initial_arrays(), {**report, "distill_time_s": 0.0}
         report.update(self.evaluate_teachers(teachers, included, p.distill))
-        if len(self.cohorts) == 1:  # FedAvg with early stopping: no distillation
-            self.final = {**report, "distill_time_s": 0.0}
-            return teachers[0]
+        if len(cohorts.all) == 1:  # FedAvg with early stopping: no distillation
+            return teachers[0], {**report, "distill_time_s": 0.0}
         # Each cohort's model and label counts go to the global server once (step 3).
-        self.upload_clock.add_bytes(up=len(included) * (self.model_bytes + 8 * self.num_classes))
+        cohorts.upload_clock.add_bytes(
+            up=len(included) * (cohorts.model_bytes + 8 * cohorts.num_classes)
+        )
         self.keep_teachers(included, teachers, at)
         student, distilled = self.distill(teachers, included, p.distill)
-        self.final = {**report, **distilled, "distill_time_s": time.perf_counter() - t0}
+        final = {**report, **distilled, "distill_time_s": time.perf_counter() - t0}
         log(
             INFO,
             "CPFL: distilled %d teachers on %d public samples in %.1fs (L1 %.4f)",
             len(teachers),
             distilled["public_size"],
-            self.final["distill_time_s"],
+            final["distill_time_s"],
             distilled["distill_loss"],
         )
-        return student
+        return student, final
 
     def evaluate_teachers(
         self,
@@ -191,7 +199,7 @@ class CohortDistillation:
         distillation target is, ``config.outputs`` and ``config.weights``) on
         :meth:`teacher_test_set`."""
         test = self.teacher_test_set()
-        test_logits = torch.stack([self._test_logits(t, test) for t in teachers])
+        test_logits = torch.stack([self.test_logits(t, test) for t in teachers])
         labels = torch.as_tensor(test.y)
         teacher_accs = [float((lg.argmax(1) == labels).float().mean()) for lg in test_logits]
         outputs = teacher_outputs(test_logits, config.outputs)
@@ -231,7 +239,7 @@ class CohortDistillation:
         """A fresh student distilled from ``teachers`` (those of the ``included`` cohorts) on
         the public set (or ``config.public_size`` of it, :func:`public_subset`) with
         ``config``'s budget; its arrays and the report's distillation keys."""
-        public = self.public_set()
+        public = self.public()
         subset = public_subset(len(public), config.public_size, self.cfg.seed)
         if subset is not None:
             public = public.subset(subset)
@@ -269,5 +277,6 @@ class CohortDistillation:
         )
         return {k: v.detach().numpy() for k, v in student.state_dict().items()}, report
 
-    def model_arrays(self) -> dict[str, np.ndarray]:
+    def initial_arrays(self) -> dict[str, np.ndarray]:
+        """The initial model's arrays (a fresh copy of the common initial weights)."""
         return {k: v.detach().numpy() for k, v in self.model_factory().state_dict().items()}

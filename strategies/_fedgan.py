@@ -12,32 +12,19 @@ discriminator trained for 3 epochs per round", with WGAN-GP's architecture and t
 distillation set (D2) as a G1 or G2 generator would; a client's FedGAN critic is not its FedGO
 discriminator.
 
-Choices where the papers are silent (kept simple, and said here):
-
-- an "epoch" is one pass of the critic over the client's data
-  (:func:`fedgo_flwr.gan.fedgan_generator_steps`);
-- FedGAN's synchronisation interval is one round: the pair is averaged after every round;
-- every client takes part in every round (as FedGO's overhead analysis assumes, App. G), and
-  each starts its Adam states afresh (FedGAN averages the networks only);
-- a client whose reply is unusable (refused by the intake, :class:`fedgo_flwr.protocol.
-  RoundIntake`: an error, missing or undeclared records, arrays unlike the pair's or not
-  finite, a ``num-examples`` other than the server's count) is left out of that round's average
-  with a warning naming it; a round without any usable reply keeps the previous pair;
-- the average is weighted by the server's own count of each client's data, never the client's
-  claim (one claim of 1e300 examples would make the pair the claimant's).
-- each of the two averages follows ``strategy.aggregation``
-  (:class:`fedgo_flwr.learning.aggregation.BoundedAverage`): a client whose update of the generator
-  or the critic (against the pair the server sent) is longer than ``upload_bound`` times the round's
-  median is scaled down to it with a warning naming it, and ``rule: median`` / ``trimmed_mean``
-  replace the mean.
+Where the papers are silent: an "epoch" is one pass of the critic over the client's data, the
+pair is averaged after every round, every client takes part in every round with fresh Adam
+states. A client whose reply the intake refuses is left out of that round's average with a
+warning naming it (a round without any usable reply keeps the previous pair); the average is
+weighted by the server's own count of each client's data and follows ``strategy.aggregation``
+(:class:`fedgo_flwr.learning.aggregation.BoundedAverage`). ``docs/architecture.md`` ("FedGAN")
+lists each choice.
 
 Each round's pair is saved (``fedgan.pt`` in the run folder), so a resumed run goes on from the
 last finished round; the messages are ``train.fedgan``, answered by ``clients/fedgo.py``. A saved
-pair is checked before it is used (:func:`read_fedgan_checkpoint`): the generator's and the
-critic's arrays must have the keys, shapes and dtypes of the configured pair and finite values,
-and its round must be one of ``federated_rounds``; otherwise the run stops with one
-:class:`~fedgo_flwr.records.checkpoint.CheckpointError` naming the file (a file of another
-configuration is not the run's: it is started over, with a WARNING).
+pair is checked before it is used (:func:`read_fedgan_checkpoint`); a bad one stops the run with
+one :class:`~fedgo_flwr.records.checkpoint.CheckpointError` naming the file, and a file of another
+configuration is started over, with a WARNING.
 """
 
 from __future__ import annotations

@@ -1,83 +1,32 @@
 """The base of every fedgo-flwr strategy: the round loop, reply checks and the server's resources.
 
-:class:`Strategy` subclasses Flower's abstract ``flwr.serverapp.strategy.Strategy`` (not its
-``FedAvg``: nothing of FedAvg's sampling, message building or aggregation is used) and adds:
+:class:`Strategy` subclasses Flower's abstract ``flwr.serverapp.strategy.Strategy`` (nothing of
+Flower's ``FedAvg`` is used) and adds seeded client sampling over partition ids
+(:func:`fedgo_flwr.learning.task.sample_clients`: every strategy trains the same clients in the
+same round), messages that carry the experiment and the client algorithm's parameters
+(:mod:`fedgo_flwr.runtime.messages`), replies folded in one at a time as they arrive
+(:meth:`Strategy.absorb`: the server's memory does not grow with the number of clients),
+centralised evaluation and a resumable round loop (:meth:`Strategy.start`).
 
-- Seeded client sampling over partition ids (:func:`fedgo_flwr.learning.task.sample_clients`), so
-  every strategy trains the same clients in the same round and a run is repeatable.
-- Training messages that carry the core experiment, the client algorithm's name and its own
-  parameters (:mod:`fedgo_flwr.runtime.messages`).
-- Replies folded in one at a time as they arrive
-  (:func:`fedgo_flwr.runtime.messages.stream_replies`): each accepted reply goes to
-  :meth:`Strategy.absorb` and its arrays are let go, so the server's memory does not grow with the
-  number of clients.
-- Every reply checked by the round's intake (:class:`fedgo_flwr.protocol.RoundIntake`) before
-  any strategy code sees it, against the client algorithm's declared reply
-  (:func:`fedgo_flwr.protocol.declaration`, :meth:`Strategy.reply_spec`) and the server's
-  templates of its array records (:meth:`Strategy.reply_templates`): error replies, group ids
-  that are not a sampled partition of the replying node in ASCII digits, second replies for a
-  client, missing or undeclared records and metrics, arrays whose keys, shapes or dtypes differ
-  from the template (the replying client's architecture's: the global model's, unless
-  ``model.client_models`` gives it another) or that hold non-finite values, metrics that are
-  not finite numbers of their declared kind and bounds, and a ``num-examples`` other than the
-  server's own count of the client's partition. A bad reply is logged with its partition and
-  node id and the reason and dropped, and the round goes on if at least ``min_clients``
-  replied; ``clients_failed`` counts each sampled client without an accepted reply once.
-  Nothing a client sends can raise out of the checks; :meth:`Strategy.absorb` may still drop a
-  reply by raising :class:`ReplyRejected` (FedDF: teacher logits that are not finite or too
-  large). A model whose update is ``strategy.aggregation.update_bound`` times longer than the
-  model the client was sent (:meth:`Strategy.sent_arrays`) is dropped too.
-- Centralised evaluation (server side); no federated evaluation round.
-- A resumable round loop (:meth:`Strategy.start`) that records nothing once a stop was asked for.
+Every reply is checked by the round's intake (:class:`fedgo_flwr.protocol.RoundIntake`) against
+the client algorithm's declared reply (:meth:`Strategy.reply_spec`) and the server's templates of
+its arrays (:meth:`Strategy.reply_templates`) before any strategy code sees it; a bad reply is
+logged naming the client and dropped, and the round goes on if at least ``min_clients`` replied.
+Nothing a client sends can raise out of the checks. **n_k is the server's count** of the
+client's partition, never the client's claim (a strategy built without
+:class:`ServerResources`, in unit tests, takes the claim: a whole number in ``[1, 2**53]``).
 
-**Clients of other architectures** (``model.client_models``; one-shot FL's model market,
-Co-Boosting, Dai et al., ICLR 2024): only a strategy that sets
-:attr:`Strategy.supports_heterogeneous_models` accepts them; every other strategy averages
-parameters and refuses such a configuration (:meth:`Strategy.check_config`). Each sampled
-client is sent the arrays of its own architecture (:meth:`Strategy.arrays_for`) and its reply
-is checked against that architecture (:meth:`Strategy.reference_arrays`). With
-``model.client_models`` empty nothing of this costs anything per round.
+The default aggregation is FedAvg's n_k-weighted average (McMahan et al., AISTATS 2017, Alg. 1),
+under ``strategy.aggregation`` (median, trimmed mean, update clipping) for every ``Config`` that
+extends :class:`BaseConfig`. Clients of other architectures (``model.client_models``) are
+accepted only by a strategy that sets :attr:`Strategy.supports_heterogeneous_models`.
 
-**n_k is the server's count.** Every n_k-weighted step (FedAvg's average, SCAFFOLD's buffers,
-FedDF's and FedGO's data-size weights) uses the size of the client's partition as the server
-computed it (:attr:`Partition.client_sizes <fedgo_flwr.data.partition.Partition.client_sizes>`),
-never the client's claim: a reply claiming another size is dropped, so one client cannot take
-over the average by claiming 1e300 examples. A strategy built without :class:`ServerResources`
-(unit tests) has no partition and uses the claim, which must be a whole number in
-``[1, 2**53]``.
-
-The default aggregation is FedAvg's n_k-weighted average (McMahan et al., AISTATS 2017, Alg. 1).
-Every strategy whose ``Config`` extends :class:`BaseConfig` also takes the shared section
-``strategy.aggregation`` (:class:`fedgo_flwr.learning.aggregation.AggregationConfig`): the
-coordinate-wise median or trimmed mean instead of the mean, and clipping of each client's update;
-the base applies it in :meth:`~Strategy.begin_round` / :meth:`~Strategy.absorb` /
-:meth:`~Strategy.averaged`, so FedAvg, FedProx and FedDF/FedGO's average initialisation get it
-as they are (SCAFFOLD applies it to its model update).
-
-**How it reads.** :meth:`Strategy.start` is the whole run, top to bottom, as Flower's own
-``Strategy.start``: per row, sample and send (:meth:`~Strategy.configure_train`), take the replies
-as they come and aggregate (:meth:`~Strategy.aggregate_train`), undo the row if its model was
-broken, evaluate and record, checkpoint. The jobs it delegates are objects the strategy owns,
-built in ``__init__`` from what they need, each in a private module of this package (private:
-:func:`strategies.available` does not take them for strategies):
-
-- ``self.outbox`` (:class:`strategies._sending.Outbox`): sampling, the messages and their reply
-  tokens;
-- ``self.intake`` (:class:`strategies._replies.ReplyIntake`): the round's reply checks and the
-  one loop over its replies (``Reply``, ``ReplyRejected``, ``client_metrics``);
-- ``self.averager`` (:class:`strategies._aggregation.RobustAveraging`): robust averaging;
-- ``self.architectures`` (:class:`strategies._architectures.ClientArchitectures`): client
-  architectures other than the global model's;
-- ``self.rollback`` (:class:`strategies._rounds.Rollback`, per run): the last good model.
-
-What a strategy varies are the hook methods below, each with its docstring: the rows
-(:meth:`~Strategy.plan`, :meth:`~Strategy.begin_run`, :meth:`~Strategy.rows`,
-:meth:`~Strategy.row_title`, :meth:`~Strategy.run_row`), what is sent
-(:meth:`~Strategy.train_record`, :meth:`~Strategy.arrays_for`), what a reply must be
-(:meth:`~Strategy.reply_spec`, :meth:`~Strategy.reply_templates`, :meth:`~Strategy.check_reply`,
-:meth:`~Strategy.sent_arrays`), how replies become the next model (:meth:`~Strategy.begin_round`,
-:meth:`~Strategy.absorb`, :meth:`~Strategy.aggregate`), the work before round 1
-(:meth:`~Strategy.setup`) and the checkpoint (:meth:`~Strategy.state_dict` and its kin).
+**How it reads.** :meth:`Strategy.start` is the whole run, as Flower's own: per row, sample and
+send, take the replies and aggregate, undo a broken row, evaluate and record, checkpoint. The jobs
+it delegates are parts the strategy owns (``self.outbox``, ``self.intake``, ``self.averager``,
+``self.architectures``, ``self.rollback``), each in a private module of this package; what a
+strategy varies are the hook methods below, each with its docstring. ``docs/architecture.md``
+("The base strategy") lists the checks, the parts and the hooks in full.
 """
 
 from __future__ import annotations

@@ -10,35 +10,24 @@ Data and Ensemble Co-Boosting", ICLR 2024 (paper 004), Alg. 1. After the one rou
 3. the ensemble weights take one signed-gradient step per pool batch (eqs. 11-12;
    ``boost.reweight``, ``boost.mu``, ``boost.order``), and then no client's share
    ``w_k / sum_i w_i`` exceeds ``max(2/n, 3 n_k / sum n)``
-   (:func:`~fedgo_flwr.weighting.cap_scalar_shares`, a WARNING naming the client);
+   (:func:`~fedgo_flwr.weighting.cap_scalar_shares`, a WARNING naming the client; not in the
+   paper, whose ``Normalize`` alone lets the steps hand one client the whole ensemble);
 4. the student distils the weighted ensemble on the diversified pool (eqs. 4 and 10;
    ``boost.diversify``, ``boost.epsilon``, ``boost.variant``).
 
-The share cap is not in the paper: eq. 12's ``Normalize`` bounds each ``w_k`` to ``[0, 1]``
-and no more, so steps that keep favouring one client can drive every other weight to 0 and
-hand it the whole ensemble (share 1), whatever its data share. The cap is FedGO's mean-share
-cap (:data:`~fedgo_flwr.weighting.MAX_SHARE_FACTOR`) on the scalar weights: only a weight above
-its cap is lowered, to the value where its share equals the cap, so weights within it take
-the paper's steps unchanged.
-
-The math is :mod:`fedgo_flwr.datafree`, whose docstring lists where the paper and the authors'
-code differ and which is the default. The three switches of the paper's ablation (Table 7)
-are ``synthesis.hardness: 0`` (no hard-sample loss, GHS), ``boost.diversify: false`` (DHS) and
-``boost.reweight: false`` (EE). The student starts fresh (the server model's seeded
-initialisation, ``student_init: fresh``, the paper) or from the clients' parameter average
-(``average``, one architecture only). Client models may have their own architectures
-(``model.client_models``); the student is ``model.name``.
-
-Per epoch it records ``pool_size``, ``synthesis_loss`` (and its terms), ``synthesis_time``,
-``weight_time``, ``distill_loss``, ``distill_time``, the weights (``ensemble_weights``, in the
-order of ``clients_used``) and the ensemble's test accuracy under the learned weights
-(``ensemble_accuracy_learned``) beside uniform and data-size weights; ``summary.json`` adds
-``ensemble_accuracy_learned`` and ``ensemble_weights``.
+The math is :mod:`fedgo_flwr.datafree`. The three switches of the paper's ablation (Table 7) are
+``synthesis.hardness: 0`` (GHS), ``boost.diversify: false`` (DHS) and ``boost.reweight: false``
+(EE). The student starts fresh (``student_init: fresh``, the paper) or from the clients'
+parameter average (``average``, one architecture only); client models may have their own
+architectures (``model.client_models``). DENSE and F-ADI are this loop with other defaults
+(:func:`baseline_config`). Per epoch it records the pool's size, the synthesis, weight and
+distillation losses and times, the weights and the ensemble's test accuracy under them;
+``docs/architecture.md`` ("Co-Boosting") has the share cap's reasoning and the rows in full.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from logging import WARNING
 from typing import Any
 
@@ -48,13 +37,13 @@ from flwr.supercore import log
 
 from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.config.schema import Checker
-from fedgo_flwr.datafree import BoostSettings, DataFreeDistillation, SynthesisSettings
+from fedgo_flwr.datafree import BoostSettings, DataFreeDistillation, PlainBoost, SynthesisSettings
 from fedgo_flwr.learning.task import heterogeneous_models, load_bundle
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import MAX_SHARE_FACTOR, mean_share_caps
 from strategies.oneshot import OneShot, OneShotConfig
 
-__all__ = ["CoBoosting", "CoBoostingConfig"]
+__all__ = ["CoBoosting", "CoBoostingConfig", "baseline_config"]
 
 STUDENT_INITS = ("fresh", "average")
 
@@ -80,6 +69,32 @@ class CoBoostingConfig(OneShotConfig):
         c.choice("student_init", STUDENT_INITS)
         c.require("nz", self.nz >= 1, "must be >= 1")
         c.require("ngf", self.ngf >= 1, "must be >= 1")
+
+
+def baseline_config(
+    name: str, synthesis: type[SynthesisSettings], baseline: str, module: str
+) -> type[CoBoostingConfig]:
+    """The ``Config`` of a data-free baseline of Co-Boosting's Table 1 (DENSE, F-ADI), one
+    declaration for all of them: Co-Boosting's parameters with the baseline's ``synthesis``
+    defaults (its subclass of :class:`~fedgo_flwr.datafree.SynthesisSettings`) and the boost
+    off (:class:`~fedgo_flwr.datafree.PlainBoost`: the ensemble keeps ``w_k = 1/n`` and the
+    student distils on the pool as generated).
+
+    ``name`` and ``module`` are where the class is found (the module that assigns it to
+    ``name``: the configuration page and pickles look it up there); ``baseline`` names the
+    method in its docstring."""
+    return make_dataclass(
+        name,
+        [
+            ("synthesis", synthesis, field(default_factory=synthesis)),
+            ("boost", PlainBoost, field(default_factory=PlainBoost)),
+        ],
+        bases=(CoBoostingConfig,),
+        namespace={
+            "__module__": module,
+            "__doc__": f"Co-Boosting's parameters with {baseline}'s synthesis and boost defaults.",
+        },
+    )
 
 
 class CoBoosting(OneShot):

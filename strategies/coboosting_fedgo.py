@@ -25,11 +25,8 @@ over a batch exceeds ``max(2/n, 3 n_k / sum n)``
 (:func:`~fedgo_flwr.weighting.cap_mean_shares`; it cannot bind on the double sigmoid's odds).
 
 ``disc_mode``: the odds from a discriminator logit ``z``, FedGO's App. E.2 double sigmoid
-``exp(sigmoid(z))`` by default or its Def. 3.5 odds ``exp(z)`` (``sigmoid``). Against an
-untrained G every discriminator calls real images real with near certainty, and the double
-sigmoid's odds, bounded in ``(1, e)``, then leave the weights near uniform, where the exact
-odds keep the clients' differences (``benchmarks/studies/coboosting.md``, "Why Co-Boosting +
-FedGO's odds rows equal uniform").
+``exp(sigmoid(z))`` by default or its Def. 3.5 odds ``exp(z)`` (``sigmoid``); which to take
+against an untrained G: ``docs/architecture.md`` ("Co-Boosting with FedGO's odds").
 """
 
 from __future__ import annotations

@@ -7,39 +7,19 @@ Wang et al., "DaFKD: Domain-aware Federated Knowledge Distillation", CVPR 2023. 
 2. each sampled client trains its classifier, its own discriminator head on the classifier's
    features and G together (``clients/dafkd.py``) and returns the model, G_k and its head;
 3. the server averages models and generators by n_k, evaluates each client's discriminator
-   D_k = sigmoid(d_k(h_k(x))) on X_t from the uploaded model and head (what the client would
-   compute; the code uploads the values instead), and distils the averaged model on X_t towards
-   the ensemble weighted by the domain-aware weights w_k(x) = D_k(x) / sum_i D_i(x) (FedGO Sec.
-   2; :func:`fedgo_flwr.weighting` ``domain``), once every head of the round is in: each head is
-   bounded by ``strategy.aggregation.upload_bound`` (its norm) and screened (its logit scale,
-   as FedGO's discriminators) before any weight is computed, and no client's domain weight
-   averaged over X_t exceeds ``max(2/K, 3 n_k / sum n)``.
+   D_k = sigmoid(d_k(h_k(x))) on X_t from the uploaded model and head, and distils the averaged
+   model on X_t towards the ensemble weighted by the domain-aware weights
+   w_k(x) = D_k(x) / sum_i D_i(x) (FedGO Sec. 2; :func:`fedgo_flwr.weighting` ``domain``), once
+   every head of the round is in and has been bounded and screened.
 
 It is :class:`strategies.feddf.FedDF` with the per-round generated distillation set, the
 generator's average and the discriminators read on the teacher pass; every FedDF parameter
-applies (distillation protocol, diagnostics when the labels are known, ensemble evaluation).
-Each round records ``disc_prob_mean`` and ``disc_prob_spread`` (the mean over the distillation
-set of the clients' D_k(x) and of their spread across clients: 0 means uniform weights) and the
-clients' ``gan_d_loss`` / ``gan_g_loss``.
-
-``distill_data: server`` distils on the server's unlabeled share instead (FedGO scenario D1,
-which is how FedGO's Fig. 2 "domain-aware" curve compares weightings; that variant, DaFKD's
-weights in FedGO's pipeline, is also ``strategy.name=fedgo strategy.weighting=domain``).
-
-From the authors' code (``haozhaowang/DaFKD2023``): no distillation in the first round
-(``distill_from_round``: 2); the distillation set is drawn before the round's training with the
-previous round's generator. Deviations, each named in ``docs/design/peers.md`` §3.2: the
-generator is n_k-averaged every round (the code averages it, but after round 0 keeps the
-generator of the round's last client: its distillation returns the shared trainer's
-``model_g``); every client has its own head (the code's is one shared object), trained by an
-Adam at ``train.lr`` (the code: one Adam at the generator's 1e-4 for the whole model); the
-discriminators, the teachers and the generator when it draws the distillation set run in
-``eval()`` mode (the code's stay in train mode and so use and update batch statistics); the student
-gets its BatchNorm running statistics back after it distils on generated images
-(``distill.bn_stats: auto``, i.e. ``batch``; the code's train mode is ``update``: measured at
-CPU scale, it left the server model at chance); failures are not silently swallowed. FedGO
-gives no DaFKD settings; the code's script: 20 clients, 40% sampled, Adam 1e-4, ``ed_epoch``
-40 batches of 32 (``distill_size`` 1280), temperature 20.
+applies. Each round records ``disc_prob_mean``, ``disc_prob_spread`` and the clients'
+``gan_d_loss`` / ``gan_g_loss``. ``distill_data: server`` distils on the server's unlabeled share
+instead (FedGO scenario D1). From the authors' code (``haozhaowang/DaFKD2023``): no distillation
+in the first round (``distill_from_round``: 2), the distillation set drawn with the previous
+round's generator. Its deviations from that code and the code's settings:
+``docs/design/peers.md`` §3.2 and §8.
 """
 
 from __future__ import annotations

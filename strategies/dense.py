@@ -13,10 +13,10 @@ it needs client models with batch norm).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from fedgo_flwr.datafree import PlainBoost, SynthesisSettings
-from strategies.coboosting import CoBoosting, CoBoostingConfig
+from fedgo_flwr.datafree import SynthesisSettings
+from strategies.coboosting import CoBoosting, baseline_config
 
 __all__ = ["DENSE", "DENSEConfig"]
 
@@ -30,12 +30,7 @@ class DENSESynthesis(SynthesisSettings):
     adv_temperature: float = 3.0
 
 
-@dataclass
-class DENSEConfig(CoBoostingConfig):
-    """Co-Boosting's parameters with DENSE's synthesis and boost defaults."""
-
-    synthesis: DENSESynthesis = field(default_factory=DENSESynthesis)
-    boost: PlainBoost = field(default_factory=PlainBoost)
+DENSEConfig = baseline_config("DENSEConfig", DENSESynthesis, "DENSE", __name__)
 
 
 class DENSE(CoBoosting):

@@ -18,16 +18,16 @@ normalised ``[-1, 1]`` inputs here; the papers tune them per data set.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import nn
 
 from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.config.schema import Checker
-from fedgo_flwr.datafree import PlainBoost, SynthesisSettings
+from fedgo_flwr.datafree import SynthesisSettings
 from fedgo_flwr.learning.task import client_model_name, load_bundle
 from fedgo_flwr.models.classifiers import build_model
-from strategies.coboosting import CoBoosting, CoBoostingConfig
+from strategies.coboosting import CoBoosting, baseline_config
 
 __all__ = ["FADI", "FADIConfig"]
 
@@ -46,12 +46,7 @@ class FADISynthesis(SynthesisSettings):
     adv_temperature: float = 3.0
 
 
-@dataclass
-class FADIConfig(CoBoostingConfig):
-    """Co-Boosting's parameters with F-ADI's synthesis and boost defaults."""
-
-    synthesis: FADISynthesis = field(default_factory=FADISynthesis)
-    boost: PlainBoost = field(default_factory=PlainBoost)
+FADIConfig = baseline_config("FADIConfig", FADISynthesis, "F-ADI", __name__)
 
 
 class FADI(CoBoosting):

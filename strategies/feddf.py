@@ -5,54 +5,24 @@ NeurIPS 2020, Alg. 1: each round the server model starts from the n_k-weighted a
 client models and is distilled on unlabeled server data towards the clients' ensemble
 (AVGLOGITS: softmax of the averaged logits). The FedGO paper (Jang et al., ICML 2025, Sec. 2 and
 Alg. 1) generalises the average to a per-sample weighting ``w_k(x)``; this class implements that
-general form, and the weighting is chosen by name (``strategy.weighting``):
+general form, and the weighting is chosen by name (``strategy.weighting``): ``uniform`` (FedDF),
+``data_size``, ``variance`` (Fed-ET), ``entropy`` (FedHKT/FedDS), ``oracle`` (true labels: a
+simulation-only upper bound) here; ``fedgo`` and ``domain`` (client discriminators) in
+``strategies/fedgo.py``. What a weighting needs comes from its entry in
+:data:`fedgo_flwr.weighting.WEIGHTING_METHODS`.
 
-- ``uniform`` (FedDF), ``data_size`` (n_k only: FedGO without discriminators),
-  ``variance`` (Fed-ET), ``entropy`` (FedHKT/FedDS) need nothing but the teachers;
-- ``oracle`` uses the true labels of the server set and the clients' class counts (FedGO
-  Thm 3.4 under label skew): a simulation-only upper bound, never a deployable method;
-- ``fedgo`` and ``domain`` (DaFKD) need client discriminators: ``strategies/fedgo.py``.
-
-What a weighting needs and which parameters it takes (``strategy.weighting_params``) come from
-its entry in :data:`fedgo_flwr.weighting.WEIGHTING_METHODS`; this strategy only reads them.
 No client's weight averaged over the samples exceeds ``max(2/K, 3 n_k / sum n)``
-(:func:`fedgo_flwr.weighting.cap_mean_shares`, always on; it cannot bind on the uniform,
-data-size or FedGO double-sigmoid weights), and ``strategy.weight_cap`` bounds any one
-client's share of the weights of a sample
-(:func:`fedgo_flwr.weighting.cap_weights`) in the pseudo-labels and the ensemble evaluation;
-the ``pl_acc_*`` diagnostics show the weightings as defined, uncapped. The initial parameter
-average follows ``strategy.aggregation`` (:class:`strategies.base.BaseConfig`); the teachers
-are the client models as received (clipping and the median act on the average only).
+(:func:`fedgo_flwr.weighting.cap_mean_shares`), and ``strategy.weight_cap`` bounds any one
+client's share of a sample's weights. The initial average follows ``strategy.aggregation``; the
+teachers are the client models as received.
 
-The distillation set is the server's unlabeled share of the training data (FedGO scenario D1),
-or the images of another data set with ``data.public_path`` (any image folder, resized to the
-clients' image size: FedDF Sec. 4, Fig. 5-6, distils CIFAR-10 models on CIFAR-100 or STL-10;
-FedGO App. F.3 on CIFAR-100); ``distill_size`` draws that many of them once per run (null: all).
-With a public set ``data.server_fraction`` may be 0, and then no training data is withheld from
-the clients; F.3 keeps half of CIFAR-10 unused to give the clients the same data as the other
-rows. The public images have no labels: no ``pl_acc_*`` diagnostics and no validation split.
-The ``feddf`` distillation protocol holds out ``val_fraction`` of it, with labels, for early
-stopping, as FedDF's reference code does; the ``fedgo`` protocol uses all of it, unlabeled.
-
-**Clients of several architectures** (``model.client_models``; FedDF Sec. 3, Alg. 3, Fig. 4):
-the server keeps one prototype per architecture; clients start from their architecture's
-prototype, each prototype starts from the n_k-weighted average of its own clients of the round
-(its previous weights when none of them replied) and is distilled towards the ensemble of *all*
-the round's clients, on the same pseudo-labels. ``model.name``'s prototype is the server model
-the run evaluates; every other one records ``test_accuracy_<arch>``, ``distill_loss_<arch>`` and
-``clients_<arch>``. Only the plain mean initialises a prototype (no clipping, median or trimmed
-mean). FedGO, the weighting family and the diagnostics apply unchanged (the weights depend on
-the clients' outputs and discriminators, not on their architecture).
-
-Per round it records: ``distill_loss``, ``distill_steps``, ``teacher_time`` (teacher logits
-and weights), ``distill_time`` and, every ``ensemble_eval_every`` rounds and in the last,
-``init_test_accuracy``/``init_test_loss`` (the parameter average before distillation),
-``ensemble_test_accuracy``/``ensemble_test_loss`` (the weighted ensemble of the round's client
-models on the test split) and ``ensemble_eval_time``; with ``diagnostics``,
-``pl_acc_<method>``: the pseudo-label accuracy on the server set under every registered weighting
-whose inputs this strategy has (and each registered variant, ``pl_acc_<method>_<variant>``), the
-label oracle included, for the same client models (the server set's labels are known in
-simulation, never used for training).
+The distillation set is the server's unlabeled share of the training data (FedGO scenario D1)
+or the images of ``data.public_path``; ``distill_size`` draws that many of them once per run.
+With ``model.client_models`` the server keeps one prototype per architecture (FedDF Sec. 3,
+Alg. 3), each distilled towards the ensemble of all the round's clients. Each round records the
+distillation's loss, steps and times, and every ``ensemble_eval_every`` rounds the averaged
+model's and the ensemble's test accuracy; with ``diagnostics``, ``pl_acc_<method>``.
+``docs/architecture.md`` ("FedDF") has the details.
 """
 
 from __future__ import annotations

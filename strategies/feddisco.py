@@ -11,33 +11,14 @@ target distribution T, ``a`` the weight of the discrepancy and ``b`` a baseline 
 small, balanced clients in the average (:func:`disco_weights`). FedGO (paper 001, App. E.2) ran
 a = 0.5, b = 0.1, the values FedDisco tuned for CIFAR-10.
 
-Only the paper's abstract could be read here; the details follow the authors' code
-(``MediaBrain-SJTU/FedDisco``, ``disco.py``, ``main.py``), and ``docs/design/peers.md`` §2 lists
-them: the discrepancy is KL(D_k || T) by default (``metric``; also ``l1``, ``l2``, ``cosine``),
-KL values are normalised to sum to 1 over the round's clients (``normalise_discrepancy``, null:
-as the code, true for ``kl`` only), and T is the uniform distribution (``target: uniform``, the
-code's ``main.py``); ``target: clients`` takes the pooled label distribution of all clients,
-the literal "global category distribution". Where every ReLU is 0 the code crashes; here the
-round falls back to n_k weights (``fallback: data_size``) and says so in the log.
-
-**Where d_k comes from.** In FedDisco a client sends its discrepancy, one number. Here the
-server computes it from its own partition's class counts, as it computes n_k (never a client's
-claim, :mod:`strategies.base`): in simulation this is what the authors' code does, in
-deployment it assumes the server knows the partition, which this project's deployment does
-(every node derives it from the seed).
-
-**Failed clients.** The weights are computed over the *sampled* clients when the round starts,
-and replies are averaged as they arrive (one model in memory). If some fail, the survivors'
-weights are renormalised among themselves; the paper's formula over only the replying clients
-would differ slightly (its n_k and KL normalisation would be over fewer clients). If every
-client with a positive weight failed, the round averages the replying ones by n_k and logs it.
-
-**Robust rules.** ``strategy.aggregation.rule: median`` / ``trimmed_mean`` take FedDisco's
-weights: the weighted coordinate-wise median and trimmed mean
-(:mod:`fedgo_flwr.learning.weighted_rules`), so a client counts by ``p_k`` as in the mean but
-moves no coordinate beyond what its weight allows (a client with less than half of the
-round's weight cannot set the median). ``clip_norm`` clips each update before any rule, as for
-every strategy; ``update_bound`` drops a model far longer than the one it was sent.
+The details follow the authors' code (``MediaBrain-SJTU/FedDisco``; ``docs/design/peers.md`` §2
+and §8): d_k is KL(D_k || T) by default (``metric``), normalised over the round's clients
+(``normalise_discrepancy``), T the uniform distribution (``target``); where every ReLU is 0 the
+round falls back to n_k weights (``fallback: data_size``) and says so in the log. The server
+computes d_k from its own partition's class counts, as it computes n_k (never a client's claim).
+The weights are computed over the sampled clients when the round starts; if some fail, the
+survivors' weights are renormalised among themselves. ``strategy.aggregation.rule: median`` /
+``trimmed_mean`` take FedDisco's weights (:mod:`fedgo_flwr.learning.weighted_rules`).
 """
 
 from __future__ import annotations

@@ -5,42 +5,25 @@ Overhead", ICML 2025, Sec. 3.2, Alg. 1-3 (App. D) and App. E.2.
 
 Pre-FL stage (:meth:`FedGO.setup`, before round 1, once per run; the generator and the
 discriminator round are :class:`strategies._prefl.DiscriminatorStage`, a part shared with CPFL
-and built here as ``self.prefl``):
-
-1. the server obtains a generator G: trained with WGAN-GP on its unlabeled data (scenario G1,
-   Alg. 2) or loaded from ``strategy.generator.path`` (G2: off-the-shelf, or an earlier run's);
-2. G goes to every client in one Flower message round (``train.discriminator``); each client
-   trains its discriminator D_k once against the frozen G (Alg. 3) and sends it back;
-3. the server keeps the K discriminators and G on disk (``discriminators.pt``,
-   ``generator.pt`` in the run folder, reusable with ``strategy.discriminator.path``) and
-   computes every D_k's logits on the distillation set (each augmentation view) and on the test
-   split once: the discriminators are fixed, so their outputs are too.
+and built here as ``self.prefl``): the server obtains a generator G (trained with WGAN-GP on its
+unlabeled data, G1, or loaded from ``strategy.generator.path``, G2); G goes to every client
+(``train.discriminator``), each trains its discriminator D_k once against the frozen G (Alg. 3)
+and sends it back; the server keeps G and the D_k on disk (``generator.pt``,
+``discriminators.pt``) and computes every D_k's logits on the distillation set and the test split
+once.
 
 Each round is FedDF's (``strategies/feddf.py``) with the weighting
 ``w_k(x) = n_k Φ_k(x) / Σ_{i∈A^t} n_i Φ_i(x)``, Φ = D/(1-D), over the round's participating
-clients (Thm 3.6, Eq. 9). The discriminator output is the paper's composition of two sigmoids
-(``weighting_params: {disc_mode: double_sigmoid}``, odds in (1, e)) by default, a single sigmoid
-as an option.
-The same stage serves the DaFKD-style ``domain`` weighting (``strategy.weighting: domain``).
+clients (Thm 3.6, Eq. 9), D the paper's double sigmoid by default
+(``weighting_params: {disc_mode: double_sigmoid}``, odds in (1, e)). The same stage serves the
+DaFKD-style ``domain`` weighting. ``distill_data``: ``server`` (D1) or ``generated`` (D2,
+``generated_size`` samples of G drawn once). Beyond the paper,
+``strategy.discriminator.reference`` has the clients train D_k against the server's own images.
 
-Beyond the paper, ``strategy.discriminator.reference`` (``server`` / ``mixture``) has the
-clients train D_k against the server's own unlabeled images instead of (or beside) G's samples:
-D_k then estimates ``p_k / p_server``, and by Eq. (9) the reference cancels in ``w_k`` wherever
-it covers the clients' data. With ``server`` and D1 no generator is trained at all.
-
-``distill_data``: ``server`` distils on the server's unlabeled data (D1); ``generated`` on
-``generated_size`` samples of G drawn once (D2; no labels, so no pseudo-label diagnostics; the
-student gets the averaged model's BatchNorm running statistics back after it distils on them,
-see ``distill.bn_stats`` in :mod:`fedgo_flwr.learning.distill`).
-
-A client whose discriminator never arrives gets the neutral logit 0 everywhere (logged). So does
-one whose reply is unusable: each discriminator reply is checked like a model reply (an error
-reply, a missing record, unreadable arrays, keys, shapes or dtypes other than those of a freshly
-built discriminator, non-finite values; :meth:`FedGO._discriminator_problem`), and a bad one is
-dropped with a warning naming the client's partition and node id before anything is saved.
-Discriminators loaded from ``strategy.discriminator.path`` (or from the run's own
-``discriminators.pt`` on resume) get the same checks; a bad file is an error naming the file and
-the client.
+A client whose discriminator never arrives or is unusable (checked like a model reply:
+:meth:`FedGO._discriminator_problem`; a bad one is dropped with a warning naming the client)
+gets the neutral logit 0 everywhere; discriminators loaded from a file get the same checks.
+``docs/architecture.md`` ("FedGO") has the stage, the reference and the checks in full.
 """
 
 from __future__ import annotations

@@ -12,32 +12,16 @@ whose output for class c is the global prototype P_c, and trains it each round o
 
 (:func:`tgp_loss`), a contrastive loss whose margin adapts: delta = min(max_c gap_c, tau), with
 gap_c the distance from class c's mean uploaded prototype to the nearest other class's
-(:func:`adaptive_margin`; the slides' "maximum cluster margin" and "margin threshold").
+(:func:`adaptive_margin`).
 
-**What runs here, and why.** The official FedTGP is for heterogeneous models: clients upload
-prototypes only, there is no server model, and accuracy is each client's nearest-prototype
-accuracy on its own test split. FedGO's Table 3 (paper 001, Sec. 4.1) reports a *server* test
-accuracy of a homogeneous ResNet-18 for FedTGP, lists it with the methods "that do not perform
-ensemble distillation", and its numbers track FedAvg's; the reading here (an inference, FedGO
-does not say it) is FedAvg's parameter average plus the TGP and the clients' prototype term. So
-this strategy averages the client models as FedAvg and trains the TGP beside; each round also
-records ``proto_test_accuracy``, the averaged model's nearest-prototype accuracy on the test
-split, a server-side stand-in for the official metric. Settings (FedGO App. E.2, the official
-defaults): TGP batch 10, 1000 epochs per round, SGD lr 0.005, tau = 100; h = d.
-
-From the authors' code (``TsingZ0/FedTGP``, ``servertgp.py``): the TGP is trained on the round's
-uploads only, with a new SGD each round, every (client, class) prototype counting once whatever
-its sample count; the class means for the gaps are unweighted over clients; a class nobody
-uploaded gets the smallest gap, so it never sets delta. Deviation: ``dist_eps`` under the square
-root (the code's distance has none, and its gradient is NaN at distance 0).
-
-Uploads are checked before they count (:meth:`FedTGP.absorb`): the ``protos`` record's arrays
-must have the server's class count and the model's feature size, be finite, and its counts must
-equal the server's own class counts of the client's partition (as n_k is the server's count).
-Each uploaded prototype is then bounded relative to the round's
-(``strategy.aggregation.upload_bound``, :meth:`FedTGP.bounded_uploads`): a finite prototype
-of 1e30 would otherwise make the global prototypes NaN, and every later round's replies
-unusable.
+FedGO's Table 3 reports a *server* test accuracy of a homogeneous model for FedTGP, whose
+official version has no server model; so this strategy averages the client models as FedAvg and
+trains the TGP beside, and each round records ``proto_test_accuracy`` (the averaged model's
+nearest-prototype accuracy). Settings: FedGO App. E.2 and the official defaults. Uploads are
+checked before they count (:meth:`FedTGP.absorb`: the server's class count and counts, the
+model's feature size, finite values) and each prototype is bounded relative to the round's
+(``strategy.aggregation.upload_bound``, :meth:`FedTGP.bounded_uploads`). Why this reading, the
+authors' code it follows and its one deviation: ``docs/design/peers.md`` §5 and §8.
 """
 
 from __future__ import annotations

@@ -13,26 +13,18 @@ never talks to the clients again. This base is the paper's simplest baselines:
 Subclasses (:mod:`strategies.coboosting`, :mod:`strategies.dense`, :mod:`strategies.fadi`)
 add server epochs after the clients' round (:meth:`OneShot.server_epoch`).
 
-**Rounds and rows.** ``rounds`` must be 1: the one communication round. The run's
-``metrics.jsonl`` has that round as ``round: 1`` and then one row per server epoch ``e`` as
-``round: 1 + e`` with ``epoch: e``; the student is evaluated on the test split every
-``eval.every`` epochs and in the last. A checkpoint after each row holds the uploaded models,
-so a resumed run never trains the clients again.
+**Rounds and rows.** ``rounds`` must be 1. ``metrics.jsonl`` has that round as ``round: 1`` and
+then one row per server epoch ``e`` as ``round: 1 + e`` with ``epoch: e``; the student is
+evaluated every ``eval.every`` epochs and in the last. A checkpoint after each row holds the
+uploaded models, so a resumed run never trains the clients again.
 
-**A client that fails** its round (an error, a bad reply, no reply) is left out, named in a
-WARNING and in ``summary.json`` (``clients_left_out``); the run goes on with the others if at
-least ``min_clients`` replied, and stops with an error naming them otherwise. So is a client
-whose model is no usable teacher, by the checks FedDF makes too: its logits on the server's
-data (the test split, the only data a one-shot server holds) must be finite numbers of at
-most :data:`~fedgo_flwr.learning.distill.MAX_TEACHER_LOGIT` in magnitude
-(:func:`~fedgo_flwr.learning.distill.teacher_logits_problem`; a finite model of huge weights would
-otherwise make every synthetic batch's ensemble NaN, and synthesis fail), and their scale at
-most ``strategy.aggregation.upload_bound`` times the median client's
-(:func:`~fedgo_flwr.learning.distill.teacher_scale_outliers`; a last layer scaled by 1e5 stays below
-that magnitude but would decide every arg-max of the ensemble). ``teacher_norm: std`` also
-rescales every teacher to the median teacher's scale wherever the ensemble is formed (test
-accuracies, synthesis, weight steps, distillation), so that no scaling within the bound
-steers it (:func:`~fedgo_flwr.learning.distill.normalise_teachers`).
+**A client that fails** its round, or whose model is no usable teacher (its logits on the test
+split not finite, above :data:`~fedgo_flwr.learning.distill.MAX_TEACHER_LOGIT`, or of a scale
+above ``strategy.aggregation.upload_bound`` times the median client's), is left out, named in a
+WARNING and in ``summary.json`` (``clients_left_out``); the run stops with an error naming them
+if fewer than ``min_clients`` remain. ``teacher_norm: std`` rescales every teacher to the median
+teacher's scale wherever the ensemble is formed. ``docs/architecture.md`` ("One-shot FL") says
+why each check is there.
 """
 
 from __future__ import annotations

@@ -18,17 +18,11 @@ values, and an L2 norm (over all tensors) of at most ``max_control_delta_norm``
 (:class:`ScaffoldConfig`); otherwise the reply is dropped, so one client cannot make ``c``
 infinite, which would be checkpointed and sent to every client.
 
-``strategy.aggregation`` (:mod:`fedgo_flwr.learning.aggregation`) applies to the model update only:
-each reply's update ``y_i - x`` is clipped (parameters and buffers together) and the rule (mean,
-median, trimmed mean; the latter two unweighted whatever ``weighted`` says) takes the place of
-``mean_{i in S}`` above and of the buffers' average. The control deltas get the bound of every
-upload other than the model (``upload_bound``: a ``delta c_i`` longer than that many times the
-round's median is scaled down to it, naming the client) and the rule (``median`` /
-``trimmed_mean``: ``sum_{i in S} delta c_i`` becomes ``m`` times the rule's combination of the
-``m`` deltas), never ``clip_norm``; besides, a reply whose ``delta c_i`` is longer than
-``max_control_delta_norm`` is dropped before any of it. The bound needs the round's median
-before anything is summed, so the round's deltas are kept until it ends (one model's worth per
-reply, as the median keeps the round's models).
+``strategy.aggregation`` (:mod:`fedgo_flwr.learning.aggregation`) applies to the model update
+(clipping, and the rule in place of ``mean_{i in S}`` above and of the buffers' average; median
+and trimmed mean unweighted whatever ``weighted`` says). The control deltas get ``upload_bound``
+and the rule, never ``clip_norm``; ``docs/architecture.md`` ("SCAFFOLD") has how, and why the
+round's deltas are kept until it ends.
 """
 
 from __future__ import annotations

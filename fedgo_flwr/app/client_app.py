@@ -15,34 +15,15 @@ the server can tell it from a reply to another message. Handlers:
 - every ``train.<action>`` a client algorithm declares in its ``messages`` (FedGO's
   ``train.discriminator``), answered by the algorithm's method of that name.
 
-What the server sends is not trusted with the node's machine. Node config keys (the node's
-own, ``--node-config``) bound it:
-
-- ``state-dir``: the folder this node keeps client state in (default: the run's
-  ``<output_dir>/client-state``, as in a simulation, where server and clients share a machine).
-  The server's run token must have the form the server makes (32 hex digits) and every state
-  path must resolve inside that folder; anything else is refused (the reply is an error).
-- ``allow-faults``: ``true`` lets the config's ``faults`` (crashes, hangs, forced process exits)
-  act on this node; without it they are ignored with a WARNING. A simulated node has no node
-  config of its own: it opts in through ``FEDGO_ALLOW_FAULTS=1`` in its environment (``run.sh``
-  sets it; :func:`fedgo_flwr.app.inprocess.run_inprocess` sets ``allow-faults``).
-- ``allow-code``: which Python code named by the server's config this node may import
-  (``strategy.generator.module``, a generator factory): ``true``, or a comma-separated list of
-  modules (and those below them) or folders; without it none, and such a message is refused
-  with an error reply naming the module and this key. A simulated node reads
-  ``FEDGO_ALLOW_CODE`` instead (``run.sh`` sets it; :func:`fedgo_flwr.app.inprocess.run_inprocess`
-  sets ``allow-code``). Every handler runs under this node's policy
-  (:mod:`fedgo_flwr.runtime.trust`).
-- ``max-threads``: the most torch threads the server's ``resources.client_cpus`` may ask for
-  (default: the CPUs this process may use).
-- ``share-partitions``: ``true`` lets this node serve several clients (partitions ``k`` with
-  ``k mod num-partitions == partition-id``), one message at a time; the message's ``group_id``
-  names the partition. Simulated nodes share by default (a simulation may have fewer nodes than
-  clients: ``flwr run .`` with Flower's 2-node default); a deployed SuperNode serves only its
-  own ``partition-id`` unless its node config says so. A node that shares keeps each
-  partition's state (SCAFFOLD's c_i) in files of its state folder, read back every round:
-  the simulation runtime may serve two partitions of one node at once on copies of its
-  ``Context``, so the in-memory state of either could be lost.
+What the server sends is not trusted with the node's machine. Node config keys (the node's own,
+``--node-config``) bound it: ``state-dir`` (the only folder client state is kept in; the run
+token and every state path are checked against it), ``allow-faults`` (whether the config's
+``faults`` act on this node), ``allow-code`` (which Python code named by the config this node
+may import; :mod:`fedgo_flwr.runtime.trust`), ``max-threads`` (the most torch threads the server
+may ask for) and ``share-partitions`` (whether this node serves several clients, keeping each
+one's state in files). A simulated node reads ``FEDGO_ALLOW_FAULTS`` / ``FEDGO_ALLOW_CODE``
+instead. ``docs/architecture.md`` ("The ClientApp's node config") has each key's default and
+rules.
 """
 
 from __future__ import annotations

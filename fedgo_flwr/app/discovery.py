@@ -5,39 +5,24 @@ replies with its node config's ``partition-id``, ``num-partitions`` and whether 
 several partitions) and maps the partitions 0..K-1, K = ``data.num_clients``, to node ids
 (:func:`discover_nodes`). What a node reports is not trusted:
 
-- **Self-reported ids** (the default: a simulation, where Flower gives every simulated node its
-  ``partition-id``, and a deployment without a node map). Each claim is checked strictly: an
-  int (not a bool, a float, a list, or text of other than ASCII digits) in
-  0..num-partitions-1, and the same ``num-partitions`` on every node that reports one. No
-  partition is assigned before every partition the run needs is claimed and every node
-  connected by then has replied (in a deployment, :data:`SETTLE_SECONDS` more); a partition
-  claimed by several nodes goes to none of them (one ERROR line names them all, whichever
-  replied first) and the run goes on without its clients. A node that claims the partition of
-  a node not connected by then takes it: only a node map rules that out.
-- **A node map** (run config ``node-map``, for a deployment whose operator knows its nodes):
-  a JSON object from partition ids to node identities, in a file on the server machine (a
-  relative path is resolved against ``$FEDGO_WORKDIR``, as ``output_dir`` is) or as the text
-  itself. An identity is a node id (an int, as ``flwr supernode register`` and ``flwr
-  supernode list`` show it) or the node's public key (the OpenSSH line of its ``.pub`` file, or
-  PEM)::
-
-      {"0": "ecdsa-sha2-nistp384 AAAAE2VjZHNh... supernode-0", "1": 7241937521}
-
-  ``deploy/make-credentials.py`` writes ``node-map.json`` for the keys it makes. The map is
-  authoritative: partition k goes to the node it names, found by node id or by the public key
-  that the SuperLink authenticated (Flower's ``Grid.get_nodes``); that node's own claim must
-  agree (else its node config is wrong and it would refuse the partition's messages), its
-  ``num-partitions`` must be the map's size, and a node that is not in the map is not used.
+- **Self-reported ids** (the default: a simulation, and a deployment without a node map): each
+  claim is checked strictly (an int in 0..num-partitions-1, the same ``num-partitions`` on every
+  node), nothing is assigned before every partition is claimed and every connected node has
+  replied (in a deployment, :data:`SETTLE_SECONDS` more), and a partition claimed by several
+  nodes goes to none of them (one ERROR line names them all).
+- **A node map** (run config ``node-map``): a JSON object from partition ids to node identities
+  (a node id, or the node's public key), in a file on the server machine or as the text itself;
+  ``deploy/make-credentials.py`` writes one. The map is authoritative: partition k goes to the
+  node it names, whose own claim must agree, and a node not in the map is not used.
 
 Every query carries a fresh reply token of its own, which the node's reply must echo
-(:func:`fedgo_flwr.app.client_app.reply_token_mod`, as for every message: a reply that echoes
-another token answers another message, e.g. a reply replayed from an earlier query).
+(:func:`fedgo_flwr.app.client_app.reply_token_mod`, as for every message).
 
 Every other problem (a malformed claim, too few clients left with a node, a node map that the
 nodes contradict) ends the run with one :class:`NodeDiscoveryError` (one line naming the node
 or nodes and the value); a map that cannot be read is a
 :class:`~fedgo_flwr.config.schema.ConfigError` of the run config key ``node-map``, raised before
-the run starts anything.
+the run starts anything. ``docs/architecture.md`` ("Node discovery") has the rules in full.
 """
 
 from __future__ import annotations

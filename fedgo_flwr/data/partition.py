@@ -4,34 +4,17 @@ plus the client splits of Co-Boosting (Dai et al., ICLR 2024, Sec. 5 and App. B)
 The training set is split in two stages:
 
 1. **Server share.**  For every class ``c`` with ``n_c`` training samples,
-   ``floor(server_fraction * n_c)`` randomly chosen samples go to the server (default: half of each
-   class, as in the paper).  The server uses them *without* labels for ensemble distillation; the
-   labels stay available to the caller for diagnostics only.
-2. **Client split.**  The remaining samples (the "client pool") are divided over ``K`` clients by
-   one of three schemes (config key ``data.partition``,
-   :data:`~fedgo_flwr.config.names.PARTITION_SCHEMES`):
-
-   * ``dirichlet`` (default, :func:`dirichlet_partition`): the per-class Dirichlet label-skew
-     scheme of Hsu, Qi and Brown (2019), "Measuring the Effects of Non-Identical Data
-     Distribution for Federated Visual Classification" (arXiv:1909.06335), which FedGO uses
-     following Lin et al. (2020) and Cho et al. (2022), as do FedDF and CPFL: **for every class**
-     a proportion vector over the *clients* ``q ~ Dir(alpha * 1_K)`` is drawn and the (shuffled)
-     class indices are cut at the cumulative proportions.  Client sizes follow from the cuts.
-     The whole draw is repeated until every client holds at least ``min_size`` samples.  Small
-     ``alpha`` (0.1, 0.05 in the paper) gives strongly skewed clients; ``alpha -> inf``
-     approaches an IID split (see :func:`iid_partition`).
-   * ``dirichlet_prior`` (:func:`dirichlet_prior_partition`): the "dir" scheme of the
-     Co-Boosting authors' code (``utils_fl.partition_data``), itself after Acar et al. (2021):
-     **every client** draws a prior over the *classes* ``p_k ~ Dir(alpha * 1_M)`` and a data
-     amount ``~ LogNormal(log(N / K), sigma)`` (``sigma = 0``: equal amounts; the paper's
-     quantity skew uses 0.4, 0.8, 1.2).  Samples are then dealt one at a time: a random client
-     that still needs samples takes one, of a class drawn from its prior among the classes that
-     still have samples, without replacement.  Client sizes are set by the amounts, not by the
-     labels; the class mix of a client follows its own prior until classes run out.
-   * ``classes`` (:func:`classes_partition`): Co-Boosting's ``C_cls`` setting ("each client only
-     possesses data of C out of all classes", after Diao et al.): every client holds exactly
-     ``classes_per_client`` classes, and each class is split evenly among the clients that
-     hold it.
+   ``floor(server_fraction * n_c)`` randomly chosen samples go to the server (default: half of
+   each class, as in the paper), which uses them *without* labels; the labels stay available to
+   the caller for diagnostics only.
+2. **Client split.**  The remaining samples are divided over ``K`` clients by one of three
+   schemes (``data.partition``, :data:`~fedgo_flwr.config.names.PARTITION_SCHEMES`):
+   ``dirichlet`` (default, :func:`dirichlet_partition`: per class, proportions over the clients
+   ``q ~ Dir(alpha * 1_K)``, Hsu et al. 2019, as FedGO, FedDF and CPFL use it), ``dirichlet_prior``
+   (:func:`dirichlet_prior_partition`: per client, a prior over the classes and a log-normal data
+   amount, the Co-Boosting authors' "dir" scheme) and ``classes`` (:func:`classes_partition`:
+   ``classes_per_client`` classes each, Co-Boosting's ``C_cls``). ``docs/architecture.md``
+   ("Data partitioning") describes each draw.
 
 Everything is driven by a single ``np.random.default_rng(seed)``, so the same labels and arguments
 always give the same index arrays.  The server split consumes the generator first and in the same

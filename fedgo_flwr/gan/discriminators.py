@@ -15,30 +15,14 @@ value Φ_k for client k's discriminator D_k is constrained between 1 and e"). Tr
 (:func:`fedgo_flwr.gan.discriminator_training.train_discriminator`) uses a single sigmoid by
 default; see its docstring for why.
 
-Architectures (where each one comes from)
------------------------------------------
-Client discriminators (App. E.2: "a simple 4-layer CNN discriminator, following the implementation
-from github.com/Ksuryateja/DCGAN-MNIST-pytorch/blob/master/gan_mnist.py"; App. F.7.3 variants):
-
-* ``"cnn4"`` -- ``Conv(C->64, 4, s2, p1)``, LReLU(0.2), ``Conv(64->128, 4, s2, p1)``, LReLU,
-  ``Conv(128->256, 4, s2, p1)``, LReLU, ``Conv(256->1)`` over the remaining grid (4x4 for 32x32
-  inputs), all without bias. Table 14 lists 662,528 parameters and 17.6 MFLOPs: that is *exactly*
-  the four bias-free convolution kernels (3·64·16 + 64·128·16 + 128·256·16 + 256·16), so the
-  reported model carries no BatchNorm parameters although the cited ``gan_mnist.py`` has BN after
-  the 2nd and 3rd convolution. Default ``norm="none"`` reproduces Table 14; ``norm="batch"`` gives
-  the reference file's BN. (``gan_mnist.py``'s last ``Conv(256->1, 4, s2, p1)`` would leave a 2x2
-  map on 32x32 inputs; a valid convolution over the 4x4 grid has the same 4,096 weights and yields
-  one logit.) Its ``torch.save`` file is 2.53 MiB, App. G's "2.53MB" discriminator.
-* ``"cnn_mlp"`` -- "the last two convolutional layers in the CNN are replaced by a single MLP
-  layer": two convolutions then ``Linear(128·8·8 -> 1)``; 142,336 parameters and 9.18 MFLOPs,
-  matching Table 14 exactly.
-* ``"resnet8"`` -- "based on ResNet-8, an 8-layer residual network": a 3x3 stem ``C -> 64`` and
-  three BasicBlocks ``64, 128, 256`` of stride 2 with 1x1 projection shortcuts, then
-  ``Linear(256·4·4 -> 1)``, bias-free and, by default, without normalisation. This
-  reconstruction reproduces Table 14's 1,230,528 parameters exactly and 51.06 MMACs (Table:
-  51.1 MFLOPs).
-* ``"mlp"`` -- a 3-layer LeakyReLU MLP (App. E.1: "a 3-layer discriminator") for vectors; images
-  are flattened.
+Architectures
+-------------
+``"cnn4"`` (App. E.2: the 4-layer CNN of DCGAN-MNIST, bias-free; ``norm="none"`` by default,
+``"batch"`` for the reference file's BatchNorm), ``"cnn_mlp"`` (App. F.7.3: two convolutions and
+one linear layer), ``"resnet8"`` (App. F.7.3: a bias-free ResNet-8 with one logit) and ``"mlp"``
+(App. E.1: 3 layers, for vectors; images are flattened). Each reproduces the parameter count of
+FedGO's Table 14; how each was reconstructed: ``docs/architecture.md`` ("FedGO's client
+discriminators").
 """
 
 from __future__ import annotations

@@ -22,12 +22,9 @@ they get a bound relative to the round itself (``upload_bound``, on by default):
 whose L2 norm -- of its update against what the server sent, where the server sent one --
 exceeds ``upload_bound`` times the round's (lower) median of those norms is scaled down to
 that norm (:func:`bound_uploads`, :class:`BoundedAverage`), and a WARNING names the client.
-Scaled, not dropped: like ``clip_norm`` it keeps the upload's direction, so a bound that
-met an unusual honest client would cost it only part of its say; an attacker's upload moves
-the combination by at most ``upload_bound`` typical uploads. The rules and weights then act
-as for the classifier; when the bound does not bind the result is the plain rule's, bit for
-bit. The same factor bounds each teacher's logit scale in the ensembles of client models
-(:func:`fedgo_flwr.learning.distill.teacher_scale_outliers`).
+Scaled, not dropped (why: ``docs/architecture.md``, "Aggregation"); when the bound does not bind
+the result is the plain rule's, bit for bit. The same factor bounds each teacher's logit scale
+in the ensembles of client models (:func:`fedgo_flwr.learning.distill.teacher_scale_outliers`).
 """
 
 from __future__ import annotations

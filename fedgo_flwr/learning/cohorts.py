@@ -5,38 +5,27 @@ Cohort-Parallel Federated Learning", EuroMLSys 2025 (paper 003; the authors' cod
 github.com/sacs-epfl/cpfl). Plain NumPy/PyTorch, no Flower; the strategy is
 ``strategies/cpfl.py`` and the client side ``clients/cpfl.py``.
 
-- **Cohorts** (Sec. 3, step 1): the clients are split at random into ``n`` disjoint cohorts
-  of near-equal size (:func:`random_cohorts`; as the authors' ``create_cohort_file.py
-  --method uniform``: a seeded shuffle, ``floor(K/n)`` clients each and one more for the first
-  ``K mod n``), or grouped by their dominant class (:func:`class_cohorts`, the code's
-  ``--method class``, not used in the paper).
+- **Cohorts** (Sec. 3, step 1): a seeded split into ``n`` disjoint cohorts of near-equal size
+  (:func:`random_cohorts`, the authors' ``--method uniform``), or by dominant class
+  (:func:`class_cohorts`, the code's ``--method class``).
 - **Validation split** (Sec. 4.1): each client with at least 10 samples keeps 10% of them
   apart and reports the loss of the model it receives on them (:func:`holdout_split`).
-- **Stopping rule** (Sec. 4.1; the code's ``on_new_validation_loss``): the cohort's mean
-  validation loss per round, smoothed by a moving average over ``window`` rounds (a cumulative
-  mean until the window fills); the cohort stops once the minimum of the smoothed loss has not
-  improved for ``patience`` rounds (:class:`PlateauStopper`).
-- **Robust stopping signal** (beyond the paper): a cohort's members are untrusted, so their
-  losses are reduced by :func:`cohort_loss`: the paper's mean after leaving out any loss above
-  ``bound`` times the round's median (or the median, or a trimmed mean), in float64 without
-  overflow.
-- **A cohort's run** (Sec. 4.1/4.2, and beyond the paper its Sec. 5 suggestion): a
-  :class:`Cohort` holds its members, model, stopping rule, simulated clock and teacher
-  snapshots; stage 2 starts at :func:`distill_deadline` (``distill_at_hours``, or the finish of
-  the ``ceil(q n)``-th converged cohort with ``distill_when`` = q) or when the last cohort
-  stops (:func:`distill_start`), each cohort taking part with its teacher as of then
-  (:func:`teacher_at`); :func:`cohort_totals` adds the cohorts' clocks up to that time.
-- **Distillation** (Sec. 3, Alg. 1, eqs. 2-3): teacher logits on unlabeled public data are
-  computed once and combined into ``z~_c = sum_i p_ic z_ic`` (:func:`combine_teachers`) with
-  per-class label weights ``p_ic = N_ic / sum_j N_jc`` (:func:`teacher_weights`); a fresh
-  student is trained with the L1 loss on logits, Adam lr 1e-3, batch 512 (:func:`distill_l1`).
+- **Stopping rule** (Sec. 4.1): the cohort's validation loss per round, smoothed over
+  ``window`` rounds; the cohort stops once its minimum has not improved for ``patience`` rounds
+  (:class:`PlateauStopper`). Beyond the paper, the members' losses are reduced robustly
+  (:func:`cohort_loss`: the mean after clipping any loss above ``bound`` times the median, the
+  median or a trimmed mean), in float64 without overflow.
+- **A cohort's run** (Sec. 4.1/4.2 and its Sec. 5 suggestion): a :class:`Cohort` holds its
+  members, model, stopping rule, simulated clock and teacher snapshots; stage 2 starts at
+  :func:`distill_deadline` or when the last cohort stops (:func:`distill_start`), each cohort
+  taking part with its teacher as of then (:func:`teacher_at`).
+- **Distillation** (Sec. 3, Alg. 1, eqs. 2-3): teacher logits on unlabeled public data combined
+  into ``z~_c = sum_i p_ic z_ic`` (:func:`combine_teachers`) with per-class label weights
+  ``p_ic = N_ic / sum_j N_jc`` (:func:`teacher_weights`); a fresh student trained with the L1
+  loss on logits, Adam lr 1e-3, batch 512 (:func:`distill_l1`).
 
-**Paper and code differ** (digest A.6) in two places, both options here: the paper writes one
-scalar weight per cohort (``size``: ``p_i = N_i / N``) where the code weights per class
-(``label``, the default, which the reported results use); and the code's GN-LeNet distils
-log-probabilities where the paper says logits (``outputs: log_probs`` vs the default
-``logits``). The code's ``uniform`` weights are ``1/C`` (which rescales the target); here
-``uniform`` is ``1/n``, a plain mean of the teachers.
+Where the paper and the code differ (the teachers' weights and outputs; both are options here):
+``docs/architecture.md`` ("CPFL's math").
 """
 
 from __future__ import annotations

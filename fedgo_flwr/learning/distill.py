@@ -6,40 +6,23 @@ models and is trained on an unlabeled set against the weighted-ensemble pseudo-l
 "θ^t <- Σ n_k θ_k / Σ n_k" and "ỹ(u) <- σ(Σ w_k(u) f(u; θ_k))"; FedDF, Lin et al. NeurIPS 2020,
 Alg. 1, AVGLOGITS).
 
-Cost model. Teachers are frozen, so their logits on the distillation set are computed **once per
-round** by :class:`TeacherBank`, one client model at a time (the caller may drop each model right
-after :meth:`TeacherBank.add`), for every augmentation *view*. The only augmentation is the
-horizontal flip, so there are at most two views (identity, flipped): a distillation batch that
-flips sample ``i`` reads the teacher targets of view 1 for ``i``, which is exactly what
-recomputing the teachers on the augmented batch would give, at a fraction of the cost.
+Teachers are frozen, so their logits on the distillation set are computed **once per round** by
+:class:`TeacherBank`, one client model at a time, for every augmentation view (identity and the
+horizontal flip, the only augmentation): a batch that flips sample ``i`` reads view 1's targets
+for ``i``, exactly what recomputing the teachers on the augmented batch would give.
 
-Two protocols (``DistillConfig.protocol``):
+Two protocols (``DistillConfig.protocol``): ``"fedgo"`` (FedGO App. E.2: ``epochs`` full passes,
+Adam, batch 64, the lr cosine-decayed across rounds up to ``decay_rounds``, no early stop) and
+``"feddf"`` (FedDF Sec. 4 and its code: at most ``max_steps`` batches, a cosine schedule over the
+steps, gradient clipping, early stopping on a labelled server validation split, the best student
+seen returned).
 
-- ``"fedgo"`` (FedGO App. E.2): ``epochs`` full passes over the set, Adam (``lr`` 1e-3),
-  batch 64, the server lr cosine-decayed **across rounds** up to ``decay_rounds``
-  (``lr_t = lr * (1 + cos(pi * (t-1) / T)) / 2``; off with ``lr_decay: false``), no early stop.
-- ``"feddf"`` (FedDF Sec. 4 and its reference code): at most ``max_steps`` batches, Adam with a
-  cosine schedule over the steps, gradient-norm clipping, evaluation on a labelled server
-  validation split every ``eval_every`` steps, stop after ``patience`` steps without improvement,
-  and return the best student seen (the initial one included).
-
-BatchNorm statistics (``DistillConfig.bn_stats``). A student in train mode normalises each batch
-by its own statistics and moves its running statistics towards them. On generated images (FedGO
-D2, DaFKD) that replaces the statistics the student got from the clients' real data by those of
-the generator's images, and the model then fails on real ones (measured on DaFKD at CIFAR-10:
-``benchmarks/studies/dafkd.md``). Three modes:
-
-- ``update``: plain train mode (the authors' code of FedGO and DaFKD; the papers are silent);
-- ``batch``: train mode, and every BatchNorm layer's running statistics (and batch count) are
-  put back as they were before the distillation: batches are normalised by their own
-  statistics, the model keeps those of the n_k-weighted average, i.e. of the clients' data;
-- ``eval``: the BatchNorm layers in eval mode, so the averaged model's running statistics
-  normalise the generated batches too. Generated images normalised by real-image statistics
-  are off the scale the weights were trained for, and the distillation steps then move the
-  weights away from what works on real images (on the same DaFKD run the server model stayed
-  near chance until the distillation lr decayed).
-
-``auto`` (the default) is ``batch`` on generated data and ``update`` on real data.
+BatchNorm statistics (``DistillConfig.bn_stats``): ``update`` (plain train mode, the authors'
+code of FedGO and DaFKD), ``batch`` (train mode, then every BatchNorm layer's running statistics
+put back as they were: the model keeps those of the clients' data) or ``eval`` (the averaged
+model's statistics normalise the distillation batches too); ``auto``, the default, is ``batch`` on
+generated data and ``update`` on real data. Why, with what was measured:
+``docs/architecture.md`` ("Server-side distillation").
 """
 
 from __future__ import annotations

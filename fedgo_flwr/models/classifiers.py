@@ -3,50 +3,22 @@
 All models are built through :func:`build_model` from a name in
 :data:`~fedgo_flwr.config.names.MODEL_NAMES`, an input shape without the batch dimension and a
 number of classes. Every model's ``forward(x)`` takes a batch ``x`` of shape ``(N, *input_shape)``
-and returns logits of shape ``(N, num_classes)``.
+and returns logits of shape ``(N, num_classes)``. Input shapes are ``(C, H, W)`` for images
+(``(1, 8, 8)`` for scikit-learn digits, ``(3, 32, 32)`` for CIFAR-10/100) or ``(D,)`` for
+feature vectors.
 
-Input shapes are ``(C, H, W)`` for images (e.g. ``(1, 8, 8)`` for scikit-learn digits,
-``(3, 32, 32)`` for CIFAR-10/100) or ``(D,)`` for feature vectors (e.g. ``(2,)`` for a 2-D
-synthetic task).
+Models: ``"cnn"`` (small CPU-friendly CNN, the default, :class:`SmallCNN`; on a vector input the
+``"mlp"``), ``"cnn_bn"`` (the same with BatchNorm), ``"resnet8"`` (FedDF's), ``"mlp"`` (3 layers,
+any input), ``"resnet18"``, ``"vgg11_bn"``, ``"resnet50"`` (CIFAR variants), ``"gn_lenet"``
+(GroupNorm LeNet, CPFL's), and Co-Boosting's ``"cnn5"`` (McMahan et al.'s 5-layer CNN),
+``"lenet5"``, ``"mobilenetv3_small"`` and ``"shufflenetv2"``
+(:mod:`fedgo_flwr.models.mobile`).
 
-Models:
-
-* ``"cnn"``: small CPU-friendly CNN (the project default), :class:`SmallCNN`. On a vector
-  input ``(D,)`` it falls back to the ``"mlp"`` model.
-* ``"cnn_bn"``: the same CNN with BatchNorm after each convolution.
-* ``"resnet8"``: CIFAR ResNet-8 with BatchNorm (FedDF's model), :func:`resnet8`.
-* ``"mlp"``: 3-layer MLP on the flattened input, :class:`MLP`. Works on any input shape.
-* ``"resnet18"``: CIFAR ResNet-18, :func:`resnet18`.
-* ``"vgg11_bn"``: CIFAR VGG-11 with BatchNorm, :class:`VGG`.
-* ``"resnet50"``: CIFAR ResNet-50, :func:`resnet50`.
-* ``"gn_lenet"``: GroupNorm LeNet of Hsieh et al. 2020 as used by CPFL, :class:`GNLeNet`.
-* ``"cnn5"``: Co-Boosting's "5-layer CNN" of McMahan et al. 2017 (the authors' ``CNNCifar``,
-  319,242 parameters on CIFAR-10), :class:`CNN5`.
-* ``"lenet5"``: the PyTorch-tutorial LeNet-5 (6-16-120-84), Co-Boosting's MNIST/FMNIST model
-  and the "CNN2" of its heterogeneous setting, :class:`LeNet5`.
-* ``"mobilenetv3_small"``: MobileNetV3-Small (Howard et al. 2019), Co-Boosting's "MobileNet"
-  client, :class:`fedgo_flwr.models.mobile.MobileNetV3`.
-* ``"shufflenetv2"``: ShuffleNetV2 x1.0 (Ma et al. 2018), Co-Boosting's "ShuffleNet" client,
-  :class:`fedgo_flwr.models.mobile.ShuffleNetV2`.
-
-Co-Boosting (Dai et al., "Enhancing One-Shot Federated Learning Through Data and Ensemble
-Co-Boosting", ICLR 2024, Sec. 5 and App. B) names its models after papers; the authors' code
-(``registry.py`` of github.com/rong-dai/Co-Boosting) maps them to: "CNN with 5 layers" / CNN1
-= ``cnn`` (``CNNCifar``) -> zoo ``"cnn5"``; LeNet-5 (MNIST, FMNIST) = ``lenet`` and CNN2 =
-``cnn_torch`` -> zoo ``"lenet5"`` (the two are the same function on 32x32 inputs, see
-:class:`LeNet5`); ResNet = ``resnet18`` -> zoo ``"resnet18"``; MobileNet = ``mobile`` -> zoo
-``"mobilenetv3_small"``; ShuffleNet = ``shuffle`` -> zoo ``"shufflenetv2"``. The last two keep
-their ImageNet layout (stride-2 stems) on 32x32 images, as the authors' code does.
-
-The ResNet and VGG architectures follow kuangliu/pytorch-cifar
-(https://github.com/kuangliu/pytorch-cifar), the CIFAR variants used by FedGO (Jang et al.,
-"FedGO: Federated Ensemble Distillation with GAN-based Optimality", ICML 2025, App. E.2 / F.4).
-They are written here rather than taken from torchvision, whose ImageNet models use a 7x7
-stride-2 stem plus max-pool that discards most of a 32x32 image. The only deviation from
-kuangliu/pytorch-cifar is that the final fixed-size average pool is replaced by an adaptive
-one (and, in VGG, max-pools that would shrink a feature map below 1x1 are skipped), so the
-same models also run on small inputs such as 8x8 digits; on 32x32 inputs the computation is
-identical.
+The ResNet and VGG architectures follow kuangliu/pytorch-cifar, the CIFAR variants FedGO uses
+(ICML 2025, App. E.2 / F.4), not torchvision's ImageNet stems, which discard most of a 32x32
+image; an adaptive final pool lets them run on 8x8 digits too (identical on 32x32 inputs).
+Which of the zoo's models each of Co-Boosting's named models is, and the other deviations:
+``docs/architecture.md`` ("The model zoo").
 
 Initialisation uses PyTorch's default layer initialisers (``"mobilenetv3_small"``: the
 MobileNet reference initialisers, also drawn from torch's RNG), so a model is fully determined

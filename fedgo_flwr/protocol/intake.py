@@ -8,50 +8,21 @@ message type and the server's templates of its array records. ``take`` returns a
 WARNING naming the client, its node and the reason, and the round goes on. Nothing a client
 sends can raise out of ``take``.
 
-Checked, in order:
+Checked, in order: the reply is no error; its ``group_id`` is a partition id in ASCII digits
+that the round sent work to and that the replying node serves; it echoes the reply token of the
+message this round sent to that partition; the partition has not replied before in this round;
+its records and metrics are the declared ones, no more, each metric a finite number of the
+declared kind and bounds; ``num-examples`` equals the server's count of the partition (n_k
+weighs every average: the server never takes a client's word for it); each ArrayRecord has
+exactly its template's keys, shapes and dtypes, and only finite values.
 
-- the reply is no error;
-- its ``metadata.group_id`` is a partition id in ASCII digits (``str.isdigit`` also takes
-  ``"²"`` and ``"١"``, which ``int`` refuses), that the round sent work to and that the
-  replying node serves; a reply without a group id answers for the node's only partition;
-- it echoes the reply token of the message this round sent to that partition (the
-  ConfigRecord ``"echo"``: :func:`fedgo_flwr.runtime.messages.echoed_token`): a reply that
-  echoes none, or another token, answers another instruction (an earlier round's, or another
-  partition's) and is refused;
-- the partition has not replied before in this round (a duplicated reply is refused, never
-  counted twice);
-- its records are the declared ones, no more (:meth:`ReplySpec.records_problem`; the echo is
-  the protocol's, allowed in every reply), and its metrics the declared ones, each a finite
-  number of the declared kind and bounds;
-- ``num-examples`` equals the server's count of the partition (``client_sizes``), where the
-  server has one: n_k weighs every average, and the server never takes a client's word for it
-  (FedAvg, McMahan et al. 2017, Alg. 1; FedGAN, Rasouli et al. 2020, Alg. 1);
-- each ArrayRecord has exactly its template's keys, shapes and dtypes, and only finite values
-  (:func:`fedgo_flwr.learning.aggregation.check_arrays`).
-
-:attr:`RoundIntake.failed` is the number of partitions the round sent work to that have no
-accepted reply: each counted once, whatever it (or another node in its name) sent.
-
-:attr:`RoundIntake.model_faults` names the partitions whose reply was refused for a reason that
-points at the model the server sent rather than at the client: non-finite values (a training
-loss that is NaN or infinite, arrays that overflowed) or an update far beyond the model's own
-norm. One client can send those on purpose, but when most of a round's replies have them the
-model itself is broken (it diverges under honest training), and the round loop rolls back
-(:meth:`strategies.base.Strategy.start`).
-
-The reply token is per message, not per round. Every message to a client carries a fresh
-token of its own (:func:`fedgo_flwr.runtime.messages.new_reply_token`, from :mod:`secrets`, so
-it is unpredictable and no seeded result depends on it), and the ClientApp echoes it in its
-reply (:func:`fedgo_flwr.app.client_app.reply_token_mod`). A token per round would tie a reply
-to its round only; one per message also ties it to its partition, so a reply captured from one
-client cannot be passed off as another's, in the same round or any other, and costs nothing
-more (the messages of a round already differ in their group id). Flower's
-``metadata.reply_to_message_id`` does not do this here: the in-process grid
-(:mod:`fedgo_flwr.app.inprocess`) sends messages that have no id, and a message id is a hash of
-the message, which a client can compute, not a secret. What the token does not stop: a client
-that holds a fresh token can attach it to any content, its own stale model included, which is
-then checked like any other model (the records, the arrays, ``strategy.aggregation``'s
-bounds); a replay cannot be told from an honest reply only by its content.
+:attr:`RoundIntake.failed` counts each partition the round sent work to that has no accepted
+reply once. :attr:`RoundIntake.model_faults` names the partitions refused for a reason that
+points at the model the server sent (non-finite values, an update far beyond the model's norm):
+when most of a round's replies have them, the round loop rolls back. Every message carries a
+fresh, unpredictable reply token of its own (:func:`fedgo_flwr.runtime.messages.new_reply_token`),
+so a reply captured from one client cannot be passed off as another's. ``docs/architecture.md``
+("The reply intake") has each check and why the token is per message.
 """
 
 from __future__ import annotations

@@ -5,47 +5,22 @@
     ./run.sh --report RUN_DIR ...
 
 A run folder is what a run writes (``metrics.jsonl``, ``summary.json``, ``config.yaml``,
-``partition.json``, ``env.json``; :mod:`fedgo_flwr.records.recorder`); a folder that holds
-run folders (e.g. ``outputs/bench/cifar10-cpu-bn``, or ``outputs/<name>`` with its dated runs)
-stands for all of them, and a folder of such folders (a sweep's ``--out``, ``outputs/``) for
-all of theirs. A report's row is the runs of one experiment
-(:mod:`fedgo_flwr.records.report_groups`): runs that share a name, a strategy and the
-fingerprint of their ``config.yaml`` (:func:`fedgo_flwr.records.provenance.config_fingerprint`:
-the config less the seed and where the run writes). The name is the run folder's without a
-trailing ``-seed<N>``; for a dated run folder ``outputs/<name>/<date-time>`` (or
-``outputs/<name>/latest``) ``<name>``; for a sweep's ``<out>/<variant>/seed<N>`` the variant;
-with ``--label strategy`` the strategy's, whatever the folders are called. Runs of one name
-whose configs differ are never averaged: each config is a row, labelled with the keys they
-differ in (``default (rounds=3)``), and stderr says so. Two runs of one config with the same
-seed count once (the finished one, then the newest; the other is listed as left out). Written
-to ``--out`` (default ``report/``):
+``partition.json``, ``env.json``; :mod:`fedgo_flwr.records.recorder`); a folder that holds run
+folders stands for all of them, and a folder of such folders for all of theirs. A report's row
+is the runs of one experiment (:mod:`fedgo_flwr.records.report_groups`): runs that share a name,
+a strategy and the fingerprint of their ``config.yaml`` (the config less the seed and where the
+run writes). Runs of one name whose configs differ are never averaged: each config is a row,
+labelled with the keys they differ in, and stderr says so. Written to ``--out`` (default
+``report/``): ``accuracy.png`` (accuracy and loss by round, by MB sent and by wall time, mean
++- one sd per group), ``metrics.csv`` (every row of every run), ``table.md`` / ``table.csv``
+(per group: n, seeds, mean +- sd of the final, best and last-10-round accuracy, rounds to
+``--target``, wall time, bytes, the config fingerprint, commits and package versions) and a
+``partition-<run>.png`` heatmap per distinct partition.
 
-- ``accuracy.png``: four panels titled with the runs' setting, one line per group (n in the
-  legend), mean over its runs with a +- one sd band: test accuracy by round (dashed, the client
-  ensemble's of distillation methods), test loss by round, test accuracy vs cumulative MB sent
-  and vs wall time (:func:`fedgo_flwr.records.plots.plot_accuracy`);
-- ``metrics.csv``: every row of every run's ``metrics.jsonl`` with its run, label, seed and,
-  for a run left out, why;
-- ``table.md`` / ``table.csv``: per group, n and its seeds; the mean +- sample sd over seeds
-  (one seed: the value, no interval) of the final, best and last-10-round mean accuracy
-  (rounds after round 0 only; last k for a run of fewer rounds, ``last_k``), rounds to
-  ``--target`` (mean over the seeds that reached it, and how many did), wall time (each run's
-  ``summary.json`` ``total_time``; an unfinished run's last ``elapsed``, marked ``*``,
-  ``wall_s_from``) and bytes sent down and up (when the run recorded them); the config
-  fingerprint, the commits (``+dirty``: with uncommitted changes; a group of several commits
-  names them) and package versions from ``env.json`` (``unknown`` without one). ``table.md``
-  also lists the names split into several rows and the runs left out;
-- ``partition-<run>.png``: a heatmap of each distinct partition, clients x classes, from
-  ``partition.json`` (one per group's first run; a folder named by its time or ``seed<N>``
-  with its experiment's or variant's name in front), titled with its setting and seed.
-
-A run's files are read as untrusted: a ``metrics.jsonl`` line that is not a JSON object with
-an integer ``round``, a ``summary.json``, ``partition.json`` or ``env.json`` that is not a JSON
-object (or not JSON), a ``config.yaml`` that is not a YAML mapping, stops the report with one
-error naming the file (and line), before anything is written; a field of ``env.json`` that is
-not what a run writes is shown as ``unknown``. Every output file is written atomically
-(:func:`fedgo_flwr.runtime.fileio.atomic_write`): a symbolic link at one of their names in
-``--out`` is replaced by the file, never written through.
+A run's files are read as untrusted: a file that is not what a run writes stops the report with
+one error naming the file (and line), before anything is written. Every output file is written
+atomically (:func:`fedgo_flwr.runtime.fileio.atomic_write`), never through a symbolic link.
+``docs/architecture.md`` ("Reports of finished runs") has each output and each rule in full.
 """
 
 from __future__ import annotations

@@ -1,44 +1,31 @@
 """How models run on the device: memory format, inference batch, determinism and precision.
 
-:func:`place` puts a model on its device. With ``resources.channels_last`` on, a model's 4-D
-weights (its convolutions) are stored channels-last (NHWC); PyTorch then runs each convolution
-channels-last (it converts an NCHW input batch itself) and the activations stay in that format.
-Weights keep their values, so state dicts, messages and checkpoints are unchanged; models
-without 4-D weights (MLPs) are left as they are. The results differ from NCHW's in the last bits
-of float32, and training amplifies the difference over rounds, so a run with it on is
-deterministic per seed but not bit-identical to one with it off: hence a switch, off by default
-(the speed-ups measured on CPU and GPU: ``benchmarks/studies/performance.md`` and
-``benchmarks/studies/gpu.md``).
+:func:`place` puts a model on its device; with ``resources.channels_last`` on, a model's 4-D
+weights (its convolutions) are stored channels-last (NHWC) and PyTorch runs each convolution in
+that format. Weights keep their values, so state dicts, messages and checkpoints are unchanged;
+the results differ from NCHW's in the last bits of float32, so a run with it on is deterministic
+per seed but not bit-identical to one with it off: hence a switch, off by default.
 
 The switches are per process (like torch's thread count): the ServerApp sets them from the
 config at the start of a run and the ClientApp for each message it handles.
 
 :func:`inference_batch` is the batch of the forward-only passes (teacher logits, ensemble and
-test evaluation, discriminator logits) on a GPU: at least ``resources.gpu_inference_batch``.
-In eval mode a batch holds no state, so only the order of float sums can differ, and a GPU
-runs a large batch much faster than the training batch. On a CPU the configured batch is kept,
-so CPU runs are unchanged.
+test evaluation, discriminator logits) on a GPU: at least ``resources.gpu_inference_batch``. In
+eval mode a batch holds no state, so only the order of float sums can differ. On a CPU the
+configured batch is kept, so CPU runs are unchanged.
 
 :func:`use_deterministic` (``resources.deterministic``) asks PyTorch for its deterministic
-kernels: cuDNN's deterministic convolution algorithms and no autotuning
-(``torch.backends.cudnn.deterministic`` / ``benchmark``), cuBLAS with a fixed workspace
-(``CUBLAS_WORKSPACE_CONFIG=:4096:8``, set for the process unless the user set it), and
-:func:`torch.use_deterministic_algorithms` in its ``warn_only`` mode, so an operation with no
-deterministic kernel on the device warns with its name and runs anyway rather than stopping a
-run. On a CPU every kernel this project uses is deterministic already; on a GPU the default
-cuDNN kernels are not (on an H200 two runs of one seed's one-shot clients ended 0.05 points
-apart). Off by default, as PyTorch has it: deterministic kernels can be slower, and
-``benchmarks/determinism.py`` measures both the repeat and the cost on a device.
+kernels (cuDNN, cuBLAS with a fixed workspace, :func:`torch.use_deterministic_algorithms` in its
+``warn_only`` mode: an operation without one warns and runs). On a CPU every kernel this project
+uses is deterministic already; on a GPU the default cuDNN kernels are not. Off by default, as
+PyTorch has it: deterministic kernels can be slower.
 
-:func:`autocast` is the context of a classifier's forward pass and its loss (local training,
-teacher and test logits, distillation, CPFL's L1 distillation): with ``resources.precision:
-bf16`` PyTorch's autocast runs the matrix products and convolutions in bfloat16 while the
-weights, their gradients and the optimizer stay float32 (mixed precision); with ``fp32``, the
-default, it is no context at all. The generators', discriminators' and data-free synthesis's
-loops stay float32: bfloat16 was slower there on a GPU (WGAN-GP's gradient penalty is a second
-back-propagation), and DeepInversion's batch-norm statistics loss compares small differences of
-means. Logits leave a pass as float32 (``.float()``), so what a pass returns has one dtype
-either way. Figures for both: ``benchmarks/studies/gpu.md``, "The GPU against its own bare loops".
+:func:`autocast` is the context of a classifier's forward pass and its loss: with
+``resources.precision: bf16`` the matrix products and convolutions run in bfloat16 while the
+weights, gradients and optimizer stay float32; with ``fp32``, the default, it is no context at
+all. The generators', discriminators' and data-free synthesis's loops stay float32. Logits leave
+a pass as float32. The measured speed-ups, repeats and costs, and why each loop keeps its
+precision: ``docs/architecture.md`` ("How models run on the device").
 """
 
 from __future__ import annotations

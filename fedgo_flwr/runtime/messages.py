@@ -19,10 +19,8 @@ Every message of a round carries, in ``content``:
 
 Every message to a client names its partition in ``metadata.group_id`` (``str(k)``), and the
 reply carries it back: a simulated node may serve several partitions
-(:func:`fedgo_flwr.app.client_app.message_partition`).
-
-Algorithms add records of their own (SCAFFOLD's control variates); their keys live with the
-algorithm (``clients/<x>.py``).
+(:func:`fedgo_flwr.app.client_app.message_partition`). Algorithms add records of their own
+(SCAFFOLD's control variates); their keys live with the algorithm (``clients/<x>.py``).
 
 :data:`TRAFFIC` counts the bytes of the arrays every message that :func:`stream_replies` sends
 carries, and those of every reply (the serialised ``Array`` data of all ArrayRecords; configs

@@ -240,6 +240,9 @@ def test_no_strategy_has_a_long_class_chain():
     fedavg = chain(strategies.strategy_class("fedavg"))
     assert fedavg.classes == ("strategies.fedavg.FedAvg", "strategies.base.Strategy")
     assert fedavg.overridden == 0 and fedavg.methods > 10
+    # CPFL's cohorts and its stage 2 are parts it owns (self.cohorts, self.distillation)
+    cpfl = chain(strategies.strategy_class("cpfl"))
+    assert cpfl.classes == ("strategies.cpfl.CPFL", "strategies.base.Strategy")
     long = {}
     for name in strategies.available():
         found = chain(strategies.strategy_class(name))

@@ -7,6 +7,7 @@ YAML loader or by the pre-flight check (``prepare``, run by ``run.sh`` and the S
 from __future__ import annotations
 
 import math
+import pickle
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -21,7 +22,9 @@ from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError, ExperimentConfig
 from fedgo_flwr.config.names import DATASETS
 from fedgo_flwr.config.schema import Checker, build_section
-from strategies import load_experiment, resolve
+from fedgo_flwr.datafree import PlainBoost
+from strategies import load_experiment, resolve, strategy_class
+from strategies.coboosting import CoBoostingConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -880,3 +883,27 @@ def test_swapping_strategy_drops_other_strategies_params(caplog):
     cfg = load_experiment(CONF / "fedgo.yaml", overrides)
     assert cfg.strategy.params.distill.epochs == 5  # shared parameters are kept
     assert "generator" not in cfg.strategy.raw_params
+
+
+BASELINE_SYNTHESIS = {
+    "dense": {"source": "generator", "hardness": 0.0, "adv_mask": True, "adv_temperature": 3.0},
+    "fadi": {"source": "pixels", "lr": 0.05, "hardness": 0.0, "bn_weight": 1.0, "tv_weight": 1e-3},
+}
+"""Each data-free baseline's synthesis defaults (``strategies/dense.py``, ``fadi.py``)."""
+
+
+@pytest.mark.parametrize("name", sorted(BASELINE_SYNTHESIS))
+def test_a_data_free_baselines_config_keeps_its_defaults_under_a_yaml_section(name):
+    """DENSE's and F-ADI's ``Config`` come from one declaration
+    (:func:`strategies.coboosting.baseline_config`): Co-Boosting's parameters with the boost
+    off and the baseline's synthesis defaults, which a YAML ``synthesis`` section
+    (``conf/coboosting.yaml`` sets its batch size and steps) keeps for every key it does not
+    set; the parameters survive a pickle (the class is found where the module assigns it)."""
+    cfg = load_experiment(CONF / "coboosting.yaml", [f"strategy.name={name}"])
+    p = cfg.strategy.params
+    assert type(p) is strategy_class(name).Config and isinstance(p, CoBoostingConfig)
+    assert type(p.boost) is PlainBoost and (p.boost.reweight, p.boost.diversify) == (False, False)
+    assert (p.synthesis.batch_size, p.synthesis.steps, p.boost.batch_size) == (64, 10, 64)
+    for key, value in BASELINE_SYNTHESIS[name].items():
+        assert getattr(p.synthesis, key) == value, key
+    assert pickle.loads(pickle.dumps(p)) == p

@@ -1,18 +1,15 @@
 """The reply fuzzer: one client's reply to one message type in one round changed on its way to
 the server, and a verdict on what the server did with it. ``tests/integration/test_fuzz_replies.py``
-runs a fixed-seed sample of cases; ``python -m benchmarks.fuzz_replies`` the long profile; a new
-strategy is fuzzed by name with either, without editing anything here.
+runs a fixed-seed sample of cases; ``python -m benchmarks.fuzz_replies`` the long profile.
 
 A *case* is one tiny in-process run (:func:`fedgo_flwr.app.inprocess.run_inprocess`: digits, 4
 clients, 2 rounds, or 1 for a one-shot strategy, 1 local epoch, each strategy's expensive
-knobs cut) in which the replies of ONE client to ONE message type in ONE round are changed on
-their way to the server, by wrapping :meth:`InProcessGrid.stream` (as
-``tests/integration/test_tampered_replies.py``'s ``tamper`` does).
-
-Strategies are found by name (:func:`strategies.available`); what to mutate is found by
-watching the strategy's own clean run (:func:`clean_run`): every (message type, server round,
-client) whose reply came back, with the records and keys of that reply. A new algorithm, a new
-message type or a new record is therefore fuzzed without editing anything here.
+knobs cut) whose replies of ONE client to ONE message type in ONE round are changed by wrapping
+:meth:`InProcessGrid.stream` (as ``test_tampered_replies.py``'s ``tamper`` does). Strategies are
+found by name (:func:`strategies.available`), and what to mutate by watching the strategy's own
+clean run (:func:`clean_run`: every message type, round and client whose reply came back, with
+its records and keys), so a new algorithm, message type or record is fuzzed without editing
+anything here.
 
 The verdict of a case (:func:`verdict`), in this order:
 

@@ -8,21 +8,19 @@
 - a **variant** is ``PATH.yaml``, ``NAME=PATH.yaml`` or ``"NAME=PATH.yaml k=v ..."`` (one
   quoted word), ``k=v`` words outside a variant apply to every variant
   (:mod:`fedgo_flwr.app.sweep.variants`);
-- the **seeds** are a named set, ``tuning`` (choose variants, settings and budgets on these)
-  or ``report`` (report what was chosen, never choose on them), or a list
-  (:mod:`fedgo_flwr.app.sweep.seeds`);
+- the **seeds** are a named set, ``tuning`` (choose on these) or ``report`` (never choose on
+  them), or a list (:mod:`fedgo_flwr.app.sweep.seeds`);
 - each variant x seed runs as a child process into ``<out>/<variant>/seed<N>/``, several at a
   time where the CPUs allow, resumable, a failed run recorded and the others going on
   (:mod:`fedgo_flwr.app.sweep.runner`, on the child-run engine the benchmark specs use too,
   :mod:`fedgo_flwr.app.sweep.engine`); ``--archive`` keeps the finished runs' records in one
   file that a sweep on another machine restores first (:mod:`fedgo_flwr.app.sweep.archive`);
-  ``--stop-after S`` starts no run after S seconds (the runs under way finish and are kept:
-  a lease or batch job that ends at a fixed time), the runs left are named in the table;
+  ``--stop-after S`` starts no run after S seconds (the runs under way finish and are kept),
+  and the table names the runs left;
 - ``<out>/table.md``, ``table.json`` and ``curves.png``: mean, 95% t interval and sd of the
-  final metric per variant, paired differences against the baseline with a paired t-test, the
-  curves with 95% bands; a table of tuning seeds says "tuning seeds: not for claims"
-  (:mod:`fedgo_flwr.app.sweep.table`, statistics in :mod:`fedgo_flwr.app.sweep.stats`, which the
-  benchmark drivers use too).
+  final metric per variant, paired differences against the baseline (paired t-test), the curves
+  with 95% bands; a table of tuning seeds says "tuning seeds: not for claims"
+  (:mod:`fedgo_flwr.app.sweep.table`, :mod:`fedgo_flwr.app.sweep.stats`).
 
 Example: FedAvg, FedDF and FedGO on one base YAML, chosen on the tuning seeds::
 

@@ -5,32 +5,19 @@ job ends). With ``--archive PATH.tar.xz`` the sweep first **restores** every run
 holds into ``<out>/<variant>/seed<N>/`` (unless that folder already holds a finished run), and
 **packs** the records of every finished run in ``out`` into the archive each time a run
 finishes. The records are what the table and the resume check read, and nothing else: the
-run's ``config.yaml`` (compared with the variant's configuration as for any finished run),
-``metrics.jsonl`` (curves), ``summary.json`` (the final metric; it marks a run finished) and
-``env.json`` (the commit and package versions it ran with, for the table's provenance; a run
-made before runs wrote one has none). Checkpoints and logs stay out, so the archive of a
-benchmark can be committed beside its table (a few KB a run); the ``output_dir`` line of
-``config.yaml`` (this machine's absolute folder, which the resume check ignores) is kept as the
-run's place in ``--out``, ``<variant>/seed<N>``.
-A restored run is skipped like a finished one; to run it again, delete its folder and its entry
-in the archive (or the archive).
+run's ``config.yaml``, ``metrics.jsonl``, ``summary.json`` (it marks a run finished) and
+``env.json``. Checkpoints and logs stay out, so the archive of a benchmark can be committed
+beside its table (a few KB a run). A restored run is skipped like a finished one; to run it
+again, delete its folder and its entry in the archive (or the archive).
 
 An archive is untrusted input (it comes from another machine): a member that is not a run's
-record is refused with one error naming the member and the archive, and **nothing** of that
-archive is restored (the runs it holds stay in it; fix or replace it and run again). Refused:
-
-- a name other than ``<variant>/seed<N>/<record>`` (an absolute name, a ``..`` or ``.``
-  component: it would leave ``--out``);
-- a member that is not a regular file (a link, a device, a folder), a record named twice;
-- a run without a summary, and a record that is not what a run writes: ``summary.json`` or
-  ``env.json`` not a JSON object, a ``metrics.jsonl`` line not a JSON object (its ``round``,
-  if any, an integer), ``config.yaml`` not a YAML mapping.
-
-Nothing is written through a link in ``--out`` either: a symbolic link at any part of a
-restored run's path below ``--out`` (planted there, e.g. ``<out>/fedavg -> /elsewhere``)
-refuses the restore before any file is written (:func:`fedgo_flwr.runtime.fileio.path_inside`),
-and :func:`pack` leaves such a run out of the archive with a WARNING (it reads nothing through
-a link).
+record (a name other than ``<variant>/seed<N>/<record>``, a member that is not a regular file, a
+record named twice, a run without a summary, a record that is not what a run writes) is refused
+with one error naming the member and the archive, and **nothing** of that archive is restored.
+Nothing is written through a link in ``--out`` either
+(:func:`fedgo_flwr.runtime.fileio.path_inside`), and :func:`pack` leaves a run under a link out
+of the archive with a WARNING.
+``docs/architecture.md`` ("Sweep archives") has each rule in full.
 """
 
 from __future__ import annotations
