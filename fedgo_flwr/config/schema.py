@@ -144,8 +144,14 @@ def build_section(
     owner: str | None = None,
     checker: Checker | None = None,
     sources: Mapping[str, str] | None = None,
+    base: Any = None,
 ) -> Any:
     """Build section dataclass ``cls`` from ``raw`` and check it, recursively.
+
+    A key that ``raw`` leaves out keeps ``base``'s value when ``base`` (an instance of ``cls``)
+    is given, else the class default. A nested section starts from its field's own default:
+    ``generator: GeneratorConfig = field(default_factory=lambda: GeneratorConfig(steps=0))``
+    given ``{generator: {width: 8}}`` keeps ``steps`` 0, not the class's 1000.
 
     Keys of ``raw`` must be fields of ``cls`` (the error suggests the closest one; with
     ``owner`` it says whose parameters they are, e.g. a strategy's). Values are type-checked
@@ -171,11 +177,24 @@ def build_section(
             if owner is not None:
                 at.fail(key, f"not a parameter of {owner}{hint} (its parameters: {known})", value)
             at.fail(key, f"unknown key{hint}; known keys: {known}", value)
-        kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", checker)
+        inner = getattr(base, key) if base is not None else _field_default(fields[key])
+        kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", checker, inner)
         _check_number(kwargs[key], fields[key].metadata, f"{prefix}{key}", checker)
-    section = cls(**kwargs)
+    section = dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     run_checks(section, checker.at(prefix, section))
     return section
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    """The default value of field ``f`` when it is a section (a dataclass instance), else
+    ``None``: what a partial mapping for that section starts from."""
+    if f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    elif f.default is not dataclasses.MISSING:
+        value = f.default
+    else:
+        return None
+    return value if dataclasses.is_dataclass(value) and not isinstance(value, type) else None
 
 
 def run_checks(section: Any, c: Checker) -> None:
@@ -195,8 +214,9 @@ def run_checks(section: Any, c: Checker) -> None:
         check.__get__(section, type(section))(c)
 
 
-def _convert(tp: Any, value: Any, key: str, checker: Checker) -> Any:
-    """``value`` checked against annotation ``tp``; sections are built recursively."""
+def _convert(tp: Any, value: Any, key: str, checker: Checker, base: Any = None) -> Any:
+    """``value`` checked against annotation ``tp``; sections are built recursively, from
+    ``base`` (the field's default section) where given."""
     item = _list_item_section(tp)
     if item is not None:
         if value is None:
@@ -212,7 +232,8 @@ def _convert(tp: Any, value: Any, key: str, checker: Checker) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             _fail(checker, key, value, "must be a mapping of keys")
-        return build_section(tp, value, f"{key}.", checker=checker)
+        start = base if isinstance(base, tp) else None
+        return build_section(tp, value, f"{key}.", checker=checker, base=start)
     if typing.get_origin(tp) is list:  # a list of plain values, each checked and named key[i]
         (arg,) = typing.get_args(tp)
         if value is None:

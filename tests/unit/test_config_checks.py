@@ -162,3 +162,23 @@ def test_the_shipped_sections_run_each_check_of_their_chain_once(monkeypatch):
             chained.append(cls.__name__)
     # the walk reaches the sections that extend others (a vacuous walk would pass too)
     assert {"FedGOConfig", "DaFKDConfig", "FedGKDPlusConfig", "CPFLConfig"} <= set(chained)
+
+
+def test_a_partial_nested_section_starts_from_its_fields_own_default() -> None:
+    """Co-Boosting + FedGO's generator defaults to ``steps: 0`` (untrained, its docs say) where
+    the ``GeneratorConfig`` class says 1000: overriding another generator key must keep 0."""
+    from strategies import load_experiment
+
+    plain = load_experiment(None, ["strategy.name=coboosting_fedgo"]).strategy.params
+    assert plain.generator.steps == 0
+    partial = load_experiment(
+        None, ["strategy.name=coboosting_fedgo", "strategy.generator.width=8"]
+    ).strategy.params
+    assert partial.generator.width == 8 and partial.generator.steps == 0
+    given = load_experiment(
+        None, ["strategy.name=coboosting_fedgo", "strategy.generator.steps=7"]
+    ).strategy.params
+    assert given.generator.steps == 7
+    # a section whose field default is the class default is unchanged by this
+    fedgo = load_experiment(None, ["strategy.name=fedgo", "strategy.generator.width=8"])
+    assert fedgo.strategy.params.generator.steps == type(fedgo.strategy.params.generator)().steps
