@@ -82,13 +82,14 @@ class CohortDistillation:
     def odds_weights(self, included: list[Cohort], data: ArrayDataset, where: str) -> torch.Tensor:
         """``(n, N)`` FedGO weights of the included cohorts on ``data`` (named ``where`` in
         WARNINGs; :func:`fedgo_flwr.learning.cohorts.cohort_odds_weights`). A client without a
-        discriminator has the neutral logit 0; so has one whose logits are not finite or whose
-        logit scale on ``data`` exceeds ``strategy.aggregation.upload_bound`` times the
-        members' median (:func:`~fedgo_flwr.gan.screen_discriminators`, before any weight is
-        computed); and no member's weight averaged over ``data`` exceeds
-        ``max(2/K, 3 n_k / sum n)`` over the ``K`` members
-        (:func:`~fedgo_flwr.weighting.cap_mean_shares_named`), so no cohort's exceeds the sum
-        of its members' caps."""
+        discriminator has the neutral logits (on each sample the lower median of the members'
+        that passed the screen); so has one whose logits are not finite or whose logit scale
+        on ``data`` exceeds ``strategy.aggregation.upload_bound`` times the members' median
+        (:func:`~fedgo_flwr.gan.screen_discriminators`, before any weight is computed); and no
+        member's weight averaged over ``data`` exceeds ``max(2/K, 3 n_k / sum n)`` over the
+        ``K`` members, and with 3 or more at most
+        ``max(1/2, n_k / sum n)`` (:func:`~fedgo_flwr.weighting.cap_mean_shares_named`), so
+        no cohort's exceeds the sum of its members' caps."""
         members = [k for c in included for k in c.members]
         logits = discriminator_logits(
             {k: d for k, d in self.discriminators.items() if k in members},

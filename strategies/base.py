@@ -111,6 +111,7 @@ from fedgo_flwr.records.checkpoint import MAX_PARAMETER, arrays_problem
 from fedgo_flwr.runtime import messages as msgs
 from fedgo_flwr.runtime.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.runtime.shutdown import raise_if_stopping
+from fedgo_flwr.weighting import share_cap_warning
 from strategies._aggregation import RobustAveraging, update_norms
 from strategies._architectures import ClientArchitectures, homogeneous_only
 from strategies._replies import Reply, ReplyIntake, ReplyRejected, client_metrics
@@ -254,6 +255,13 @@ class Strategy(FlowerStrategy):
         experiment's sources, e.g. ``c.at("data.", cfg.data).require("server_fraction", ...)``.
         """
 
+    @classmethod
+    def ensemble_teachers(cls, cfg: ExperimentConfig) -> int | None:
+        """Hook: how many teachers the share-capped ensembles of a run of ``cfg`` weigh
+        (:func:`~fedgo_flwr.weighting.mean_share_caps`), ``None`` for a strategy without
+        one; here none."""
+        return None
+
     def summary(self) -> None:
         log(INFO, "\t├──> %s, params %s", type(self).__name__, self.params)
         log(
@@ -263,6 +271,14 @@ class Strategy(FlowerStrategy):
             self.cfg.data.num_clients,
             self.cfg.seed,
         )
+
+    def warn_share_cap(self) -> None:
+        """A WARNING at the start of a run whose ensembles have two teachers, where no share
+        cap can keep one client from half (:func:`~fedgo_flwr.weighting.share_cap_warning`)."""
+        teachers = self.ensemble_teachers(self.cfg)
+        warning = None if teachers is None else share_cap_warning(self.name, teachers)
+        if warning is not None:
+            log(WARNING, "%s", warning)
 
     def server_unlabeled(self) -> ArrayDataset:
         """The server's unlabeled images, loaded once: every image under ``data.public_path``
@@ -331,6 +347,7 @@ class Strategy(FlowerStrategy):
             self.plan(first_round, num_rounds),
         )
         self.summary()
+        self.warn_share_cap()
         result = Result()
         result.arrays = arrays = initial_arrays
         self.num_rounds = num_rounds

@@ -279,6 +279,12 @@ class CPFL(CohortRounds, CohortDistillation, Strategy):
         self.upload_clock = SimClock()  # cohort models and label counts to the global server
         self.discriminators: dict[int, torch.nn.Module] = {}  # distill.weights: fedgo
 
+    @classmethod
+    def ensemble_teachers(cls, cfg: ExperimentConfig) -> int | None:
+        """With ``distill.weights: fedgo`` every client's discriminator weighs stage 2's
+        ensemble (the members' odds are share-capped); otherwise no share cap applies."""
+        return cfg.data.num_clients if cfg.strategy.params.distill.weights == "fedgo" else None
+
     def summary(self) -> None:
         sizes = [len(g) for g in self.groups]
         log(INFO, "\t├──> CPFL, params %s", self.params)

@@ -13,7 +13,8 @@ Wang et al., "DaFKD: Domain-aware Federated Knowledge Distillation", CVPR 2023. 
    2; :func:`fedgo_flwr.weighting` ``domain``), once every head of the round is in: each head is
    bounded by ``strategy.aggregation.upload_bound`` (its norm) and screened (its logit scale,
    as FedGO's discriminators) before any weight is computed, and no client's domain weight
-   averaged over X_t exceeds ``max(2/K, 3 n_k / sum n)``.
+   averaged over X_t exceeds its cap (:func:`fedgo_flwr.weighting.mean_share_caps`:
+   ``max(2/K, 3 n_k / sum n)``, with K >= 3 at most ``max(1/2, n_k / sum n)``).
 
 It is :class:`strategies.feddf.FedDF` with the per-round generated distillation set, the
 generator's average and the discriminators read on the teacher pass; every FedDF parameter
@@ -318,7 +319,6 @@ class DaFKD(FedDF):
             self.aggregation.upload_bound,
             f"DaFKD round {server_round}",
             "the distillation set",
-            neutral="median",
         )
         for s, z in zip(splits, stacked, strict=True):
             for i, p in enumerate(pids):

@@ -33,8 +33,10 @@ it covers the clients' data. With ``server`` and D1 no generator is trained at a
 student gets the averaged model's BatchNorm running statistics back after it distils on them,
 see ``distill.bn_stats`` in :mod:`fedgo_flwr.learning.distill`).
 
-A client whose discriminator never arrives gets the neutral logit 0 everywhere (logged). So does
-one whose reply is unusable: each discriminator reply is checked like a model reply (an error
+A client whose discriminator never arrives gets the neutral logits everywhere (logged): on each
+sample, the lower median of the logits of the discriminators that passed the screen
+(:func:`~fedgo_flwr.gan.screen_discriminators`), the typical client's say. So does one whose
+reply is unusable: each discriminator reply is checked like a model reply (an error
 reply, a missing record, unreadable arrays, keys, shapes or dtypes other than those of a freshly
 built discriminator, non-finite values; :meth:`FedGO._discriminator_problem`), and a bad one is
 dropped with a warning naming the client's partition and node id before anything is saved.
