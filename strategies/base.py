@@ -226,6 +226,10 @@ class Strategy(FlowerStrategy):
         # seconds of named stages of setup() (``generator``, ``discriminators``), for the
         # summary's stage_times (fedgo_flwr.records.recorder.STAGES)
         self.stage_times: dict[str, float] = {}
+        # Asked before every row for the partitions whose node is now ambiguous (a node that
+        # connected after discovery claims its partition): the ServerApp sets it without a
+        # node map (fedgo_flwr.app.discovery.LateClaims); None: never.
+        self.late_nodes: Callable[[Grid, Mapping[int, int]], list[int]] | None = None
 
     @classmethod
     def check_config(cls, config: Any, c: Checker, cfg: ExperimentConfig | None = None) -> None:
@@ -366,6 +370,9 @@ class Strategy(FlowerStrategy):
             if title:
                 log(INFO, "")
                 log(INFO, "%s", title)
+            if self.late_nodes is not None:  # before the row's messages go out
+                for pid in self.late_nodes(grid, self.node_ids):
+                    self.refuse_partition(pid)
             # Sample, send, take the replies as they come, aggregate.
             out = self.run_row(row, grid, arrays, ConfigRecord(train_config), timeout)
             # Clients that died with a Ctrl-C/TERM must not make a row (runtime.shutdown).
@@ -391,6 +398,13 @@ class Strategy(FlowerStrategy):
             if out.finished:
                 break
         return result
+
+    def refuse_partition(self, pid: int) -> None:
+        """Send partition ``pid`` nothing from now on: its node is ambiguous (another node
+        claims its partition). Its client is then left out of every round like one refused at
+        node discovery (counted as failed; ``Round r: client k has no node``)."""
+        self.node_ids.pop(pid, None)  # the intake's map too (the same dict)
+        self.outbox.refuse(pid)
 
     def run_row(
         self, row: int, grid: Grid, arrays: ArrayRecord, config: ConfigRecord, timeout: float
