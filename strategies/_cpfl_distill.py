@@ -40,7 +40,7 @@ from fedgo_flwr.learning.cohorts import (
     teacher_weights,
 )
 from fedgo_flwr.learning.training import predict_logits
-from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.fileio import atomic_torch_save, atomic_write_text, strict_json
 from fedgo_flwr.runtime.messages import to_record
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import WeightingInputs, cap_mean_shares_named, compute_weights
@@ -77,7 +77,7 @@ class CohortDistillation:
         report.update(disc_report)
         name = "prefl-resume.json" if self.resuming else "prefl.json"
         text = strict_json(report, name=name, indent=2, default=float)
-        (self.resources.out_dir / name).write_text(text)
+        atomic_write_text(self.resources.out_dir / name, text)  # a link there is replaced
 
     def odds_weights(self, included: list[Cohort], data: ArrayDataset, where: str) -> torch.Tensor:
         """``(n, N)`` FedGO weights of the included cohorts on ``data`` (named ``where`` in
@@ -213,14 +213,14 @@ class CohortDistillation:
         """Write the teachers stage 2 distils, with their cohorts' indices and label counts,
         to :data:`TEACHERS_FILE` in the run folder: ``benchmarks/cpfl_replay.py`` re-runs
         stage 2 on them with other budgets."""
-        torch.save(
+        atomic_torch_save(  # a link planted at the name is replaced, not written through
+            self.resources.out_dir / TEACHERS_FILE,
             {
                 "cohorts": [c.index for c in included],
                 "counts": torch.as_tensor(np.stack([c.counts for c in included])),
                 "teachers": [{k: torch.as_tensor(v) for k, v in t.items()} for t in teachers],
                 "distill_at_h": at / 3600.0,
             },
-            self.resources.out_dir / TEACHERS_FILE,
         )
 
     def distill(

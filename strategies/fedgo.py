@@ -67,7 +67,7 @@ from fedgo_flwr.gan import (
 )
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.learning.distill import num_views
-from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.fileio import atomic_write_text, strict_json
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import byzantine_clients, get_weighting, make_byzantine
 from strategies._prefl import DiscriminatorStage, check_generator, discriminator_stats
@@ -231,7 +231,8 @@ class FedGO(FedDF):
             "discriminator": count_bytes(self.params.discriminator.build(shape)),
         }
         name = "prefl-resume.json" if self.resuming else "prefl.json"
-        (res.out_dir / name).write_text(strict_json(report, name=name, indent=2, default=float))
+        text = strict_json(report, name=name, indent=2, default=float)
+        atomic_write_text(res.out_dir / name, text)  # a link at the name is replaced
         log(INFO, "FedGO pre-FL stage done: %s", json.dumps(report["bytes"]))
 
     def _use_generated_data(self, generator: torch.nn.Module) -> None:

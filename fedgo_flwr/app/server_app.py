@@ -65,6 +65,7 @@ from fedgo_flwr.records.recorder import (
 )
 from fedgo_flwr.records.runlog import RunLog, run_log
 from fedgo_flwr.runtime import shutdown
+from fedgo_flwr.runtime.fileio import UnsafePathError
 from fedgo_flwr.runtime.kernels import (
     use_channels_last,
     use_deterministic,
@@ -154,7 +155,7 @@ def main(grid: Grid, context: Context) -> None:
         node_map = load_node_map(context.run_config.get(NODE_MAP, ""))
         launch = Launch.from_json(str(context.run_config.get(LAUNCH_KEY, "") or ""))
         run_experiment(grid, cfg, node_map=node_map, settle=SETTLE_SECONDS, launch=launch)
-    except (ConfigError, NodeDiscoveryError, CheckpointError) as exc:
+    except (ConfigError, NodeDiscoveryError, CheckpointError, UnsafePathError) as exc:
         log(ERROR, "fedgo-flwr: %s", exc)
         setattr(exc, REPORTED, True)
         raise

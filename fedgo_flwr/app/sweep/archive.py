@@ -28,9 +28,12 @@ archive is restored (the runs it holds stay in it; fix or replace it and run aga
 
 Nothing is written through a link in ``--out`` either: a symbolic link at any part of a
 restored run's path below ``--out`` (planted there, e.g. ``<out>/fedavg -> /elsewhere``)
-refuses the restore before any file is written (:func:`fedgo_flwr.runtime.fileio.path_inside`),
-and :func:`pack` leaves such a run out of the archive with a WARNING (it reads nothing through
-a link).
+refuses the restore before any file is written
+(:func:`fedgo_flwr.runtime.fileio.path_inside`); one planted after that check, while the runs
+are written, is not followed either (each folder below ``--out`` is opened with
+``O_NOFOLLOW``: :func:`fedgo_flwr.runtime.fileio.atomic_write_inside`) but stops the restore
+with the same error. :func:`pack` leaves such a run out of the archive
+with a WARNING (it reads nothing through a link).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from flwr.supercore import log
 
 from fedgo_flwr.app.sweep.table import SUMMARY
 from fedgo_flwr.app.sweep.variants import NAME
-from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_bytes, path_inside
+from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_inside, path_inside
 
 RECORDS = ("config.yaml", "metrics.jsonl", SUMMARY, "env.json")
 """The files of a finished run that the archive keeps."""
@@ -147,14 +150,17 @@ def restore(archive: Path, out: Path) -> list[str]:
             path_inside(out, f"{run}/{name}", f"{archive}: restoring ")
     restored = []
     for run, files in sorted(runs.items()):
-        folder = out / run
-        if (folder / SUMMARY).is_file():
+        if (out / run / SUMMARY).is_file():
             continue
-        folder.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
-            atomic_write_bytes(path_inside(out, f"{run}/{name}", f"{archive}: restoring "), data)
+            # no link is followed, even one planted after the check above
+            atomic_write_inside(out, f"{run}/{name}", _writer(data), what=f"{archive}: restoring ")
         restored.append(run)
     return restored
+
+
+def _writer(data: bytes):
+    return lambda fh: fh.write(data)
 
 
 def pack(archive: Path, out: Path) -> list[str]:
