@@ -346,7 +346,7 @@ def test_restoring_never_follows_a_link_planted_after_the_check(tmp_path, monkey
     from fedgo_flwr.runtime import fileio
 
     out, tar, victim = tmp_path / "out", tmp_path / "runs.tar.xz", tmp_path / "victim"
-    victim.mkdir()
+    (victim / "seed0").mkdir(parents=True)  # a folder the records would land in
     members = [*GOOD, ("v/seed0/summary.json", b"{}"), ("v/seed0/config.yaml", b"a: 1\n")]
     _tar(tar, members)
     real, calls = fileio.path_inside, []
@@ -366,4 +366,4 @@ def test_restoring_never_follows_a_link_planted_after_the_check(tmp_path, monkey
     with pytest.raises(ValueError, match="is a symbolic link this run did not make") as info:
         restore(tar, out)
     assert str(tar) in str(info.value)
-    assert _files_under(victim) == []
+    assert _files_under(victim) == ["seed0"]
