@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from benchmarks import adversary as adv
+from fedgo_flwr.runtime.fileio import atomic_write_text
 
 
 def profile(names: list[str], kinds: list[str], modes: list[str], seed: int) -> list[adv.Case]:
@@ -200,7 +201,7 @@ def report(cases: list[adv.Case], args: argparse.Namespace, seconds: float) -> i
     table = markdown(summaries)
     print("\n" + table)
     if args.markdown:
-        args.markdown.write_text(f"{table}\n## Every case\n\n{case_table(cases)}")
+        atomic_write_text(args.markdown, f"{table}\n## Every case\n\n{case_table(cases)}")
     if args.json:
         rows = [{**dataclasses.asdict(c), "drop": c.drop} for c in cases]
         args.json.write_text(json.dumps(rows, indent=1))

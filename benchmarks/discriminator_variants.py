@@ -58,7 +58,7 @@ from fedgo_flwr.gan.settings import GanConfig
 from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import get_device, predict_logits, train_local
 from fedgo_flwr.protocol.fedgo import GENERATOR_KEY, REFERENCE_KEY
-from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.fileio import atomic_write_text, strict_json
 from fedgo_flwr.runtime.messages import ARRAYS, to_record
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import (
@@ -503,7 +503,7 @@ def main(argv: list[str] | None = None) -> None:
         for seed in args.seeds:
             run_seed(args, seed)
     text = table(args.out)
-    (args.out / "table.md").write_text(text)
+    atomic_write_text(args.out / "table.md", text)
     print(text)
 
 

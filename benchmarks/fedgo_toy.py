@@ -58,7 +58,7 @@ from fedgo_flwr.gan import build_discriminator
 from fedgo_flwr.learning.distill import DistillConfig, distill
 from fedgo_flwr.learning.training import predict_logits, train_local
 from fedgo_flwr.models.classifiers import build_model
-from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.fileio import atomic_write_text, strict_json
 from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from fedgo_flwr.weighting import (
     WeightingInputs,
@@ -307,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         {k: v.format(clip=args.clip or 0) for k, v in LABELS.items()},
         args.out / "boundaries.png",
     )
-    (args.out / "table.md").write_text(table(per_seed, args))
+    atomic_write_text(args.out / "table.md", table(per_seed, args))
     record = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "seconds": time.perf_counter() - start,

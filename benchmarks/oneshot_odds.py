@@ -34,6 +34,7 @@ from benchmarks.sweep import RunFailed, run_command
 from fedgo_flwr.datafree import fedgo_multipliers, weighted_logits
 from fedgo_flwr.learning.task import load_bundle, new_model
 from fedgo_flwr.learning.training import predict_logits
+from fedgo_flwr.runtime.fileio import atomic_write_text
 from fedgo_flwr.weighting import DISC_MODES
 from strategies import load_experiment
 
@@ -139,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     payload = {"config": args.config, "overrides": args.overrides, "seeds": results}
     (args.out / "summary.json").write_text(json.dumps(payload, indent=1) + "\n")
     text = table(results)
-    (args.out / "table.md").write_text(text)
+    atomic_write_text(args.out / "table.md", text)
     print(text)
     return 0
 

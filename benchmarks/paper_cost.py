@@ -51,7 +51,7 @@ from benchmarks.overhead import later_rounds, run_flower
 from benchmarks.profile_phases import cuts, lengths, machine, profile_run
 from benchmarks.sweep import add_data_arguments, ensure_data
 from fedgo_flwr.config.experiment import ExperimentConfig
-from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.fileio import atomic_write_text, strict_json
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     results.mkdir(parents=True, exist_ok=True)
     (results / "cost.json").write_text(strict_json(report, name="cost.json", indent=2) + "\n")
     text = table(report)
-    (results / "table.md").write_text(text + "\n")
+    atomic_write_text(results / "table.md", text + "\n")
     print(text)
 
 

@@ -58,7 +58,7 @@ from fedgo_flwr.learning.task import load_bundle
 from fedgo_flwr.learning.training import get_device
 from fedgo_flwr.models.classifiers import build_model
 from fedgo_flwr.runtime import kernels, profiling
-from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.fileio import atomic_write_text, strict_json
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -570,7 +570,7 @@ def save(report: dict, results: Path) -> None:
     rewrites them, so a run stopped in a later one keeps the earlier ones)."""
     results.mkdir(parents=True, exist_ok=True)
     (results / "phases.json").write_text(strict_json(report, name="phases.json", indent=2) + "\n")
-    (results / "table.md").write_text(table(report) + "\n")
+    atomic_write_text(results / "table.md", table(report) + "\n")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from fedgo_flwr.learning.cohorts import (
     teacher_weights,
 )
 from fedgo_flwr.learning.training import predict_logits
+from fedgo_flwr.runtime.fileio import atomic_torch_save
 from fedgo_flwr.runtime.messages import to_record
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import WeightingInputs, cap_mean_shares_named, compute_weights
@@ -113,13 +114,14 @@ class CohortDistillation:
     def odds_weights(self, included: list[Cohort], data: ArrayDataset, where: str) -> torch.Tensor:
         """``(n, N)`` FedGO weights of the included cohorts on ``data`` (named ``where`` in
         WARNINGs; :func:`fedgo_flwr.learning.cohorts.cohort_odds_weights`). A client without a
-        discriminator has the neutral logit 0; so has one whose logits are not finite or whose
-        logit scale on ``data`` exceeds ``strategy.aggregation.upload_bound`` times the
-        members' median (:func:`~fedgo_flwr.gan.screen_discriminators`, before any weight is
-        computed); and no member's weight averaged over ``data`` exceeds
-        ``max(2/K, 3 n_k / sum n)`` over the ``K`` members
-        (:func:`~fedgo_flwr.weighting.cap_mean_shares_named`), so no cohort's exceeds the sum
-        of its members' caps."""
+        discriminator has the neutral logits (on each sample the lower median of the members'
+        that passed the screen); so has one whose logits are not finite or whose logit scale
+        on ``data`` exceeds ``strategy.aggregation.upload_bound`` times the members' median
+        (:func:`~fedgo_flwr.gan.screen_discriminators`, before any weight is computed); and no
+        member's weight averaged over ``data`` exceeds ``max(2/K, 3 n_k / sum n)`` over the
+        ``K`` members, and with 3 or more at most
+        ``max(1/2, n_k / sum n)`` (:func:`~fedgo_flwr.weighting.cap_mean_shares_named`), so
+        no cohort's exceeds the sum of its members' caps."""
         members = [k for c in included for k in c.members]
         logits = discriminator_logits(
             {k: d for k, d in self.discriminators.items() if k in members},
@@ -220,14 +222,14 @@ class CohortDistillation:
         """Write the teachers stage 2 distils, with their cohorts' indices and label counts,
         to :data:`TEACHERS_FILE` in the run folder: ``benchmarks/cpfl_replay.py`` re-runs
         stage 2 on them with other budgets."""
-        torch.save(
+        atomic_torch_save(  # a link planted at the name is replaced, not written through
+            self.resources.out_dir / TEACHERS_FILE,
             {
                 "cohorts": [c.index for c in included],
                 "counts": torch.as_tensor(np.stack([c.counts for c in included])),
                 "teachers": [{k: torch.as_tensor(v) for k, v in t.items()} for t in teachers],
                 "distill_at_h": at / 3600.0,
             },
-            self.resources.out_dir / TEACHERS_FILE,
         )
 
     def distill(

@@ -46,6 +46,13 @@ class Outbox:
         # partition id -> the reply token of the latest message sent to it (to())
         self.tokens: dict[int, str] = {}
 
+    def refuse(self, pid: int) -> None:
+        """Send partition ``pid`` nothing from now on (its node is no longer trusted with it);
+        its node's replies then answer for no partition."""
+        self.node_ids.pop(pid, None)
+        served = collections.Counter(self.node_ids.values())
+        self.partition_of = {n: p for p, n in self.node_ids.items() if served[n] == 1}
+
     def sample(self, server_round: int) -> list[int]:
         """The partitions trained in ``server_round``: ``clients_per_round`` of
         ``data.num_clients``, drawn with the run's seed and the round."""

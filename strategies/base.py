@@ -60,6 +60,7 @@ from fedgo_flwr.records.checkpoint import MAX_PARAMETER, arrays_problem
 from fedgo_flwr.runtime import messages as msgs
 from fedgo_flwr.runtime.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.runtime.shutdown import raise_if_stopping
+from fedgo_flwr.weighting import share_cap_warning
 from strategies._aggregation import RobustAveraging, update_norms
 from strategies._architectures import ClientArchitectures, homogeneous_only
 from strategies._replies import Reply, ReplyIntake, ReplyRejected, client_metrics
@@ -174,6 +175,10 @@ class Strategy(FlowerStrategy):
         # seconds of named stages of setup() (``generator``, ``discriminators``), for the
         # summary's stage_times (fedgo_flwr.records.recorder.STAGES)
         self.stage_times: dict[str, float] = {}
+        # Asked before every row for the partitions whose node is now ambiguous (a node that
+        # connected after discovery claims its partition): the ServerApp sets it without a
+        # node map (fedgo_flwr.app.discovery.LateClaims); None: never.
+        self.late_nodes: Callable[[Grid, Mapping[int, int]], list[int]] | None = None
 
     @classmethod
     def check_config(cls, config: Any, c: Checker, cfg: ExperimentConfig | None = None) -> None:
@@ -203,6 +208,13 @@ class Strategy(FlowerStrategy):
         experiment's sources, e.g. ``c.at("data.", cfg.data).require("server_fraction", ...)``.
         """
 
+    @classmethod
+    def ensemble_teachers(cls, cfg: ExperimentConfig) -> int | None:
+        """Hook: how many teachers the share-capped ensembles of a run of ``cfg`` weigh
+        (:func:`~fedgo_flwr.weighting.mean_share_caps`), ``None`` for a strategy without
+        one; here none."""
+        return None
+
     def summary(self) -> None:
         log(INFO, "\t├──> %s, params %s", type(self).__name__, self.params)
         log(
@@ -212,6 +224,14 @@ class Strategy(FlowerStrategy):
             self.cfg.data.num_clients,
             self.cfg.seed,
         )
+
+    def warn_share_cap(self) -> None:
+        """A WARNING at the start of a run whose ensembles have two teachers, where no share
+        cap can keep one client from half (:func:`~fedgo_flwr.weighting.share_cap_warning`)."""
+        teachers = self.ensemble_teachers(self.cfg)
+        warning = None if teachers is None else share_cap_warning(self.name, teachers)
+        if warning is not None:
+            log(WARNING, "%s", warning)
 
     def server_unlabeled(self) -> ArrayDataset:
         """The server's unlabeled images, loaded once: every image under ``data.public_path``
@@ -280,6 +300,7 @@ class Strategy(FlowerStrategy):
             self.plan(first_round, num_rounds),
         )
         self.summary()
+        self.warn_share_cap()
         result = Result()
         result.arrays = arrays = initial_arrays
         self.num_rounds = num_rounds
@@ -298,6 +319,9 @@ class Strategy(FlowerStrategy):
             if title:
                 log(INFO, "")
                 log(INFO, "%s", title)
+            if self.late_nodes is not None:  # before the row's messages go out
+                for pid in self.late_nodes(grid, self.node_ids):
+                    self.refuse_partition(pid)
             # Sample, send, take the replies as they come, aggregate.
             out = self.run_row(row, grid, arrays, ConfigRecord(train_config), timeout)
             # Clients that died with a Ctrl-C/TERM must not make a row (runtime.shutdown).
@@ -323,6 +347,13 @@ class Strategy(FlowerStrategy):
             if out.finished:
                 break
         return result
+
+    def refuse_partition(self, pid: int) -> None:
+        """Send partition ``pid`` nothing from now on: its node is ambiguous (another node
+        claims its partition). Its client is then left out of every round like one refused at
+        node discovery (counted as failed; ``Round r: client k has no node``)."""
+        self.node_ids.pop(pid, None)  # the intake's map too (the same dict)
+        self.outbox.refuse(pid)
 
     def run_row(
         self, row: int, grid: Grid, arrays: ArrayRecord, config: ConfigRecord, timeout: float

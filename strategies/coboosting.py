@@ -9,9 +9,9 @@ Data and Ensemble Co-Boosting", ICLR 2024 (paper 004), Alg. 1. After the one rou
 2. the pool grows by them (all history kept);
 3. the ensemble weights take one signed-gradient step per pool batch (eqs. 11-12;
    ``boost.reweight``, ``boost.mu``, ``boost.order``), and then no client's share
-   ``w_k / sum_i w_i`` exceeds ``max(2/n, 3 n_k / sum n)``
-   (:func:`~fedgo_flwr.weighting.cap_scalar_shares`, a WARNING naming the client; not in the
-   paper, whose ``Normalize`` alone lets the steps hand one client the whole ensemble);
+   ``w_k / sum_i w_i`` exceeds ``max(2/n, 3 n_k / sum n)``, and with 3 or more clients
+   ``max(1/2, n_k / sum n)`` (:func:`~fedgo_flwr.weighting.mean_share_caps`;
+   :func:`~fedgo_flwr.weighting.cap_scalar_shares`, a WARNING naming the client);
 4. the student distils the weighted ensemble on the diversified pool (eqs. 4 and 10;
    ``boost.diversify``, ``boost.epsilon``, ``boost.variant``).
 
@@ -40,7 +40,7 @@ from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.datafree import BoostSettings, DataFreeDistillation, PlainBoost, SynthesisSettings
 from fedgo_flwr.learning.task import heterogeneous_models, load_bundle
 from fedgo_flwr.runtime.rng import make_rng
-from fedgo_flwr.weighting import MAX_SHARE_FACTOR, mean_share_caps
+from fedgo_flwr.weighting import SHARE_CAP_RULE, mean_share_caps
 from strategies.oneshot import OneShot, OneShotConfig
 
 __all__ = ["CoBoosting", "CoBoostingConfig", "baseline_config"]
@@ -118,6 +118,11 @@ class CoBoosting(OneShot):
 
     def needs_average(self) -> bool:
         return self.params.student_init == "average"
+
+    @classmethod
+    def ensemble_teachers(cls, cfg: ExperimentConfig) -> int | None:
+        """Every client (one-shot FL: all of them upload once)."""
+        return cfg.data.num_clients
 
     @classmethod
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
@@ -199,12 +204,12 @@ class CoBoosting(OneShot):
             self._capped_named.add(pid)
             log(
                 WARNING,
-                "%s: the learned ensemble weight of client %d: share above max(2/K, %g n_k / "
-                "sum n) = %.3g; lowered to it (epoch %d; WARNING only the first time)",
+                "%s: the learned ensemble weight of client %d: share above its cap %.3g (%s); "
+                "lowered to it (epoch %d; WARNING only the first time)",
                 self.name,
                 pid,
-                MAX_SHARE_FACTOR,
                 float(caps[i]),
+                SHARE_CAP_RULE,
                 epoch,
             )
 

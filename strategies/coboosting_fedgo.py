@@ -20,9 +20,11 @@ diversification, distillation, and the reported ``ensemble_accuracy_fedgo`` (odd
 unusable is left out with its model (it has no weight to give). Once every reply is in, each
 discriminator's logit scale is checked against the others' (``strategy.aggregation.upload_bound``
 times their median; :meth:`CoBoostingFedGO.screened`): one far above them, a large bias or a
-scaled last layer, weighs with the neutral logit 0 instead. No client's odds weight averaged
-over a batch exceeds ``max(2/n, 3 n_k / sum n)``
-(:func:`~fedgo_flwr.weighting.cap_mean_shares`; it cannot bind on the double sigmoid's odds).
+scaled last layer, weighs with the lower median of the others' logits instead (on every
+sample: the typical client's say, not the logit 0, which would claim synthetic samples that
+honest discriminators call fake). No client's odds weight averaged
+over a batch exceeds its cap (:func:`~fedgo_flwr.weighting.mean_share_caps`:
+``max(2/n, 3 n_k / sum n)``, and with 3 or more clients at most ``max(1/2, n_k / sum n)``).
 
 ``disc_mode``: the odds from a discriminator logit ``z``, FedGO's App. E.2 double sigmoid
 ``exp(sigmoid(z))`` by default or its Def. 3.5 odds ``exp(z)`` (``sigmoid``); which to take
@@ -59,7 +61,7 @@ from fedgo_flwr.runtime.fileio import safe_torch_load
 from fedgo_flwr.runtime.messages import to_numpy
 from fedgo_flwr.weighting import (
     DISC_MODES,
-    MAX_SHARE_FACTOR,
+    SHARE_CAP_RULE,
     cap_mean_shares,
     mean_share_caps,
 )
@@ -90,11 +92,23 @@ class CoBoostingFedGOConfig(CoBoostingConfig):
         c.choice("disc_mode", DISC_MODES)
 
 
-class NeutralDiscriminator(nn.Module):
-    """The stand-in for a discriminator the screen refused: logit 0 (odds 1) on every input."""
+class MedianDiscriminator(nn.Module):
+    """The stand-in for a discriminator the screen refused: on every input, the lower median
+    of the logits of the discriminators that passed (``others``; 0 if none did), the say of
+    the typical client (:func:`~fedgo_flwr.gan.neutral_logits`). The logit 0 (odds 1) is no
+    neutral value on synthetic samples, which honest discriminators may call fake with logits
+    far below 0: there it would take more than any honest client's share. Gradients flow
+    through the median to the inputs, as through the others (synthesis)."""
+
+    def __init__(self, others: list[nn.Module]) -> None:
+        super().__init__()
+        self.others = list(others)  # not registered: they are the ensemble's own modules
 
     def forward(self, x: Tensor) -> Tensor:
-        return x.new_zeros(x.shape[0], 1)
+        if not self.others:
+            return x.new_zeros(x.shape[0], 1)
+        z = torch.stack([d(x).float().reshape(x.shape[0], -1) for d in self.others])
+        return z.median(dim=0).values
 
 
 class CoBoostingFedGO(CoBoosting):
@@ -247,8 +261,9 @@ class CoBoostingFedGO(CoBoosting):
         ``strategy.aggregation.upload_bound`` times the lower median of all of them
         (:func:`~fedgo_flwr.gan.screen_discriminators`, the screen FedGO, CPFL and DaFKD use:
         the root mean square of its raw logits, so a large bias counts as much as a scaled
-        last layer) replaced by the neutral logit 0 (odds 1: it neither takes nor gives
-        weight), a WARNING naming the client.
+        last layer) replaced by the lower median of the others' logits on every input
+        (:class:`MedianDiscriminator`: the typical client's say), a WARNING naming the
+        client.
 
         All of the round's discriminators arrive before any of them is screened: the check
         compares each with the others, and no weight is computed before it. Its model stays a
@@ -267,16 +282,18 @@ class CoBoostingFedGO(CoBoosting):
             z, self.pids, range(len(mods)), bound, self.name, "the test split"
         )
         neutral = set(screen.clients)
+        passed = [d for p, d in zip(self.pids, mods, strict=True) if p not in neutral]
         pids = zip(self.pids, mods, strict=True)
-        return [NeutralDiscriminator() if p in neutral else d for p, d in pids]
+        return [MedianDiscriminator(passed) if p in neutral else d for p, d in pids]
 
     def sizes(self) -> Tensor:
         return torch.tensor([self.teacher_sizes[p] for p in self.pids], dtype=torch.float32)
 
     def odds_weights(self, x: Tensor) -> Tensor:
         """``n_k Phi_k(x) / sum_i n_i Phi_i(x)`` on a batch of model inputs, ``(n, N)``, with
-        no client's mean share over the batch above ``max(2/n, 3 n_k / sum n)``
-        (:func:`~fedgo_flwr.weighting.cap_mean_shares`)."""
+        no client's mean share over the batch above its cap
+        (:func:`~fedgo_flwr.weighting.mean_share_caps`,
+        :func:`~fedgo_flwr.weighting.cap_mean_shares`)."""
         z = torch.stack([d(x).float().view(-1) for d in self.discriminator_modules()])
         sizes = self.sizes()
         w = fedgo_multipliers(z, sizes.to(z.device), self.params.disc_mode)
@@ -312,13 +329,12 @@ class CoBoostingFedGO(CoBoosting):
             for i in capped:
                 log(
                     WARNING,
-                    "%s: the odds weights of client %d on the test split: mean share above "
-                    "max(2/K, %g n_k / sum n) = %.3g; scaled down to it (and on every "
-                    "synthetic batch)",
+                    "%s: the odds weights of client %d on the test split: mean share above its "
+                    "cap %.3g (%s); scaled down to it (and on every synthetic batch)",
                     self.name,
                     self.pids[i],
-                    MAX_SHARE_FACTOR,
                     float(caps[i]),
+                    SHARE_CAP_RULE,
                 )
         return self._test_disc
 

@@ -59,7 +59,7 @@ from fedgo_flwr.learning.task import load_bundle
 from fedgo_flwr.protocol import ReplySpec
 from fedgo_flwr.protocol.cpfl import CohortClientConfig, local_declaration, member_reply
 from fedgo_flwr.runtime import messages as msgs
-from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.fileio import atomic_write_text, strict_json
 from fedgo_flwr.runtime.messages import stream_replies, to_numpy, to_record
 from fedgo_flwr.runtime.shutdown import raise_if_stopping
 from strategies._cpfl_distill import CohortDistillation
@@ -218,6 +218,12 @@ class CPFL(Strategy):
         self.finished = False
         self.final: dict[str, Any] = {}  # stage 2's report
 
+    @classmethod
+    def ensemble_teachers(cls, cfg: ExperimentConfig) -> int | None:
+        """With ``distill.weights: fedgo`` every client's discriminator weighs stage 2's
+        ensemble (the members' odds are share-capped); otherwise no share cap applies."""
+        return cfg.data.num_clients if cfg.strategy.params.distill.weights == "fedgo" else None
+
     def summary(self) -> None:
         sizes = [len(g) for g in self.cohorts.groups]
         log(INFO, "\t├──> CPFL, params %s", self.params)
@@ -254,7 +260,7 @@ class CPFL(Strategy):
         report.update(disc_report)
         name = "prefl-resume.json" if self.resuming else "prefl.json"
         text = strict_json(report, name=name, indent=2, default=float)
-        (self.resources.out_dir / name).write_text(text)
+        atomic_write_text(self.resources.out_dir / name, text)  # a link there is replaced
 
     # -- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -10,7 +10,8 @@ Wang et al., "DaFKD: Domain-aware Federated Knowledge Distillation", CVPR 2023. 
    D_k = sigmoid(d_k(h_k(x))) on X_t from the uploaded model and head, and distils the averaged
    model on X_t towards the ensemble weighted by the domain-aware weights
    w_k(x) = D_k(x) / sum_i D_i(x) (FedGO Sec. 2; :func:`fedgo_flwr.weighting` ``domain``), once
-   every head of the round is in and has been bounded and screened.
+   every head of the round is in and has been bounded and screened; no client's domain weight
+   averaged over X_t exceeds its cap (:func:`fedgo_flwr.weighting.mean_share_caps`).
 
 It is :class:`strategies.feddf.FedDF` with the per-round generated distillation set, the
 generator's average and the discriminators read on the teacher pass; every FedDF parameter
@@ -296,7 +297,6 @@ class DaFKD(FedDF):
             self.aggregation.upload_bound,
             f"DaFKD round {server_round}",
             "the distillation set",
-            neutral="median",
         )
         for s, z in zip(splits, stacked, strict=True):
             for i, p in enumerate(pids):

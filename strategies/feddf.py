@@ -11,10 +11,10 @@ simulation-only upper bound) here; ``fedgo`` and ``domain`` (client discriminato
 ``strategies/fedgo.py``. What a weighting needs comes from its entry in
 :data:`fedgo_flwr.weighting.WEIGHTING_METHODS`.
 
-No client's weight averaged over the samples exceeds ``max(2/K, 3 n_k / sum n)``
-(:func:`fedgo_flwr.weighting.cap_mean_shares`), and ``strategy.weight_cap`` bounds any one
-client's share of a sample's weights. The initial average follows ``strategy.aggregation``; the
-teachers are the client models as received.
+No client's weight averaged over the samples exceeds ``max(2/K, 3 n_k / sum n)``, and with 3 or
+more clients a round ``max(1/2, n_k / sum n)`` (:func:`fedgo_flwr.weighting.mean_share_caps`),
+and ``strategy.weight_cap`` bounds any one client's share of a sample's weights. The initial
+average follows ``strategy.aggregation``; the teachers are the client models as received.
 
 The distillation set is the server's unlabeled share of the training data (FedGO scenario D1)
 or the images of ``data.public_path``; ``distill_size`` draws that many of them once per run.
@@ -63,7 +63,7 @@ from fedgo_flwr.runtime.kernels import inference_batch
 from fedgo_flwr.runtime.messages import to_record
 from fedgo_flwr.runtime.rng import derive_seed, make_rng
 from fedgo_flwr.weighting import (
-    MAX_SHARE_FACTOR,
+    SHARE_CAP_RULE,
     WEIGHTING_METHODS,
     WEIGHTING_NAMES,
     WeightingInputs,
@@ -195,6 +195,11 @@ class FedDF(Strategy):
                 "weighting",
                 f"'{config.weighting}' needs client discriminators: use strategy.name=fedgo",
             )
+
+    @classmethod
+    def ensemble_teachers(cls, cfg: ExperimentConfig) -> int | None:
+        """The round's clients (the mean-share cap weighs every weighting's ensemble)."""
+        return cfg.clients_per_round
 
     @classmethod
     def distils_on_server_data(cls, config: FedDFConfig) -> bool:
@@ -343,8 +348,8 @@ class FedDF(Strategy):
 
         ``params``: the method's parameters; by default its ``weighting_params`` (registry
         defaults for what is not configured). ``share_cap``: no client's weight averaged over
-        the views and samples above ``max(2/K, 3 n_k / sum n)``
-        (:func:`~fedgo_flwr.weighting.cap_mean_shares`, a WARNING naming the client; the
+        the views and samples above its cap (:func:`~fedgo_flwr.weighting.mean_share_caps`,
+        :func:`~fedgo_flwr.weighting.cap_mean_shares`, a WARNING naming the client; the
         weights of the ensemble, not the ``pl_acc_*`` diagnostics). ``cap``: then the largest
         share of one client on any sample (:func:`~fedgo_flwr.weighting.cap_weights`; raised
         to ``1/K`` with a log line when fewer clients replied than ``1/cap``).
@@ -373,13 +378,13 @@ class FedDF(Strategy):
             for k in capped:
                 log(
                     WARNING,
-                    "the %s weights of client %d on %s: mean share above max(2/K, %g n_k / "
-                    "sum n) = %.3g; scaled down to it",
+                    "the %s weights of client %d on %s: mean share above its cap %.3g (%s); "
+                    "scaled down to it",
                     name,
                     pids[k],
                     "the test split" if split == "test" else "the distillation set",
-                    MAX_SHARE_FACTOR,
                     float(caps[k]),
+                    SHARE_CAP_RULE,
                 )
         if cap is not None:
             k = len(replies)

@@ -22,8 +22,10 @@ DaFKD-style ``domain`` weighting. ``distill_data``: ``server`` (D1) or ``generat
 
 A client whose discriminator never arrives or is unusable (checked like a model reply:
 :meth:`FedGO._discriminator_problem`; a bad one is dropped with a warning naming the client)
-gets the neutral logit 0 everywhere; discriminators loaded from a file get the same checks.
-``docs/architecture.md`` ("FedGO") has the stage, the reference and the checks in full.
+gets the neutral logits everywhere: on each sample the lower median of the logits of the
+discriminators that passed the screen (:func:`~fedgo_flwr.gan.screen_discriminators`).
+Discriminators loaded from a file get the same checks. ``docs/architecture.md`` ("FedGO") has
+the stage, the reference and the checks in full.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from fedgo_flwr.gan import (
 )
 from fedgo_flwr.gan.settings import DiscriminatorConfig, GeneratorConfig
 from fedgo_flwr.learning.distill import num_views
-from fedgo_flwr.runtime.fileio import strict_json
+from fedgo_flwr.runtime.fileio import atomic_write_text, strict_json
 from fedgo_flwr.runtime.rng import make_rng
 from fedgo_flwr.weighting import byzantine_clients, get_weighting, make_byzantine
 from strategies._prefl import DiscriminatorStage, check_generator, discriminator_stats
@@ -211,7 +213,8 @@ class FedGO(FedDF):
             "discriminator": count_bytes(self.params.discriminator.build(shape)),
         }
         name = "prefl-resume.json" if self.resuming else "prefl.json"
-        (res.out_dir / name).write_text(strict_json(report, name=name, indent=2, default=float))
+        text = strict_json(report, name=name, indent=2, default=float)
+        atomic_write_text(res.out_dir / name, text)  # a link at the name is replaced
         log(INFO, "FedGO pre-FL stage done: %s", json.dumps(report["bytes"]))
 
     def _use_generated_data(self, generator: torch.nn.Module) -> None:

@@ -9,7 +9,10 @@ several partitions) and maps the partitions 0..K-1, K = ``data.num_clients``, to
   claim is checked strictly (an int in 0..num-partitions-1, the same ``num-partitions`` on every
   node), nothing is assigned before every partition is claimed and every connected node has
   replied (in a deployment, :data:`SETTLE_SECONDS` more), and a partition claimed by several
-  nodes goes to none of them (one ERROR line names them all).
+  nodes goes to none of them (one ERROR line names them all). A node that claims the partition
+  of a node not connected by then serves it until that node connects; from then on neither
+  does (:class:`LateClaims`, asked before every round: one ERROR names both nodes and the
+  partition; the run goes on with the others). Only a node map rules that out.
 - **A node map** (run config ``node-map``): a JSON object from partition ids to node identities
   (a node id, or the node's public key), in a file on the server machine or as the text itself;
   ``deploy/make-credentials.py`` writes one. The map is authoritative: partition k goes to the
@@ -18,9 +21,10 @@ several partitions) and maps the partitions 0..K-1, K = ``data.num_clients``, to
 Every query carries a fresh reply token of its own, which the node's reply must echo
 (:func:`fedgo_flwr.app.client_app.reply_token_mod`, as for every message).
 
-Every other problem (a malformed claim, too few clients left with a node, a node map that the
-nodes contradict) ends the run with one :class:`NodeDiscoveryError` (one line naming the node
-or nodes and the value); a map that cannot be read is a
+Every other problem at discovery (a malformed claim, too few clients left with a node, a node
+map that the nodes contradict) ends the run with one :class:`NodeDiscoveryError` (one line
+naming the node or nodes and the value; a node that connects later ends nothing: whatever it
+sends, it is not used, with a WARNING naming it); a map that cannot be read is a
 :class:`~fedgo_flwr.config.schema.ConfigError` of the run config key ``node-map``, raised before
 the run starts anything. ``docs/architecture.md`` ("Node discovery") has the rules in full.
 """
@@ -58,6 +62,7 @@ from fedgo_flwr.runtime.messages import (
 __all__ = [
     "NODE_MAP",
     "SETTLE_SECONDS",
+    "LateClaims",
     "NodeDiscoveryError",
     "NodeMap",
     "discover_nodes",
@@ -301,6 +306,7 @@ def discover_nodes(
     *,
     min_clients: int = 1,
     settle: float = 0.0,
+    asked_out: set[int] | None = None,
 ) -> dict[int, int]:
     """Map partition ids 0..K-1 to node ids by asking every connected node for its id.
 
@@ -318,8 +324,9 @@ def discover_nodes(
     ``settle`` seconds more). A partition claimed by several nodes goes to none of them (one
     ERROR line names them); the clients of such partitions have no node and the run goes on
     with the others, unless fewer than ``min_clients`` (at least 1) clients have one. The
-    returned map then lacks those clients. Raises :class:`NodeDiscoveryError` (see the
-    module's documentation).
+    returned map then lacks those clients. ``asked_out``, if given, gets the id of every node
+    that answered (or that the map leaves out): :class:`LateClaims` asks the others later. Raises
+    :class:`NodeDiscoveryError` (see the module's documentation).
     """
     deadline = time.monotonic() + timeout
     claims: dict[int, list[int]] = {}  # partition-id -> the nodes claiming it, in reply order
@@ -410,6 +417,8 @@ def discover_nodes(
                 if first_query is not None and first_reply:
                     replied = sum(len(nodes) for nodes in claims.values())
                     _log_waits(replied, first_reply - first_query, last_reply - first_reply)
+                if asked_out is not None:
+                    asked_out.update(asked)
                 return _assign(claims, needed, total, num_clients, min_clients, node_map)
             if new:
                 continue  # ask whoever connected while these replied, before assigning
@@ -501,3 +510,89 @@ def _assign(
     if node_map is not None:
         log(INFO, "node map (%s): partitions 0..%d found", node_map.source, needed - 1)
     return clients
+
+
+class LateClaims:
+    """The nodes that connect after discovery, without a node map: each is asked for its
+    partition id once, and a claim of a partition that a node serves refuses both.
+
+    Discovery gives partition ``p`` to the one node that claimed it among those connected by
+    then. A node that connects later and claims ``p`` too (the honest node, when another took
+    its partition first, or another node claiming an honest node's) makes the claim
+    ambiguous: the server cannot tell which of the two is ``p``'s. Both are refused from then
+    on, with one ERROR naming both nodes and the partition: the node that served ``p`` gets no
+    more messages (every client it served is left out, counted as failed) and the new node
+    none. Nothing else changes: the run goes on with the unambiguous nodes. A late node whose
+    reply is malformed, an error, or a claim of a partition that no node serves (refused
+    already, or outside the run), or that does not answer within ``timeout`` seconds, is not
+    used, with a WARNING naming it (each node is asked once: a node that never answers cannot
+    hold up every round).
+
+    ``seen``: the nodes discovery asked (:func:`discover_nodes`' ``asked_out``). Call the instance
+    before every round with the grid and the strategy's partition -> node map; it returns the
+    partitions (clients) that lost their node.
+    """
+
+    def __init__(self, seen: Iterable[int], timeout: float = 30.0) -> None:
+        self.seen = {int(n) for n in seen}
+        self.timeout = timeout
+
+    def __call__(self, grid: Grid, node_ids: Mapping[int, int]) -> list[int]:
+        new = [int(n) for n in grid.get_node_ids() if int(n) not in self.seen]
+        if not new:
+            return []
+        self.seen.update(new)
+        queried = {n: new_reply_token() for n in new}
+        queries = [_query(n, token) for n, token in queried.items()]
+        taken: list[int] = []
+        answered: set[int] = set()
+        for reply in stream_replies(grid, queries, self.timeout):
+            node = reply.metadata.src_node_id
+            if node not in queried or node in answered:
+                log(WARNING, "node discovery: dropped an unexpected reply from node %s", node)
+                continue
+            answered.add(node)
+            try:
+                claim = _claim(reply, node, queried[node])
+            except NodeDiscoveryError as exc:
+                log(
+                    WARNING,
+                    "node discovery: node %d, connected after discovery: %s; unused",
+                    node,
+                    exc,
+                )
+                continue
+            holder = node_ids.get(claim.pid)
+            if holder is None or holder == node:
+                log(
+                    WARNING,
+                    "node discovery: node %d, connected after discovery, claims partition-id "
+                    "%d, which no node serves in this run (refused at discovery, or outside "
+                    "it); unused",
+                    node,
+                    claim.pid,
+                )
+                continue
+            lost = sorted(p for p, n in node_ids.items() if n == holder and p not in taken)
+            taken += lost
+            log(
+                ERROR,
+                "node discovery: node %d connected after discovery and claims partition-id %d, "
+                "which node %d has served since discovery; refusing both nodes from now on "
+                "(clients %s have no node; only run config node-map guarantees that no node "
+                "takes another's partition before that node connects)",
+                node,
+                claim.pid,
+                holder,
+                lost[:20],
+            )
+            node_ids = {p: n for p, n in node_ids.items() if n != holder}
+        for node in sorted(set(queried) - answered):
+            log(
+                WARNING,
+                "node discovery: node %d, connected after discovery, did not report its "
+                "partition id within %.0f s; unused",
+                node,
+                self.timeout,
+            )
+        return sorted(taken)

@@ -34,6 +34,7 @@ from fedgo_flwr.app.cli import preflight
 from fedgo_flwr.app.discovery import (
     NODE_MAP,
     SETTLE_SECONDS,
+    LateClaims,
     NodeDiscoveryError,
     NodeMap,
     discover_nodes,
@@ -64,6 +65,7 @@ from fedgo_flwr.records.recorder import (
 )
 from fedgo_flwr.records.runlog import RunLog, run_log
 from fedgo_flwr.runtime import shutdown
+from fedgo_flwr.runtime.fileio import UnsafePathError
 from fedgo_flwr.runtime.kernels import (
     use_channels_last,
     use_deterministic,
@@ -153,7 +155,7 @@ def main(grid: Grid, context: Context) -> None:
         node_map = load_node_map(context.run_config.get(NODE_MAP, ""))
         launch = Launch.from_json(str(context.run_config.get(LAUNCH_KEY, "") or ""))
         run_experiment(grid, cfg, node_map=node_map, settle=SETTLE_SECONDS, launch=launch)
-    except (ConfigError, NodeDiscoveryError, CheckpointError) as exc:
+    except (ConfigError, NodeDiscoveryError, CheckpointError, UnsafePathError) as exc:
         log(ERROR, "fedgo-flwr: %s", exc)
         setattr(exc, REPORTED, True)
         raise
@@ -237,7 +239,10 @@ def run_experiment(
     (:func:`~fedgo_flwr.app.discovery.discover_nodes`; without it the nodes' own claims are used,
     and deployment nodes that connect within ``settle`` seconds after every partition was
     claimed are still asked). A partition claimed by several nodes serves no client; the run
-    goes on without its clients if at least ``min_clients`` clients keep a node.
+    goes on without its clients if at least ``min_clients`` clients keep a node. Without a
+    node map, a node that connects later is asked before every round, and its claim of a
+    partition that a node serves refuses both from then on
+    (:class:`~fedgo_flwr.app.discovery.LateClaims`).
     """
     with run_log() as runlog:
         return _run_experiment(grid, cfg, node_map, settle, launch or Launch(), runlog)
@@ -297,13 +302,21 @@ def _run_experiment(
         check_resumable(ckpt, template, strategy_cls.final_row(cfg))
     marks.append(("data, partition and model", time.perf_counter()))
 
+    seen: set[int] = set()  # the nodes discovery asked; LateClaims asks any other later
     node_ids = discover_nodes(
-        grid, cfg.data.num_clients, node_map=node_map, min_clients=cfg.min_clients, settle=settle
+        grid,
+        cfg.data.num_clients,
+        node_map=node_map,
+        min_clients=cfg.min_clients,
+        settle=settle,
+        asked_out=seen,
     )
     marks.append((f"node discovery ({len(set(node_ids.values()))} nodes)", time.perf_counter()))
     TRAFFIC.take()  # this run's messages only
     resources = ServerResources(bundle, partition, device, out_dir)
     strategy = strategy_cls(cfg, node_ids, model, resources)
+    if node_map is None:  # a node connecting later may claim a partition: ambiguous, refused
+        strategy.late_nodes = LateClaims(seen, timeout=min(cfg.round_timeout, 30.0))
     strategy.run_token = ckpt.run_token if ckpt else new_run_token()
     initial = ArrayRecord(model.state_dict())
     if ckpt is not None:

@@ -32,6 +32,7 @@ __all__ = [
     "DiscriminatorScreen",
     "discriminator_logits",
     "neutralise_nonfinite",
+    "neutral_logits",
     "discriminator_scale_outliers",
     "screen_discriminators",
     "generated_set",
@@ -165,7 +166,8 @@ def discriminator_logits(
         data: The samples.
         views: Number of views ``V`` (1: the samples as they are; 2: also their flips).
         num_clients: Number of rows ``K``; defaults to the largest client id plus one. Rows of
-            clients without a discriminator are 0 (the neutral logit).
+            clients without a discriminator are 0 (:func:`screen_discriminators` then gives
+            them the neutral logits).
         device: Where to evaluate.
         batch_size: Samples per forward pass.
         progress: The stage's name in progress lines (discriminators done;
@@ -199,14 +201,14 @@ def discriminator_logits(
 
 
 def neutralise_nonfinite(*logits: Tensor) -> list[int]:
-    """Set to 0, the neutral logit, every client row ``k`` of the ``(K, ...)`` tensors
+    """Set to 0 every client row ``k`` of the ``(K, ...)`` tensors
     ``logits`` (in place) that holds a non-finite value in any of them; return those ``k``.
 
     A discriminator whose weights are finite can still give infinite or NaN logits (a scaled
     upload); FedGO's odds ``D_k / (1 - D_k)`` of such a row are undefined, and one such row
     would make every weight on the sample undefined. Its client is then treated as one
-    without a discriminator (FedGO's neutral weight), in every tensor, so that the weights on
-    the distillation set and on the test split agree.
+    without a discriminator (:func:`screen_discriminators` gives it the neutral logits), in
+    every tensor, so that the weights on the distillation set and on the test split agree.
     """
     rows = sorted(
         {int(k) for z in logits for k in torch.nonzero(~torch.isfinite(z.flatten(1)).all(1))}
@@ -258,9 +260,8 @@ def screen_discriminators(
     factor: float | None,
     who: str,
     where: str,
-    neutral: str = "zero",
 ) -> DiscriminatorScreen:
-    """Give every discriminator that cannot weigh anything a neutral logit, in place, with
+    """Give every discriminator that cannot weigh anything the neutral logits, in place, with
     one WARNING naming its client; the one screen of every ensemble weighted by discriminators
     (FedGO, CPFL's odds, Co-Boosting + FedGO, DaFKD's heads).
 
@@ -270,22 +271,20 @@ def screen_discriminators(
     any tensor (:func:`neutralise_nonfinite`); then every present row whose logit scale in the
     first tensor exceeds ``factor`` (``strategy.aggregation.upload_bound``; ``None``: no scale
     check) times the lower median of the present finite rows
-    (:func:`discriminator_scale_outliers`), zeroed in every tensor. Zero is the neutral logit
-    (odds 1): such a client neither takes nor gives weight, as one without a discriminator.
-    ``neutral="median"`` gives a neutralised row, on every sample instead, the lower median of
-    the rows that passed (0 where none did): the say of the round's typical client. That is the
-    neutral value where 0 is not: on samples that every honest discriminator calls fake
-    (DaFKD's generated distillation set, ``D_k(x)`` far below 1/2), the logit 0 would claim
-    them all.
+    (:func:`discriminator_scale_outliers`). The rows that passed are kept; every other row
+    (screened, or not ``present``: a client without a discriminator) gets, on every sample of
+    every tensor, the lower median of the rows that passed (:func:`neutral_logits`; 0 where
+    none did): the say of the round's typical client. Not the logit 0 (odds 1): on samples that
+    every honest discriminator calls fake (generated samples, logits far below 0) it would
+    claim them all, so a client could take a large share by sending a discriminator that the
+    screen refuses.
 
     Call it once every discriminator of the weighing has arrived and before any weight is
     computed: the scale check compares each with the others, so a discriminator that came
     first cannot set the median the later ones are judged by. ``who`` (the strategy) and
     ``where`` (the data of the first tensor, which the scale is measured on) go into the
-    WARNINGs. Returns the clients (from ``clients``) it neutralised.
+    WARNINGs. Returns the clients (from ``clients``) it screened.
     """
-    if neutral not in ("zero", "median"):
-        raise ValueError(f"neutral must be 'zero' or 'median', got {neutral!r}")
     tensors = [logits] if isinstance(logits, Tensor) else list(logits)
     out = DiscriminatorScreen()
     bad = neutralise_nonfinite(*tensors)
@@ -309,15 +308,27 @@ def screen_discriminators(
             median,
             factor,
         )
-        for z in tensors:
-            z[i] = 0.0
         out.scaled.append((clients[i], scale, median))
-    screened = [i for i, k in enumerate(clients) if k in out.clients]
-    passed = [i for i in present if clients[i] not in out.clients]
-    if neutral == "median" and screened and passed:
-        for z in tensors:
-            z[screened] = z[passed].median(dim=0).values.to(z.dtype)
+    screened = set(out.clients)
+    passed = [i for i in present if clients[i] not in screened]
+    for z in tensors:
+        neutral_logits(z, passed)
     return out
+
+
+def neutral_logits(z: Tensor, passed: Sequence[int]) -> Tensor:
+    """``z`` ``(K, ...)`` with every row not in ``passed`` set, in place, to the lower median
+    over the ``passed`` rows on each entry (0 where ``passed`` is empty): the neutral say of a
+    client whose discriminator is missing or screened (:func:`screen_discriminators`)."""
+    keep = sorted(set(passed))
+    others = [i for i in range(z.shape[0]) if i not in set(keep)]
+    if not others:
+        return z
+    if keep:
+        z[others] = z[keep].median(dim=0).values.to(z.dtype)
+    else:
+        z[others] = 0.0
+    return z
 
 
 def _fill_discriminator_logits(

@@ -58,7 +58,12 @@ from fedgo_flwr.records.runfolders import (
 )
 from fedgo_flwr.records.tracking import MlflowLog
 from fedgo_flwr.runtime import profiling
-from fedgo_flwr.runtime.fileio import atomic_torch_save, atomic_write_text, strict_json
+from fedgo_flwr.runtime.fileio import (
+    atomic_torch_save,
+    atomic_write_text,
+    open_append,
+    strict_json,
+)
 from fedgo_flwr.runtime.kernels import inference_batch
 from fedgo_flwr.runtime.messages import TRAFFIC
 
@@ -294,7 +299,7 @@ class RunRecorder:
         )
         self.last = now
         self.rows.append(row)
-        with open(self.out_dir / "metrics.jsonl", "a") as fh:
+        with open_append(self.out_dir / "metrics.jsonl") as fh:  # never through a link
             fh.write(json_line(row))
         if self.tensorboard is not None:
             self.tensorboard.write(row)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import uuid
 from pathlib import Path
 
 __all__ = [
@@ -67,6 +68,10 @@ def latest_problem(parent: Path) -> str | None:
     link = parent / LATEST
     if link.is_symlink() or not link.exists():
         return None
+    return _not_a_link(link)
+
+
+def _not_a_link(link: Path) -> str:
     kind = "a folder" if link.is_dir() else "a file"
     return (
         f"{link} is {kind}, not the link to the newest run kept there; move it away, or "
@@ -76,16 +81,28 @@ def latest_problem(parent: Path) -> str | None:
 
 def point_latest(folder: Path) -> None:
     """Make ``<folder's parent>/latest`` a relative link to ``folder``, atomically (a link
-    made beside it, then renamed over the old one: a reader never finds it missing). A
-    ``latest`` that is not a link is left alone: :class:`FileExistsError` naming it."""
+    made beside it under an unpredictable name, then renamed over the old one, both relative
+    to the parent folder's descriptor: a reader never finds it missing, and a link planted at
+    ``latest`` is replaced, never followed). A ``latest`` that is not a link is left alone:
+    :class:`FileExistsError` naming it, also when it appears between the check and the
+    rename (a folder there: the rename fails and nothing is changed)."""
     link = folder.parent / LATEST
     problem = latest_problem(folder.parent)
     if problem is not None:
         raise FileExistsError(problem)
-    tmp = folder.parent / f".{LATEST}.{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(folder.name, target_is_directory=True)
-    os.replace(tmp, link)
+    dfd = os.open(folder.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    tmp = f".{LATEST}.{uuid.uuid4().hex[:12]}"
+    try:
+        os.symlink(folder.name, tmp, target_is_directory=True, dir_fd=dfd)
+        try:
+            os.replace(tmp, LATEST, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError as exc:
+            os.unlink(tmp, dir_fd=dfd)
+            if os.path.lexists(link) and not os.path.islink(link):
+                raise FileExistsError(_not_a_link(link)) from exc
+            raise
+    finally:
+        os.close(dfd)
 
 
 def latest_run(parent: Path) -> Path | None:

@@ -28,11 +28,13 @@ from typing import IO
 
 from flwr.supercore.logger import LOGGER_NAME
 
+from fedgo_flwr.runtime.fileio import open_append
+
 __all__ = ["RUN_LOG", "RunLog", "run_log"]
 
 RUN_LOG = "run.log"
 FORMAT = "%(asctime)s %(levelname)s: %(message)s"
-ONE_LINE_ERRORS = ("ConfigError", "NodeDiscoveryError", "CheckpointError")
+ONE_LINE_ERRORS = ("ConfigError", "NodeDiscoveryError", "CheckpointError", "UnsafePathError")
 """Exceptions whose message is the whole story (the ServerApp logs them as one line)."""
 
 
@@ -75,7 +77,7 @@ class RunLog(logging.Handler):
             if path.exists() and (_same_file(1, path) or _same_file(2, path)):
                 self.held = None  # the file gets the terminal's lines already
                 return
-            self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
+            self.file = open_append(path)  # never through a link planted there
             self.path = path
             held, self.held = self.held, None
         finally:

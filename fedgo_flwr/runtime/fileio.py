@@ -9,7 +9,12 @@ A symbolic link at the target is replaced, never followed: the temporary file is
 ``O_EXCL`` (which does not follow a link) and ``os.replace`` renames it onto the link's own name,
 so a link planted where a file is written redirects nothing. :func:`path_inside` checks a name
 inside a folder before anything is written or read there: it stays inside (no absolute name, no
-``..``) and no part of the path below the folder is a link.
+``..``) and no part of the path below the folder is a link. A check and a later write are two
+steps, and a link planted between them would still be followed by a write through its folders;
+:func:`atomic_write_inside` closes that gap: it opens each folder below the given one relative
+to the one above with ``O_NOFOLLOW`` and writes and renames relative to the last one's
+descriptor (``dir_fd``), so no link below the folder is followed, whenever it appeared.
+:func:`open_append` opens a file for appending with ``O_NOFOLLOW``.
 
 The temporary file is created like ``open(path, "w")`` would create the target (mode ``0o666``
 less the umask), so the written file has the permissions a plain write would give it; ``mode``
@@ -45,7 +50,9 @@ __all__ = [
     "atomic_torch_save",
     "atomic_write",
     "atomic_write_bytes",
+    "atomic_write_inside",
     "atomic_write_text",
+    "open_append",
     "path_inside",
     "strict_json",
 ]
@@ -110,6 +117,113 @@ def path_inside(folder: str | os.PathLike[str], name: str, what: str = "") -> Pa
                 "written or read through it (remove it)"
             )
     return path
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _link_error(what: str, name: str, path: Path) -> UnsafePathError:
+    return UnsafePathError(
+        f"{what}{name!r}: {path} is a symbolic link this run did not make (or not a folder); "
+        "nothing is written or read through it (remove it)"
+    )
+
+
+def _open_below(folder: Path, parts: list[str], name: str, what: str) -> int:
+    """A descriptor of the folder ``folder/parts[0]/...``, each part made if missing and opened
+    relative to the one above with ``O_NOFOLLOW`` (a link there, or a file, is
+    :class:`UnsafePathError`); ``folder`` itself is opened as given."""
+    fd = os.open(folder, _DIR_FLAGS)
+    path = folder
+    try:
+        for part in parts:
+            path = path / part
+            try:
+                os.mkdir(part, 0o777, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                below = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
+            except OSError as exc:  # ELOOP: a link; ENOTDIR: a file
+                raise _link_error(what, name, path) from exc
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def atomic_write_inside(
+    folder: str | os.PathLike[str],
+    name: str,
+    write: Callable[[IO[bytes]], Any],
+    *,
+    what: str = "",
+    mode: int | None = None,
+) -> Path:
+    """Write ``folder / name`` atomically, never through a link below ``folder``.
+
+    ``name`` is checked as :func:`path_inside` checks it (the error names it, after
+    ``what``); its folders are made where missing. Unlike :func:`atomic_write` on
+    :func:`path_inside`'s path, nothing is looked up by path after the check: each folder below
+    ``folder`` is opened relative to the one above with ``O_NOFOLLOW``, and the temporary file
+    is made (``O_EXCL | O_NOFOLLOW``), renamed over the target (a link there is replaced) and
+    the folder flushed, all relative to the last folder's descriptor. A link planted at any
+    part between a check and the write is :class:`UnsafePathError`, never followed.
+    ``folder`` itself is taken as given (the user's choice); its parent folders must exist.
+    Returns the written path.
+    """
+    target = path_inside(folder, name, what)
+    # os.replace takes dir fds where os.rename does (renameat); supports_dir_fd lists rename
+    if not {os.open, os.mkdir, os.rename, os.unlink} <= os.supports_dir_fd:  # pragma: no cover
+        return atomic_write(target, write, mode=mode)
+    parts = name.split("/")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    dfd = _open_below(Path(folder), parts[:-1], name, what)
+    try:
+        tmp = f".{parts[-1]}.{uuid.uuid4().hex[:12]}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_BINARY", 0)
+        fd = os.open(tmp, flags, 0o666, dir_fd=dfd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+                fh.flush()
+                if mode is not None:
+                    os.fchmod(fh.fileno(), mode)
+                os.fsync(fh.fileno())
+            os.replace(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            raise
+        try:
+            os.fsync(dfd)
+        except OSError:  # pragma: no cover - file systems without directory fsync
+            pass
+    finally:
+        os.close(dfd)
+    return target
+
+
+def open_append(path: str | os.PathLike[str], encoding: str = "utf-8") -> IO[str]:
+    """``open(path, "a")``, but never through a symbolic link at ``path`` (``O_NOFOLLOW``): a
+    link there is :class:`UnsafePathError` naming it, so a link planted in a folder the code
+    appends to (a run's ``metrics.jsonl``) redirects nothing."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if Path(path).is_symlink():
+            raise UnsafePathError(
+                f"{path} is a symbolic link this run did not make; nothing is appended "
+                "through it (remove it)"
+            ) from exc
+        raise
+    return os.fdopen(fd, "a", encoding=encoding)
 
 
 def atomic_write_bytes(

@@ -38,6 +38,7 @@ from fedgo_flwr.weighting.discriminators import (
 )
 from fedgo_flwr.weighting.ensemble import (
     MAX_SHARE_FACTOR,
+    SHARE_CAP_RULE,
     cap_mean_shares,
     cap_mean_shares_named,
     cap_scalar_shares,
@@ -46,6 +47,7 @@ from fedgo_flwr.weighting.ensemble import (
     ensemble_logits,
     mean_share_caps,
     pseudo_labels,
+    share_cap_warning,
 )
 from fedgo_flwr.weighting.inputs import WeightingInputs
 from fedgo_flwr.weighting.methods import (
@@ -60,6 +62,7 @@ __all__ = [
     "BYZANTINE_LOGIT",
     "DISC_MODES",
     "MAX_SHARE_FACTOR",
+    "SHARE_CAP_RULE",
     "WEIGHTING_METHODS",
     "WEIGHTING_NAMES",
     "WeightingInputs",
@@ -80,4 +83,5 @@ __all__ = [
     "make_byzantine",
     "mean_share_caps",
     "pseudo_labels",
+    "share_cap_warning",
 ]

@@ -22,6 +22,7 @@ from fedgo_flwr.weighting.methods import _positive_float
 
 __all__ = [
     "MAX_SHARE_FACTOR",
+    "SHARE_CAP_RULE",
     "cap_mean_shares",
     "cap_mean_shares_named",
     "cap_scalar_shares",
@@ -30,19 +31,25 @@ __all__ = [
     "ensemble_logits",
     "mean_share_caps",
     "pseudo_labels",
+    "share_cap_warning",
 ]
 
 MAX_SHARE_FACTOR = 3.0
 """The factor of :func:`mean_share_caps`: no teacher's weight, averaged over the samples, above
-``max(2 / K, 3 n_k / sum_i n_i)``. Why 3: FedGO's optimal weights (Thm 3.4, Eq. (8))
-``w_k(x) = pi_k p_k(x) / sum_i pi_i p_i(x)`` average to exactly ``pi_k = n_k / sum_i n_i`` over
-samples of the clients' mixture ``sum_i pi_i p_i``, so an honest teacher's mean share is near
-its data share on data like the clients'; and the paper's double-sigmoid odds lie in
-``(1, e)``, so ``w_k(x) <= e n_k / (e n_k + sum_{i != k} n_i) < e pi_k < 3 pi_k`` on every
-sample: the cap can never bind on FedGO's default weights. It binds where the odds are exact
-(``disc_mode: sigmoid``, DaFKD's ``domain``) or logit-based (``variance``, ``entropy``) and one
-teacher takes several times its data share of every sample: a discriminator with a large
-bias says "mine" everywhere."""
+``max(2 / K, 3 n_k / sum_i n_i)``, and with three or more teachers never above
+``max(1/2, n_k / sum_i n_i)`` (:data:`SHARE_CAP_RULE`). Why 3: FedGO's optimal weights (Thm 3.4,
+Eq. (8)) ``w_k(x) = pi_k p_k(x) / sum_i pi_i p_i(x)`` average to exactly
+``pi_k = n_k / sum_i n_i`` over samples of the clients' mixture ``sum_i pi_i p_i``, so an honest
+teacher's mean share is near its data share on data like the clients'; and the paper's
+double-sigmoid odds lie in ``(1, e)``, so ``w_k(x) <= e n_k / (e n_k + sum_{i != k} n_i) <
+e pi_k < 3 pi_k`` on every sample: the factor alone never binds on FedGO's default weights (the
+half does, where one discriminator says "mine" on most samples and ``e pi_k / (e pi_k + 1 -
+pi_k) > 1/2``). The cap binds where the odds are exact (``disc_mode: sigmoid``, DaFKD's
+``domain``) or logit-based (``variance``, ``entropy``) and one teacher takes several times its
+data share of every sample: a discriminator with a large bias says "mine" everywhere."""
+
+SHARE_CAP_RULE = "max(2/K, 3 n_k / sum n), at most max(1/2, n_k / sum n) with K >= 3"
+"""How the WARNINGs of a capped share name the cap of :func:`mean_share_caps`."""
 
 run_log = logging.getLogger("flwr")
 
@@ -107,13 +114,43 @@ def cap_weights(weights: Tensor, cap: float) -> Tensor:
 
 
 def mean_share_caps(sizes: Tensor, factor: float = MAX_SHARE_FACTOR) -> Tensor:
-    """``(K,)`` float64 caps ``min(1, max(2 / K, factor * n_k / sum_i n_i))`` for the teachers
-    of ``sizes`` ``n`` ``(K,)`` (:data:`MAX_SHARE_FACTOR`; ``n`` all 0: ``2 / K``)."""
+    """``(K,)`` float64 caps on the mean shares of the teachers of sizes ``n`` ``(K,)``:
+    ``min(1, max(2 / K, factor * pi_k))`` with ``pi_k = n_k / sum_i n_i``
+    (:data:`MAX_SHARE_FACTOR`; ``n`` all 0: ``pi = 0``), and with ``K >= 3`` at most
+    ``max(1/2, pi_k)``.
+
+    The half: with three or more teachers no one of them holds a strict majority of the
+    ensemble's weight, so the others together always weigh at least as much (the factor alone
+    allows ``3/K``, a majority for ``K <= 5`` teachers of equal size, and the floor ``2/K`` one
+    for ``K = 3``). A teacher that holds more than half of the data by the server's count keeps
+    up to its data share, as in FedAvg's average. With two teachers no cap can keep either
+    from half of the weight (``1/2`` is the least feasible cap, and it would only make the two
+    mean shares equal), so there is none (1): :func:`share_cap_warning` says so at the start
+    of such a run.
+    """
     n = sizes.detach().to(torch.float64).cpu().clamp_min(0)
     k = n.numel()
     total = float(n.sum())
     pi = n / total if total > 0 else torch.zeros_like(n)
-    return (factor * pi).clamp_min(2.0 / max(k, 1)).clamp_max(1.0)
+    caps = (factor * pi).clamp_min(2.0 / max(k, 1)).clamp_max(1.0)
+    if k >= 3:
+        caps = torch.minimum(caps, pi.clamp_min(0.5))
+    return caps
+
+
+def share_cap_warning(who: str, teachers: int) -> str | None:
+    """The WARNING for a run whose ensembles have ``teachers`` teachers (``who``: the
+    strategy), or ``None`` unless there are two: then no share cap can keep one client from
+    half of the ensemble (:func:`mean_share_caps`)."""
+    if teachers != 2:
+        return None
+    return (
+        f"{who}: its ensembles have 2 teachers: no cap on a teacher's share can keep one "
+        "client from half of an ensemble of two (a cap of 1/2 would only make both mean shares "
+        "1/2), so there is none, and one client can decide every sample the two disagree on. "
+        "Where clients are not trusted, use 3 or more (then no client's mean share exceeds 1/2 "
+        "unless it holds more than half of the data)"
+    )
 
 
 def cap_mean_shares(weights: Tensor, caps: Tensor) -> tuple[Tensor, list[int]]:
@@ -172,13 +209,13 @@ def cap_mean_shares_named(
     out, capped = cap_mean_shares(weights, caps)
     for k in capped:
         run_log.warning(
-            "%s: the weights of client %d on %s: mean share above max(2/K, %g n_k / sum n) = "
-            "%.3g; scaled down to it",
+            "%s: the weights of client %d on %s: mean share above its cap %.3g (%s); scaled "
+            "down to it",
             who,
             clients[k],
             where,
-            MAX_SHARE_FACTOR,
             float(caps[k]),
+            SHARE_CAP_RULE,
         )
     return out
 

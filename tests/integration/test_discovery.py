@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.proto.node_pb2 import NodeInfo
 from helpers import rows_of, run_context, tiny_config
@@ -27,6 +27,7 @@ from fedgo_flwr.app.client_app import app as client_app
 from fedgo_flwr.app.client_app import reply_token_mod
 from fedgo_flwr.app.discovery import (
     SETTLE_SECONDS,
+    LateClaims,
     NodeDiscoveryError,
     discover_nodes,
     load_node_map,
@@ -198,9 +199,75 @@ def test_a_squatter_connecting_first_is_refused_when_the_honest_node_connects(fl
     grid = LateGrid(replies, [[5], [3, 4], [2]])
     assert discover_nodes(grid, 3, timeout=10) == {1: 3, 2: 4}
     # What discovery cannot see without a node map: an honest node that does not connect
-    # before it ends. Node 5 then serves partition 0 (docs/deployment.md says so).
+    # before it ends. Node 5 then serves partition 0 until node 2 connects (LateClaims, below).
     grid = LateGrid(replies, [[5], [3, 4], [], [], [], [], [2]])
     assert discover_nodes(grid, 3, timeout=10, settle=1.0) == {0: 5, 1: 3, 2: 4}
+
+
+def test_a_node_connecting_after_discovery_that_claims_a_served_partition_refuses_both(flwr_log):
+    """Node 5 took partition 0 before node 2, its own node, connected, and discovery ended.
+    When node 2 connects (asked before the next round), the claim is ambiguous: both nodes are
+    refused from then on, one ERROR naming both and the partition. Before, node 5 kept it and
+    node 2 was never asked. Late nodes that are malformed, claim a partition no node serves or
+    never answer are not used (a WARNING each), and nothing ends the run."""
+    replies = {2: claim(0, 4), 3: claim(1, 4), 4: claim(2, 4), 5: claim(0, 4), 6: claim(3, 4)}
+    replies[7] = claim("one", 4, record=ConfigRecord)  # malformed
+    replies[8] = claim(9, 4)  # no such partition in the run
+    grid = LateGrid(replies, [[5, 3, 4, 6]])
+    seen: set[int] = set()
+    node_ids = discover_nodes(grid, 4, timeout=10, asked_out=seen)
+    assert node_ids == {0: 5, 1: 3, 2: 4, 3: 6} and seen == {3, 4, 5, 6}
+    late = LateClaims(seen, timeout=5)
+    assert late(grid, node_ids) == []  # no one new: nothing is sent
+    grid.waves.append([2, 7, 8])
+    assert late(grid, node_ids) == [0]
+    [line] = error_lines(flwr_log)
+    assert line.startswith(
+        "node discovery: node 2 connected after discovery and claims partition-id 0, which "
+        "node 5 has served since discovery; refusing both nodes from now on (clients [0] have "
+        "no node; only run config node-map"
+    ), line
+    warned = [r.getMessage() for r in flwr_log.records if r.levelno == logging.WARNING]
+    assert any(
+        m.startswith("node discovery: node 7, connected after discovery: node 7 reports")
+        for m in warned
+    )
+    assert any("node 8, connected after discovery, claims partition-id 9" in m for m in warned)
+    assert late(grid, {1: 3, 2: 4, 3: 6}) == []  # each node is asked once
+
+
+class LateNodeGrid(InProcessGrid):
+    """The real ClientApp on nodes 2..6; node ``late`` connects (``get_node_ids`` lists it)
+    once the first round's training messages have been served."""
+
+    def __init__(self, late: int) -> None:
+        super().__init__(client_app, 5)
+        self.late, self.trained = late, False
+
+    def get_node_ids(self):
+        return [n for n in self.contexts if n != self.late or self.trained]
+
+    def stream(self, messages, *, timeout=None):
+        messages = list(messages)  # the node is listed from the next get_node_ids on
+        self.trained |= any(m.metadata.message_type == MessageType.TRAIN for m in messages)
+        yield from super().stream(messages, timeout=timeout)
+
+
+def test_a_run_refuses_both_nodes_when_a_late_node_claims_a_served_partition(tmp_path, flwr_log):
+    """In process, the whole run: node 6 claims partition 1, which node 3 has served since
+    discovery, and connects after round 1. From round 2 on neither is sent work (client 1
+    counts as failed), one ERROR names both nodes and the partition, the run goes on."""
+    cfg = tiny_config(tmp_path, "rounds=3", "fraction=1.0", "min_clients=2")
+    grid = LateNodeGrid(late=6)
+    for node, pid in [(2, 0), (3, 1), (4, 2), (5, 3), (6, 1)]:
+        grid.contexts[node].node_config.update({"partition-id": pid, "num-partitions": 4})
+    server_app.run_experiment(grid, cfg)
+    rows = rows_of(tmp_path)
+    got = [(r["clients_replied"], r["clients_failed"]) for r in rows[1:]]
+    assert got == [(4, 0), (3, 1), (3, 1)], got
+    [line] = error_lines(flwr_log)
+    assert "node 6 connected after discovery and claims partition-id 1, which node 3" in line
+    assert "client 1 has no node" in flwr_log.text
 
 
 @pytest.mark.parametrize(
@@ -427,11 +494,16 @@ def test_the_server_app_logs_one_line_when_discovery_fails(tmp_path, flwr_log, m
     )
 
 
-def _hostile_discovery(grid, num_clients, node_map=None, min_clients=1, settle=0.0):
+def _hostile_discovery(grid, num_clients, node_map=None, min_clients=1, settle=0.0, asked_out=None):
     assert settle == SETTLE_SECONDS  # the Flower ServerApp waits for late deployment nodes
     crafted = CraftedGrid({2: claim(0, 2), 3: claim(0, 2), 4: claim(1, 2)})
     return discover_nodes(
-        crafted, num_clients, timeout=2, node_map=node_map, min_clients=min_clients
+        crafted,
+        num_clients,
+        timeout=2,
+        node_map=node_map,
+        min_clients=min_clients,
+        asked_out=asked_out,
     )
 
 

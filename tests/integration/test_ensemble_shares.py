@@ -147,9 +147,10 @@ def test_cpfl_screens_a_members_discriminator_with_the_shared_screen(
     tmp_path, monkeypatch, flwr_log
 ):
     """A member's discriminator times 1000 (exact odds, ``disc_mode: sigmoid``): the shared
-    screen gives it the neutral logit on the test split and on the public set, with FedGO's
-    WARNING naming the client, before any weight; its member weight is then what its data
-    size gives it (measured 0.098 on both: its partition is the smallest). On these tiny runs
+    screen gives it the neutral logits (the lower median of the others') on the test split and
+    on the public set, with FedGO's WARNING naming the client, before any weight; its member
+    weight is then about what its data size gives it (below 0.15: its partition is the
+    smallest). On these tiny runs
     the discriminators' logits are near 0 (median scale 0.003), so an edit within the screen
     cannot claim samples; the share cap for a claim within it is tested on hand-made logits
     (``tests/unit/test_share_bounds.py``)."""

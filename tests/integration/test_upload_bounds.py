@@ -650,8 +650,8 @@ def test_coboosting_fedgo_bounds_a_biased_discriminator(
     weight 1.0 on every sample, and with its rolled classifier the odds-weighted ensemble fell
     to 0.04 (uniform 0.59). The screen gives that discriminator the neutral weight: the
     ensemble stays within 0.05 of uniform's. Without the screen (``upload_bound`` off) the cap
-    on the mean share (3/4 here: 4 clients of similar size) still bounds it: above 0.2 of
-    accuracy rather than 0.04 (measured 0.26; the ensemble with the learned weights 0.39)."""
+    on the mean share (1/2 here: 4 clients of similar size) still bounds it: above 0.2 of
+    accuracy rather than 0.04."""
     tamper(monkeypatch, biased_and_rolled, pid=1)
     gan = ["strategy.discriminator.epochs=1", "strategy.generator.steps=0", *SMALL_GAN]
     trained = ["train.local_epochs=5", "data.alpha=1.0", "strategy.disc_mode=sigmoid"]

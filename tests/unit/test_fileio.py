@@ -128,3 +128,100 @@ def test_path_inside_refuses_a_link_at_any_part_below_the_folder(tmp_path) -> No
     linked = tmp_path / "linked"
     linked.symlink_to(folder)  # the folder itself is the caller's choice: taken as given
     assert fileio.path_inside(linked, "a/c.txt") == linked / "a" / "c.txt"
+
+
+# -- a link planted between a check and the write ---------------------------------------------
+def _planting(monkeypatch, plant, *modules) -> None:
+    """``path_inside`` (of ``fileio`` and of ``modules``) that plants a link (``plant()``)
+    right after its check passed: the race a check-then-write leaves open."""
+    real = fileio.path_inside
+
+    def checked_then_planted(folder, name, what=""):
+        path = real(folder, name, what)
+        plant(name)
+        return path
+
+    for module in (fileio, *modules):
+        monkeypatch.setattr(module, "path_inside", checked_then_planted)
+
+
+def test_atomic_write_inside_makes_folders_and_replaces_a_link_at_the_name(
+    tmp_path, monkeypatch
+) -> None:
+    """Folders are made; a link at the name fails the check (as :func:`path_inside`), and one
+    planted there after the check is replaced by the file, its target untouched."""
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    victim.write_text("precious")
+    write = lambda fh: fh.write(b"data")  # noqa: E731
+    assert fileio.atomic_write_inside(out, "a/b/f.txt", write) == out / "a" / "b" / "f.txt"
+    assert (out / "a" / "b" / "f.txt").read_bytes() == b"data"
+    (out / "a" / "g.txt").symlink_to(victim)
+    with pytest.raises(fileio.UnsafePathError, match="is a symbolic link this run did not make"):
+        fileio.atomic_write_inside(out, "a/g.txt", write)
+    (out / "a" / "g.txt").unlink()
+    _planting(monkeypatch, lambda _: (out / "a" / "g.txt").symlink_to(victim))
+    fileio.atomic_write_inside(out, "a/g.txt", write, mode=0o640)
+    assert victim.read_text() == "precious" and not (out / "a" / "g.txt").is_symlink()
+    assert (out / "a" / "g.txt").read_bytes() == b"data" and _mode(out / "a" / "g.txt") == 0o640
+    assert sorted(p.name for p in (out / "a").iterdir()) == ["b", "g.txt"]  # no temp file
+
+
+def test_atomic_write_inside_never_follows_a_link_planted_after_the_check(
+    tmp_path, monkeypatch
+) -> None:
+    """The check passes, then ``out/a`` becomes a link to another folder before the write:
+    the write refuses it (``O_NOFOLLOW``), and nothing appears in the link's target."""
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    out.mkdir()
+    victim.mkdir()
+    _planting(monkeypatch, lambda _: (out / "a").symlink_to(victim, target_is_directory=True))
+    with pytest.raises(fileio.UnsafePathError, match="is a symbolic link this run did not make"):
+        fileio.atomic_write_inside(out, "a/f.txt", lambda fh: fh.write(b"x"), what="w: ")
+    assert list(victim.iterdir()) == []
+
+
+def test_open_append_refuses_a_link_and_appends_otherwise(tmp_path) -> None:
+    victim, target = tmp_path / "victim", tmp_path / "metrics.jsonl"
+    victim.write_text("precious\n")
+    with fileio.open_append(target) as fh:
+        fh.write("a\n")
+    with fileio.open_append(target) as fh:
+        fh.write("b\n")
+    assert target.read_text() == "a\nb\n"
+    link = tmp_path / "run.log"
+    link.symlink_to(victim)
+    with pytest.raises(fileio.UnsafePathError, match="is a symbolic link this run did not make"):
+        fileio.open_append(link)
+    assert victim.read_text() == "precious\n"
+
+
+def test_latest_is_never_followed_nor_a_folder_put_there_replaced(tmp_path, monkeypatch) -> None:
+    """``latest`` as a link to another folder is replaced (its target untouched); a folder
+    made at ``latest`` between the check and the rename is one ``FileExistsError`` naming it
+    (before: a raw ``IsADirectoryError``), the folder kept and no temporary link left."""
+    from fedgo_flwr.records import runfolders
+
+    parent, victim = tmp_path / "exp", tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    first = runfolders.new_run_folder(parent)
+    (parent / "latest").symlink_to(victim, target_is_directory=True)
+    runfolders.point_latest(first)
+    assert os.readlink(parent / "latest") == first.name
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+    second = parent / "second"
+    second.mkdir()
+    real = runfolders.latest_problem
+
+    def raced(folder):
+        problem = real(folder)
+        (parent / "latest").unlink()
+        (parent / "latest").mkdir()  # a folder appears after the check
+        (parent / "latest" / "mine").write_text("x")
+        return problem
+
+    monkeypatch.setattr(runfolders, "latest_problem", raced)
+    with pytest.raises(FileExistsError, match="latest is a folder"):
+        runfolders.point_latest(second)
+    assert (parent / "latest" / "mine").read_text() == "x"
+    assert not [p for p in parent.iterdir() if p.name.startswith(".latest")]

@@ -335,3 +335,35 @@ def test_an_archive_spoiled_during_the_sweep_is_said_and_the_runs_go_on(
     assert "Traceback" not in err and err.count("could not write") == 2
     assert "'../seed9/summary.json' is not a run record" in err
     assert (out / "table.md").is_file() and not (tmp_path / "seed9").exists()
+
+
+def test_restoring_never_follows_a_link_planted_after_the_check(tmp_path, monkeypatch) -> None:
+    """Every record's path passes the check, then, as the run ``v/seed0`` is written, its
+    variant's folder becomes a link to another folder: the write refuses it (each folder
+    below --out opened with ``O_NOFOLLOW``) with the same one error, and nothing is written
+    into the link's target (before: the record was written there)."""
+    from fedgo_flwr.app.sweep import archive as sweep_archive
+    from fedgo_flwr.runtime import fileio
+
+    out, tar, victim = tmp_path / "out", tmp_path / "runs.tar.xz", tmp_path / "victim"
+    (victim / "seed0").mkdir(parents=True)  # a folder the records would land in
+    members = [*GOOD, ("v/seed0/summary.json", b"{}"), ("v/seed0/config.yaml", b"a: 1\n")]
+    _tar(tar, members)
+    real, calls = fileio.path_inside, []
+
+    def checked_then_planted(folder, name, what=""):
+        path = real(folder, name, what)
+        calls.append(name)
+        variant = out / "v"
+        if len(calls) > len(members) and name.startswith("v/") and not variant.is_symlink():
+            if variant.exists():  # made by the restore before it wrote: moved away
+                variant.rename(tmp_path / "moved")
+            variant.symlink_to(victim, target_is_directory=True)
+        return path
+
+    monkeypatch.setattr(fileio, "path_inside", checked_then_planted)
+    monkeypatch.setattr(sweep_archive, "path_inside", checked_then_planted)
+    with pytest.raises(ValueError, match="is a symbolic link this run did not make") as info:
+        restore(tar, out)
+    assert str(tar) in str(info.value)
+    assert _files_under(victim) == ["seed0"]

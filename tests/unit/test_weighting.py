@@ -694,9 +694,10 @@ def test_parameter_errors_name_the_method_and_what_it_accepts() -> None:
 
 # -- the cap on a teacher's mean share ------------------------------------------------------------
 def test_mean_share_caps_by_hand() -> None:
-    # K = 4, n = (10, 10, 60, 20): 3 pi = (0.3, 0.3, 1.8, 0.6), floor 2/K = 0.5, top 1
+    # K = 4, n = (10, 10, 60, 20): 3 pi = (0.3, 0.3, 1.8, 0.6), floor 2/K = 0.5, top 1, then
+    # at most max(1/2, pi) = (0.5, 0.5, 0.6, 0.5): no one holds a majority but by its data
     caps = mean_share_caps(torch.tensor([10.0, 10.0, 60.0, 20.0]))
-    assert caps.tolist() == pytest.approx([0.5, 0.5, 1.0, 0.6])
+    assert caps.tolist() == pytest.approx([0.5, 0.5, 0.6, 0.5])
 
 
 def test_cap_mean_shares_by_hand() -> None:
@@ -730,22 +731,35 @@ def test_cap_mean_shares_second_pass_and_gradient() -> None:
 
 
 @pytest.mark.parametrize("k", [2, 4, 10])
-def test_mean_share_cap_never_binds_on_double_sigmoid_odds(k: int) -> None:
-    """FedGO's default odds lie in (1, e), so no mean share can exceed e pi_k < 3 pi_k: the
-    most extreme discriminators (one says "mine" everywhere, the others "not mine") stay
-    below every cap, whatever the sizes."""
+def test_mean_share_cap_binds_on_double_sigmoid_odds_only_past_half(k: int) -> None:
+    """FedGO's default odds lie in (1, e), so no mean share can exceed
+    ``b = e pi / (e pi + 1 - pi) < 3 pi``: the most extreme discriminators (one says "mine"
+    everywhere, the others "not mine") take exactly ``b``, and the cap binds only where ``b``
+    is above the half of three or more teachers (never with two)."""
     gen = torch.Generator().manual_seed(k)
+    bound_any = False
     for _ in range(20):
         n = torch.randint(1, 1000, (k,), generator=gen).float()
         z = torch.full((k, 50), -1e3)
         z[0] = 1e3
         w = compute_weights("fedgo", WeightingInputs(torch.zeros(k, 50, 3), n, disc_logits=z))
-        assert cap_mean_shares(w, mean_share_caps(n))[1] == []
+        pi = float(n[0] / n.sum())
+        b = math.e * pi / (math.e * pi + 1 - pi)
+        assert float(w[0].mean()) == pytest.approx(b, rel=1e-5)
+        caps = mean_share_caps(n)
+        out, capped = cap_mean_shares(w, caps)
+        assert capped == ([0] if b > float(caps[0]) * (1 + 1e-9) else [])
+        assert float(out[0].mean()) <= max(0.5, pi) + 1e-6 or k == 2  # float32 weights
+        bound_any |= bool(capped)
+    if k == 2:
+        assert not bound_any  # no cap with two teachers
+    if k == 4:
+        assert bound_any  # some of the 20 draws give teacher 0 more than 1/(1+e) of the data
 
 
 def test_mean_share_cap_binds_on_a_biased_exact_odds_discriminator() -> None:
     """With exact odds (disc_mode sigmoid) a bias of +50 takes every sample; capped, its mean
-    share is its cap 3 n_k / sum n = 0.6."""
+    share is its cap min(3 n_k / sum n, 1/2) = 0.5 of five."""
     k, n = 5, torch.full((5,), 100.0)
     z = torch.randn(k, 200, generator=torch.Generator().manual_seed(0))
     z[1] += 50
@@ -754,4 +768,4 @@ def test_mean_share_cap_binds_on_a_biased_exact_odds_discriminator() -> None:
     )
     assert float(w[1].mean()) > 0.99
     out, capped = cap_mean_shares(w, mean_share_caps(n))
-    assert capped == [1] and float(out[1].mean()) == pytest.approx(0.6)
+    assert capped == [1] and float(out[1].mean()) == pytest.approx(0.5)

@@ -14,9 +14,10 @@ An archive is untrusted input (it comes from another machine): a member that is 
 record (a name other than ``<variant>/seed<N>/<record>``, a member that is not a regular file, a
 record named twice, a run without a summary, a record that is not what a run writes) is refused
 with one error naming the member and the archive, and **nothing** of that archive is restored.
-Nothing is written through a link in ``--out`` either
-(:func:`fedgo_flwr.runtime.fileio.path_inside`), and :func:`pack` leaves a run under a link out
-of the archive with a WARNING.
+Nothing is written through a link in ``--out`` either: one there before the restore refuses it
+(:func:`fedgo_flwr.runtime.fileio.path_inside`), one planted while the runs are written is not
+followed (:func:`fedgo_flwr.runtime.fileio.atomic_write_inside`) and stops the restore with the
+same error; :func:`pack` leaves a run under a link out of the archive with a WARNING.
 ``docs/architecture.md`` ("Sweep archives") has each rule in full.
 """
 
@@ -35,7 +36,7 @@ from flwr.supercore import log
 
 from fedgo_flwr.app.sweep.table import SUMMARY
 from fedgo_flwr.app.sweep.variants import NAME
-from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_bytes, path_inside
+from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_inside, path_inside
 
 RECORDS = ("config.yaml", "metrics.jsonl", SUMMARY, "env.json")
 """The files of a finished run that the archive keeps."""
@@ -134,14 +135,17 @@ def restore(archive: Path, out: Path) -> list[str]:
             path_inside(out, f"{run}/{name}", f"{archive}: restoring ")
     restored = []
     for run, files in sorted(runs.items()):
-        folder = out / run
-        if (folder / SUMMARY).is_file():
+        if (out / run / SUMMARY).is_file():
             continue
-        folder.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
-            atomic_write_bytes(path_inside(out, f"{run}/{name}", f"{archive}: restoring "), data)
+            # no link is followed, even one planted after the check above
+            atomic_write_inside(out, f"{run}/{name}", _writer(data), what=f"{archive}: restoring ")
         restored.append(run)
     return restored
+
+
+def _writer(data: bytes):
+    return lambda fh: fh.write(data)
 
 
 def pack(archive: Path, out: Path) -> list[str]:
