@@ -200,10 +200,7 @@ def atomic_write_inside(
             except FileNotFoundError:
                 pass
             raise
-        try:
-            os.fsync(dfd)
-        except OSError:  # pragma: no cover - file systems without directory fsync
-            pass
+        _fsync_fd(dfd)
     finally:
         os.close(dfd)
     return target
@@ -353,8 +350,14 @@ def _fsync_dir(folder: Path) -> None:
     except OSError:  # pragma: no cover - e.g. Windows
         return
     try:
+        _fsync_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_fd(fd: int) -> None:
+    """Flush an open folder's entries; file systems without directory fsync are skipped."""
+    try:
         os.fsync(fd)
     except OSError:  # pragma: no cover - file systems without directory fsync
         pass
-    finally:
-        os.close(fd)
