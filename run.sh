@@ -30,7 +30,7 @@ Modes:
         Variants x seeds, resumable: table.md, table.json (mean, 95% CI, paired tests
         against the baseline) and curves.png in --out (default outputs/sweep). A VARIANT
         is PATH.yaml, NAME=PATH.yaml or "NAME=PATH.yaml k=v ..." (one quoted word); a k=v
-        outside a variant applies to all. Details: python -m fedgo_flwr.app.sweep --help
+        outside a variant applies to all. Details: python -m fedgo_app.sweep --help
   ./run.sh --stop [FLOWER_HOME ...]
         Stop the runs this checkout's run.sh started (default: every run.* home under
         FEDGO_FLWR_HOMES or .flwr/), by the process ids each run recorded in its home's
@@ -183,9 +183,9 @@ EOF
   # Then the run's folder is decided, once: output_dir, else a new outputs/<name>/<date-time>
   # (resume=true: the one outputs/<name>/latest names); the ServerApp is told which.
   # The app's files are linked into $FLWR_HOME/app, which `flwr run` bundles: the same FAB
-  # as `flwr run .`, without Flower walking every file of .venv/ (fedgo_flwr/app/staging.py).
+  # as `flwr run .`, without Flower walking every file of .venv/ (fedgo_app/staging.py).
   prepared="$(FEDGO_COMMAND="$COMMAND_LINE" FEDGO_STARTED="$STARTED_AT" \
-    "$PY" -m fedgo_flwr.app.cli prepare "$config" "$@" --run-toml "$run_toml" \
+    "$PY" -m fedgo_app.cli prepare "$config" "$@" --run-toml "$run_toml" \
     --stage "$FLWR_HOME/app" ${FEDGO_SUPERNODES:+--supernodes "$FEDGO_SUPERNODES"})"
   federation="$(sed -n 1p <<< "$prepared")"
   out_dir="$(sed -n 2p <<< "$prepared")"
@@ -208,7 +208,7 @@ EOF
   # In the background, so that a TERM to this script is handled at once (bash runs traps only
   # between commands, and `wait` is one).
   # Flower's notice that its default number of simulated nodes changed is left out: the run
-  # sets its own (fedgo_flwr/app/noise.py, FLOWER_SUPERNODES_NOTICE).
+  # sets its own (fedgo_app/noise.py, FLOWER_SUPERNODES_NOTICE).
   flwr run "$FLWR_HOME/app" fedgo --run-config "$run_toml" --federation-config "$federation" \
     --stream > >(grep --line-buffered -vF "default simulated SuperNodes changed from 10 to 2") &
   FLWR_PID=$!
@@ -282,7 +282,7 @@ case "${1:-}" in
     shift
     setup
     export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
-    exec "$PY" -m fedgo_flwr.app.sweep "$@"
+    exec "$PY" -m fedgo_app.sweep "$@"
     ;;
   --local)
     shift
@@ -290,7 +290,7 @@ case "${1:-}" in
     mark_start
     export FEDGO_WORKDIR="${FEDGO_WORKDIR:-$ROOT}"
     export FEDGO_COMMAND="$COMMAND_LINE" FEDGO_STARTED="$STARTED_AT"
-    exec "$PY" -m fedgo_flwr.app.inprocess "${1:-conf/default.yaml}" "${@:2}"
+    exec "$PY" -m fedgo_app.inprocess "${1:-conf/default.yaml}" "${@:2}"
     ;;
   --stop)
     shift

@@ -3,7 +3,7 @@
 Shared by ``tests/integration/test_adversary_profile.py`` (CI's fixed sample) and
 ``benchmarks/adversary_profile.py`` (every strategy x kind x mode).
 
-A *case* is one tiny in-process run (:func:`fedgo_flwr.app.inprocess.run_inprocess`: digits,
+A *case* is one tiny in-process run (:func:`fedgo_app.inprocess.run_inprocess`: digits,
 10 clients, 5 a round, 4 rounds, 3 local epochs; a one-shot strategy: ``conf/coboosting.yaml``,
 every client, 1 round) in which ONE client -- the attacker, the lowest partition id of round
 1's training batch -- edits its own replies on their way to the server, by wrapping
@@ -76,8 +76,8 @@ from benchmarks.adversary_attacks import (  # noqa: F401 - the attacks, used fro
     sign_flip,
     upload_scaled,
 )
-from fedgo_flwr.app.fuzz.logs import warnings_logged
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app.fuzz.logs import warnings_logged
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.runtime import messages as msgs
 from strategies import available, load_experiment, strategy_class
 from strategies.oneshot import OneShot
@@ -287,7 +287,7 @@ _GAN = [
 ]
 KNOBS: dict[str, list[str]] = {
     # The golden runs' cuts (tests/integration/test_golden_runs.py, KNOBS), and what a
-    # strategy needs to learn in 3 rounds (fedgo_flwr/app/fuzz/cases.py, EXTRA).
+    # strategy needs to learn in 3 rounds (fedgo_app/fuzz/cases.py, EXTRA).
     "fedtgp": ["strategy.tgp_epochs=3"],
     "fedgkd": ["strategy.buffer_length=2"],
     "fedgkd_plus": ["strategy.buffer_length=2", "strategy.distill.epochs=1"],

@@ -3,7 +3,7 @@
 Issue 36 asks for Co-Boosting's Table 1 (paper 004, Dai et al., ICLR 2024, Sec. 4) at "the
 smallest server budget where the data-free students clear 20%": at the grid's 8 epochs every
 data-free student sits at chance. The budget is a choice, so it is made on the tuning seeds
-and the table is built on report seeds that no choice used (:mod:`fedgo_flwr.app.sweep.seeds`).
+and the table is built on report seeds that no choice used (:mod:`fedgo_app.sweep.seeds`).
 The rule, fixed before any of its runs (``benchmarks/studies/coboosting.md``,
 "Co-Boosting's learning budget"):
 
@@ -48,7 +48,7 @@ from benchmarks.coboosting_grid import DEFAULT_CONFIG, method_name, method_overr
 from benchmarks.coboosting_tables import reference_of, table
 from benchmarks.spec import Bench, Spec
 from benchmarks.sweep import final_accuracy, load_config, load_runs
-from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS
+from fedgo_app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDENTS = ("dense", "coboosting")

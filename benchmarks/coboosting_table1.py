@@ -32,7 +32,7 @@ reuses oneshot's uploads and gets a column where a run of it is kept. Besides th
 tables (mean ± sd), the table gives every server model's mean with its 95% t interval over the
 seeds and the paired differences the paper's Table 1 claims (Co-Boosting against DENSE, FedDF
 and FedAvg; each variant against Co-Boosting) with a paired t-test, and says which seed set
-the runs come from (:mod:`fedgo_flwr.app.sweep.seeds`: only report seeds back a claim).
+the runs come from (:mod:`fedgo_app.sweep.seeds`: only report seeds back a claim).
 
 Every run of a seed has the same ``data.server_fraction`` (the preset's; FedDF distils on that
 share, the data-free methods ignore it), so every method's clients hold the same data. A run
@@ -40,7 +40,7 @@ that reuses uploads needs its source's scratch folder (``outputs/bench/<tag>/<so
 at its start: if that folder was cleaned, or its uploads were made with other settings, the
 source runs again there first (its kept record stays; the rerun must reproduce its
 accuracies). The benchmark is the spec :data:`SPEC` (:mod:`benchmarks.spec`): runs are
-resumable and kept as CPFL's are, each :func:`fedgo_flwr.app.inprocess.run_inprocess` in a
+resumable and kept as CPFL's are, each :func:`fedgo_app.inprocess.run_inprocess` in a
 subprocess of its own, its summary and raw records kept in
 ``benchmarks/results/<tag>/runs.tar.xz``; a kept run is skipped, a failed one reported while
 the others go on. ``--jobs N`` runs up to N at once (a run that reuses uploads starts once its

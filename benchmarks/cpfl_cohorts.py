@@ -9,7 +9,7 @@ Fig. 5 (when the cohorts finish). For every seed, every (alpha, n) of the grid r
 a seed share its partition and device profiles (both depend only on the seed and alpha).
 
 The benchmark is the spec :data:`SPEC` (:mod:`benchmarks.spec`). Each run is
-:func:`fedgo_flwr.app.inprocess.run_inprocess` in a subprocess of its own (the spec's default
+:func:`fedgo_app.inprocess.run_inprocess` in a subprocess of its own (the spec's default
 runner): CPFL's times are simulated, so Flower's engine would change nothing but add ~20 s of
 start-up per run; a subprocess returns the run's memory, and a run that crashes is reported
 without ending the sweep. Runs write to ``outputs/bench/<tag>/<method>-seed<N>/``; each finished
@@ -49,7 +49,7 @@ from benchmarks.sweep import (
     seed_note,
     seeds_of,
 )
-from fedgo_flwr.app.sweep.stats import ratio_summary
+from fedgo_app.sweep.stats import ratio_summary
 
 DEFAULT_CONFIG = "conf/bench/cpfl-cifar10-cpu.yaml"
 DEFAULT_TAG = "cpfl-cifar10-cpu"
@@ -116,7 +116,7 @@ def per_seed_ratios(base: Sequence[Run], runs: Sequence[Run], key: str) -> list[
 
 def ratio_cell(ratios: Sequence[float]) -> str:
     """``"1.18x [0.21, 6.70]"``: the geometric mean of per-seed ratios and the 95% t interval
-    of their mean log-ratio, mapped back (:func:`fedgo_flwr.app.sweep.stats.ratio_summary`; a
+    of their mean log-ratio, mapped back (:func:`fedgo_app.sweep.stats.ratio_summary`; a
     ratio and its inverse summarise to inverses); ``(n=1)`` for one seed, ``–`` for none."""
     r = ratio_summary(ratios)
     if r.gmean is None:

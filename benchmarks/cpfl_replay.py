@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from benchmarks.sweep import load_runs, mean_ci, paired_text, seed_note, write_table
-from fedgo_flwr.app.sweep.stats import paired
+from fedgo_app.sweep.stats import paired
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.learning.cohorts import Cohort, PlateauStopper
 from fedgo_flwr.learning.task import load_bundle, make_partition, new_model

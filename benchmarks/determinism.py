@@ -1,7 +1,7 @@
 """Does a run repeat exactly? The same config run twice with ``resources.deterministic`` off
 and twice with it on (:func:`fedgo_flwr.runtime.kernels.use_deterministic`).
 
-Each run is its own process (``python -m fedgo_flwr.app.inprocess``), one after another, so
+Each run is its own process (``python -m fedgo_app.inprocess``), one after another, so
 the pairs see the same machine. A pair repeats when every row of ``metrics.jsonl`` is equal
 without its wall-clock keys; otherwise the table gives the largest difference in test
 accuracy and test loss over the rows. The operations PyTorch has no deterministic kernel for
@@ -50,7 +50,7 @@ def largest_difference(a: list[dict], b: list[dict], key: str) -> float | None:
 def run_once(config: str, overrides: Sequence[str], out: Path) -> dict:
     """One run in its own process (:func:`benchmarks.sweep.run_command`, its output in
     ``out/run.log``): wall time, final accuracy and the operations warned of."""
-    cmd = [sys.executable, "-m", "fedgo_flwr.app.inprocess", config, *overrides,
+    cmd = [sys.executable, "-m", "fedgo_app.inprocess", config, *overrides,
            f"output_dir={out}", "overwrite=true"]  # fmt: skip
     log = out / "run.log"
     log.unlink(missing_ok=True)  # the warnings read below are this run's

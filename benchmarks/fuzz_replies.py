@@ -3,7 +3,7 @@
 ``tests/integration/test_fuzz_replies.py`` runs a fixed-seed sample of a few cases per strategy
 in CI; this runs, for every strategy found by name (:func:`strategies.available`), every
 mutation kind of
-``fedgo_flwr/app/fuzz`` (:data:`KINDS`) on every message type the strategy's clean run
+``fedgo_app/fuzz`` (:data:`KINDS`) on every message type the strategy's clean run
 exchanged (``--examples`` cases each, the round, client, record and key drawn with a seeded
 ``random.Random``), once with the strategy's defaults and once with the robust options
 (``--mode``), and prints what failed, by (mode, strategy, mutation kind, message type), with
@@ -32,7 +32,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from fedgo_flwr.app import fuzz as fr
+from fedgo_app import fuzz as fr
 
 
 def cases(

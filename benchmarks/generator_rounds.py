@@ -36,7 +36,7 @@ from benchmarks.sweep import (
     run_command,
     write_table,
 )
-from fedgo_flwr.app.sweep.table import METRICS, read_rows
+from fedgo_app.sweep.table import METRICS, read_rows
 
 MODES = ("eval", "train")
 RESERVED = ("rounds", "output_dir", "resume", "checkpoint")

@@ -34,7 +34,7 @@ A01=("fedavg=$B strategy.name=fedavg"
 A005=("feddf=$B strategy.name=feddf strategy.weighting=uniform" "fedgo_server=$B $SR")
 sweep() {  # ALPHA_DIR SEEDS [ARGS...] VARIANTS...: one sweep of the kept runs' archive
   local dir=$1 seeds=$2; shift 2
-  PYTHONPATH=$PWD nice -n 19 "$py" -m fedgo_flwr.app.sweep "$@" --baseline feddf --seeds "$seeds" \
+  PYTHONPATH=$PWD nice -n 19 "$py" -m fedgo_app.sweep "$@" --baseline feddf --seeds "$seeds" \
     --out "$out/$dir" --archive "$kept/$dir/runs.tar.xz" "data.path=$data" resources.server_cpus=1
 }
 table() {  # ALPHA_DIR [ARGS...] VARIANTS...: the table of every kept run, next to the archive

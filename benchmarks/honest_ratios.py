@@ -167,7 +167,7 @@ def grid_cases(
 
 
 def run(cases: list[tuple[str, str, list[str]]]) -> list[dict[str, Any]]:
-    from fedgo_flwr.app.inprocess import run_inprocess
+    from fedgo_app.inprocess import run_inprocess
     from strategies import load_experiment
 
     rows = []

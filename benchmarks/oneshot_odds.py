@@ -50,7 +50,7 @@ def run_seed(config: str, seed: int, overrides: Sequence[str]) -> Path:
     out = SCRATCH / f"seed{seed}"
     if (out / "summary.json").is_file() and (out / "client_models.pt").is_file():
         return out
-    cmd = [sys.executable, "-m", "fedgo_flwr.app.inprocess", config,
+    cmd = [sys.executable, "-m", "fedgo_app.inprocess", config,
            "strategy.name=coboosting_fedgo", f"seed={seed}", "strategy.epochs=1", *overrides,
            f"output_dir={out}", "overwrite=true"]  # fmt: skip
     try:

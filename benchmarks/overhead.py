@@ -4,7 +4,7 @@ Runs one experiment twice with identical config and seed:
 
 1. as a Flower simulation (``flwr.simulation.run_simulation``: Ray backend, message
    serialisation, one ClientApp per sampled node), reading per-round times from metrics.jsonl;
-2. in one Python process through :class:`fedgo_flwr.app.inprocess.InProcessGrid`: the same
+2. in one Python process through :class:`fedgo_app.inprocess.InProcessGrid`: the same
    ServerApp code and strategy, the same ClientApp handler called directly
    (``client_app(message, context)``) one node after another, no Ray and no SuperLink.
 
@@ -33,9 +33,9 @@ from pathlib import Path
 
 from flwr.simulation import run_simulation
 
-from fedgo_flwr.app.client_app import app as client_app
-from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.app.server_app import server_app_for
+from fedgo_app.client_app import app as client_app
+from fedgo_app.inprocess import run_inprocess
+from fedgo_app.server_app import server_app_for
 from fedgo_flwr.config.experiment import ExperimentConfig
 from strategies import load_experiment
 

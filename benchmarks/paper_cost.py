@@ -2,7 +2,7 @@
 
 Issue 15 asks for ``conf/paper/`` presets "for a user with a GPU". This script answers the
 first question such a user has, how long one takes, without running it whole: it runs the
-preset in one process (:func:`fedgo_flwr.app.inprocess.run_inprocess`: the same ServerApp and
+preset in one process (:func:`fedgo_app.inprocess.run_inprocess`: the same ServerApp and
 ClientApp code as ``./run.sh``, the clients one after another, no Ray) with every count that
 sets its length cut down (``profile_phases.CUT``), counts the seconds of each compute phase with
 :mod:`fedgo_flwr.runtime.profiling` (CUDA-synchronised), and scales each phase by how much more of

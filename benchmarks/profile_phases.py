@@ -2,7 +2,7 @@
 
 The script
 
-1. runs an experiment in one process (:func:`fedgo_flwr.app.inprocess.run_inprocess`: the same
+1. runs an experiment in one process (:func:`fedgo_app.inprocess.run_inprocess`: the same
    ServerApp and ClientApp code as ``./run.sh``, the clients one after another, no Ray) with
    :mod:`fedgo_flwr.runtime.profiling` on, which counts the seconds and images of every compute
    phase (local training, teacher logits, ensemble evaluation, distillation, server evaluation,
@@ -52,7 +52,7 @@ from torch import nn
 
 from benchmarks.fedgo_table3 import METHODS
 from benchmarks.sweep import add_data_arguments, ensure_data
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.learning.task import load_bundle
 from fedgo_flwr.learning.training import get_device

@@ -2,9 +2,9 @@
 
 The diagnostics ``ensemble_vs_average.py`` and ``ideal_generator.py`` need the client models of
 a round, which a run does not keep. :func:`replay` runs the experiment in this process with the
-library's own code, the ServerApp's :func:`fedgo_flwr.app.server_app.run_experiment` with its FedAvg
+library's own code, the ServerApp's :func:`fedgo_app.server_app.run_experiment` with its FedAvg
 strategy and the ClientApp, on :class:`ReplayGrid`, an
-:class:`fedgo_flwr.app.inprocess.InProcessGrid` that hands every successful train reply (one client
+:class:`fedgo_app.inprocess.InProcessGrid` that hands every successful train reply (one client
 model) to ``on_reply`` as it passes, and calls ``on_round_end`` when a round's replies are all
 out, before the strategy aggregates them. So the partition, client sampling, initial model and
 client training are those of ``./run.sh`` for the config, and the client models of a round are
@@ -24,9 +24,9 @@ import torch
 from flwr.app import Message, MessageType
 from torch import nn
 
-from fedgo_flwr.app.client_app import app as client_app
-from fedgo_flwr.app.inprocess import InProcessGrid
-from fedgo_flwr.app.server_app import run_experiment
+from fedgo_app.client_app import app as client_app
+from fedgo_app.inprocess import InProcessGrid
+from fedgo_app.server_app import run_experiment
 from fedgo_flwr.runtime.messages import ARRAYS, METRICS, NUM_EXAMPLES, PARTITION_ID
 from strategies import load_experiment
 

@@ -9,7 +9,7 @@ config's 10%), twice:
 
 - ``sim``: through ``./run.sh`` (a real ``flwr run`` on Flower's simulation runtime, Ray, one
   simulated node per client unless ``--supernodes`` says otherwise);
-- ``local``: the same code in one process (:func:`fedgo_flwr.app.inprocess.run_inprocess`), the
+- ``local``: the same code in one process (:func:`fedgo_app.inprocess.run_inprocess`), the
   clients one after another; its figures have no Flower runtime in them.
 
 Per run it reports the median round time (rounds 2..R; round 1 separately), the start-up
@@ -96,7 +96,7 @@ def run_one(mode: str, method: str, clients: int, args, data: Path) -> Path:
         if 0 < args.supernodes < clients:
             env["FEDGO_SUPERNODES"] = str(args.supernodes)
     else:
-        cmd = [sys.executable, "-m", "fedgo_flwr.app.inprocess", CONFIG, *keys, f"output_dir={out}"]
+        cmd = [sys.executable, "-m", "fedgo_app.inprocess", CONFIG, *keys, f"output_dir={out}"]
     wall = run_command(cmd, out / "run.log", env=env)
     (out / "wall.json").write_text(json.dumps({"wall_seconds": wall}) + "\n")
     return out

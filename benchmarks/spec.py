@@ -11,11 +11,11 @@ continues from its checkpoint), the command line's ``k=v`` words, those the spec
 set (``spec.common(args)``), the method's (which win over those), what ``spec.reuse`` adds
 (another run's files, e.g. ``strategy.teachers_from``), and ``output_dir`` last.
 ``spec.runner`` says how a run starts: ``"child"`` (the default) is
-:func:`fedgo_flwr.app.inprocess.run_inprocess` in a process of its own (``python -m benchmarks
+:func:`fedgo_app.inprocess.run_inprocess` in a process of its own (``python -m benchmarks
 --child CONFIG k=v ...``), ``"run.sh"`` a Flower simulation through ``./run.sh``.
 
 The runs go through :func:`benchmarks.sweep.run_grid` (the child-run engine,
-:mod:`fedgo_flwr.app.sweep.engine`): a seed's methods before the next seed's, a run kept in the
+:mod:`fedgo_app.sweep.engine`): a seed's methods before the next seed's, a run kept in the
 results folder (default ``benchmarks/results/<tag>/``, its ``runs.tar.xz``) skipped, so a
 second call runs nothing; ``--jobs N`` runs N at once (a run whose ``spec.after(method)`` names
 another method waits for that method's run of its seed); a failed run is reported and the

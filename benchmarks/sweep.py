@@ -3,8 +3,8 @@ table cells. A spec (:mod:`benchmarks.spec`) or a driver keeps only what is its 
 configs, table layout).
 
 Running: the process start, its log, the failure with the log's tail, several runs at once and
-the time limit are the child-run engine's (:mod:`fedgo_flwr.app.sweep.engine`, which
-``python -m fedgo_flwr.app.sweep`` runs on too). Here: :func:`run_command` starts a run's process
+the time limit are the child-run engine's (:mod:`fedgo_app.sweep.engine`, which
+``python -m fedgo_app.sweep`` runs on too). Here: :func:`run_command` starts a run's process
 through it (``./run.sh``, the in-process runner or a ``--child`` entry, :func:`child_command` /
 :func:`child`) and raises :class:`RunFailed` (the engine's ``ChildFailed``); :func:`run_child`
 adds the check that the run finished; :func:`run_grid` runs methods x seeds on the engine,
@@ -30,8 +30,8 @@ per-seed values into the ``mean ± sd`` cells of the drivers' tables, :func:`mea
 baseline with its interval and paired t-test, :func:`ratio_cell` per-seed ratios into their
 geometric mean with its log-scale interval, and :func:`seed_note` names the seed set a table
 was built on (tuning seeds: not for claims). The statistics are the library's
-(:mod:`fedgo_flwr.app.sweep.stats`, the seed sets :mod:`fedgo_flwr.app.sweep.seeds`), so the drivers
-and ``python -m fedgo_flwr.app.sweep`` compute them one way.
+(:mod:`fedgo_app.sweep.stats`, the seed sets :mod:`fedgo_app.sweep.seeds`), so the drivers
+and ``python -m fedgo_app.sweep`` compute them one way.
 
 Imported by the specs and drivers next to it (``from benchmarks.sweep import ...``; they run as
 ``python -m benchmarks run NAME`` or ``python -m benchmarks.<driver>`` from the repository's
@@ -56,10 +56,10 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from fedgo_flwr.app.sweep import engine
-from fedgo_flwr.app.sweep.engine import ChildFailed
-from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify
-from fedgo_flwr.app.sweep.stats import Paired, paired, ratio_summary, summarize
+from fedgo_app.sweep import engine
+from fedgo_app.sweep.engine import ChildFailed
+from fedgo_app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify
+from fedgo_app.sweep.stats import Paired, paired, ratio_summary, summarize
 from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_text, path_inside
 
 __all__ = ["REPORT_SEEDS", "TUNING_SEEDS"]  # the named seed sets, for the drivers' defaults
@@ -97,7 +97,7 @@ def seed_of(name: str) -> str:
 
 RunFailed = ChildFailed
 """A run's subprocess exited with an error (its message: the run, the exit code, the log's
-tail); the child-run engine's :class:`~fedgo_flwr.app.sweep.engine.ChildFailed`."""
+tail); the child-run engine's :class:`~fedgo_app.sweep.engine.ChildFailed`."""
 
 
 def run_command(
@@ -111,8 +111,8 @@ def run_command(
     """Run ``cmd`` in ``root`` with its output appended to ``log``; its wall time in seconds,
     or :class:`RunFailed` with the log's tail if it exits with an error.
 
-    The one way the drivers start a run's process (``./run.sh``, ``-m fedgo_flwr.app.inprocess``
-    or the ``--child`` entry): :func:`fedgo_flwr.app.sweep.engine.run_child`, in ``root``, with
+    The one way the drivers start a run's process (``./run.sh``, ``-m fedgo_app.inprocess``
+    or the ``--child`` entry): :func:`fedgo_app.sweep.engine.run_child`, in ``root``, with
     ``root`` first on its ``PYTHONPATH``; ``env`` (default: this process's) is its environment
     otherwise. ``label`` (default: the log's folder) names the run in the error.
     """
@@ -154,8 +154,8 @@ def load_config(config: str, overrides: Sequence[str]):
 
 def child(argv: Sequence[str]) -> None:
     """``--child CONFIG k=v ...``: one run through
-    :func:`fedgo_flwr.app.inprocess.run_inprocess`."""
-    from fedgo_flwr.app.inprocess import run_inprocess
+    :func:`fedgo_app.inprocess.run_inprocess`."""
+    from fedgo_app.inprocess import run_inprocess
 
     run_inprocess(load_config(argv[0], argv[1:]))
 
@@ -172,7 +172,7 @@ def run_grid(
     stop_at: float | None = None,
 ) -> list[str]:
     """Every (seed, method) not kept in ``results`` yet, seed by seed, through the child-run
-    engine (:func:`fedgo_flwr.app.sweep.engine.run_tasks`): ``run(method, seed)`` makes the run
+    engine (:func:`fedgo_app.sweep.engine.run_tasks`): ``run(method, seed)`` makes the run
     and returns its folder; a failed run (:class:`RunFailed`) is reported and the others still
     run; returns the failures' first lines.
 
@@ -592,7 +592,7 @@ def final_accuracy(run: Run) -> float | None:
 def seed_note(seeds: Iterable[int]) -> str:
     """The sentence a table's header carries about its seeds: ``"tuning seeds: not for
     claims (...)"`` for any of :data:`TUNING_SEEDS`, ``"report seeds (...)"`` for
-    :data:`REPORT_SEEDS` only (:mod:`fedgo_flwr.app.sweep.seeds`)."""
+    :data:`REPORT_SEEDS` only (:mod:`fedgo_app.sweep.seeds`)."""
     return classify(tuple(seeds)).note
 
 

@@ -34,9 +34,9 @@ cd "$ROOT"
 
 # Validate the experiment first (nothing starts on a bad key) and get K and the output dir.
 # The app's files are staged into $DIR/app, which `flwr run` submits: the same FAB as
-# `flwr run .`, without Flower walking every file of .venv/ (fedgo_flwr/app/staging.py).
+# `flwr run .`, without Flower walking every file of .venv/ (fedgo_app/staging.py).
 rm -rf "$DIR/app"
-prepared="$("$PY" -m fedgo_flwr.app.cli prepare "$@" --run-toml "$DIR/run-config.toml" \
+prepared="$("$PY" -m fedgo_app.cli prepare "$@" --run-toml "$DIR/run-config.toml" \
   --stage "$DIR/app")" || exit 2
 K="$(sed -n 1p <<< "$prepared" | sed -n 's/.*num-supernodes=\([0-9]*\).*/\1/p')"
 OUT_DIR="$(sed -n 2p <<< "$prepared")"
@@ -99,7 +99,7 @@ for k in $(seq 0 $((K - 1))); do
 done
 
 # Partition k belongs to the SuperNode authenticated with key k, whatever a node claims
-# (run config node-map: fedgo_flwr/app/discovery.py).
+# (run config node-map: fedgo_app/discovery.py).
 "$PY" - "$CRED/supernode-keys" "$K" "$DIR/node-map.json" "$DIR/run-config.toml" <<'PYEOF'
 import json, sys
 from pathlib import Path

@@ -16,7 +16,7 @@ writes into OUT_DIR:
   registered (a SuperNode using it must be refused; the tests use it);
 - ``node-map.json``: partition k -> the public key of ``supernode-<k>``, for the run config key
   ``node-map`` on the SuperLink machine (the ServerApp then gives partition k to the node
-  authenticated with that key, not to whichever node claims it: ``fedgo_flwr/app/discovery.py``).
+  authenticated with that key, not to whichever node claims it: ``fedgo_app/discovery.py``).
 
 Copy ``ca.crt`` to every machine (SuperNodes and the one running ``flwr``), ``server.pem`` and
 ``server.key`` to the SuperLink machine only, and ``supernode-<k>`` to SuperNode machine k only.

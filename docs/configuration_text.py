@@ -43,7 +43,7 @@ reader (`fedgo_flwr/config/experiment.py`) refuse, naming the key; `REFUSED` in
 - **Files.** An empty file (or only comments: it would run the defaults); a key given twice
   in one mapping (YAML would keep the last); a file that is not UTF-8 text; nesting deeper
   than 50 levels; more than 100,000 values once YAML aliases are expanded.
-- **Pre-flight** (`preflight` in `fedgo_flwr/app/cli.py`: the machine and the files). The data
+- **Pre-flight** (`preflight` in `fedgo_app/cli.py`: the machine and the files). The data
   must be there (`imagefolder`'s `train/` folder; CIFAR's torchvision folder under `data.path`
   unless `data.download`); every `path` of the strategy's parameters must be an existing file;
   `device: cuda:N` needs CUDA device N on this machine (`mps`: Apple's MPS); FedDF and FedGO

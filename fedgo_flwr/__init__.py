@@ -10,7 +10,7 @@ The Python API (docs/running.md, "Python API")::
 
 The names are imported when first used (:func:`__getattr__`), so ``import fedgo_flwr``, which
 every submodule's import runs, imports nothing else: reading a config stays free of torch and
-Flower. They live in :mod:`fedgo_flwr.app.api` (and the config classes in
+Flower. They live in :mod:`fedgo_app.api` (and the config classes in
 :mod:`fedgo_flwr.config`).
 """
 
@@ -33,7 +33,7 @@ def __getattr__(name: str) -> object:
 
         return getattr(config, name)
     if name in ("RunResult", "load_experiment", "load_model", "run"):
-        from fedgo_flwr.app import api
+        from fedgo_app import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'fedgo_flwr' has no attribute {name!r}")

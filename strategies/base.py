@@ -177,7 +177,7 @@ class Strategy(FlowerStrategy):
         self.stage_times: dict[str, float] = {}
         # Asked before every row for the partitions whose node is now ambiguous (a node that
         # connected after discovery claims its partition): the ServerApp sets it without a
-        # node map (fedgo_flwr.app.discovery.LateClaims); None: never.
+        # node map (fedgo_app.discovery.LateClaims); None: never.
         self.late_nodes: Callable[[Grid, Mapping[int, int]], list[int]] | None = None
 
     @classmethod
@@ -204,7 +204,7 @@ class Strategy(FlowerStrategy):
     @classmethod
     def preflight(cls, cfg: ExperimentConfig, c: Checker) -> None:
         """Checks of the whole experiment that this strategy needs, run before anything starts
-        (by ``prepare`` and the ServerApp: :func:`fedgo_flwr.app.cli.preflight`); ``c`` has the
+        (by ``prepare`` and the ServerApp: :func:`fedgo_app.cli.preflight`); ``c`` has the
         experiment's sources, e.g. ``c.at("data.", cfg.data).require("server_fraction", ...)``.
         """
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from helpers import rows_of
 
-from fedgo_flwr.app.staging import stage_app
+from fedgo_app.staging import stage_app
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -18,7 +18,7 @@ import inspect
 import sys
 from dataclasses import dataclass
 
-PROJECT = ("strategies", "fedgo_flwr")
+PROJECT = ("strategies", "fedgo_flwr", "fedgo_app")
 DEFAULT = ("fedavg", "feddf", "fedgo", "cpfl", "coboosting_fedgo")
 
 

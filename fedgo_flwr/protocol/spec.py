@@ -77,7 +77,7 @@ TRAIN_METRICS: Mapping[str, Scalar] = {
     "train_time": NONNEGATIVE,
     "handler_time": NONNEGATIVE,
 }
-"""What every ``train`` reply's ``metrics`` may hold (``fedgo_flwr.app.client_app.train``)."""
+"""What every ``train`` reply's ``metrics`` may hold (``fedgo_app.client_app.train``)."""
 
 
 @dataclass(frozen=True)

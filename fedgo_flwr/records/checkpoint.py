@@ -333,7 +333,7 @@ def check_resumable(ckpt: Checkpoint, template: Mapping[str, np.ndarray], last_r
     its model must have the keys, shapes and dtypes of ``template`` (the configured model's
     state), and its round must be at most ``last_round``, the run's last round (``rounds``;
     a one-shot strategy's last server epoch). A checkpoint of the last round itself is a
-    finished run (:func:`fedgo_flwr.app.server_app.restore_strategy` says what resuming it
+    finished run (:func:`fedgo_app.server_app.restore_strategy` says what resuming it
     does)."""
     where = f"checkpoint {ckpt.source}" if ckpt.source else "checkpoint"
     problem = arrays_problem(ckpt.arrays, template, "'arrays'")

@@ -481,7 +481,7 @@ def _sweep_configs(table: Mapping, runs_dir: Path | None) -> list[Mapping]:
 
 
 def plot_curves(table: Mapping, path: Path, runs_dir: Path | None = None) -> Path:
-    """``curves.png`` of a sweep's ``table`` (:func:`fedgo_flwr.app.sweep.table.build_table`):
+    """``curves.png`` of a sweep's ``table`` (:func:`fedgo_app.sweep.table.build_table`):
     per variant the metric's mean per round and its 95% band (rounds with 2 or more runs),
     in % for an accuracy, the band clipped to the metric's range; titled with the setting of
     the runs in ``runs_dir`` (the sweep's ``--out``) when given."""

@@ -121,7 +121,7 @@ def decide_output_dir(cfg: ExperimentConfig) -> ExperimentConfig:
 
     The one place a run's folder is decided, before anything is written; every entry point
     calls it (``cli prepare`` for ``run.sh``, the ServerApp for a plain ``flwr run``,
-    :mod:`fedgo_flwr.app.inprocess`), and a later one finds ``output_dir`` set by an earlier one:
+    :mod:`fedgo_app.inprocess`), and a later one finds ``output_dir`` set by an earlier one:
 
     - ``output_dir`` set: that folder, kept as given;
     - unset, with ``resume: true``: the run ``outputs/<name>/latest`` points to (the folder it

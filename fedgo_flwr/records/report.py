@@ -56,7 +56,7 @@ __all__ = ["Run", "find_runs", "group_runs", "load_run", "main", "summary_rows"]
 
 SEED_SUFFIX = re.compile(r"-seed(\d+)$")
 SWEEP_RUN = re.compile(r"seed(\d+)")
-"""A sweep's run folder, ``<out>/<variant>/seed<N>`` (:mod:`fedgo_flwr.app.sweep`)."""
+"""A sweep's run folder, ``<out>/<variant>/seed<N>`` (:mod:`fedgo_app.sweep`)."""
 LAST_K = 10
 
 

@@ -3,7 +3,7 @@
 :func:`run_log` adds a handler to Flower's logger (the one every module of this project logs
 to) for the length of a run: Flower's and this project's lines of INFO and above, with their
 time, as the terminal showed them (for ``./run.sh``: the ServerApp's side; for ``--local``
-and :func:`fedgo_flwr.app.inprocess.run_inprocess`, whose clients run in the same process,
+and :func:`fedgo_app.inprocess.run_inprocess`, whose clients run in the same process,
 theirs too). Lines logged before the run folder is known (the start-up) are held and written
 when :meth:`RunLog.open` names the folder. Lines are appended to a ``run.log`` already there (a
 resumed run's, or one a wrapper such as a benchmark writes the output of ``./run.sh`` to):
@@ -12,7 +12,7 @@ configuration, node-discovery or checkpoint problem, which the terminal shows as
 the traceback for anything else).
 
 When this process's output already goes to that file (a sweep or a benchmark that runs
-``python -m fedgo_flwr.app.inprocess`` with its output in ``<run>/run.log``), nothing is added:
+``python -m fedgo_app.inprocess`` with its output in ``<run>/run.log``), nothing is added:
 the file already holds what the terminal would have shown.
 """
 

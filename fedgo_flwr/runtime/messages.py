@@ -14,12 +14,12 @@ Every message of a round carries, in ``content``:
   training metrics;
 - ``"echo"`` (:data:`ECHO`), client -> server: a ConfigRecord holding only :data:`REPLY_TOKEN`,
   the token of the message the reply answers (the ClientApp adds it to every reply:
-  :func:`fedgo_flwr.app.client_app.reply_token_mod`; the intake compares it with the one it
+  :func:`fedgo_app.client_app.reply_token_mod`; the intake compares it with the one it
   sent: :class:`fedgo_flwr.protocol.RoundIntake`).
 
 Every message to a client names its partition in ``metadata.group_id`` (``str(k)``), and the
 reply carries it back: a simulated node may serve several partitions
-(:func:`fedgo_flwr.app.client_app.message_partition`). Algorithms add records of their own
+(:func:`fedgo_app.client_app.message_partition`). Algorithms add records of their own
 (SCAFFOLD's control variates); their keys live with the algorithm (``clients/<x>.py``).
 
 :data:`TRAFFIC` counts the bytes of the arrays every message that :func:`stream_replies` sends
@@ -143,7 +143,7 @@ def stream_replies(
     every 3 s. This yields each reply as soon as it is pulled, so a strategy can fold it in (add
     it to a running average, turn it into teacher logits) and drop it while slower clients are
     still training. A grid with a ``stream`` method of its own
-    (:class:`fedgo_flwr.app.inprocess.InProcessGrid`) serves the messages itself (its clients run in
+    (:class:`fedgo_app.inprocess.InProcessGrid`) serves the messages itself (its clients run in
     this process, one after another, so the waiting threads below do not apply).
 
     Polling backs off: after a pull that found a reply the next comes :data:`MIN_POLL` seconds

@@ -10,7 +10,7 @@ The training and inference loops report their work to :func:`phase`::
 Counting is off unless :func:`enable` was called in this process; then a phase costs a
 ``perf_counter`` pair (and a CUDA synchronisation when CUDA is in use) per call, so a normal
 run is unchanged. ``benchmarks/profile_phases.py`` enables it around an in-process run
-(:mod:`fedgo_flwr.app.inprocess`: server and clients in one process) and compares each phase's
+(:mod:`fedgo_app.inprocess`: server and clients in one process) and compares each phase's
 images per second with a bare PyTorch loop of the same model, batch size and thread count.
 
 Phases are exclusive: the time of a phase that runs inside another (a validation pass inside

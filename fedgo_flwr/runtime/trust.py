@@ -14,7 +14,7 @@ config allows it:
 - if the node config lacks the key, ``$FEDGO_ALLOW_CODE`` of the node's process, read the same
   way: simulated nodes have no node config of their own and run their user's own config
   (``run.sh`` sets it, as it sets ``FEDGO_ALLOW_FAULTS``;
-  :func:`fedgo_flwr.app.inprocess.run_inprocess` sets ``allow-code``).
+  :func:`fedgo_app.inprocess.run_inprocess` sets ``allow-code``).
 
 Refused code is never imported: :func:`check_import` raises :class:`CodeNotAllowed` naming the
 module and the node config key to set (the client's reply is an error). Only a client

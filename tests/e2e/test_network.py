@@ -42,7 +42,7 @@ from netns_links import (
 )
 
 from clients.fedavg import FedAvgClient
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from strategies import load_experiment
 
 needs_flower = pytest.mark.skipif(

@@ -13,10 +13,10 @@ from flwr.simulation import run_simulation
 from helpers import TINY_RUN
 from ray.cluster_utils import Cluster
 
-from fedgo_flwr.app.client_app import app as client_app
-from fedgo_flwr.app.cluster import check_cluster
-from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.app.server_app import server_app_for
+from fedgo_app.client_app import app as client_app
+from fedgo_app.cluster import check_cluster
+from fedgo_app.inprocess import run_inprocess
+from fedgo_app.server_app import server_app_for
 from fedgo_flwr.config.experiment import ConfigError
 from strategies import load_experiment
 

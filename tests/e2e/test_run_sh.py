@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY_RUN, run_sh, tiny_config
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +121,7 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     import signal
     import time
 
-    from fedgo_flwr.app.inprocess import run_inprocess
+    from fedgo_app.inprocess import run_inprocess
     from fedgo_flwr.records.checkpoint import load_checkpoint
 
     tiny = ["rounds=5", "data.num_clients=4", "fraction=0.5", "train.local_epochs=1"]
@@ -252,7 +252,7 @@ def test_run_sh_keeps_the_summary_of_a_run_whose_resume_fails(tmp_path):
 
 
 def test_run_sh_sweep_passes_through_to_the_sweep(tmp_path):
-    """``./run.sh --sweep``: ``python -m fedgo_flwr.app.sweep`` with run.sh's set-up (here only a
+    """``./run.sh --sweep``: ``python -m fedgo_app.sweep`` with run.sh's set-up (here only a
     table of runs not yet made: ``--table-only`` runs nothing)."""
     out = tmp_path / "sweep"
     result = run_sh(
@@ -265,11 +265,11 @@ def test_run_sh_sweep_passes_through_to_the_sweep(tmp_path):
 
 
 def test_the_staged_app_is_the_fab_of_this_repository(tmp_path):
-    """run.sh bundles a staged copy (fedgo_flwr/app/staging.py): byte for byte the FAB that
+    """run.sh bundles a staged copy (fedgo_app/staging.py): byte for byte the FAB that
     ``flwr run .`` builds from this checkout, .venv/ and all."""
     from flwr.cli.build import build_fab_from_disk
 
-    from fedgo_flwr.app.staging import stage_app
+    from fedgo_app.staging import stage_app
 
     root = Path(__file__).resolve().parents[2]
     stage_app(root, tmp_path / "app")

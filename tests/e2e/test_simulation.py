@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from flwr.simulation import run_simulation
 
-from fedgo_flwr.app.client_app import app as client_app
-from fedgo_flwr.app.inprocess import run_inprocess
-from fedgo_flwr.app.server_app import server_app_for
+from fedgo_app.client_app import app as client_app
+from fedgo_app.inprocess import run_inprocess
+from fedgo_app.server_app import server_app_for
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

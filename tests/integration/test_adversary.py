@@ -16,7 +16,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
 from helpers import rows_of
 
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.learning.task import sample_clients
 from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment

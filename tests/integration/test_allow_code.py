@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.gan.external import load_generator_factory
 from fedgo_flwr.gan.settings import GeneratorConfig
 from fedgo_flwr.runtime.trust import (

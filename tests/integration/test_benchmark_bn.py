@@ -10,7 +10,7 @@ import pytest
 import torch
 from benchmark_scripts import load_benchmark
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.models.classifiers import build_model
 from strategies import load_experiment
 

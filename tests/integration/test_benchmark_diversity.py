@@ -13,7 +13,7 @@ from benchmark_scripts import load_benchmark
 from helpers import held_one_thread
 from torch import nn
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.records.checkpoint import read_checkpoint
 from strategies import load_experiment
 

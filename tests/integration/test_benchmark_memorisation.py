@@ -9,7 +9,7 @@ import torch
 from benchmark_scripts import load_benchmark
 from helpers import ROOT, TINY_RUN, held_one_thread
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.learning.task import make_partition
 from strategies import load_experiment
 

@@ -9,7 +9,7 @@ import pytest
 from helpers import ONESHOT_TINY
 
 from benchmarks import oneshot_odds
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import torch
 from helpers import rows_of, without_timing
 from torch import nn
 
-from fedgo_flwr.app.cli import preflight
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.cli import preflight
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.learning.cohorts import (

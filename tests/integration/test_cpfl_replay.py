@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from benchmarks.cpfl_replay import ReplayError, main, parse_budget, replay
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from strategies import load_experiment
 from strategies._cpfl_distill import TEACHERS_FILE
 

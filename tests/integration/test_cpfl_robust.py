@@ -21,7 +21,7 @@ import pytest
 from flwr.app import MetricRecord
 from helpers import rows_of, without_timing
 
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.learning.cohorts import LOSS_BOUND, PlateauStopper, cohort_loss, random_cohorts
 from fedgo_flwr.runtime import messages as msgs

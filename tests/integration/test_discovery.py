@@ -1,4 +1,4 @@
-"""Node discovery with untrusted nodes (``fedgo_flwr/app/discovery.py``): which node serves which
+"""Node discovery with untrusted nodes (``fedgo_app/discovery.py``): which node serves which
 partition. A node's reply to the partition-id query may be anything; a wrong or hostile one
 ends the run with one :class:`NodeDiscoveryError` naming the node(s) and the value, never
 another exception. With a node map (run config ``node-map``) the operator, not the nodes,
@@ -22,10 +22,10 @@ from flwr.clientapp import ClientApp
 from flwr.proto.node_pb2 import NodeInfo
 from helpers import rows_of, run_context, tiny_config
 
-from fedgo_flwr.app import server_app
-from fedgo_flwr.app.client_app import app as client_app
-from fedgo_flwr.app.client_app import reply_token_mod
-from fedgo_flwr.app.discovery import (
+from fedgo_app import server_app
+from fedgo_app.client_app import app as client_app
+from fedgo_app.client_app import reply_token_mod
+from fedgo_app.discovery import (
     SETTLE_SECONDS,
     LateClaims,
     NodeDiscoveryError,
@@ -34,7 +34,7 @@ from fedgo_flwr.app.discovery import (
     parse_index,
     public_key_der,
 )
-from fedgo_flwr.app.inprocess import InProcessGrid
+from fedgo_app.inprocess import InProcessGrid
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.runtime import messages as msgs
 

@@ -21,7 +21,7 @@ from test_tampered_replies import tamper
 from test_upload_bounds import BAD, DAFKD, config, warnings_naming
 
 from benchmarks.adversary_attacks import rolled_last_layer
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.learning.task import sample_clients
 from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY
 from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE

@@ -1,4 +1,4 @@
-"""The in-process entry point (``python -m fedgo_flwr.app.inprocess``, ``run.sh --local``) and
+"""The in-process entry point (``python -m fedgo_app.inprocess``, ``run.sh --local``) and
 ``cli prepare``'s spread of the clients over fewer SuperNodes and its check of the clients'
 device (issue 17)."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from helpers import TINY_RUN
 
-from fedgo_flwr.app import cli
-from fedgo_flwr.app.inprocess import main as inprocess_main
+from fedgo_app import cli
+from fedgo_app.inprocess import main as inprocess_main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [*TINY_RUN, "rounds=3"]

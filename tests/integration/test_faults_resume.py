@@ -11,7 +11,7 @@ import test_golden_runs as golden
 import torch
 from helpers import rows_of, without_timing
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.learning.task import sample_clients
 from fedgo_flwr.records.checkpoint import CheckpointError, load_checkpoint
@@ -202,7 +202,7 @@ def test_a_client_killed_by_the_stop_makes_no_round(tmp_path, monkeypatch, clean
     """Ctrl-C kills the clients and the server together: the round whose client died with the
     stop is not recorded (no metrics row, no checkpoint), so the resumed run matches an
     uninterrupted one. Without the stop, the same failure is an ordinary dropped client."""
-    import fedgo_flwr.app.client_app as client_app
+    import fedgo_app.client_app as client_app
     from fedgo_flwr.runtime.shutdown import RunStopped
 
     scaffold = ["rounds=4", "strategy.name=scaffold"]

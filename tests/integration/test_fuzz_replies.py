@@ -1,7 +1,7 @@
 """Property-based fuzzing of the server's reply intake: one client's replies mutated in flight.
 
 For every strategy found by name (:func:`strategies.available`; a new algorithm is fuzzed
-without editing this file), a tiny in-process run (:mod:`fedgo_flwr.app.fuzz`: digits, 4
+without editing this file), a tiny in-process run (:mod:`fedgo_app.fuzz`: digits, 4
 clients, 2 rounds, 1 for a one-shot strategy, 1 local epoch, the strategy's expensive knobs
 cut) is run once clean (cached per strategy) and then with ONE client's replies to ONE message
 type (any the strategy exchanges: ``train``, FedGO's ``train.discriminator`` and
@@ -47,7 +47,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from fedgo_flwr.app import fuzz as fr
+from fedgo_app import fuzz as fr
 
 # -- the hardening targets: what fails today ------------------------------------------------
 # (strategy, mutation kind) -> (why, the case that shows it); strategy "*": every strategy (a

@@ -18,7 +18,7 @@ from helpers import (
     without_timing,
 )
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.gan import cache as gen_cache
 
 FEDGO = [

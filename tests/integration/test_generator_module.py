@@ -16,8 +16,8 @@ import pytest
 import torch
 from helpers import TINY_RUN
 
-from fedgo_flwr.app.cli import preflight
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.cli import preflight
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.gan import build_generator, generator_from_config
 from fedgo_flwr.gan.settings import GeneratorConfig

@@ -7,7 +7,7 @@ strategy's name), plus a case for each scenario that goes through other reply pa
 (stage 2: distillation of two cohorts), ``cpfl_fedgo`` (CPFL distilled with FedGO's odds: the
 discriminator round), ``feddf_mixed_models`` (two client architectures) and
 ``coboosting_fedgo_odds`` (``combine: odds``). Each case runs on the digits data cut to a
-stratified 400 training and 120 test images, through :func:`fedgo_flwr.app.inprocess.run_inprocess`:
+stratified 400 training and 120 test images, through :func:`fedgo_app.inprocess.run_inprocess`:
 4 clients, 1 local epoch, ``conf/default.yaml`` with 2 rounds at fraction 0.5, or, for the
 one-shot strategies, ``conf/coboosting.yaml`` (every client, no server data) with 1 round; each
 strategy's expensive knobs are cut (:data:`KNOBS`). The record keeps the config file and the
@@ -74,7 +74,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if __name__ == "__main__" and str(ROOT) not in sys.path:  # as a script: this checkout's code
     sys.path.insert(0, str(ROOT))
 
-from fedgo_flwr.app.inprocess import run_inprocess  # noqa: E402
+from fedgo_app.inprocess import run_inprocess  # noqa: E402
 from strategies import available, load_experiment, strategy_class  # noqa: E402
 from strategies.oneshot import OneShot  # noqa: E402
 

@@ -18,7 +18,7 @@ from flwr.app import ConfigRecord
 
 import clients.base
 import strategies
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.config.experiment import ConfigError, load_config
 from fedgo_flwr.learning.task import client_model_name, load_bundle, make_partition, new_model
 from fedgo_flwr.models.classifiers import build_model

@@ -13,7 +13,7 @@ from helpers import SMALL_GAN, TINY_RUN
 
 from clients.fedavg import FedAvgClient
 from clients.fedgo import FedGOClient
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.learning.task import make_partition, sample_clients
 from fedgo_flwr.protocol import RoundIntake

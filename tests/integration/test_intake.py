@@ -28,7 +28,7 @@ from test_tampered_replies import (
     warnings_with,
 )
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.learning.task import make_partition, sample_clients
 from fedgo_flwr.protocol import (
     TRAIN_METRICS,

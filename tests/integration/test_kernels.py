@@ -89,7 +89,7 @@ def test_a_channels_last_model_travels_like_any_other(channels_last):
 
 
 def test_a_run_with_channels_last_is_deterministic(tmp_path, channels_last):
-    from fedgo_flwr.app.inprocess import run_inprocess
+    from fedgo_app.inprocess import run_inprocess
     from strategies import load_experiment
 
     runs = []
@@ -172,7 +172,7 @@ def test_a_run_with_bf16_is_deterministic_and_set_from_its_config(tmp_path):
     a float32 run turns it off again and gives others."""
     from helpers import rows_of, tiny_config, without_timing
 
-    from fedgo_flwr.app.inprocess import run_inprocess
+    from fedgo_app.inprocess import run_inprocess
 
     runs = {}
     try:
@@ -261,7 +261,7 @@ def test_a_run_with_deterministic_kernels_sets_them_and_on_a_cpu_changes_no_numb
     the metrics equal those of the same run without it."""
     from helpers import rows_of, tiny_config, without_timing
 
-    from fedgo_flwr.app.inprocess import run_inprocess
+    from fedgo_app.inprocess import run_inprocess
 
     runs = {}
     for name, on in (("on", "true"), ("off", "false")):
@@ -283,7 +283,7 @@ def test_the_data_free_path_with_deterministic_kernels_changes_no_number_on_a_cp
 
     from helpers import ONESHOT_TINY, rows_of, without_timing
 
-    from fedgo_flwr.app.inprocess import run_inprocess
+    from fedgo_app.inprocess import run_inprocess
     from strategies import load_experiment
 
     conf = Path(__file__).resolve().parents[2] / "conf/coboosting.yaml"

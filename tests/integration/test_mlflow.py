@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY_RUN
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.records.tracking import flat_params
 from strategies import load_experiment

@@ -17,8 +17,8 @@ import pytest
 
 import clients
 import strategies
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr import protocol
-from fedgo_flwr.app.inprocess import run_inprocess
 from fedgo_flwr.config.schema import ConfigError, build_section
 from fedgo_flwr.protocol import Declaration
 from fedgo_flwr.protocol.scalars import SCALAR_ALGORITHMS, Param, parameters
@@ -120,7 +120,7 @@ def test_an_algorithm_is_four_new_files(tmp_path, monkeypatch):
     monkeypatch.setattr(strategies, "__path__", [*strategies.__path__, str(tmp_path / "s")])
     monkeypatch.setattr(clients, "__path__", [*clients.__path__, str(tmp_path / "c")])
     monkeypatch.setattr(protocol, "__path__", [*protocol.__path__, str(tmp_path / "p")])
-    from fedgo_flwr.app import client_app
+    from fedgo_app import client_app
 
     client_app.register_client_messages()
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from helpers import log_messages, rows_of, tiny_config
 
-from fedgo_flwr.app.client_app import node_cpus
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.client_app import node_cpus
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.learning.task import sample_clients
 
 # -- faults need the node's consent --------------------------------------------------------
@@ -61,7 +61,7 @@ def keep_threads():
 def test_the_server_cannot_ask_a_client_for_more_threads_than_it_has(
     tmp_path, keep_threads, monkeypatch
 ):
-    import fedgo_flwr.app.client_app as client_app
+    import fedgo_app.client_app as client_app
 
     used: list[int] = []  # the thread counts the client handler set (the grid restores the
     real = client_app.client_threads  # server's after each call, so read them here)

@@ -12,10 +12,10 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 from helpers import TINY_RUN
 
-from fedgo_flwr.app.client_app import app as client_app
-from fedgo_flwr.app.client_app import message_partition
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.app.server_app import discover_nodes
+from fedgo_app.client_app import app as client_app
+from fedgo_app.client_app import message_partition
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app.server_app import discover_nodes
 from fedgo_flwr.learning.task import load_bundle, new_model, sample_clients
 from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment, strategy_class

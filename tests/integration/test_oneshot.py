@@ -10,8 +10,8 @@ import pytest
 import torch
 from helpers import ONESHOT_TINY, rows_of, without_timing
 
-from fedgo_flwr.app.cli import preflight
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.cli import preflight
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.records.checkpoint import load_checkpoint
 from strategies import load_experiment

@@ -17,8 +17,8 @@ import torch
 from flwr.app import ArrayRecord
 from helpers import log_messages, rows_of, tiny_config
 
-from fedgo_flwr.app import cli
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app import cli
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.records.checkpoint import (
     CHECKPOINT_FILE,

@@ -13,7 +13,7 @@ import pytest
 
 from clients.dafkd import DaFKDClient
 from clients.fedtgp import FedTGPClient
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.protocol.dafkd import DISC_HEAD_KEY, GENERATOR_KEY
 from fedgo_flwr.protocol.fedtgp import PROTOS_KEY
 from fedgo_flwr.runtime.messages import to_numpy, to_record

@@ -12,7 +12,7 @@ import pytest
 from helpers import SMALL_GAN, TINY_RUN
 from PIL import Image
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.records.report import main as report_main
 from strategies import load_experiment
 

@@ -7,10 +7,10 @@ import pytest
 from helpers import ROOT, TINY_RUN, run_context, tiny_config
 
 import strategies
-from fedgo_flwr.app import inprocess, server_app
-from fedgo_flwr.app.cli import preflight
-from fedgo_flwr.app.client_app import app as client_app
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app import inprocess, server_app
+from fedgo_app.cli import preflight
+from fedgo_app.client_app import app as client_app
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.config.experiment import load_config
 
 

@@ -19,7 +19,7 @@ import torch
 import strategies
 from clients.fedavg import FedAvgClient
 from clients.scaffold import ScaffoldClient
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.learning.aggregation import (
     AggregationConfig,

@@ -17,9 +17,9 @@ import pytest
 from flwr.supercore import log
 from helpers import ROOT, rows_of, run_context
 
-from fedgo_flwr.app import cli, inprocess, server_app
-from fedgo_flwr.app.client_app import app as client_app
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app import cli, inprocess, server_app
+from fedgo_app.client_app import app as client_app
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.config.experiment import ConfigError, split_overrides
 from fedgo_flwr.records.recorder import decide_output_dir
 from fedgo_flwr.records.report import find_runs, load_run

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from helpers import SMALL_GAN, TINY_RUN, rows_of, run_context
 
-from fedgo_flwr.app import cli, server_app
-from fedgo_flwr.app.client_app import app as client_app
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
-from fedgo_flwr.app.inprocess import main as inprocess_main
+from fedgo_app import cli, server_app
+from fedgo_app.client_app import app as client_app
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app.inprocess import main as inprocess_main
 from fedgo_flwr.records.provenance import COMMAND_VAR, LAUNCH_KEY, STARTED_VAR, Launch
 from strategies import load_experiment
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers import log_messages, rows_of, tiny_config
 
-from fedgo_flwr.app import server_app as server_app_module
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app import server_app as server_app_module
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.records.checkpoint import (
     new_run_token,
 )

@@ -16,8 +16,8 @@ import torch
 from flwr.app import Context, RecordDict
 from helpers import SMALL_GAN, log_messages, rows_of, tiny_config
 
-from fedgo_flwr.app.client_app import restore_state
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.client_app import restore_state
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.records.checkpoint import (
     CHECKPOINT_FILE,
     PREVIOUS_FILE,
@@ -362,9 +362,9 @@ def test_a_strategy_state_that_does_not_fit_is_refused(finished_round_1, tmp_pat
 def test_the_server_app_logs_one_line_for_a_bad_checkpoint(finished_round_1, tmp_path, flwr_log):
     from helpers import TINY_RUN, run_context
 
-    from fedgo_flwr.app import server_app
-    from fedgo_flwr.app.client_app import app as client_app
-    from fedgo_flwr.app.inprocess import InProcessGrid
+    from fedgo_app import server_app
+    from fedgo_app.client_app import app as client_app
+    from fedgo_app.inprocess import InProcessGrid
 
     out = tampered(finished_round_1, tmp_path / "run", set_first(np.nan))
     overrides = " ".join([*TINY_RUN, *SCAFFOLD, "rounds=2", "resume=true", f"output_dir={out}"])

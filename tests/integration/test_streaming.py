@@ -13,7 +13,7 @@ import torch
 from flwr.app import Message, MessageType, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.learning.aggregation import RunningAverage, weighted_average
 from fedgo_flwr.runtime.messages import stream_replies
 from strategies import load_experiment

@@ -14,7 +14,7 @@ import torch
 from helpers import rows_of
 from test_tampered_replies import FEDGO, config, set_metric, tamper
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE
 from fedgo_flwr.records.recorder import json_line

@@ -1,4 +1,4 @@
-"""``python -m fedgo_flwr.app.sweep``: a real 2-variant x 2-seed sweep of tiny in-process runs.
+"""``python -m fedgo_app.sweep``: a real 2-variant x 2-seed sweep of tiny in-process runs.
 
 The folders ``<out>/<variant>/seed<N>/``, a second sweep that runs nothing (the runs' files
 untouched), a table whose numbers are those of the runs' own summaries, runs of a changed
@@ -15,7 +15,7 @@ import statistics
 import pytest
 from helpers import ROOT, TINY_RUN
 
-from fedgo_flwr.app.sweep.__main__ import main
+from fedgo_app.sweep.__main__ import main
 
 CONFIG = shlex.quote(str(ROOT / "conf" / "default.yaml"))
 

@@ -18,7 +18,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from helpers import SMALL_GAN, held_one_thread, rows_of
 
-from fedgo_flwr.app.inprocess import InProcessGrid, run_inprocess
+from fedgo_app.inprocess import InProcessGrid, run_inprocess
 from fedgo_flwr.learning.aggregation import check_arrays
 from fedgo_flwr.learning.task import load_bundle, make_partition, new_model, sample_clients
 from fedgo_flwr.protocol.fedgo import DISCRIMINATOR_MESSAGE

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fedgo_flwr.app import cli
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app import cli
+from fedgo_app.inprocess import run_inprocess
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]

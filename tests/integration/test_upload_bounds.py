@@ -23,7 +23,7 @@ from flwr.app import Array, ArrayRecord, RecordDict
 from helpers import SMALL_GAN, rows_of, without_timing
 from test_tampered_replies import tamper
 
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.datafree import SynthesisSettings, synthesize, weighted_logits
 from fedgo_flwr.gan import discriminator_scale_outliers, neutralise_nonfinite

@@ -25,24 +25,25 @@ from fedgo_flwr.runtime.plugins import client_algorithms
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("fedgo_flwr", "strategies", "clients")
+PACKAGES = ("fedgo_app", "fedgo_flwr", "strategies", "clients")
 LAYERS = ("config", "library", "records", "algorithms", "app")
 """Bottom to top: a module imports modules of its own layer or of a layer below it. Each layer
-of ``fedgo_flwr`` is a package of its own: ``config``, ``records``, ``app``; the library is
-the rest."""
+is a package of its own: ``fedgo_flwr.config``, ``fedgo_flwr.records``, ``strategies`` and
+``clients``, and the composition root ``fedgo_app``; the library is the rest of ``fedgo_flwr``."""
 
 
 def layer_of(module: str) -> str:
-    """``app`` (``fedgo_flwr/app/`` and the package root), ``algorithms`` (``strategies/``,
+    """``app`` (``fedgo_app/`` and the package root), ``algorithms`` (``strategies/``,
     ``clients/``), ``records`` (``fedgo_flwr/records/``: what a run writes), ``config``
     (``fedgo_flwr/config/``: standard library and YAML only) or ``library`` (the rest of
     ``fedgo_flwr``)."""
-    if module == "fedgo_flwr":
-        return "app"  # the package root: the Python API's names, imported on first use
-    if module.split(".")[0] in ("strategies", "clients"):
+    top = module.split(".")[0]
+    if module == "fedgo_flwr" or top == "fedgo_app":
+        return "app"  # fedgo_flwr's root: the Python API's names, imported on first use
+    if top in ("strategies", "clients"):
         return "algorithms"
     package = module.split(".")[1]
-    return package if package in ("app", "records", "config") else "library"
+    return package if package in ("records", "config") else "library"
 
 
 def config_layer() -> list[str]:
@@ -75,12 +76,12 @@ def project_imports() -> dict[str, set[str]]:
 
 def test_dependencies_point_one_way():
     """app -> (strategies, clients) -> records -> library -> config: a module imports only its
-    own layer and the layers below it (:func:`layer_of`). Only ``fedgo_flwr/app/`` imports
+    own layer and the layers below it (:func:`layer_of`). Only ``fedgo_app/`` imports
     strategies or clients; strategies and clients never import each other (what both need, the
     protocol, lives in ``fedgo_flwr``); the configuration layer imports no library."""
     graph = project_imports()
     assert "fedgo_flwr.config.experiment" in graph and "strategies.base" in graph
-    assert "fedgo_flwr.protocol.fedgo" in graph and "fedgo_flwr.app.server_app" in graph
+    assert "fedgo_flwr.protocol.fedgo" in graph and "fedgo_app.server_app" in graph
     assert {layer_of(m) for m in graph} == set(LAYERS)
     rank = {layer: i for i, layer in enumerate(LAYERS)}
     for module, imported in graph.items():
@@ -95,7 +96,7 @@ def test_dependencies_point_one_way():
     # Importing a config module runs these packages' __init__: they import nothing (the root
     # imports the API's modules only inside __getattr__: test_the_package_import_is_cheap).
     assert graph["fedgo_flwr.config"] == set()
-    client_side = {m for m in graph["fedgo_flwr.app.client_app"] if m.startswith("strategies")}
+    client_side = {m for m in graph["fedgo_app.client_app"] if m.startswith("strategies")}
     assert not client_side, "a client must not import server strategies"
 
 
@@ -173,7 +174,7 @@ def test_the_package_import_is_cheap():
     assert out.stdout.strip() == "[]"
     code = "import fedgo_flwr as f; print(f.load_experiment.__module__, f.ConfigError.__name__)"
     out = python_says(code)
-    assert out.stdout.split() == ["fedgo_flwr.app.api", "ConfigError"]
+    assert out.stdout.split() == ["fedgo_app.api", "ConfigError"]
 
 
 def python_says(code: str) -> subprocess.CompletedProcess:

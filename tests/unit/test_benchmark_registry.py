@@ -1,5 +1,5 @@
 """``python -m benchmarks list | run NAME | table NAME`` (``benchmarks/__main__.py``) and the
-child-run engine it shares with ``python -m fedgo_flwr.app.sweep`` (``engine.py``).
+child-run engine it shares with ``python -m fedgo_app.sweep`` (``engine.py``).
 
 The registry's answers to a bad command line (an unknown name names the known ones, once, with
 exit 2 and no traceback), the list of specs, and the engine's process start: the log gets the
@@ -17,7 +17,7 @@ import time
 import pytest
 from benchmark_scripts import load_benchmark
 
-from fedgo_flwr.app.sweep import engine
+from fedgo_app.sweep import engine
 
 
 @pytest.fixture(scope="module")

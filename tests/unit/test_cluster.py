@@ -1,4 +1,4 @@
-"""Where a simulation's clients go on a Ray cluster (fedgo_flwr.app.cluster), without Ray."""
+"""Where a simulation's clients go on a Ray cluster (fedgo_app.cluster), without Ray."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fedgo_flwr.app import cli, cluster
-from fedgo_flwr.app.cluster import actors_per_node
+from fedgo_app import cli, cluster
+from fedgo_app.cluster import actors_per_node
 from fedgo_flwr.config.experiment import ConfigError
 from strategies import load_experiment
 

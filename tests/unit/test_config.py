@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedgo_flwr.app.cli import main as cli_main
-from fedgo_flwr.app.cli import preflight
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.cli import main as cli_main
+from fedgo_app.cli import preflight
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError, ExperimentConfig
 from fedgo_flwr.config.names import DATASETS
 from fedgo_flwr.config.schema import Checker, build_section

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fedgo_flwr.app.cli import main as cli_main
+from fedgo_app.cli import main as cli_main
 from fedgo_flwr.config.experiment import DEFAULT_CONFIG, ConfigError, config_and_overrides
 from strategies import available, load_experiment
 
@@ -183,7 +183,9 @@ def test_run_sh_help_names_every_mode_and_environment_variable():
     assert {"--setup", "--tests", "--report", "--sweep", "--local"} <= modes
     for mode in modes:
         assert f"./run.sh {mode}" in text, mode
-    code = "\n".join(p.read_text() for p in (ROOT / "fedgo_flwr").rglob("*.py"))
+    code = "\n".join(
+        p.read_text() for pkg in ("fedgo_flwr", "fedgo_app") for p in (ROOT / pkg).rglob("*.py")
+    )
     variables = set(re.findall(r"\bFEDGO_[A-Z_]+\b", script + code))
     variables -= {"FEDGO_DEPLOY_DIR"}  # deploy/'s scripts (deployment.md), not run.sh's
     variables |= {"PYTHON", "RAY_ADDRESS"}

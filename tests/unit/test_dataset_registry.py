@@ -10,7 +10,7 @@ import pytest
 
 import strategies._prefl as prefl
 from docs.gen_configuration import generate
-from fedgo_flwr.app.cli import preflight
+from fedgo_app.cli import preflight
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.config.names import DATASETS, Dataset, dataset_names, is_dataset_name
 from fedgo_flwr.data import load_dataset

@@ -143,7 +143,8 @@ def test_every_cited_benchmark_page_and_section_exists():
     exists and has a heading, list item or paragraph that begins with the cited title."""
     cited: list[tuple[str, Path, str]] = []
     files = [ROOT / ".gitignore", *doc_pages()]
-    for folder in ("fedgo_flwr", "strategies", "clients", "benchmarks", "conf", "tests"):
+    folders = ("fedgo_flwr", "fedgo_app", "strategies", "clients", "benchmarks", "conf", "tests")
+    for folder in folders:
         files += [p for p in (ROOT / folder).rglob("*") if p.suffix in {".py", ".yaml"}]
     for path in files:
         if path == Path(__file__).resolve():
@@ -232,7 +233,8 @@ def test_every_paper_number_cited_is_defined():
     """The code and notes cite papers as "paper 001"; docs/papers.md says which paper each is."""
     defined = set(re.findall(r"^\| (\d{3}) \|", (ROOT / "docs/papers.md").read_text(), re.M))
     cited: dict[str, str] = {}
-    for folder in ("fedgo_flwr", "strategies", "clients", "benchmarks", "conf", "docs", "tests"):
+    folders = ("fedgo_flwr", "fedgo_app", "strategies", "clients", "benchmarks", "conf", "docs")
+    for folder in (*folders, "tests"):
         for path in (ROOT / folder).rglob("*"):
             if path.suffix in {".py", ".md", ".yaml"} and path.is_file():
                 for number in re.findall(r"[Pp]aper (00\d)\b", path.read_text()):

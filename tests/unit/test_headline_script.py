@@ -65,7 +65,7 @@ def test_each_seed_runs_both_alphas_then_writes_both_tables(tmp_path: Path) -> N
     for seed, first in (("101", 0), ("102", 4)):
         a01, a005, t01, t005 = calls[first : first + 4]
         for call in (a01, a005, t01, t005):
-            assert call[:2] == ["-m", "fedgo_flwr.app.sweep"]
+            assert call[:2] == ["-m", "fedgo_app.sweep"]
             assert "data.path=.cache/cifar10-jpg" in call
             assert "resources.server_cpus=1" in call
             assert call[call.index("--baseline") + 1] == "feddf"

@@ -1,4 +1,4 @@
-"""The third-party messages a run filters out (:mod:`fedgo_flwr.app.noise`): each filter
+"""The third-party messages a run filters out (:mod:`fedgo_app.noise`): each filter
 drops its one message and nothing beside it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import warnings
 from pathlib import Path
 
-from fedgo_flwr.app import noise
+from fedgo_app import noise
 
 ROOT = Path(__file__).resolve().parents[2]
 

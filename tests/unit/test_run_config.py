@@ -10,7 +10,7 @@ import pytest
 from flwr.app import Context, RecordDict
 from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
 
-from fedgo_flwr.app.server_app import (
+from fedgo_app.server_app import (
     RUN_CONFIG_FILE_KEYS,
     config_from_context,
     run_config_overrides,

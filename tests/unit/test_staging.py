@@ -7,7 +7,7 @@ from pathlib import Path
 
 from flwr.cli.build import build_fab_from_disk
 
-from fedgo_flwr.app.staging import stage_app
+from fedgo_app.staging import stage_app
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = (ROOT / "pyproject.toml").read_text()
@@ -61,7 +61,7 @@ def test_a_negated_gitignore_pattern_keeps_ignored_folders_walked(tmp_path):
 
 
 def test_the_command_stages_the_given_folder_and_prints_the_destination(tmp_path, capsys):
-    from fedgo_flwr.app.staging import main
+    from fedgo_app.staging import main
 
     app = tmp_path / "app"
     _tree(app, ".venv\n")

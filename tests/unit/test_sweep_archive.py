@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from fedgo_flwr.app.sweep.archive import RECORDS, pack, restore
+from fedgo_app.sweep.archive import RECORDS, pack, restore
 
 
 def _run(folder, final: float, finished: bool = True) -> None:
@@ -109,7 +109,7 @@ def test_a_sweep_goes_on_when_its_archive_cannot_be_written(tmp_path, monkeypatc
     """The runs matter more than their archive: a failed write is said, the sweep finishes."""
     from helpers import ROOT
 
-    from fedgo_flwr.app.sweep import __main__ as cli
+    from fedgo_app.sweep import __main__ as cli
 
     out = tmp_path / "out"
 
@@ -261,7 +261,7 @@ def test_the_sweep_command_refuses_a_bad_archive_in_one_line(tmp_path, capsys) -
     """Exit 2 before anything runs, one line naming the member and the archive, no traceback."""
     from helpers import ROOT
 
-    from fedgo_flwr.app.sweep import __main__ as cli
+    from fedgo_app.sweep import __main__ as cli
 
     out, archive = tmp_path / "out", tmp_path / "runs.tar.xz"
     _tar(archive, [("../seed1/summary.json", b"{}"), ("../seed1/config.yaml", b"a: 1\n")])
@@ -278,7 +278,7 @@ def test_the_sweep_refuses_a_planted_link_at_a_run_folder(tmp_path, capsys) -> N
     files, and the sweep its run.log, into the link's target)."""
     from helpers import ROOT
 
-    from fedgo_flwr.app.sweep import __main__ as cli
+    from fedgo_app.sweep import __main__ as cli
 
     out, victim = tmp_path / "out", tmp_path / "victim"
     victim.mkdir()
@@ -295,7 +295,7 @@ def test_the_sweep_refuses_a_planted_link_at_a_runs_env_json(tmp_path, capsys) -
     """The table reads each run's env.json: a link there is refused, never read through."""
     from helpers import ROOT
 
-    from fedgo_flwr.app.sweep import __main__ as cli
+    from fedgo_app.sweep import __main__ as cli
 
     out, secret = tmp_path / "out", tmp_path / "secret.json"
     secret.write_text('{"git": {"commit": "' + "f" * 40 + '"}}')
@@ -317,7 +317,7 @@ def test_an_archive_spoiled_during_the_sweep_is_said_and_the_runs_go_on(
     line says it could not be written, and the sweep finishes its runs and table."""
     from helpers import ROOT
 
-    from fedgo_flwr.app.sweep import __main__ as cli
+    from fedgo_app.sweep import __main__ as cli
 
     out, archive = tmp_path / "out", tmp_path / "runs.tar.xz"
 
@@ -342,7 +342,7 @@ def test_restoring_never_follows_a_link_planted_after_the_check(tmp_path, monkey
     variant's folder becomes a link to another folder: the write refuses it (each folder
     below --out opened with ``O_NOFOLLOW``) with the same one error, and nothing is written
     into the link's target (before: the record was written there)."""
-    from fedgo_flwr.app.sweep import archive as sweep_archive
+    from fedgo_app.sweep import archive as sweep_archive
     from fedgo_flwr.runtime import fileio
 
     out, tar, victim = tmp_path / "out", tmp_path / "runs.tar.xz", tmp_path / "victim"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fedgo_flwr.app.sweep.runner import Job, default_jobs, execute
-from fedgo_flwr.app.sweep.variants import Variant
+from fedgo_app.sweep.runner import Job, default_jobs, execute
+from fedgo_app.sweep.variants import Variant
 
 
 class FakeJob(Job):
-    """A run that is a short Python snippet instead of ``fedgo_flwr.app.inprocess``."""
+    """A run that is a short Python snippet instead of ``fedgo_app.inprocess``."""
 
     def __init__(self, name: str, seed: int, folder: Path, code: str, threads: int = 1) -> None:
         super().__init__(Variant(name, "x.yaml"), seed, folder, [], threads)
@@ -48,7 +48,7 @@ def test_a_failed_run_is_recorded_and_the_others_finish(tmp_path) -> None:
 
 
 def test_runs_side_by_side_as_the_cpus_hold_their_threads(monkeypatch) -> None:
-    monkeypatch.setattr("fedgo_flwr.app.sweep.runner.cpu_count", lambda: 8)
+    monkeypatch.setattr("fedgo_app.sweep.runner.cpu_count", lambda: 8)
     job = FakeJob("a", 0, Path("x"), "", threads=3)
     assert default_jobs([job]) == 2
     assert default_jobs([FakeJob("a", 0, Path("x"), "", threads=8), job]) == 1

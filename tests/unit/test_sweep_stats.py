@@ -1,4 +1,4 @@
-"""The sweep's statistics, seed sets, command-line words and table (``fedgo_flwr.app.sweep``).
+"""The sweep's statistics, seed sets, command-line words and table (``fedgo_app.sweep``).
 
 Worked examples with published numbers: a t interval by hand, and Student's sleep data (R's
 ``t.test(extra ~ group, data = sleep, paired = TRUE)``: t = -4.0621, df = 9, p = 0.002833,
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify, parse_seeds
-from fedgo_flwr.app.sweep.stats import paired, summarize
-from fedgo_flwr.app.sweep.table import build_table, markdown, write_table
-from fedgo_flwr.app.sweep.variants import SweepArgumentError, Variant, parse_words
+from fedgo_app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, classify, parse_seeds
+from fedgo_app.sweep.stats import paired, summarize
+from fedgo_app.sweep.table import build_table, markdown, write_table
+from fedgo_app.sweep.variants import SweepArgumentError, Variant, parse_words
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -231,7 +231,7 @@ def test_a_ratio_cell_is_the_geometric_mean_with_its_log_scale_interval(bench_sw
 
 def test_ratio_summary_is_a_geometric_mean_with_a_log_scale_interval():
     # The CPFL speed-ups of the digits report seeds: arithmetic mean 1.38, geometric 1.18.
-    from fedgo_flwr.app.sweep.stats import ratio_summary
+    from fedgo_app.sweep.stats import ratio_summary
 
     s = ratio_summary([2.35, 0.58, 1.20])
     assert s.gmean == pytest.approx((2.35 * 0.58 * 1.20) ** (1 / 3))

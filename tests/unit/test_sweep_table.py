@@ -1,5 +1,5 @@
 """The sweep table's provenance: the commits and versions each variant's runs used, from their
-``env.json`` (``fedgo_flwr.app.sweep.table``)."""
+``env.json`` (``fedgo_app.sweep.table``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fedgo_flwr.app.sweep.seeds import SeedSet
-from fedgo_flwr.app.sweep.table import build_table, markdown
-from fedgo_flwr.app.sweep.variants import Variant
+from fedgo_app.sweep.seeds import SeedSet
+from fedgo_app.sweep.table import build_table, markdown
+from fedgo_app.sweep.variants import Variant
 
 
 def finished(folder: Path, final: float, env: dict | str | None) -> None:

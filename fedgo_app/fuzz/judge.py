@@ -1,5 +1,5 @@
 """The reply fuzzer's runs and verdicts: one case run in process, its outcome, the clean run
-it is compared with, and the verdict (the package's docstring: :mod:`fedgo_flwr.app.fuzz`)."""
+it is compared with, and the verdict (the package's docstring: :mod:`fedgo_app.fuzz`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedgo_flwr.app.fuzz.cases import (
+from fedgo_app.fuzz.cases import (
     ROBUST_MARGIN,
     ROOT,
     TOKEN_KINDS,
@@ -29,8 +29,8 @@ from fedgo_flwr.app.fuzz.cases import (
     intercepted,
     tiny_config,
 )
-from fedgo_flwr.app.fuzz.logs import warnings_logged
-from fedgo_flwr.app.inprocess import run_inprocess
+from fedgo_app.fuzz.logs import warnings_logged
+from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.config.experiment import ConfigError
 from strategies import available
 

@@ -2,7 +2,7 @@
 the server, and a verdict on what the server did with it. ``tests/integration/test_fuzz_replies.py``
 runs a fixed-seed sample of cases; ``python -m benchmarks.fuzz_replies`` the long profile.
 
-A *case* is one tiny in-process run (:func:`fedgo_flwr.app.inprocess.run_inprocess`: digits, 4
+A *case* is one tiny in-process run (:func:`fedgo_app.inprocess.run_inprocess`: digits, 4
 clients, 2 rounds, or 1 for a one-shot strategy, 1 local epoch, each strategy's expensive
 knobs cut) whose replies of ONE client to ONE message type in ONE round are changed by wrapping
 :meth:`InProcessGrid.stream` (as ``test_tampered_replies.py``'s ``tamper`` does). Strategies are
@@ -29,7 +29,7 @@ The verdict of a case (:func:`verdict`), in this order:
    final test accuracy is at most :data:`ROBUST_MARGIN` below the clean run's, dropped or not.
 """
 
-from fedgo_flwr.app.fuzz.cases import (
+from fedgo_app.fuzz.cases import (
     ARRAY_VALUES,
     COMMON,
     CUTS,
@@ -59,7 +59,7 @@ from fedgo_flwr.app.fuzz.cases import (
     tiny_overrides,
     to_plain,
 )
-from fedgo_flwr.app.fuzz.judge import (
+from fedgo_app.fuzz.judge import (
     Clean,
     Outcome,
     clean_run,
@@ -73,7 +73,7 @@ from fedgo_flwr.app.fuzz.judge import (
     verdict,
     withheld_accuracy,
 )
-from fedgo_flwr.app.fuzz.logs import warnings_logged
+from fedgo_app.fuzz.logs import warnings_logged
 
 __all__ = [
     "ARRAY_VALUES",

@@ -11,7 +11,7 @@ and that reply came too late. :meth:`InProcessGrid.stream` yields replies one at
 :func:`fedgo_flwr.runtime.messages.stream_replies` on a real grid. Used for fast tests of strategy
 logic and to measure the simulation runtime's overhead (``benchmarks/overhead.py``); experiments
 should use ``./run.sh``, or, for debugging in one process without Ray or a SuperLink,
-``./run.sh --local CONFIG [k=v ...]`` (``python -m fedgo_flwr.app.inprocess``: :func:`main`): the
+``./run.sh --local CONFIG [k=v ...]`` (``python -m fedgo_app.inprocess``: :func:`main`): the
 same checks as ``run.sh``, the same ServerApp and ClientApp code, clients one after another.
 
 Each node's config is ``partition-id`` and ``num-partitions`` plus ``node_config`` (the same
@@ -135,9 +135,9 @@ def run_inprocess(
     ``env.json``, its start for the summary's ``launch`` stage); default: unknown (``env.json``
     records this process's arguments).
     """
-    from fedgo_flwr.app.client_app import SHARE_PARTITIONS
-    from fedgo_flwr.app.client_app import app as client_app
-    from fedgo_flwr.app.server_app import run_experiment
+    from fedgo_app.client_app import SHARE_PARTITIONS
+    from fedgo_app.client_app import app as client_app
+    from fedgo_app.server_app import run_experiment
     from fedgo_flwr.runtime.trust import ALLOW_CODE
 
     count = num_nodes or cfg.data.num_clients
@@ -152,7 +152,7 @@ def run_inprocess(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fedgo_flwr.app.inprocess CONFIG [k=v ...]``: check, run, print the summary's
+    """``python -m fedgo_app.inprocess CONFIG [k=v ...]``: check, run, print the summary's
     scalars as JSON; exit 2 with one message for a bad configuration (the schema's, found when
     the config loads, or the machine's, found by the run's own ``preflight`` before it starts)
     or a checkpoint the run cannot resume from (:class:`CheckpointError`, naming the file)."""
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     from fedgo_flwr.records.recorder import decide_output_dir
     from strategies import load_experiment
 
-    parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.app.inprocess")
+    parser = argparse.ArgumentParser(prog="python -m fedgo_app.inprocess")
     parser.add_argument("config", nargs="?", help="the YAML file (default: conf/default.yaml)")
     parser.add_argument("overrides", nargs="*", help="dotted.key=value")
     args = parser.parse_args(argv)

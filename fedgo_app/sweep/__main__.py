@@ -1,4 +1,4 @@
-"""``python -m fedgo_flwr.app.sweep`` (``./run.sh --sweep``): see :mod:`fedgo_flwr.app.sweep`."""
+"""``python -m fedgo_app.sweep`` (``./run.sh --sweep``): see :mod:`fedgo_app.sweep`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import tarfile
 import time
 from pathlib import Path
 
-from fedgo_flwr.app.sweep.archive import pack, restore
-from fedgo_flwr.app.sweep.runner import InvalidVariant, default_jobs, execute, plan
-from fedgo_flwr.app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, parse_seeds
-from fedgo_flwr.app.sweep.table import build_table, markdown, write_table
-from fedgo_flwr.app.sweep.variants import SweepArgumentError, parse_words
+from fedgo_app.sweep.archive import pack, restore
+from fedgo_app.sweep.runner import InvalidVariant, default_jobs, execute, plan
+from fedgo_app.sweep.seeds import REPORT_SEEDS, TUNING_SEEDS, parse_seeds
+from fedgo_app.sweep.table import build_table, markdown, write_table
+from fedgo_app.sweep.variants import SweepArgumentError, parse_words
 
 USAGE = """\
-python -m fedgo_flwr.app.sweep VARIANT [VARIANT ...] --seeds tuning|report|N,N,... \
+python -m fedgo_app.sweep VARIANT [VARIANT ...] --seeds tuning|report|N,N,... \
 [--baseline NAME] [--out DIR] [--archive PATH.tar.xz] [--jobs N] [--stop-after S] [--metric KEY] \
 [--table-only] [k=v ...]
 
@@ -25,7 +25,7 @@ a k=v word outside a variant applies to every variant (a variant's own win)."""
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m fedgo_flwr.app.sweep",
+        prog="python -m fedgo_app.sweep",
         allow_abbrev=False,  # --seed must not pass for --seeds
         usage=USAGE,
         description="Run variants x seeds and write table.md, table.json and curves.png.",

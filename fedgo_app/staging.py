@@ -9,8 +9,8 @@ the rest into a new folder; ``flwr run`` on that folder builds the same FAB (sam
 bytes, same hash: ``tests/unit/test_staging.py``,
 ``tests/e2e/test_run_sh.py`` on this repository).
 
-``python -m fedgo_flwr.app.staging DEST [APP_DIR]`` does the same from a shell (``APP_DIR``
-defaults to the current folder), e.g. ``flwr run "$(python -m fedgo_flwr.app.staging /tmp/app)"
+``python -m fedgo_app.staging DEST [APP_DIR]`` does the same from a shell (``APP_DIR``
+defaults to the current folder), e.g. ``flwr run "$(python -m fedgo_app.staging /tmp/app)"
 <federation>`` in a deployment.
 
 A folder is skipped only if every path below it is excluded: a pattern matches the folder and
@@ -87,10 +87,10 @@ def stage_app(root: Path, dest: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fedgo_flwr.app.staging DEST [APP_DIR]``: stage, then print ``DEST``."""
+    """``python -m fedgo_app.staging DEST [APP_DIR]``: stage, then print ``DEST``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (1, 2):
-        print("usage: python -m fedgo_flwr.app.staging DEST [APP_DIR]", file=sys.stderr)
+        print("usage: python -m fedgo_app.staging DEST [APP_DIR]", file=sys.stderr)
         return 2
     dest = Path(args[0])
     if dest.exists():

@@ -1,6 +1,6 @@
 """The reply fuzzer's cases: which replies a strategy's clean run gets, the mutation kinds,
 and the interception that applies one mutation to one client's reply (the package's
-docstring: :mod:`fedgo_flwr.app.fuzz`)."""
+docstring: :mod:`fedgo_app.fuzz`)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 
-from fedgo_flwr.app.inprocess import InProcessGrid
+from fedgo_app.inprocess import InProcessGrid
 from fedgo_flwr.config.experiment import ConfigError
 from fedgo_flwr.runtime import messages as msgs
 from strategies import load_experiment, strategy_class
 from strategies.oneshot import OneShot
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 # -- the margins --------------------------------------------------------------------------------
 ROBUST_MARGIN = 0.05

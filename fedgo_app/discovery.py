@@ -19,7 +19,7 @@ several partitions) and maps the partitions 0..K-1, K = ``data.num_clients``, to
   node it names, whose own claim must agree, and a node not in the map is not used.
 
 Every query carries a fresh reply token of its own, which the node's reply must echo
-(:func:`fedgo_flwr.app.client_app.reply_token_mod`, as for every message).
+(:func:`fedgo_app.client_app.reply_token_mod`, as for every message).
 
 Every other problem at discovery (a malformed claim, too few clients left with a node, a node
 map that the nodes contradict) ends the run with one :class:`NodeDiscoveryError` (one line

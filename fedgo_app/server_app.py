@@ -10,7 +10,7 @@ in that order and are checked as one experiment (:func:`config_from_context`)::
 
 A deployment may add ``node-map``, the operator's map from partition ids to the nodes (by node
 id or public key) that serve them; without it the nodes' own ``partition-id`` claims are used,
-strictly checked (:mod:`fedgo_flwr.app.discovery`).
+strictly checked (:mod:`fedgo_app.discovery`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 from flwr.supercore.logger import LOGGER_NAME
 
-from fedgo_flwr.app.cli import preflight
-from fedgo_flwr.app.discovery import (
+from fedgo_app.cli import preflight
+from fedgo_app.discovery import (
     NODE_MAP,
     SETTLE_SECONDS,
     LateClaims,
@@ -40,7 +40,7 @@ from fedgo_flwr.app.discovery import (
     discover_nodes,
     load_node_map,
 )
-from fedgo_flwr.app.noise import quiet_known_noise
+from fedgo_app.noise import quiet_known_noise
 from fedgo_flwr.config.experiment import ConfigError, ExperimentConfig, split_overrides
 from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.learning.task import check_model_inputs, load_bundle, make_partition, new_model
@@ -83,12 +83,12 @@ from strategies.base import ServerResources
 
 app = ServerApp()
 
-APP_DIR = Path(__file__).resolve().parents[2]
+APP_DIR = Path(__file__).resolve().parents[1]
 
 
 RUN_CONFIG_FILE_KEYS = ("config", "overrides", NODE_MAP, LAUNCH_KEY)
 """Run-config keys that are not experiment keys: the YAML file, the free-form overrides, the
-deployment's node map (:mod:`fedgo_flwr.app.discovery`) and how ``run.sh`` was started
+deployment's node map (:mod:`fedgo_app.discovery`) and how ``run.sh`` was started
 (:class:`~fedgo_flwr.records.provenance.Launch`)."""
 
 
@@ -137,13 +137,13 @@ class _SkipReported(logging.Filter):
 
 _skip_reported = _SkipReported()
 logging.getLogger(LOGGER_NAME).addFilter(_skip_reported)  # the same object: added once
-quiet_known_noise()  # before Ray starts (fedgo_flwr.app.noise)
+quiet_known_noise()  # before Ray starts (fedgo_app.noise)
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run the experiment named by the run config (and its ``node-map``, if any:
-    :mod:`fedgo_flwr.app.discovery`).
+    :mod:`fedgo_app.discovery`).
 
     A configuration, node-discovery or checkpoint problem is logged as one ERROR line naming
     the key, the node(s) or the checkpoint file and the value; it still ends the run with its
@@ -236,13 +236,13 @@ def run_experiment(
     ``cfg`` comes resolved, its strategy's parameters typed once where it was read
     (:func:`strategies.load_experiment`); an unresolved one is a ``TypeError``.
     ``node_map`` (run config ``node-map``) says which node serves which partition
-    (:func:`~fedgo_flwr.app.discovery.discover_nodes`; without it the nodes' own claims are used,
+    (:func:`~fedgo_app.discovery.discover_nodes`; without it the nodes' own claims are used,
     and deployment nodes that connect within ``settle`` seconds after every partition was
     claimed are still asked). A partition claimed by several nodes serves no client; the run
     goes on without its clients if at least ``min_clients`` clients keep a node. Without a
     node map, a node that connects later is asked before every round, and its claim of a
     partition that a node serves refuses both from then on
-    (:class:`~fedgo_flwr.app.discovery.LateClaims`).
+    (:class:`~fedgo_app.discovery.LateClaims`).
     """
     with run_log() as runlog:
         return _run_experiment(grid, cfg, node_map, settle, launch or Launch(), runlog)

@@ -34,8 +34,8 @@ from pathlib import Path
 import yaml
 from flwr.supercore import log
 
-from fedgo_flwr.app.sweep.table import SUMMARY
-from fedgo_flwr.app.sweep.variants import NAME
+from fedgo_app.sweep.table import SUMMARY
+from fedgo_app.sweep.variants import NAME
 from fedgo_flwr.runtime.fileio import UnsafePathError, atomic_write_inside, path_inside
 
 RECORDS = ("config.yaml", "metrics.jsonl", SUMMARY, "env.json")

@@ -1,4 +1,4 @@
-"""Command-line helpers used by ``run.sh`` (``python -m fedgo_flwr.app.cli ...``).
+"""Command-line helpers used by ``run.sh`` (``python -m fedgo_app.cli ...``).
 
 ``prepare CONFIG [k=v ...] --run-toml PATH [--supernodes N]``: validate the experiment (fail
 fast, exit 2 with one message naming key, value and file), decide its output folder (a new
@@ -9,11 +9,11 @@ the Flower run config (``config`` + ``overrides``, the last of them that ``outpu
 and print the Flower federation config (``num-supernodes``: N, default ``data.num_clients``;
 client resources) on stdout for ``flwr run --federation-config``, then the output directory.
 With ``--stage DIR``, also link the app's files into DIR, which ``flwr run`` then bundles
-(:mod:`fedgo_flwr.app.staging`: the same FAB, without walking ``.venv/``).
+(:mod:`fedgo_app.staging`: the same FAB, without walking ``.venv/``).
 With fewer SuperNodes than clients, each simulated node serves several clients in turn.
 
-``python -m fedgo_flwr.app.inprocess CONFIG [k=v ...]`` (``./run.sh --local``) runs an experiment
-in one process instead (:mod:`fedgo_flwr.app.inprocess`).
+``python -m fedgo_app.inprocess CONFIG [k=v ...]`` (``./run.sh --local``) runs an experiment
+in one process instead (:mod:`fedgo_app.inprocess`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from fedgo_flwr.app.cluster import check_cluster, cluster_address
-from fedgo_flwr.app.staging import stage_app
+from fedgo_app.cluster import check_cluster, cluster_address
+from fedgo_app.staging import stage_app
 from fedgo_flwr.config.experiment import (
     ConfigError,
     DataConfig,
@@ -170,7 +170,7 @@ def check_simulation_devices(cfg: ExperimentConfig) -> None:
 
     With ``$RAY_ADDRESS`` set the simulation joins that Ray cluster: the clients' GPUs are
     the cluster's, not this machine's, so the cluster's nodes are read instead and a share
-    that fits on none of them is refused (:func:`fedgo_flwr.app.cluster.check_cluster`).
+    that fits on none of them is refused (:func:`fedgo_app.cluster.check_cluster`).
     """
     c = Checker(cfg.strategy.sources).at("", cfg)
     gpus = cfg.resources.client_gpus
@@ -229,7 +229,7 @@ def _quote(item: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fedgo_flwr.app.cli")
+    parser = argparse.ArgumentParser(prog="python -m fedgo_app.cli")
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="validate a config and write the Flower run config")
     prep.add_argument("config", help="the YAML file (a first key=value: conf/default.yaml's)")
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument(
         "--stage",
         default="",
-        help="link the app's files into this new folder, for `flwr run` (fedgo_flwr.app.staging)",
+        help="link the app's files into this new folder, for `flwr run` (fedgo_app.staging)",
     )
     prep.set_defaults(func=_prepare)
     args = parser.parse_args(argv)

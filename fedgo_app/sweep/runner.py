@@ -1,6 +1,6 @@
 """Running a sweep: every variant x seed as a child process, side by side, resumable.
 
-Each run is ``python -m fedgo_flwr.app.inprocess CONFIG [common k=v] [variant's k=v] seed=N
+Each run is ``python -m fedgo_app.inprocess CONFIG [common k=v] [variant's k=v] seed=N
 output_dir=<out>/<variant>/seed<N> resume=true`` (the ServerApp and ClientApp code of
 ``./run.sh --local``), its output in ``run.log`` in its folder. A run whose folder holds a
 ``summary.json`` is not run again; one that stopped half-way continues from its checkpoint
@@ -9,13 +9,13 @@ now (:func:`fedgo_flwr.records.checkpoint.config_differences`, and more rounds t
 **stale**: it is left out of the table and named, never silently reused nor replaced (delete
 its folder to run it again); one with fewer rounds than asked is extended (``resume=true``).
 A run that fails is recorded (exit code, the log's tail) and the others go on; the runs start
-through the child-run engine that the benchmarks share too (:mod:`fedgo_flwr.app.sweep.engine`).
+through the child-run engine that the benchmarks share too (:mod:`fedgo_app.sweep.engine`).
 A symbolic link at a run's folder or at one of its files below ``out`` (``<out>/<variant> ->
 /elsewhere``) is refused before anything runs: the sweep never writes or reads through a link it
 did not make (:func:`fedgo_flwr.runtime.fileio.path_inside`).
 
 Every variant is loaded and checked (:func:`strategies.load_experiment`,
-:func:`fedgo_flwr.app.cli.preflight`) before any run starts, so a bad key stops the sweep at once.
+:func:`fedgo_app.cli.preflight`) before any run starts, so a bad key stops the sweep at once.
 
 Side by side: ``jobs`` runs at a time; by default as many as the CPUs hold runs of the
 variants' widest thread count (a run's server uses ``resources.server_cpus`` torch threads,
@@ -36,9 +36,9 @@ from pathlib import Path
 
 import yaml
 
-from fedgo_flwr.app.sweep.engine import ChildFailed, Task, run_child, run_tasks
-from fedgo_flwr.app.sweep.table import SUMMARY, run_dir
-from fedgo_flwr.app.sweep.variants import Variant
+from fedgo_app.sweep.engine import ChildFailed, Task, run_child, run_tasks
+from fedgo_app.sweep.table import SUMMARY, run_dir
+from fedgo_app.sweep.variants import Variant
 from fedgo_flwr.runtime.fileio import path_inside
 
 __all__ = ["InvalidVariant", "Job", "Outcome", "default_jobs", "execute", "plan"]
@@ -57,12 +57,12 @@ class Job:
     variant: Variant
     seed: int
     folder: Path
-    args: list[str]  # config and overrides, as python -m fedgo_flwr.app.inprocess takes them
+    args: list[str]  # config and overrides, as python -m fedgo_app.inprocess takes them
     threads: int
 
     @property
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "fedgo_flwr.app.inprocess", *self.args]
+        return [sys.executable, "-m", "fedgo_app.inprocess", *self.args]
 
 
 @dataclass
@@ -103,7 +103,7 @@ def plan(
     configuration (``stale``). Without ``check_machine`` the pre-flight checks of the machine
     (data paths, devices) are left out: for a table of runs made elsewhere. A link at a run's
     folder or files below ``out`` raises :class:`~fedgo_flwr.runtime.fileio.UnsafePathError`."""
-    from fedgo_flwr.app.cli import preflight
+    from fedgo_app.cli import preflight
     from fedgo_flwr.config.experiment import ConfigError
     from fedgo_flwr.records.checkpoint import config_differences
     from strategies import load_experiment
@@ -147,7 +147,7 @@ def default_jobs(jobs: Sequence[Job]) -> int:
 
 
 def _run(job: Job) -> float:
-    """One run through :func:`~fedgo_flwr.app.sweep.engine.run_child`; its wall time. A run
+    """One run through :func:`~fedgo_app.sweep.engine.run_child`; its wall time. A run
     that exits 0 without a ``summary.json`` written after it started failed too."""
     log = job.folder / LOG
     started = time.time()
@@ -166,7 +166,7 @@ def execute(
     on_done=None,
     stop_at: float | None = None,
 ) -> list[Outcome]:
-    """Run ``jobs``, ``parallel`` at a time (:func:`~fedgo_flwr.app.sweep.engine.run_tasks`);
+    """Run ``jobs``, ``parallel`` at a time (:func:`~fedgo_app.sweep.engine.run_tasks`);
     return each run's outcome. A run succeeded when it exited 0 and left a ``summary.json``
     written after it started; ``on_done(job)`` is then called (the sweep's archive keeps it).
     ``stop_at`` (a :func:`time.monotonic` time): no run starts after it, the runs under way

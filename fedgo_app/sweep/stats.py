@@ -1,6 +1,6 @@
 """The statistics of a sweep: mean, sample sd, a t confidence interval, a paired t-test.
 
-One place for them, used by ``python -m fedgo_flwr.app.sweep`` and by the benchmark drivers
+One place for them, used by ``python -m fedgo_app.sweep`` and by the benchmark drivers
 (``benchmarks/sweep.py``), so that every table computes them one way:
 
 - :func:`summarize`: over the finite values (NaN and ``None`` are counted as ``n_nan`` and left

@@ -11,7 +11,7 @@ names lazily: ``import fedgo_flwr`` imports neither torch nor Flower)::
 - :func:`load_experiment` reads a YAML file and overrides into a checked, resolved
   :class:`~fedgo_flwr.config.experiment.ExperimentConfig`; a bad key, value or file raises one
   :class:`~fedgo_flwr.config.schema.ConfigError` naming it (as ``./run.sh`` exits 2).
-- :func:`run` runs it with :func:`fedgo_flwr.app.inprocess.run_inprocess` (the ServerApp and
+- :func:`run` runs it with :func:`fedgo_app.inprocess.run_inprocess` (the ServerApp and
   ClientApp code in this process, clients one after another, no Ray) into a new folder
   ``outputs/<name>/<date-time>`` (or ``output_dir``), and returns a :class:`RunResult`.
 - :func:`load_model` builds the architecture a run folder's ``config.yaml`` names and loads its
@@ -34,7 +34,7 @@ from fedgo_flwr.config.schema import ConfigError
 
 __all__ = ["Overrides", "RunResult", "load_experiment", "load_model", "run"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 """This checkout's root: relative config paths are also looked up there (``conf/...``)."""
 
 Overrides = Mapping[str, Any] | Iterable[str] | str | None
@@ -98,7 +98,7 @@ def run(
     unless ``resume`` or ``overwrite``), else a new ``outputs/<name>/<date-time>`` below the
     current folder (``$FEDGO_WORKDIR`` if set).
     """
-    from fedgo_flwr.app.inprocess import run_inprocess
+    from fedgo_app.inprocess import run_inprocess
     from fedgo_flwr.records.recorder import decide_output_dir, resolve_output_dir
     from strategies import resolve
 

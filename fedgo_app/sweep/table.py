@@ -3,11 +3,11 @@
 ``table.json`` and ``table.md`` (:func:`build_table`, :func:`markdown`): the header names the
 metric and the seed set (a tuning set says "tuning seeds: not for claims"); per variant the
 seeds it finished, the final metric per seed (its value in the last round that has it), n,
-mean, the 95% t interval and the sample sd (:func:`fedgo_flwr.app.sweep.stats.summarize`); per
+mean, the 95% t interval and the sample sd (:func:`fedgo_app.sweep.stats.summarize`); per
 variant other than the baseline the paired differences against it on the seeds both finished
-(:func:`fedgo_flwr.app.sweep.stats.paired`); per variant other than the baseline its wall time
+(:func:`fedgo_app.sweep.stats.paired`); per variant other than the baseline its wall time
 over the baseline's, seed by seed (each run's ``total_time`` in its summary), as a geometric
-mean with its 95% log-scale interval (:func:`fedgo_flwr.app.sweep.stats.ratio_summary`; runs
+mean with its 95% log-scale interval (:func:`fedgo_app.sweep.stats.ratio_summary`; runs
 side by side or beside other work make it a cost indication, not a timing); and the runs left
 out: missing (not finished),
 failed, or finished under another configuration (``excluded``); and the commits and package
@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
-from fedgo_flwr.app.sweep.seeds import SeedSet
-from fedgo_flwr.app.sweep.stats import LEVEL, finite, paired, ratio_summary, summarize
-from fedgo_flwr.app.sweep.variants import Variant
+from fedgo_app.sweep.seeds import SeedSet
+from fedgo_app.sweep.stats import LEVEL, finite, paired, ratio_summary, summarize
+from fedgo_app.sweep.variants import Variant
 from fedgo_flwr.records.plots import plot_curves
 from fedgo_flwr.records.provenance import ENV_FILE
 from fedgo_flwr.records.report_groups import cell, commits, versions

@@ -44,8 +44,8 @@ from flwr.supercore import log
 
 from clients import ClientAlgorithm, ClientJob, client_class
 from clients import available as available_clients
-from fedgo_flwr.app.discovery import parse_index
-from fedgo_flwr.app.noise import quiet_known_noise
+from fedgo_app.discovery import parse_index
+from fedgo_app.noise import quiet_known_noise
 from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.config.schema import build_section
 from fedgo_flwr.learning.task import (
@@ -91,7 +91,7 @@ def reply_token_mod(msg: Message, context: Context, call_next: ClientAppCallable
 
 
 app = ClientApp(mods=[node_policy_mod, reply_token_mod])
-quiet_known_noise()  # in a simulation, before Ray starts (fedgo_flwr.app.noise)
+quiet_known_noise()  # in a simulation, before Ray starts (fedgo_app.noise)
 
 
 def inject_fault(cfg: ExperimentConfig, pid: int, server_round: int, stage: str) -> str | None:

@@ -1,6 +1,6 @@
 """Child runs: the one engine that starts a run's process and runs many of them side by side.
 
-``python -m fedgo_flwr.app.sweep`` (:mod:`fedgo_flwr.app.sweep.runner`) and the benchmark specs
+``python -m fedgo_app.sweep`` (:mod:`fedgo_app.sweep.runner`) and the benchmark specs
 (``python -m benchmarks run NAME``, ``benchmarks/sweep.py``) start their runs through it:
 
 - :func:`run_child` starts one command with its output appended to a log file (opened without
@@ -35,7 +35,7 @@ from typing import Any
 
 from fedgo_flwr.runtime.progress import Progress, duration
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 """The repository (its strategies/, clients/ and conf/): first on the children's ``PYTHONPATH``."""
 
 TAIL = 3000
