@@ -23,7 +23,7 @@ and data) when each runs one torch thread. GNU OpenMP, which PyTorch's CPU kerne
 fork-safe: a child that runs a parallel region with 2 or more threads after its parent ran one
 hangs (measured: a forked 2-thread matmul never returns). So with ``client_cpus`` above 1, and
 on other systems, the workers are spawned (a fresh interpreter each: imports and data loading
-once per worker, a few seconds).
+once per worker: several seconds, more under load).
 """
 
 from __future__ import annotations

@@ -305,7 +305,7 @@ class ResourcesConfig:
     (their ``Context.state`` kept); ``auto``: one per ``client_cpus`` of the CPUs the process
     may use; 1: one after another in the one process. The metrics do not depend on it (the
     replies are taken in the same order). With ``client_cpus`` 1 on Linux the workers are
-    forked (at once); otherwise each starts a fresh interpreter (its imports and data, a few
+    forked (at once); otherwise each starts a fresh interpreter (its imports and data: several
     seconds). Not used by the Ray simulation or a deployment."""
     channels_last: bool = False
     gpu_inference_batch: int = 512
