@@ -66,13 +66,15 @@ def test_a_client_that_ends_its_worker_fails_its_round_and_the_run_goes_on(tmp_p
 
 
 def _test_app() -> ClientApp:
-    """Replies with its process id after sleeping the message's ``sleep`` seconds."""
+    """Replies with its process id and what it slept after sleeping the message's ``sleep``
+    seconds."""
     app = ClientApp()
 
     @app.train()
     def train(msg: Message, context) -> Message:
         time.sleep(float(msg.content["config"]["sleep"]))
-        pid = ConfigRecord({"pid": os.getpid(), "node": context.node_id})
+        sleep = float(msg.content["config"]["sleep"])
+        pid = ConfigRecord({"pid": os.getpid(), "node": context.node_id, "slept": sleep})
         return Message(content=RecordDict({"config": pid}), reply_to=msg)
 
     return app
@@ -105,6 +107,16 @@ def test_replies_come_in_the_messages_order_and_late_ones_are_dropped(workers):
     assert pids[0] != pids[1] == pids[2] and os.getpid() not in pids
     late = list(workers.serve(_messages((2, 0.5), (3, 0.0)), timeout=0.3))
     assert [r.metadata.src_node_id for r in late] == [3]
+
+
+def test_a_caller_that_stops_early_leaves_the_workers_ready_for_the_next_round(workers):
+    stream = workers.serve(_messages((2, 0.0), (3, 0.3), (4, 0.0), (5, 0.0)))
+    assert next(stream).metadata.src_node_id == 2
+    stream.close()  # node 3's message is in flight; 4 and 5 may never be sent
+    assert workers.idle()
+    replies = list(workers.serve(_messages((3, 0.0), (4, 0.0))))
+    assert [r.metadata.src_node_id for r in replies] == [3, 4]
+    assert [r.content["config"]["slept"] for r in replies] == [0.0, 0.0]  # not the stale 0.3
 
 
 def test_a_killed_worker_gives_error_replies_and_is_replaced(workers):
