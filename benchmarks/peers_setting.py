@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,7 +39,8 @@ PROJECT_CONFIG = "conf/fedavg.yaml"
 
 PROJECT_MODES = ("fedgo-flwr", "fedgo-flwr-local", "fedgo-flwr-deploy")
 """This project's three ways to run one experiment: ``./run.sh`` (a Flower simulation, the
-baseline of the table), ``./run.sh --local`` (one process) and a deployment on 127.0.0.1."""
+baseline of the table), ``./run.sh --local`` (no Ray: its clients side by side in
+:func:`local_workers` processes) and a deployment on 127.0.0.1."""
 PEERS = ("flower", "pfl", "flgo", "fedlab")
 """The other simulators: a plain Flower app (quickstart-pytorch style), pfl-research, FLGo and
 FedLab."""
@@ -275,6 +277,15 @@ def _setting(run_dir: Path, exp: Experiment, shared: Path, config: dict[str, Any
     (run_dir / "setting.json").write_text(json.dumps(setting, indent=1) + "\n")
 
 
+def local_workers(exp: Experiment, cpus: int | None = None) -> int:
+    """``--local``'s worker processes (``resources.local_workers``): one per ``threads`` of the
+    ``cpus`` (default: the CPUs this process may run on), as many clients side by side as the
+    Ray simulations train."""
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cpus or 1) // exp.threads)
+
+
 def _project(framework: str, exp: Experiment, run_dir: Path, python: Path | None) -> Launch:
     data = Path(exp.data) if Path(exp.data).is_absolute() else ROOT / exp.data
     out = run_dir / "out"
@@ -287,7 +298,8 @@ def _project(framework: str, exp: Experiment, run_dir: Path, python: Path | None
         command = [str(ROOT / "run.sh"), PROJECT_CONFIG, *overrides]
         env["FEDGO_FLWR_HOMES"] = str(run_dir / "flwr")
     elif framework == "fedgo-flwr-local":
-        command = [str(ROOT / "run.sh"), "--local", PROJECT_CONFIG, *overrides]
+        workers = f"resources.local_workers={local_workers(exp)}"
+        command = [str(ROOT / "run.sh"), "--local", PROJECT_CONFIG, *overrides, workers]
     else:
         if exp.num_clients > DEPLOY_MAX_NODES:
             raise Unsupported(

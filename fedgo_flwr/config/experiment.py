@@ -299,6 +299,14 @@ class ResourcesConfig:
     server_cpus: int | None = None
     """Torch threads of the ServerApp (distillation, evaluation); ``null``: all cores."""
     server_cpus_waiting: int | None = None
+    local_workers: int | str = 1
+    """Worker processes of ``./run.sh --local`` (and ``run_inprocess``) that train a round's
+    clients side by side, each with ``client_cpus`` threads and a fixed share of the nodes
+    (their ``Context.state`` kept); ``auto``: one per ``client_cpus`` of the CPUs the process
+    may use; 1: one after another in the one process. The metrics do not depend on it (the
+    replies are taken in the same order). With ``client_cpus`` 1 on Linux the workers are
+    forked (at once); otherwise each starts a fresh interpreter (its imports and data: several
+    seconds). Not used by the Ray simulation or a deployment."""
     channels_last: bool = False
     gpu_inference_batch: int = 512
     precision: str = "fp32"
@@ -311,6 +319,12 @@ class ResourcesConfig:
             c.require("server_cpus", self.server_cpus >= 1, "must be >= 1")
         if self.server_cpus_waiting is not None:
             c.require("server_cpus_waiting", self.server_cpus_waiting >= 1, "must be >= 1")
+        workers = self.local_workers
+        c.require(
+            "local_workers",
+            workers == "auto" or (isinstance(workers, int) and workers >= 1),
+            "must be auto or an integer >= 1",
+        )
         c.require("gpu_inference_batch", self.gpu_inference_batch >= 0, "must be >= 0 (0: off)")
         c.choice("precision", PRECISIONS)
 

@@ -3,13 +3,13 @@
 :func:`run_log` adds a handler to Flower's logger (the one every module of this project logs
 to) for the length of a run: Flower's and this project's lines of INFO and above, with their
 time, as the terminal showed them (for ``./run.sh``: the ServerApp's side; for ``--local``
-and :func:`fedgo_app.inprocess.run_inprocess`, whose clients run in the same process,
-theirs too). Lines logged before the run folder is known (the start-up) are held and written
-when :meth:`RunLog.open` names the folder. Lines are appended to a ``run.log`` already there (a
-resumed run's, or one a wrapper such as a benchmark writes the output of ``./run.sh`` to):
-nothing in it is lost. A run that fails writes its error as the last line (one line for a
-configuration, node-discovery or checkpoint problem, which the terminal shows as one line too;
-the traceback for anything else).
+and :func:`fedgo_app.inprocess.run_inprocess`, whose clients run in the same process or
+in its local workers, which hand their records to it, theirs too). Lines logged before the run
+folder is known (the start-up) are held and written when :meth:`RunLog.open` names the folder.
+Lines are appended to a ``run.log`` already there (a resumed run's, or one a wrapper such as a
+benchmark writes the output of ``./run.sh`` to): nothing in it is lost. A run that fails
+writes its error as the last line (one line for a configuration, node-discovery or checkpoint
+problem, which the terminal shows as one line too; the traceback for anything else).
 
 When this process's output already goes to that file (a sweep or a benchmark that runs
 ``python -m fedgo_app.inprocess`` with its output in ``<run>/run.log``), nothing is added:

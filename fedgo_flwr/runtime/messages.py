@@ -133,6 +133,11 @@ def use_waiting_threads(threads: int | None) -> None:
     _waiting_threads = threads
 
 
+def waiting_threads() -> int | None:
+    """What :func:`use_waiting_threads` set (``None``: leave the count alone)."""
+    return _waiting_threads
+
+
 def stream_replies(
     grid: Grid, messages: Iterable[Message], timeout: float, poll_interval: float = 0.2
 ) -> Iterator[Message]:
@@ -143,8 +148,9 @@ def stream_replies(
     every 3 s. This yields each reply as soon as it is pulled, so a strategy can fold it in (add
     it to a running average, turn it into teacher logits) and drop it while slower clients are
     still training. A grid with a ``stream`` method of its own
-    (:class:`fedgo_app.inprocess.InProcessGrid`) serves the messages itself (its clients run in
-    this process, one after another, so the waiting threads below do not apply).
+    (:class:`fedgo_app.inprocess.InProcessGrid`) serves the messages itself: one after
+    another in this process, or side by side in its local workers, where it applies the
+    waiting threads below itself.
 
     Polling backs off: after a pull that found a reply the next comes :data:`MIN_POLL` seconds
     later, and each empty pull doubles the wait, up to ``poll_interval``. Replies of clients

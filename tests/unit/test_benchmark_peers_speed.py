@@ -120,6 +120,13 @@ def test_the_project_modes_run_the_shared_experiment(tmp_path):
         setting.PROJECT_CONFIG,
     )
     assert launches["fedgo-flwr-local"].command[1] == "--local"
+    # --local trains as many clients side by side as the CPUs hold threads-sized workers
+    workers = f"resources.local_workers={setting.local_workers(TINY)}"
+    assert launches["fedgo-flwr-local"].command[-1] == workers
+    assert not any("local_workers" in a for a in launches["fedgo-flwr"].command)
+    assert setting.local_workers(TINY, cpus=2) == 2
+    assert setting.local_workers(setting.Experiment(threads=2), cpus=8) == 4
+    assert setting.local_workers(setting.Experiment(threads=4), cpus=2) == 1
     assert launches["fedgo-flwr-deploy"].command[0].endswith("deploy/local-federation.sh")
     for mode, launch in launches.items():
         assert launch.output_dir == tmp_path / mode / "out"

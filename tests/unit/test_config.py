@@ -355,6 +355,12 @@ REFUSED = {
         "resources.server_cpus_waiting", "must be >= 1", ("resources.server_cpus_waiting=0",)
     ),
     "precision": Refused("resources.precision", "fp32, bf16", ("resources.precision=fp16",)),
+    "local-workers-zero": Refused(
+        "resources.local_workers", "auto or an integer >= 1", ("resources.local_workers=0",)
+    ),
+    "local-workers-word": Refused(
+        "resources.local_workers", "auto or an integer >= 1", ("resources.local_workers=many",)
+    ),
     "deterministic-int": Refused(
         "resources.deterministic", "must be bool", ("resources.deterministic=1",)
     ),
