@@ -86,12 +86,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MARGIN = 0.10
 """How far below the clean run's final test accuracy an attacked run's may fall (36 of the
-360 test images). Measured on seed 0 (benchmarks/studies/trust.md, "The adversary profile"): the run
-in which the attacker's model replies never arrive (:data:`WITHHOLD`, what a perfect filter
-would leave) ends 0.083 below the clean run for FedAvg, -0.036 SCAFFOLD, 0.017 CPFL, 0.025
-FedTGP, 0.011 DaFKD and 0.219 FedGO; FedAvg's clean runs of seeds 0, 1, 2 end at 0.672,
-0.803, 0.769. The profile prints the withheld run's drop beside each strategy's, so a
-failure within that yardstick can be told from a poisoned model (0.3 to 0.75 below)."""
+360 test images). Measured (benchmarks/studies/trust.md, "The adversary profile at main"): on
+seed 0 the run in which the attacker's model replies never arrive (:data:`WITHHOLD`, what a
+perfect filter would leave) ends 0.083 below the clean run for FedAvg, -0.036 SCAFFOLD, 0.017
+CPFL, 0.025 FedTGP, 0.014 DaFKD and 0.219 FedGO (seeds 1 and 2: FedAvg 0.022 and -0.058, CPFL
+0.178 and 0.025); FedAvg's clean runs of seeds 0, 1, 2 end at 0.672, 0.803, 0.769. The
+profile prints the withheld run's drop beside each strategy's, so a failure within that
+yardstick can be told from a poisoned model (0.3 to 0.75 below)."""
 
 KINDS: dict[str, str] = {
     "sign_flip": "y = x - k (y_honest - x), ||y - x|| just under update_bound ||x||",

@@ -129,3 +129,20 @@ def test_the_profile_summary_counts_cases_freezes_and_failures_against_both_yard
     assert prof.main(["--merge", str(saved), "--markdown", str(tmp_path / "t.md")]) == 0
     assert "| s | 0.800 |" in (tmp_path / "t.md").read_text()
     assert "s: 3 cases, 1 freezes" in capsys.readouterr().out
+
+
+def test_the_profile_runs_the_seed_and_overrides_it_is_given(monkeypatch, tmp_path):
+    """``--seed`` reaches every case (the per-seed tables are this CLI run per seed) and
+    ``--set`` every run, clean and attacked; an unknown strategy is one usage error."""
+    from benchmarks import adversary_profile as prof
+
+    calls = []
+    monkeypatch.setattr(prof, "profile", lambda *a: calls.append(a) or [])
+    monkeypatch.setattr(adv, "EXTRA", [])
+    argv = ["--strategies", "fedavg", "--kinds", "sign_flip", "--modes", "every"]
+    assert prof.main([*argv, "--seed", "2", "--set", "strategy.aggregation.rule=median"]) == 0
+    assert calls == [(["fedavg"], ["sign_flip"], ["every"], 2)]
+    assert adv.EXTRA == ["strategy.aggregation.rule=median"]
+    assert prof.main(argv) == 0 and calls[-1][3] == 0  # seed 0 unless told
+    with pytest.raises(SystemExit):
+        prof.main(["--strategies", "nosuch"])
