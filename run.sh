@@ -261,8 +261,7 @@ case "${1:-}" in
     setup
     export PATH="$VENV/bin:$PATH"
     # FEDGO_TEST_WORKERS=N (or auto; default 2, 0 = one process, e.g. for --pdb): N
-    # pytest-xdist workers, a test file to a worker (a file's tests share fixtures); tests
-    # marked `alone` then run with nothing beside them (tests/side_by_side.py).
+    # pytest-xdist workers, a test file to a worker (a file's tests share fixtures).
     # Python's bytecode cache on for the tests whatever the shell says: with
     # PYTHONDONTWRITEBYTECODE set, every worker re-compiles the project and re-writes the test
     # modules' asserts, and every process a test starts compiles the project again (0.3 s each).

@@ -39,9 +39,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from side_by_side import lock_for_this_run  # noqa: E402 - from HERE
 
-SIDE_BY_SIDE = lock_for_this_run()
 TIERS = {
     "unit": "tests/unit: pure functions, no federated run",
     "integration": "tests/integration: in-process runs on tiny data",
@@ -95,16 +93,6 @@ def pytest_collection_modifyitems(config, items):
         parts = Path(item.path).resolve().relative_to(HERE).parts
         if len(parts) > 1 and parts[0] in TIERS:
             item.add_marker(parts[0])
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Under pytest-xdist, a test marked ``alone`` runs with no other test beside it
-    (``tests/side_by_side.py``); its module's fixtures, set up in its protocol, too."""
-    if SIDE_BY_SIDE is None:
-        return (yield)
-    with SIDE_BY_SIDE.hold(exclusive=item.get_closest_marker("alone") is not None):
-        return (yield)
 
 
 @pytest.fixture

@@ -147,6 +147,19 @@ class RunResult:
     summary: dict
 
 
+SHORT_HEARTBEAT = Path(__file__).resolve().parent / "short_heartbeat"
+
+
+def short_heartbeat_env(env: dict[str, str], seconds: float) -> dict[str, str]:
+    """The environment additions that give a SuperNode (and its ClientApps) a heartbeat
+    interval of ``seconds`` (tests/short_heartbeat/sitecustomize.py)."""
+    path = env.get("PYTHONPATH")
+    return {
+        "PYTHONPATH": f"{SHORT_HEARTBEAT}{os.pathsep}{path}" if path else str(SHORT_HEARTBEAT),
+        "FEDGO_TEST_HEARTBEAT_S": str(seconds),
+    }
+
+
 @dataclasses.dataclass(frozen=True)
 class Placement:
     """Where the processes of a :class:`Federation` run and how the SuperNodes reach the SuperLink.
@@ -161,6 +174,10 @@ class Placement:
     node_netns: tuple[str, ...] = ()
     dial: tuple[str, ...] = ()
     listen: str = "127.0.0.1"
+    # SuperNode k -> its heartbeat interval in seconds, where not Flower's 30 s (at least 10 s,
+    # the SuperLink's least): the SuperLink reports a silent node unavailable 2 x that after
+    # its last heartbeat (tests/short_heartbeat/sitecustomize.py).
+    heartbeat_s: tuple[tuple[int, float], ...] = ()
 
     def node(self, k: int) -> tuple[str | None, str]:
         """SuperNode k's namespace and the SuperLink address it dials."""
@@ -193,13 +210,18 @@ class Federation:
         self.timings: dict[str, float] = {}
 
     def spawn(
-        self, name: str, cmd: list[str], flwr_home: Path, netns: str | None = None
+        self,
+        name: str,
+        cmd: list[str],
+        flwr_home: Path,
+        netns: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "w")  # the child keeps its own copy
         proc = subprocess.Popen(
             netns_exec(netns, cmd),
             cwd=ROOT,
-            env={**self.env, "FLWR_HOME": str(flwr_home)},
+            env={**self.env, **(env or {}), "FLWR_HOME": str(flwr_home)},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -276,6 +298,7 @@ class Federation:
             assert reg.returncode == 0, reg.stdout + reg.stderr
             self.node_ids.append(int(json.loads(reg.stdout[reg.stdout.index("{") :])["node-id"]))
 
+        heartbeat = dict(self.place.heartbeat_s)
         for k in range(self.num_nodes):
             netns, dial = self.place.node(k)
             self.spawn(
@@ -283,6 +306,7 @@ class Federation:
                 self.supernode_cmd(f"supernode-{k}", k, self.num_nodes, dial),
                 self.work / f"supernode-{k}-home",
                 netns,
+                env=short_heartbeat_env(self.env, heartbeat[k]) if k in heartbeat else None,
             )
 
     def nodes(self) -> list[dict]:

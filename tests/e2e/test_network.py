@@ -9,8 +9,10 @@ SuperNode ``CUT``'s link is cut while it trains round 1 (it has received the mes
 reply is lost) and restored when round 3 starts. Then:
 
 - round 1 ends without that client as soon as the SuperLink reports the node unavailable (its
-  heartbeats have been missing for 2 x 30 s), long before ``round_timeout``, the other two
-  replies aggregated; rounds 2 and 3 go on without it the same way;
+  heartbeats have been missing for 2 x its interval), long before ``round_timeout``, the other
+  two replies aggregated; rounds 2 and 3 go on without it the same way. The cut node has
+  Flower's shortest accepted interval, 10 s (``HEARTBEAT``; Flower's default is 30 s), so the
+  cut is found within 20 s, not 60: the SuperLink's rule is the same for any interval;
 - the node reconnects and trains again: the last round has all 3 replies;
 - the final model and every round's metrics equal an in-process run of the same configuration
   in which that client fails in exactly the rounds the deployed run went without it (seeded
@@ -52,11 +54,12 @@ needs_flower = pytest.mark.skipif(
 K = 3
 CUT = 1  # the client whose link is cut
 CUT_ROUND, RESTORE_ROUND, ROUNDS = 1, 3, 5
-# The SuperLink answers for the cut node at most 60 s after its last heartbeat, which came
-# before the cut; round_timeout is set far above that and above a healthy round (20-30 s on 2
-# loaded cores over these links, beside other tests), so no round of this test races it and
-# the test needs no machine to itself. (round_timeout with a silent node in a deployment:
-# tests/e2e/test_deployment.py's killed SuperNode.)
+HEARTBEAT = 10.0  # the cut node's heartbeat interval (s); the other nodes keep Flower's 30
+# The SuperLink answers for the cut node at most 2 x HEARTBEAT after its last heartbeat, which
+# came before the cut; round_timeout is set far above that and above a healthy round (20-30 s
+# on 2 loaded cores over these links, beside other tests), so no round of this test races it
+# and the test needs no machine to itself. (round_timeout ending a round whose client stays
+# connected but silent: tests/e2e/test_simulation.py's hanging client.)
 TIMEOUT = 150
 IMPAIRMENT = Impairment(delay_ms=50, jitter_ms=10, loss=0.02)
 OVERRIDES = [
@@ -90,6 +93,7 @@ def network(tmp_path):
             node_netns=tuple(topo.nodes),
             dial=tuple(topo.server_addr(k) for k in range(K)),
             listen="0.0.0.0",  # inside the server namespace: its links and loopback only
+            heartbeat_s=((CUT, HEARTBEAT),),
         )
         fed = Federation(tmp_path / "federation", K, placement)
         fed.start()
@@ -178,9 +182,12 @@ def test_a_cut_link_leaves_a_client_out_until_it_reconnects(network, tmp_path, m
         assert row["clients_replied"] == K - len(missing[row["round"]]), (row, missing)
         assert row["clients_failed"] == len(missing[row["round"]]), (row, missing)
         assert set(missing[row["round"]]) <= {CUT}, missing
-    # From the cut round on, the SuperLink answers for the node (no heartbeat for 60 s), until
-    # it is back: the cut round ends then, not at round_timeout.
+    # From the cut round on, the SuperLink answers for the node (no heartbeat for 2 x
+    # HEARTBEAT), until it is back: the cut round ends then, not at round_timeout.
     assert result.rows[CUT_ROUND]["round_time"] < TIMEOUT
+    # ... and within 45 s: under Flower's default 30 s heartbeat it could not end before 60 s
+    # after the node's last heartbeat, so this also shows the short interval took effect.
+    assert result.rows[CUT_ROUND]["round_time"] < 45, result.rows[CUT_ROUND]
     for r in range(CUT_ROUND, RESTORE_ROUND + 1):
         assert list(missing[r]) == [CUT] and "Node Unavailable" in missing[r][CUT], missing
     # Reconnected and training again by the last round.
