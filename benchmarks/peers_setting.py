@@ -10,11 +10,13 @@ same keys (:func:`load_experiment`) defines any other.
 :func:`export_shared` writes what every framework reads, once per experiment, computed by this
 project's own code from the same config the project's runs get (:func:`project_overrides`):
 ``data.npz`` (the training images the split indexes and the test split, ``uint8``),
-``partition.json`` (each client's indices into them, ``data.partition: dirichlet``, and, as a
-record, the clients the project samples each round; the peers sample with their own
-samplers), ``init.pt`` (the initial weights of ``cnn``, which every runner loads) and
-``experiment.json``. The project therefore trains on exactly these
-clients by construction; the peers read the files.
+``partition.json`` (each client's indices into them, ``data.partition: dirichlet``, and the
+``schedule``: the clients the project's ``sample_clients`` draws each round), ``init.pt`` (the
+initial weights of ``cnn``, which every runner loads) and ``experiment.json``. The project
+therefore trains on exactly these clients by construction; the peers read the files. pfl,
+FLGo and FedLab train the schedule's clients each round through their own sampler's extension
+point (their config says so: :data:`FOLLOW_SCHEDULE`); the Flower app, quickstart style, keeps
+Flower's sampler. Every runner records each round's clients and training images.
 
 :func:`translate` writes one framework's own config into a run folder and returns the command
 that runs it (:class:`Launch`): the project's ``./run.sh`` (simulation), ``./run.sh --local``
@@ -45,6 +47,9 @@ PEERS = ("flower", "pfl", "flgo", "fedlab")
 """The other simulators: a plain Flower app (quickstart-pytorch style), pfl-research, FLGo and
 FedLab."""
 FRAMEWORKS = PROJECT_MODES + PEERS
+FOLLOW_SCHEDULE = PROJECT_MODES + ("pfl", "flgo", "fedlab")
+"""The frameworks that train ``partition.json``'s ``schedule`` each round: the project (its
+``sample_clients`` made the schedule) and the peers whose runners hand it to their sampler."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,7 +369,7 @@ def _pfl(exp: Experiment) -> dict[str, Any]:
         "local_batch_size": exp.batch_size,
         "local_momentum": exp.momentum,
         "local_weight_decay": exp.weight_decay,
-        "user_sampler": "minimize_reuse",
+        "user_sampler": "schedule",  # common.ScheduleSampler: partition.json's schedule
     }
 
 
@@ -372,7 +377,8 @@ def _flgo(exp: Experiment) -> dict[str, Any]:
     return {
         "num_rounds": exp.rounds,
         "proportion": exp.fraction,
-        "sample": "uniform",
+        "sample": "uniform",  # FLGo's own sampler, replaced by the schedule's (runner)
+        "schedule": True,  # the runner's Server.sample returns partition.json's schedule
         "aggregate": "other",
         "num_epochs": exp.local_epochs,
         "num_steps": -1,
@@ -404,6 +410,7 @@ def _fedlab(exp: Experiment) -> dict[str, Any]:
     return {
         "num_clients": exp.num_clients,
         "sample_ratio": exp.fraction,
+        "schedule": True,  # the runner's handler samples partition.json's schedule
         "global_round": exp.rounds,
         "epochs": exp.local_epochs,
         "batch_size": exp.batch_size,

@@ -17,13 +17,20 @@ and ``table`` carry into its row.
 ``export_shared``), then runs every framework one after another, ``--repeats`` times, each in
 a fresh run folder with the peer's own translated config, and records per run: wall time to
 the end of the last round, time per round after the first, start-up (process start to the end
-of the initial evaluation, when round 1 starts), the process tree's peak resident memory
-(sampled from ``/proc`` every 0.2 s, and the largest single process's from ``wait4``) and the
-final test accuracy, in ``results.json``. Every process gets the experiment's ``threads``
-(``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``; ``torch.set_num_threads`` in the runners).
-``table`` writes ``table.md`` from ``results.json``: medians over the repeats and each
-framework's ratio to ``./run.sh``'s; a framework that failed or could not be installed has its
-error in its row.
+of the initial evaluation, when round 1 starts), the training images of every round and the
+seconds per 1,000 of them in each round after the first, whether the rounds trained
+``partition.json``'s schedule, the process tree's peak resident memory (sampled from ``/proc``
+every 0.2 s, and the largest single process's from ``wait4``) and the final test accuracy, in
+``results.json``. A round's clients and images come from the runner's ``rounds.jsonl``; the
+project's modes train the schedule by construction (their strategies draw with the same
+``sample_clients``), so theirs come from the schedule and the partition, for every round in
+which all sampled clients replied (``metrics.jsonl``'s ``clients_replied``). Every process
+gets the experiment's ``threads`` (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``;
+``torch.set_num_threads`` in the runners).
+``table`` writes ``table.md`` from ``results.json``: medians over the repeats (seconds per
+1,000 images: the median over every round after the first of every successful repeat) and each
+framework's ratio to ``./run.sh``'s; its notes say which frameworks trained the schedule; a
+framework that failed or could not be installed has its error in its row.
 """
 
 from __future__ import annotations
@@ -266,29 +273,92 @@ def measure(command: Sequence[str], env: dict[str, str], log: Path, timeout: flo
     }
 
 
-def round_ends(framework: str, run_dir: Path, out_dir: Path | None, started: float) -> dict:
-    """Seconds from process start to the end of each round (0: the initial evaluation), the
+def load_partition(shared: Path) -> dict:
+    """``shared/partition.json``: ``clients`` (each client's image indices) and ``schedule``."""
+    return json.loads((shared / "partition.json").read_text())
+
+
+def round_ends(
+    framework: str,
+    run_dir: Path,
+    out_dir: Path | None,
+    started: float,
+    partition: dict | None = None,
+) -> dict:
+    """Seconds from process start to the end of each round (0: the initial evaluation), each
+    training round's clients and images (``trained``: ``{round: {"clients", "images"}}``), the
     initial and the final accuracy: the project's ``metrics.jsonl`` (``elapsed`` counts from
     ``run.sh``'s start, or from ``$FEDGO_STARTED`` for the deployment) and ``summary.json``,
-    else the runner's ``rounds.jsonl`` and ``result.json``."""
+    else the runner's ``rounds.jsonl`` and ``result.json``. A project round's clients are the
+    ``schedule``'s of ``partition`` (``partition.json``), which the project's strategies draw,
+    when all of them replied; a round with a missing reply has no ``trained`` entry."""
     ends: dict[int, float] = {}
+    trained: dict[int, dict] = {}
     initial = None  # the initial model's accuracy: the same in every framework (same weights)
     if framework in PROJECT_MODES:
         assert out_dir is not None
+        schedule = (partition or {}).get("schedule", [])
+        sizes = [len(c) for c in (partition or {}).get("clients", [])]
         for line in (out_dir / "metrics.jsonl").read_text().splitlines():
             row = json.loads(line)
-            ends[int(row["round"])] = float(row["elapsed"])
-            if int(row["round"]) == 0:
+            r = int(row["round"])
+            ends[r] = float(row["elapsed"])
+            if r == 0:
                 initial = row.get("test_accuracy")
+            elif r <= len(schedule):
+                replied, sampled = row.get("clients_replied"), row.get("clients_sampled")
+                if replied is not None and replied == sampled == len(schedule[r - 1]):
+                    clients = list(schedule[r - 1])
+                    trained[r] = {"clients": clients, "images": sum(sizes[k] for k in clients)}
         summary = json.loads((out_dir / "summary.json").read_text())
-        return {"ends": ends, "final_accuracy": summary["final_accuracy"], "initial": initial}
+        return {
+            "ends": ends,
+            "trained": trained,
+            "final_accuracy": summary["final_accuracy"],
+            "initial": initial,
+        }
     for line in (run_dir / "rounds.jsonl").read_text().splitlines():
         row = json.loads(line)
-        ends[int(row["round"])] = float(row["time"]) - started
-        if int(row["round"]) == 0:
+        r = int(row["round"])
+        ends[r] = float(row["time"]) - started
+        if r == 0:
             initial = row.get("accuracy")
+        elif row.get("images") is not None:
+            trained[r] = {"clients": row.get("clients"), "images": int(row["images"])}
     result = json.loads((run_dir / "result.json").read_text())
-    return {"ends": ends, "final_accuracy": result["final_accuracy"], "initial": initial}
+    return {
+        "ends": ends,
+        "trained": trained,
+        "final_accuracy": result["final_accuracy"],
+        "initial": initial,
+    }
+
+
+def summarize_images(
+    ends: dict[int, float], trained: dict[int, dict], rounds: int, schedule: list[list[int]]
+) -> dict:
+    """``images_per_round`` (rounds 1 to ``rounds``; ``None``: not recorded), the seconds per
+    1,000 training images of every round after the first (``s_per_1000_images_rounds``: round
+    ``r``'s time, ``ends[r] - ends[r - 1]``, over its images; rounds without both are left out)
+    and their median (``s_per_1000_images``), and ``followed_schedule``: whether every round
+    trained the clients of ``schedule[r - 1]`` (as sets; ``None``: some round's clients are not
+    recorded)."""
+    images = [trained.get(r, {}).get("images") for r in range(1, rounds + 1)]
+    per_1000 = [
+        1000.0 * (ends[r] - ends[r - 1]) / images[r - 1]
+        for r in range(2, rounds + 1)
+        if r in ends and r - 1 in ends and images[r - 1]
+    ]
+    clients = [trained.get(r, {}).get("clients") for r in range(1, rounds + 1)]
+    followed = None
+    if all(c is not None for c in clients) and len(schedule) >= rounds:
+        followed = all(sorted(c) == sorted(schedule[r]) for r, c in enumerate(clients))
+    return {
+        "images_per_round": images,
+        "s_per_1000_images_rounds": per_1000,
+        "s_per_1000_images": statistics.median(per_1000) if per_1000 else None,
+        "followed_schedule": followed,
+    }
 
 
 def summarize_run(ends: dict[int, float], rounds: int) -> dict:
@@ -334,11 +404,15 @@ def run_one(
     measured = measure(launch.command, env, run_dir / "run.log", timeout)
     record.update(measured)
     try:
-        rounds = round_ends(framework, run_dir, launch.output_dir, measured["started"])
-    except (OSError, ValueError, KeyError) as exc:
+        partition = load_partition(shared)
+        rounds = round_ends(framework, run_dir, launch.output_dir, measured["started"], partition)
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         tail = _tail(run_dir / "run.log", 8)
         return {**record, "error": f"exit {measured['exit']}, no records ({exc}): {tail}"}
     record.update(summarize_run(rounds["ends"], exp.rounds))
+    record.update(
+        summarize_images(rounds["ends"], rounds["trained"], exp.rounds, partition["schedule"])
+    )
     record["final_accuracy"] = rounds["final_accuracy"]
     record["initial_accuracy"] = rounds["initial"]
     if measured["exit"] != 0:
@@ -401,6 +475,8 @@ def run(
 COLUMNS = (
     ("wall_s", "wall to last round (s)"),
     ("per_round_s", "per round after the first (s)"),
+    ("s_per_1000_images", "s per 1,000 images"),
+    ("images_per_round", "images a round"),
     ("startup_s", "start-up (s)"),
     ("peak_tree_rss_mb", "peak memory, all processes (MB)"),
     ("initial_accuracy", "initial accuracy"),  # equal everywhere: the same initial weights
@@ -413,14 +489,34 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _pooled(runs: list[dict], key: str) -> list[float]:
+    """``key``'s values over ``runs``: a list's items (every round of every run) or a figure."""
+    values: list[float] = []
+    for r in runs:
+        value = r.get(key)
+        if isinstance(value, list):
+            values.extend(v for v in value if v is not None)
+        elif value is not None:
+            values.append(value)
+    return values
+
+
+POOLED = {"s_per_1000_images": "s_per_1000_images_rounds"}
+"""Columns whose median is over the rounds of all repeats (the per-round list a run records),
+not over each run's own median."""
+
+
 def table(results: dict) -> str:
-    """``table.md``: per framework the median of each column over its successful repeats, the
-    ratio of its wall time to ``./run.sh``'s, and the error of a framework with no success."""
+    """``table.md``: per framework the median of each column over its successful repeats (s
+    per 1,000 images and images a round: over every round, after the first for the former, of
+    those repeats), the ratio of its wall time to ``./run.sh``'s, and the error of a framework
+    with no success; the notes name the frameworks that trained ``partition.json``'s
+    schedule."""
     runs = results.get("runs", [])
     frameworks = list(dict.fromkeys(r["framework"] for r in runs))
     ok = {f: [r for r in runs if r["framework"] == f and "error" not in r] for f in frameworks}
     medians = {
-        f: {key: _median([r[key] for r in ok[f] if r.get(key) is not None]) for key, _ in COLUMNS}
+        f: {key: _median(_pooled(ok[f], POOLED.get(key, key))) for key, _ in COLUMNS}
         for f in frameworks
     }
     base = medians.get(BASELINE, {}).get("wall_s")
@@ -451,13 +547,29 @@ def table(results: dict) -> str:
                 "-"
                 if value is None
                 else f"{value:.3f}"
-                if key.endswith("accuracy")
+                if key.endswith("accuracy") or key == "s_per_1000_images"
+                else f"{value:.0f}"
+                if key == "images_per_round"
                 else f"{value:.1f}"
             )
         wall = medians[f]["wall_s"]
         ratio = "-" if not (base and wall) else f"{wall / base:.2f}"
         total = sum(r["framework"] == f for r in runs)
         lines.append(f"| {f} | {len(ok[f])}/{total} | " + " | ".join(cells) + f" | {ratio} |")
+    followed = {f: {r.get("followed_schedule") for r in ok[f]} for f in frameworks if ok[f]}
+    same = [f for f, v in followed.items() if v == {True}]
+    other = [f for f, v in followed.items() if False in v]
+    unknown = [f for f, v in followed.items() if v and v <= {None, True} and None in v]
+    lines += [
+        "",
+        "s per 1,000 images: a round's seconds over the images its clients trained, median over "
+        "the rounds after the first. The clients of partition.json's schedule every round: "
+        + (", ".join(same) or "none")
+        + "; other clients (their own sampler): "
+        + (", ".join(other) or "none")
+        + (f"; not recorded: {', '.join(unknown)}" if unknown else "")
+        + ".",
+    ]
     loads = [r["load_before"] for r in runs if r.get("load_before") is not None]
     if loads:
         lines += [

@@ -6,9 +6,12 @@ the folder of the files written once per experiment (``data.npz``, ``partition.j
 ``init.pt``: ``benchmarks/peers_setting.py``). This module loads them, defines the model once
 (:class:`SmallCNN`, the project's ``cnn`` on 3x32x32 images: the same layers, parameter names
 and shapes, so ``init.pt`` loads into it), and gives the plain SGD loop and the evaluation that
-runners without a trainer of their own use. :class:`Clock` writes ``rounds.jsonl`` (one Unix
-time per finished round) and ``result.json`` (final test accuracy and loss), which the driver
-reads; times are taken here, in the runner, with ``time.time()``.
+runners without a trainer of their own use. :func:`scheduled_clients` and
+:class:`ScheduleSampler` give the clients ``partition.json``'s ``schedule`` trains each round
+(the project's own draw), for the runners that hand them to their framework's sampler.
+:class:`Clock` writes ``rounds.jsonl`` (one Unix time per finished round, with the clients
+trained and their training images) and ``result.json`` (final test accuracy and loss), which
+the driver reads; times are taken here, in the runner, with ``time.time()``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -91,6 +95,10 @@ class Shared:
         self.clients = [np.asarray(c, dtype=np.int64) for c in record["clients"]]
         self.schedule = [list(map(int, r)) for r in record["schedule"]]
 
+    def images_of(self, clients) -> int:
+        """Training images of ``clients`` (ids into :attr:`clients`), summed."""
+        return sum(len(self.clients[int(k)]) for k in clients)
+
     def client_tensors(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``k``'s normalised images and labels."""
         idx = self.clients[k]
@@ -104,6 +112,37 @@ class Shared:
         model = SmallCNN(self.num_classes)
         model.load_state_dict(torch.load(self.folder / "init.pt", weights_only=True))
         return model
+
+
+def scheduled_clients(schedule: list[list[int]], server_round: int) -> list[int]:
+    """The clients round ``server_round`` (1-based) trains: ``schedule[server_round - 1]``, in
+    the schedule's order. Raises ``ValueError`` for a round the schedule does not hold."""
+    if not 1 <= int(server_round) <= len(schedule):
+        raise ValueError(
+            f"round {server_round} is not in partition.json's schedule (rounds 1 to "
+            f"{len(schedule)})"
+        )
+    return [int(k) for k in schedule[int(server_round) - 1]]
+
+
+class ScheduleSampler:
+    """A sampler that is called once per client and returns the schedule's clients one after
+    another: round 1's, then round 2's, and so on (pfl's user-sampler interface: a callable
+    with no argument that returns one user id). Asking for more clients than the schedule
+    holds raises ``RuntimeError``, rather than going on with clients of no round."""
+
+    def __init__(self, schedule: list[list[int]]) -> None:
+        self._clients = [int(k) for round_ in schedule for k in round_]
+        self._next = 0
+
+    def __call__(self) -> int:
+        if self._next >= len(self._clients):
+            raise RuntimeError(
+                f"the schedule's {len(self._clients)} client slots are all used: the framework "
+                "asked for more clients than rounds x clients_per_round"
+            )
+        self._next += 1
+        return self._clients[self._next - 1]
 
 
 def local_train(
@@ -158,15 +197,16 @@ def evaluate(
 
 class Clock:
     """The runner's records: ``rounds.jsonl`` (``{"round": r, "time": unix}`` when round ``r``
-    ended, with ``accuracy`` after an evaluation; round 0: the initial evaluation) and
-    ``result.json``."""
+    ended, with ``accuracy`` after an evaluation, and for a training round ``clients``, the
+    client ids that trained, and ``images``, their training images; round 0: the initial
+    evaluation) and ``result.json``."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.path = run_dir / "rounds.jsonl"
         self.path.write_text("")
 
-    def round_done(self, server_round: int, **extra: float) -> None:
+    def round_done(self, server_round: int, **extra: Any) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps({"round": int(server_round), "time": time.time(), **extra}) + "\n")
 

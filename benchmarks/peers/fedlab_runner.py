@@ -2,8 +2,13 @@
 
 ``python fedlab_runner.py RUN_DIR`` (FedLab's venv). The clients of ``partition.json`` are a
 ``FedDataset`` whose ``get_dataloader`` gives each client's shard (a shuffled ``DataLoader``);
-``SGDSerialClientTrainer`` trains the sampled clients one after another with FedLab's loop, and
-``SyncServerHandler`` samples ``sample_ratio * num_clients`` clients a round without replacement.
+``SGDSerialClientTrainer`` trains the sampled clients one after another with FedLab's loop. The
+clients of a round come from the handler's ``sample_clients`` (FedLab's extension point for
+client selection, which the pipeline calls once a round): with the config's ``schedule: true``
+the handler returns ``partition.json``'s ``schedule[r - 1]`` for round ``r``
+(``common.scheduled_clients``), the project's draw; otherwise ``SyncServerHandler``'s own
+``sample_ratio * num_clients`` clients without replacement. Each round's clients and their
+uploaded sample counts are recorded in ``rounds.jsonl``.
 FedLab's stock handler averages the client models with equal weights; FedAvg weights them by
 data size, so, as FedLab's docs invite, the trainer also uploads its sample count and the
 handler's ``global_update`` passes the counts as ``fedavg_aggregate``'s weights. Central
@@ -13,7 +18,15 @@ evaluation (``common.evaluate``) before the first and after the last round.
 from __future__ import annotations
 
 import torch
-from common import Clock, Shared, evaluate, load_setting, run_dir_from_argv, set_threads
+from common import (
+    Clock,
+    Shared,
+    evaluate,
+    load_setting,
+    run_dir_from_argv,
+    scheduled_clients,
+    set_threads,
+)
 from fedlab.contrib.algorithm.basic_client import SGDSerialClientTrainer
 from fedlab.contrib.algorithm.basic_server import SyncServerHandler
 from fedlab.contrib.dataset.basic_dataset import FedDataset
@@ -49,7 +62,15 @@ class WeightedTrainer(SGDSerialClientTrainer):
 
 
 class WeightedHandler(SyncServerHandler):
-    """FedLab's synchronous handler, averaging weighted by the uploaded sample counts."""
+    """FedLab's synchronous handler, averaging weighted by the uploaded sample counts; with a
+    ``schedule`` (``partition.json``'s), round ``r`` samples ``schedule[r - 1]``."""
+
+    schedule: list[list[int]] | None = None
+
+    def sample_clients(self):
+        if self.schedule is None:
+            return super().sample_clients()
+        return scheduled_clients(self.schedule, self.round + 1)  # self.round: rounds done
 
     def global_update(self, buffer):
         parameters = [ele[0] for ele in buffer]
@@ -75,15 +96,18 @@ class TimedPipeline(StandalonePipeline):
             sampled_clients = self.handler.sample_clients()
             broadcast = self.handler.downlink_package
             self.trainer.local_process(broadcast, sampled_clients)
-            for pack in self.trainer.uplink_package:
+            packs = self.trainer.uplink_package
+            images = int(sum(float(pack[1]) for pack in packs))
+            for pack in packs:
                 self.handler.load(pack)
             done += 1
+            trained = {"clients": [int(c) for c in sampled_clients], "images": images}
             if self.handler.if_stop:
                 acc, loss = evaluate(self.handler.model, self.x, self.y, self.batch)
-                self.clock.round_done(done, accuracy=acc)
+                self.clock.round_done(done, accuracy=acc, **trained)
                 self.clock.finish(acc, loss)
             else:
-                self.clock.round_done(done)
+                self.clock.round_done(done, **trained)
 
 
 def main() -> None:
@@ -102,6 +126,8 @@ def main() -> None:
     handler = WeightedHandler(
         shared.new_model(), conf["global_round"], conf["sample_ratio"], cuda=False
     )
+    if conf.get("schedule"):
+        handler.schedule = shared.schedule
     TimedPipeline(handler, trainer, Clock(run_dir), shared, exp["eval_batch_size"]).main()
 
 

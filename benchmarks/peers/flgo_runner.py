@@ -5,11 +5,16 @@ generated from a config file (``train_data``, ``test_data``, ``get_model``; here
 arrays as datasets of (image tensor, int label), like torchvision's, and
 :class:`common.SmallCNN` with ``init.pt``), and a task generated with a partitioner, here one
 that returns the clients of ``partition.json``. Training is FLGo's own (``fedavg.Server`` /
-``Client``, its option dict from ``setting.json``: uniform sampling without replacement,
-aggregation weighted by data size, SGD); its client dataset gets the ``__getitems__`` torch 2.14
-asks of a ``Subset`` subclass. A Logger subclass (FLGo's extension point) evaluates with
-``common.evaluate`` before round 1 and after the last (``eval_interval = rounds``); a ``Server``
-subclass notes the end of every other round.
+``Client``, its option dict from ``setting.json``: aggregation weighted by data size, SGD); its
+client dataset gets the ``__getitems__`` torch 2.14 asks of a ``Subset`` subclass. The clients
+of a round: with the config's ``schedule: true``, the ``Server`` subclass overrides
+``sample``, the method FLGo's ``iterate`` calls for a round's clients (FLGo's extension point
+for client selection), to return ``partition.json``'s ``schedule[current_round - 1]``
+(``common.scheduled_clients``), the project's draw; otherwise FLGo's own ``sample`` (the
+option's ``sample``: uniform without replacement). A Logger subclass (FLGo's extension point)
+evaluates with ``common.evaluate`` before round 1 and after the last (``eval_interval =
+rounds``); the ``Server`` subclass notes the end of every round, with the clients that replied
+and their training images (FLGo's ``datavol``), in ``rounds.jsonl``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,15 @@ from __future__ import annotations
 import os
 import sys
 
-from common import Clock, Shared, evaluate, load_setting, run_dir_from_argv, set_threads
+from common import (
+    Clock,
+    Shared,
+    evaluate,
+    load_setting,
+    run_dir_from_argv,
+    scheduled_clients,
+    set_threads,
+)
 
 BENCHMARK_CONFIG = '''\
 """FLGo benchmark config: the data and model of benchmarks/peers_speed.py's experiment."""
@@ -58,6 +71,7 @@ def main() -> None:
     run_dir = run_dir_from_argv()
     setting = load_setting(run_dir)
     exp, option = setting["experiment"], dict(setting["config"])
+    follow_schedule = bool(option.pop("schedule", False))  # ours, not an FLGo option
     set_threads(exp["threads"])
     os.chdir(run_dir)  # FLGo names a generated benchmark by its path relative to the cwd
     sys.path.insert(0, str(run_dir))
@@ -88,6 +102,8 @@ def main() -> None:
         def __call__(self, data):
             return [c.tolist() for c in shared.clients]
 
+    trained: dict = {}  # the last round's clients and images, for its record
+
     class RoundLogger(flgo.experiment.logger.BasicLogger):
         """Evaluates the global model (called before round 1 and every ``eval_interval``)."""
 
@@ -97,15 +113,23 @@ def main() -> None:
             done = 0 if self.evaluated == 0 else self.coordinator.current_round
             self.evaluated += 1
             acc, loss = evaluate(self.coordinator.model, test_x, test_y, exp["eval_batch_size"])
-            clock.round_done(done, accuracy=acc)
+            clock.round_done(done, accuracy=acc, **(trained if done else {}))
             if done == rounds:
                 clock.finish(acc, loss)
 
     class TimedServer(fedavg.Server):
+        def sample(self):
+            if follow_schedule:
+                return scheduled_clients(shared.schedule, self.current_round)
+            return super().sample()
+
         def iterate(self):
             updated = super().iterate()
+            clients = [int(c) for c in self.received_clients]
+            trained["clients"] = clients
+            trained["images"] = sum(int(self.clients[c].datavol) for c in clients)
             if self.current_round != rounds:  # the last round ends with its evaluation
-                clock.round_done(self.current_round)
+                clock.round_done(self.current_round, **trained)
             return updated
 
     class FedAvgTimed:

@@ -5,7 +5,11 @@
 Its run config (``pyproject.toml``, written by ``benchmarks/peers_setting.py``) names the run
 folder; ``setting.json`` there holds the experiment. Partition ``k`` of the simulation trains
 client ``k``'s shard of ``partition.json``; the strategy samples ``clients_per_round`` nodes a
-round with Flower's own sampler and evaluates centrally (before round 1 and after the last).
+round with Flower's own sampler (a quickstart app does; ``partition.json``'s ``schedule`` is
+not followed) and evaluates centrally (before round 1 and after the last). Each client reports
+its partition id in its fit metrics; the strategy's ``fit_metrics_aggregation_fn``, which
+Flower calls with every reply's ``(num_examples, metrics)`` before the round's central
+evaluation, notes the round's clients and training images for ``rounds.jsonl``.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ class CifarClient(NumPyClient):
             weight_decay=exp["weight_decay"],
             generator=gen,
         )
-        return _get(self.model), len(y), {"train_loss": loss}
+        return _get(self.model), len(y), {"train_loss": loss, "partition": self.partition}
 
 
 def client_fn(context: Context):
@@ -79,14 +83,23 @@ def server_fn(context: Context):
     model = shared.new_model()
     test_x, test_y = shared.test_tensors()
     clock = Clock(Path(run_dir))
+    trained: dict = {}  # the round's clients and images, from its fit replies
+
+    def fit_metrics(replies):
+        trained["clients"] = [int(m["partition"]) for _, m in replies]
+        trained["images"] = int(sum(n for n, _ in replies))
+        losses = [(n, float(m["train_loss"])) for n, m in replies]
+        total = sum(n for n, _ in losses)
+        return {"train_loss": sum(n * v for n, v in losses) / total} if total else {}
 
     def central(server_round: int, arrays, _config):
+        done = trained if server_round else {}
         if server_round not in (0, exp["rounds"]):
-            clock.round_done(server_round)
+            clock.round_done(server_round, **done)
             return None
         _set(model, arrays)
         acc, loss = evaluate(model, test_x, test_y, exp["eval_batch_size"])
-        clock.round_done(server_round, accuracy=acc)
+        clock.round_done(server_round, accuracy=acc, **done)
         if server_round == exp["rounds"]:
             clock.finish(acc, loss)
         return loss, {"accuracy": acc}
@@ -99,6 +112,7 @@ def server_fn(context: Context):
         initial_parameters=ndarrays_to_parameters(_get(model)),
         evaluate_fn=central,
         on_fit_config_fn=lambda r: {"round": r},
+        fit_metrics_aggregation_fn=fit_metrics,
     )
     return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=exp["rounds"]))
 

@@ -1,9 +1,14 @@
 """The pfl-research peer: ``FederatedAveraging`` on a ``SimulatedBackend``, pfl's own local SGD.
 
-``python pfl_runner.py RUN_DIR`` (pfl's venv). The users are the clients of ``partition.json``
-(a ``FederatedDataset`` with pfl's ``minimize_reuse`` user sampler, ``train_cohort_size`` users a
-central iteration, no user drawn twice in one cohort); each user's data is shuffled when its
-dataset is made (pfl's local loop walks a dataset in order). The central optimiser is SGD with
+``python pfl_runner.py RUN_DIR`` (pfl's venv). The users are the clients of ``partition.json``,
+a ``FederatedDataset`` of ``train_cohort_size`` users a central iteration. Its user sampler,
+pfl's extension point (a callable with no argument returning one user id, called once per user
+of a cohort), is ``common.ScheduleSampler`` when the config says ``user_sampler: schedule``:
+iteration ``r`` then trains exactly the clients ``schedule[r - 1]`` of ``partition.json``, as
+the project does; any other name is one of pfl's own samplers (``get_user_sampler``). The users
+a cohort actually made (``make_dataset``) and their images are recorded per iteration in
+``rounds.jsonl``. Each user's data is shuffled when its dataset is made (pfl's local loop walks
+a dataset in order). The central optimiser is SGD with
 learning rate 1 on the averaged model difference, weighted by data points
 (``WeightByDatapoints``): FedAvg. Central evaluation with ``common.evaluate`` before the first
 and after the last iteration, from a pfl callback.
@@ -15,7 +20,16 @@ import functools
 
 import numpy as np
 import torch
-from common import Clock, Shared, SmallCNN, evaluate, load_setting, run_dir_from_argv, set_threads
+from common import (
+    Clock,
+    ScheduleSampler,
+    Shared,
+    SmallCNN,
+    evaluate,
+    load_setting,
+    run_dir_from_argv,
+    set_threads,
+)
 from pfl.aggregate.simulate import SimulatedBackend
 from pfl.aggregate.weighting import WeightByDatapoints
 from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
@@ -47,10 +61,15 @@ class PflCNN(SmallCNN):
 
 
 class Rounds(TrainingProcessCallback):
-    """Times every central iteration; evaluates before the first and after the last."""
+    """Times every central iteration, with the users it trained (``made``: the ids
+    ``make_dataset`` was asked for since the last iteration, emptied here) and their images;
+    evaluates before the first and after the last."""
 
-    def __init__(self, clock: Clock, shared: Shared, rounds: int, batch: int) -> None:
+    def __init__(
+        self, clock: Clock, shared: Shared, rounds: int, batch: int, made: list[int]
+    ) -> None:
         self.clock, self.rounds, self.batch = clock, rounds, batch
+        self.shared, self.made = shared, made
         self.x, self.y = shared.test_tensors()
 
     def on_train_begin(self, *, model):
@@ -60,12 +79,14 @@ class Rounds(TrainingProcessCallback):
 
     def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
         done = central_iteration + 1
+        trained = {"clients": list(self.made), "images": self.shared.images_of(self.made)}
+        self.made.clear()
         if done == self.rounds:
             acc, loss = evaluate(model._model, self.x, self.y, self.batch)
-            self.clock.round_done(done, accuracy=acc)
+            self.clock.round_done(done, accuracy=acc, **trained)
             self.clock.finish(acc, loss)
         else:
-            self.clock.round_done(done)
+            self.clock.round_done(done, **trained)
         return False, Metrics()
 
 
@@ -79,14 +100,20 @@ def main() -> None:
     set_framework_module(__import__("pfl.internal.ops.pytorch_ops", fromlist=["x"]))
     shared = Shared(setting["shared"])
     rng = np.random.default_rng(exp["seed"])
+    made: list[int] = []  # the users of the current central iteration
 
     def make_dataset(user_id):
+        made.append(int(user_id))
         x, y = shared.client_tensors(int(user_id))
         order = torch.from_numpy(rng.permutation(len(y)))
         return Dataset(raw_data=[x[order], y[order]], user_id=str(user_id))
 
     user_ids = list(range(exp["num_clients"]))
-    train = FederatedDataset(make_dataset, get_user_sampler(conf["user_sampler"], user_ids))
+    if conf["user_sampler"] == "schedule":
+        sampler = ScheduleSampler(shared.schedule)
+    else:
+        sampler = get_user_sampler(conf["user_sampler"], user_ids)
+    train = FederatedDataset(make_dataset, sampler)
     net = PflCNN(shared.num_classes)
     net.load_state_dict(shared.new_model().state_dict())
     model = PyTorchModel(
@@ -120,7 +147,7 @@ def main() -> None:
         model=model,
         model_train_params=train_params,
         model_eval_params=eval_params,
-        callbacks=[Rounds(clock, shared, exp["rounds"], exp["eval_batch_size"])],
+        callbacks=[Rounds(clock, shared, exp["rounds"], exp["eval_batch_size"], made)],
     )
 
 

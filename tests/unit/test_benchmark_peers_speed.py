@@ -311,11 +311,135 @@ def test_round_ends_read_the_runner_and_the_project_records(tmp_path):
     (tmp_path / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "result.json").write_text(json.dumps({"final_accuracy": 0.4}))
     got = speed.round_ends("fedlab", tmp_path, None, started=100.0)
-    assert got == {"ends": {0: 2.0, 1: 5.5}, "final_accuracy": 0.4, "initial": 0.1}
+    assert got == {"ends": {0: 2.0, 1: 5.5}, "trained": {}, "final_accuracy": 0.4, "initial": 0.1}
+    rows[1].update(clients=[2, 0], images=7)
+    (tmp_path / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = speed.round_ends("fedlab", tmp_path, None, started=100.0)
+    assert got["trained"] == {1: {"clients": [2, 0], "images": 7}}
     out = tmp_path / "out"
     out.mkdir()
     rows = [{"round": 0, "elapsed": 3.0, "test_accuracy": 0.1}, {"round": 1, "elapsed": 7.0}]
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (out / "summary.json").write_text(json.dumps({"final_accuracy": 0.3}))
     got = speed.round_ends("fedgo-flwr", tmp_path, out, started=100.0)
-    assert got == {"ends": {0: 3.0, 1: 7.0}, "final_accuracy": 0.3, "initial": 0.1}
+    assert got == {"ends": {0: 3.0, 1: 7.0}, "trained": {}, "final_accuracy": 0.3, "initial": 0.1}
+
+
+def test_a_project_round_trains_the_schedules_images_when_every_client_replied(tmp_path):
+    partition = {"clients": [[0, 1, 2], [3], [4, 5], [6, 7, 8, 9]], "schedule": [[0, 3], [1, 2]]}
+    rows = [
+        {"round": 0, "elapsed": 3.0},
+        {"round": 1, "elapsed": 7.0, "clients_sampled": 2, "clients_replied": 2},
+        {"round": 2, "elapsed": 9.0, "clients_sampled": 2, "clients_replied": 1},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "summary.json").write_text(json.dumps({"final_accuracy": 0.3}))
+    got = speed.round_ends("fedgo-flwr-local", tmp_path, tmp_path, 0.0, partition)
+    # round 1: clients 0 and 3, 3 + 4 images; round 2 lost a reply: its images are unknown
+    assert got["trained"] == {1: {"clients": [0, 3], "images": 7}}
+    summary = speed.summarize_images(got["ends"], got["trained"], 2, partition["schedule"])
+    assert summary["images_per_round"] == [7, None] and summary["followed_schedule"] is None
+    assert summary["s_per_1000_images_rounds"] == [] and summary["s_per_1000_images"] is None
+
+
+def test_seconds_per_1000_images_by_hand():
+    ends = {0: 1.0, 1: 3.0, 2: 5.0, 3: 8.0}
+    trained = {
+        1: {"clients": [1, 0], "images": 200},
+        2: {"clients": [2, 3], "images": 400},
+        3: {"clients": [0, 2], "images": 250},
+    }
+    schedule = [[0, 1], [2, 3], [0, 2]]
+    got = speed.summarize_images(ends, trained, 3, schedule)
+    # round 2: 2 s / 400 images, round 3: 3 s / 250 images; round 1 (start-up) left out
+    assert got["s_per_1000_images_rounds"] == [5.0, 12.0]
+    assert got["s_per_1000_images"] == 8.5 and got["images_per_round"] == [200, 400, 250]
+    assert got["followed_schedule"] is True  # the same clients, in any order
+    trained[2] = {"clients": [2, 1], "images": 400}
+    assert speed.summarize_images(ends, trained, 3, schedule)["followed_schedule"] is False
+
+
+def test_the_table_pools_seconds_per_1000_images_over_rounds_and_repeats():
+    def run(framework, per_1000, images, followed):
+        median = sorted(per_1000)[len(per_1000) // 2] if per_1000 else None
+        return {
+            "framework": framework,
+            "wall_s": 10.0,
+            "per_round_s": 2.0,
+            "s_per_1000_images_rounds": per_1000,
+            "s_per_1000_images": median,
+            "images_per_round": images,
+            "followed_schedule": followed,
+            "final_accuracy": 0.3,
+        }
+
+    results = {
+        "experiment": {"rounds": 3},
+        "runs": [
+            run("fedgo-flwr", [5.0, 12.0], [200, 400, 250], True),
+            run("fedgo-flwr", [6.0, 7.0], [200, 400, 250], True),
+            run("pfl", [4.0, 4.5], [200, 400, 250], True),
+            run("flower", [3.0, 9.0], [300, 100, 500], False),
+            run("flgo", [1.0, 1.0], [1, 1, 1], True) | {"error": "exit 1: boom"},
+        ],
+    }
+    text = speed.table(results)
+    header = next(line for line in text.splitlines() if line.startswith("| framework"))
+    titles = [t.strip() for t in header.strip("|").split("|")]
+    at = titles.index("s per 1,000 images")
+    assert titles[at - 1] == "per round after the first (s)"
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()}
+    cells = {
+        f: [c.strip() for c in rows[f].strip("|").split("|")]
+        for f in ("fedgo-flwr", "pfl", "flower")
+    }
+    # median of the four rounds 5, 12, 6, 7 (not of the runs' medians 8.5 and 6.5)
+    assert cells["fedgo-flwr"][at] == "6.500"
+    assert cells["pfl"][at] == "4.250" and cells["flower"][at] == "6.000"
+    assert cells["fedgo-flwr"][at + 1] == "250"  # images a round: median of 200, 400, 250, ...
+    notes = text.split("The clients of partition.json's schedule every round: ")[1]
+    assert notes.startswith("fedgo-flwr, pfl; other clients (their own sampler): flower.")
+
+
+def test_the_schedule_reaches_every_peers_run_folder(shared, tmp_path):
+    folder, record = shared
+    common = _common()
+    followers = set(setting.FOLLOW_SCHEDULE) - set(setting.PROJECT_MODES)
+    assert followers == {"pfl", "flgo", "fedlab"}
+    for framework in setting.PEERS:
+        setting.translate(framework, TINY, folder, tmp_path / framework, Path("/venv/python"))
+        written = json.loads((tmp_path / framework / "setting.json").read_text())
+        # the runner's Shared(setting["shared"]).schedule is the project's schedule
+        assert common.Shared(written["shared"]).schedule == record["schedule"]
+        conf = written["config"]
+        asked = conf.get("user_sampler") == "schedule" or conf.get("schedule") is True
+        assert asked == (framework in followers), framework
+    assert _common().Shared(folder).images_of([0, 2]) == len(record["clients"][0]) + len(
+        record["clients"][2]
+    )
+
+
+def test_the_runners_sampler_returns_the_schedule():
+    common = _common()
+    schedule = [[3, 1], [0, 2]]
+    sampler = common.ScheduleSampler(schedule)  # pfl: one call per user of a cohort
+    assert [sampler() for _ in range(4)] == [3, 1, 0, 2]
+    with pytest.raises(RuntimeError, match="client slots are all used"):
+        sampler()
+    assert common.scheduled_clients(schedule, 1) == [3, 1]  # FLGo, FedLab: a round's clients
+    assert common.scheduled_clients(schedule, 2) == [0, 2]
+    for bad in (0, 3):
+        with pytest.raises(ValueError, match=f"round {bad} is not in partition.json's schedule"):
+            common.scheduled_clients(schedule, bad)
+
+
+def test_the_projects_strategies_draw_the_schedule(image_tree, shared):
+    from types import SimpleNamespace
+
+    from strategies._sending import Outbox
+
+    _, record = shared
+    cfg = _project_config(TINY, image_tree)
+    outbox = SimpleNamespace(cfg=cfg)  # Outbox.sample reads only the config
+    drawn = [Outbox.sample(outbox, r) for r in range(1, TINY.rounds + 1)]
+    assert drawn == record["schedule"]
