@@ -443,3 +443,27 @@ def test_the_projects_strategies_draw_the_schedule(image_tree, shared):
     outbox = SimpleNamespace(cfg=cfg)  # Outbox.sample reads only the config
     drawn = [Outbox.sample(outbox, r) for r in range(1, TINY.rounds + 1)]
     assert drawn == record["schedule"]
+
+
+def test_the_end_of_round_1_is_start_up_plus_the_first_round():
+    """A framework that starts its workers in round 1 (the plain Flower app) and one that starts
+    them before it (the project's node discovery) compare on start-up plus the first round."""
+    runs = [
+        {"framework": "fedgo-flwr", "wall_s": 30.0, "startup_s": 15.0, "first_round_s": 5.0},
+        {"framework": "fedgo-flwr", "wall_s": 30.0, "startup_s": 19.0, "first_round_s": 6.0},
+        {"framework": "flower", "wall_s": 30.0, "startup_s": 11.0, "first_round_s": 13.0},
+        {"framework": "pfl", "wall_s": 30.0, "startup_s": 5.0},  # no first round recorded
+    ]
+    text = speed.table({"experiment": {"rounds": 2}, "runs": runs})
+    lines = text.splitlines()
+    header = [c.strip() for c in lines[2].strip("|").split("|")]
+    col = header.index("to the end of round 1 (s)")
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines[4:] if line.startswith("|")}
+
+    def cell(name: str) -> str:
+        return [c.strip() for c in rows[name].strip("|").split("|")][col]
+
+    assert header[col - 1] == "start-up (s)"
+    assert cell("fedgo-flwr") == "22.5"  # median of 20 and 25
+    assert cell("flower") == "24.0"
+    assert cell("pfl") == "-"
