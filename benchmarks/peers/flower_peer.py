@@ -9,12 +9,16 @@ round with Flower's own sampler (a quickstart app does; ``partition.json``'s ``s
 not followed) and evaluates centrally (before round 1 and after the last). Each client reports
 its partition id in its fit metrics; the strategy's ``fit_metrics_aggregation_fn``, which
 Flower calls with every reply's ``(num_examples, metrics)`` before the round's central
-evaluation, notes the round's clients and training images for ``rounds.jsonl``.
+evaluation, notes the round's clients and training images for ``rounds.jsonl``, and the
+clients' local training time (``train_time_sum``, ``train_time_max``: seconds of
+``local_train`` in each client, as the project's ``client_time_sum`` / ``client_time_max``),
+so a round's overlap of its clients' training can be read as in the project's records.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +61,7 @@ class CifarClient(NumPyClient):
         gen = torch.Generator().manual_seed(
             exp["seed"] * 100003 + int(config["round"]) * 1009 + self.partition
         )
+        started = time.perf_counter()
         loss = local_train(
             self.model,
             x,
@@ -68,7 +73,9 @@ class CifarClient(NumPyClient):
             weight_decay=exp["weight_decay"],
             generator=gen,
         )
-        return _get(self.model), len(y), {"train_loss": loss, "partition": self.partition}
+        seconds = time.perf_counter() - started
+        metrics = {"train_loss": loss, "partition": self.partition, "train_time": seconds}
+        return _get(self.model), len(y), metrics
 
 
 def client_fn(context: Context):
@@ -88,6 +95,8 @@ def server_fn(context: Context):
     def fit_metrics(replies):
         trained["clients"] = [int(m["partition"]) for _, m in replies]
         trained["images"] = int(sum(n for n, _ in replies))
+        times = [float(m["train_time"]) for _, m in replies]
+        trained["train_time_sum"], trained["train_time_max"] = sum(times), max(times, default=0.0)
         losses = [(n, float(m["train_loss"])) for n, m in replies]
         total = sum(n for n, _ in losses)
         return {"train_loss": sum(n * v for n, v in losses) / total} if total else {}
