@@ -19,7 +19,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from fedgo_flwr.learning.aggregation import AggregationConfig, clip_update
-from fedgo_flwr.learning.clipping import ClippedMean, round_average
+from fedgo_flwr.learning.clipping import ClippedMean, ratio_max, round_average
+from fedgo_flwr.learning.consensus import ConsensusStack
 
 
 class RobustAveraging:
@@ -80,16 +81,32 @@ class RobustAveraging:
 
 
 def update_norms(average: object) -> dict[str, float | int]:
-    """What a :class:`~fedgo_flwr.learning.clipping.ClippedMean` saw, for the round's metrics:
+    """What a :class:`~fedgo_flwr.learning.clipping.ClippedMean` or a
+    :class:`~fedgo_flwr.learning.consensus.ConsensusStack` saw, for the round's metrics:
     ``update_ratio_max`` (the largest update norm over the round's lower median),
     ``update_ratio_client`` (whose it is: the client to look at when a round's model turns out
-    bad) and ``clients_clipped_relative`` (how many updates ``clip_factor`` clipped); nothing
-    for another accumulator."""
-    if not isinstance(average, ClippedMean) or not average.norms:
+    bad) and ``clients_clipped_relative`` (how many updates ``clip_factor`` clipped; with the
+    consensus rule, how many had an array clipped to ``consensus_clip``); with the consensus
+    rule also ``consensus_trust_min`` (the lowest trust score), ``consensus_trust_client``
+    (whose) and ``consensus_distrusted`` (how many scored below 1); nothing for another
+    accumulator."""
+    if not isinstance(average, (ClippedMean, ConsensusStack)) or not average.norms:
         return {}
-    ratio, client = average.ratio_max()
-    return {
+    ratio, client = ratio_max(average.norms)
+    figures: dict[str, float | int] = {
         "update_ratio_max": float(ratio),
-        "update_ratio_client": int(client) if isinstance(client, (int, np.integer)) else -1,
+        "update_ratio_client": _client_id(client),
         "clients_clipped_relative": len(average.clipped),
     }
+    if isinstance(average, ConsensusStack):
+        least, trust = min(average.trust.items(), key=lambda kv: (kv[1], str(kv[0])))
+        figures.update(
+            consensus_trust_min=float(trust),
+            consensus_trust_client=_client_id(least),
+            consensus_distrusted=sum(1 for t in average.trust.values() if t < 1),
+        )
+    return figures
+
+
+def _client_id(client: object) -> int:
+    return int(client) if isinstance(client, (int, np.integer)) else -1

@@ -157,7 +157,7 @@ class FedDisco(FedAvg):
 
     def begin_round(self, server_round: int) -> None:
         super().begin_round(server_round)  # rule mean: the mean clipped relative to the round
-        if self.aggregation.rule != "mean":
+        if self.aggregation.rule in ("median", "trimmed_mean"):
             self.averager.running = new_weighted_average(self.aggregation)  # the rules take p_k
         self.zero_weighted = new_average(self.aggregation)  # used only if no one else replies
 

@@ -38,6 +38,9 @@ from typing import Any
 import numpy as np
 
 from fedgo_flwr.config.schema import Checker
+from fedgo_flwr.learning.consensus import ConsensusStack
+from fedgo_flwr.learning.numerics import cast_like as _cast_like
+from fedgo_flwr.learning.numerics import lower_median
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -47,9 +50,12 @@ run_log = logging.getLogger("flwr")
 """The run's log (Flower's logger, which the ServerApp prints): the warnings that name a client
 go there, beside the reply checks'."""
 
-AGGREGATION_RULES: tuple[str, ...] = ("mean", "median", "trimmed_mean")
+AGGREGATION_RULES: tuple[str, ...] = ("mean", "median", "trimmed_mean", "consensus")
 """``mean``: FedAvg's n_k-weighted mean (streams); ``median`` / ``trimmed_mean``: unweighted,
-coordinate-wise over the round's client models (keep every reply of the round in memory)."""
+coordinate-wise over the round's client models; ``consensus``: each array of each update
+clipped relative to the round and weighed by its cosine with the round's median update
+(:mod:`fedgo_flwr.learning.consensus`). All but ``mean`` keep every reply of the round in
+memory."""
 
 DEFAULT_UPLOAD_BOUND = 10.0
 """``strategy.aggregation.upload_bound``'s default: 10 times the round's median, above the largest
@@ -66,6 +72,12 @@ DEFAULT_CLIP_FACTOR = 10.0
 lower median update norm. The largest honest ratio measured is in
 ``benchmarks/studies/trust.md`` ("Honest ratios under the reply bounds"); the default is chosen
 above it so that honest runs keep FedAvg's mean bit for bit."""
+
+DEFAULT_CONSENSUS_CLIP = 2.0
+"""``strategy.aggregation.consensus_clip``'s default: with ``rule: consensus`` each array of an
+update is clipped to twice the round's lower median norm of that array's updates; chosen on the
+tuning seeds against the adversary profile (``benchmarks/results/robust-rule-cost/``, "The
+consensus rule")."""
 
 DEFAULT_CLIP_KEEP = 3
 """``strategy.aggregation.clip_keep``'s default: how many of a round's replies (those with the
@@ -94,7 +106,9 @@ class AggregationConfig:
     """How every averaging strategy (FedAvg, FedProx, SCAFFOLD's model update, the FedDF family's
     average initialisation) combines the round's client models: ``mean`` (n_k-weighted, FedAvg),
     ``median`` or ``trimmed_mean`` (coordinate-wise and unweighted unless ``weighted``, Yin et
-    al., ICML 2018; these keep the round's models in memory)."""
+    al., ICML 2018), ``consensus`` (FLTrust's rule with the round's median update as its
+    reference: :mod:`fedgo_flwr.learning.consensus`); these keep the round's models in
+    memory."""
     trim_fraction: float = 0.2
     """``trimmed_mean`` drops ``floor(trim_fraction * m)`` of the ``m`` replies at each end of every
     coordinate (Yin et al. need it above the share of bad clients); it must trim at least one of
@@ -115,6 +129,11 @@ class AggregationConfig:
     """How many of the round's largest updates the streaming mean keeps in memory to clip them
     exactly once the median is known (more outliers than that raise the bound to the
     ``clip_keep + 1``-th largest norm, with a WARNING)."""
+    consensus_clip: float | None = DEFAULT_CONSENSUS_CLIP
+    """With ``rule: consensus``: each array of a client's update is clipped to this many times
+    the round's lower median norm of that array's updates before it is weighed
+    (:mod:`fedgo_flwr.learning.consensus`; ``null``: not clipped). Not used by the other rules
+    (the mean's is ``clip_factor``)."""
     upload_bound: float | None = DEFAULT_UPLOAD_BOUND
     """Bounds FedGAN's generator and critic (G3), DaFKD's generator and discriminator heads,
     FedTGP's prototypes (each class's; the median one vote per client), SCAFFOLD's control deltas,
@@ -156,6 +175,13 @@ class AggregationConfig:
             and 1 <= self.clip_keep <= 1000,
             "must be a whole number in [1, 1000]",
         )
+        if self.consensus_clip is not None:
+            c.require(
+                "consensus_clip",
+                math.isfinite(self.consensus_clip) and self.consensus_clip >= 1,
+                "must be a finite number >= 1, a multiple of the round's median norm of each "
+                "array's updates (or null: no clipping)",
+            )
         if self.upload_bound is not None:
             c.require(
                 "upload_bound",
@@ -257,12 +283,17 @@ class ReplyStack:
         return trimmed_mean(self.replies, self.trim_fraction)
 
 
-def new_average(config: AggregationConfig) -> RunningAverage | ReplyStack:
+def new_average(
+    config: AggregationConfig, reference: Arrays | None = None
+) -> RunningAverage | ReplyStack | ConsensusStack:
     """An empty accumulator for ``config.rule`` (``add(arrays, weight)``, ``result()``),
-    unweighted (``config.weighted`` is for the round's models:
-    :func:`fedgo_flwr.learning.clipping.round_average`)."""
+    unweighted but for ``consensus``, which takes the weights and measures each upload against
+    ``reference`` (``None``: the uploads are updates already) (``config.weighted`` is for the
+    round's models: :func:`fedgo_flwr.learning.clipping.round_average`)."""
     if config.rule == "mean":
         return RunningAverage()
+    if config.rule == "consensus":
+        return ConsensusStack(reference, config.consensus_clip)
     return ReplyStack(config.rule, config.trim_fraction)
 
 
@@ -407,19 +438,6 @@ def clip_update(
         else:
             out[key] = value
     return out, True
-
-
-def lower_median(values: Sequence[float]) -> float:
-    """The lower median of ``values``: the ``ceil(m / 2)``-th smallest of ``m``.
-
-    The lower rather than the mean of the two middle values, so that of two uploads the
-    larger cannot set it: with one honest and one huge norm the mean of the two would be
-    half the huge one, and no bound relative to it would ever bind.
-    """
-    if not len(values):
-        raise ValueError("the median of no values")
-    ordered = sorted(values)
-    return ordered[(len(ordered) - 1) // 2]
 
 
 def upload_norm(arrays: Arrays, reference: Arrays | None = None) -> np.longdouble:
@@ -609,7 +627,7 @@ class BoundedAverage:
             self.uploads, self.config.upload_bound, reference=self.reference, clients=self.clients
         )
         warn_bounded(self.bounded, self.what)
-        average = new_average(self.config)
+        average = new_average(self.config, self.reference)
         for a, w in zip(arrays, self.weights, strict=True):
             average.add(a, w)
         return average.result()
@@ -628,14 +646,6 @@ def weighted_average(arrays: Sequence[Arrays], weights: Sequence[float]) -> dict
     for a, wk in zip(arrays, w, strict=True):
         avg.add(a, wk)
     return avg.result()
-
-
-def _cast_like(value: np.ndarray, like: np.ndarray) -> np.ndarray:
-    # np.asarray: arithmetic on a 0-d array (BatchNorm's num_batches_tracked) gives a NumPy
-    # scalar, which torch.from_numpy and Flower's Array do not take.
-    if np.issubdtype(like.dtype, np.integer):
-        return np.asarray(np.rint(value).astype(like.dtype))
-    return np.asarray(value.astype(like.dtype))
 
 
 def check_arrays(

@@ -51,6 +51,7 @@ from fedgo_flwr.learning.aggregation import (
     new_average,
     upload_norm,
 )
+from fedgo_flwr.learning.consensus import ConsensusStack
 from fedgo_flwr.learning.weighted_rules import new_weighted_average
 
 run_log = logging.getLogger("flwr")
@@ -135,11 +136,7 @@ class ClippedMean:
 
     def ratio_max(self) -> tuple[float, Any]:
         """The largest ratio of an update norm to the round's lower median, and its client."""
-        if not self.norms:
-            return math.nan, None
-        median = lower_median(list(self.norms.values()))
-        client, norm = max(self.norms.items(), key=lambda kv: (kv[1], str(kv[0])))
-        return (norm / median if median > 0 else (1.0 if norm == 0 else math.inf)), client
+        return ratio_max(self.norms)
 
     def result(self) -> dict[str, np.ndarray]:
         self.clipped = []
@@ -185,15 +182,28 @@ class ClippedMean:
         return self.mean.result()
 
 
+def ratio_max(norms: Mapping[Any, float]) -> tuple[float, Any]:
+    """The largest ratio of a client's update norm in ``norms`` to their lower median, and its
+    client (``nan, None`` for none)."""
+    if not norms:
+        return math.nan, None
+    median = lower_median(list(norms.values()))
+    client, norm = max(norms.items(), key=lambda kv: (kv[1], str(kv[0])))
+    return (norm / median if median > 0 else (1.0 if norm == 0 else math.inf)), client
+
+
 def round_average(
     config: AggregationConfig, reference: Mapping[str, np.ndarray] | None, what: str = "update"
-) -> ClippedMean | RunningAverage | ReplyStack:
+) -> ClippedMean | RunningAverage | ReplyStack | ConsensusStack:
     """The accumulator of a round's client models under ``strategy.aggregation`` (``config``):
     with ``rule: mean`` and the model the clients were sent (``reference``), a
     :class:`ClippedMean` at ``clip_factor``; else :func:`new_average`'s (the median and
     trimmed mean, weighted by the replies' weights with ``config.weighted``:
     :func:`~fedgo_flwr.learning.weighted_rules.new_weighted_average`; a plain mean where there
-    is no reference, e.g. a model trained from scratch)."""
+    is no reference, e.g. a model trained from scratch; ``consensus``:
+    :class:`~fedgo_flwr.learning.consensus.ConsensusStack` against ``reference``)."""
+    if config.rule == "consensus":
+        return new_average(config, reference or None)
     if config.rule != "mean" and config.weighted:
         return new_weighted_average(config)
     if config.rule != "mean" or not reference:

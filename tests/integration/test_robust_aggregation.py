@@ -269,7 +269,8 @@ RUN = [
 NO_CLIP = "strategy.aggregation.clip_factor=null"  # the plain mean, no relative clipping
 MARGIN = 0.10
 """A robust run's final test accuracy stays within this of the clean run's (measured: clean
-0.881; poisoned mean 0.103, median 0.861, trimmed mean 0.861, clip_norm 1.0 0.822)."""
+0.881; poisoned mean 0.103, median 0.861, trimmed mean 0.861, clip_norm 1.0 0.822, consensus
+0.883)."""
 
 
 def poison(monkeypatch, cls: type, partition: int = 0, scale: float = -10.0) -> None:
@@ -309,11 +310,16 @@ def test_fedavg_with_a_poisoned_client_stays_near_the_clean_run(tmp_path, monkey
         "median": ["strategy.aggregation.rule=median"],
         "trimmed": ["strategy.aggregation.rule=trimmed_mean"],  # floor(0.2 * 6) = 1 per end
         "clipped": ["strategy.aggregation.clip_norm=1.0"],
+        "consensus": ["strategy.aggregation.rule=consensus"],
     }.items():
         rows = final_rows(tmp_path, name, *overrides)
         assert rows[-1]["test_accuracy"] >= clean - MARGIN, (name, rows[-1])
         if name == "clipped":  # the poisoned client, every round
             assert all(r["clients_clipped"] >= 1 for r in rows[1:])
+        if name == "consensus":  # partition 0's -10x model is the one it hardly trusts
+            trained = [r for r in rows[1:] if "train_loss" in r]
+            assert trained and all(r["consensus_trust_client"] == 0 for r in trained)
+            assert all(r["consensus_trust_min"] < 0.5 for r in trained)  # measured: 0.03-0.29
 
 
 @pytest.mark.slow  # three 8-round runs (about 10 s on an idle core); FedAvg's test is the fast one

@@ -70,7 +70,7 @@ def test_config_defaults_are_fedavg_with_the_bounds_on() -> None:
     assert c.upload_bound == DEFAULT_UPLOAD_BOUND == 10.0
     assert (c.clip_factor, c.clip_keep) == (10.0, 3)
     assert c.update_bound == DEFAULT_UPDATE_BOUND == 50.0
-    assert AGGREGATION_RULES == ("mean", "median", "trimmed_mean")
+    assert AGGREGATION_RULES == ("mean", "median", "trimmed_mean", "consensus")
     check(c)
 
 
@@ -117,7 +117,7 @@ def test_config_rule_must_be_one_of_the_rules() -> None:
     with pytest.raises(ConfigError) as err:
         check(AggregationConfig(rule="krum"))
     assert err.value.key == "strategy.aggregation.rule"
-    assert err.value.problem == "unknown; choose one of mean, median, trimmed_mean"
+    assert err.value.problem == "unknown; choose one of mean, median, trimmed_mean, consensus"
 
 
 def test_config_trimmed_is_floor_of_beta_m() -> None:
@@ -594,7 +594,7 @@ def test_bounded_average_is_the_plain_average_bit_for_bit_when_nothing_binds() -
     for rule in AGGREGATION_RULES:
         config = AggregationConfig(rule=rule, trim_fraction=0.34)
         bounded = BoundedAverage(config, "generator", reference=x)
-        plain = new_average(config)
+        plain = new_average(config, x)  # the consensus rule measures against the reference
         for y, n in zip(ys, weights, strict=True):
             bounded.add(y, n)
             plain.add(y, n)

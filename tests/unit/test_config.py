@@ -35,6 +35,7 @@ MEAN = {
         "clip_norm": None,
         "clip_factor": 10.0,
         "clip_keep": 3,
+        "consensus_clip": 2.0,
         "upload_bound": 10.0,
         "update_bound": 50.0,
         "weighted": False,

@@ -1,0 +1,196 @@
+"""The consensus rule: each array of each update weighed by how far it points along the round's
+coordinate-wise median update of that array, and clipped relative to the round
+(``strategy.aggregation.rule: consensus``).
+
+A client model ``y_k`` sent back for the global model ``x`` is the update ``d_k = y_k - x``, and
+``d_k^a`` its part in array ``a`` (a layer's weight, its bias). The rule is FLTrust's aggregation
+(Cao, Fang, Liu, Gong, "FLTrust: Byzantine-robust Federated Learning via Trust Bootstrapping",
+NDSS 2021, Sec. IV, Eq. 3-5), applied to each array on its own, with three changes that let it
+run without a server data set and keep FedAvg's weighting:
+
+- the trusted reference ``g_0`` is the round's coordinate-wise median update ``med^a`` (Yin et
+  al., ICML 2018), not an update the server trains on its own clean data;
+- a client's trust score in array ``a`` is ``t_k^a = clip(cos(d_k^a, med^a) / (f c^a), 0, 1)``,
+  where ``c^a`` is the round's lower median of those cosines and ``f`` = :data:`TRUST_FRACTION`
+  (1/2), instead of FLTrust's ``ReLU(cos)``: a client pointing at least half as well along the
+  median as the middle client counts in full, so honest replies keep their weights, and one
+  pointing away from it (a sign-flipped update) or far less along it than the others counts
+  for less or nothing;
+- each ``d_k^a`` is clipped to ``consensus_clip`` times the round's lower median of
+  ``||d_k^a||`` (``strategy.aggregation.consensus_clip``, default 2) instead of FLTrust's
+  rescaling to ``||g_0||``: the median of several update vectors is much shorter than each of
+  them when the clients disagree, and scaling to it would shrink honest rounds;
+
+and then combines with the strategy's weights ``w_k`` (FedAvg's ``n_k``):
+
+    x'^a = x^a + sum_k w_k t_k^a d_k^a min(1, consensus_clip m^a / ||d_k^a||) / sum_k w_k t_k^a.
+
+Per array, not over the whole model, because a whole-model cosine and norm let an update
+concentrated on a few coordinates through: the coordinate-wise median of diverse updates is
+short and dominated by its coherent coordinates (the biases), so a whole-model budget spent on
+one class's bias scored a trust of 0.28 in the adversary profile's round 1 and took the model to
+chance; per array it is clipped to twice a typical bias update. One client, whatever it sends,
+then moves each array of the average by at most ``consensus_clip`` typical updates of that array
+times its weight share, and in full only in a direction whose cosine with the median is at least
+half the middle client's: what it can still do is push within that cone (an attacker that knows
+the rule aims there). What it costs honest runs, and what it stops, are measured in
+``benchmarks/results/robust-rule-cost/`` ("The consensus rule"). Arrays that are not floating
+(BatchNorm's counters) take the weighted mean of the models, as FedAvg's. Where no update of an
+array has a positive score (every cosine 0 or below, or a zero median), that array takes the
+round's median update. A client's recorded trust is the mean of its arrays' scores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedgo_flwr.learning.numerics import cast_like as _cast_like
+from fedgo_flwr.learning.numerics import lower_median
+
+Arrays = Mapping[str, np.ndarray]
+
+__all__ = ["TRUST_FRACTION", "ConsensusStack", "Scores", "consensus_mean"]
+
+TRUST_FRACTION = 0.5
+"""A client whose cosine with an array's median update is at least this fraction of the
+round's lower median cosine counts in full (``t = 1``); below it, in proportion, down to 0.
+Chosen on the tuning seeds (``benchmarks/results/robust-rule-cost/``, "The consensus rule"):
+with 1 (the middle client's cosine) about half of the honest replies weighed less every round,
+which cost the main job at Dirichlet alpha 0.1 on every report seed."""
+
+
+def _flat(arrays: Arrays, reference: Arrays | None, keys: Sequence[str]) -> np.ndarray:
+    """The floating ``keys`` of ``arrays - reference`` (``reference`` ``None``: 0) as one float64
+    vector."""
+    parts = []
+    for k in keys:
+        v = np.asarray(arrays[k], dtype=np.float64).ravel()
+        if reference is not None:
+            v = v - np.asarray(reference[k], dtype=np.float64).ravel()
+        parts.append(v)
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per client, in the order of the models: its trust score (the mean over its arrays), its
+    whole update's norm and whether any of its arrays was clipped."""
+
+    trust: np.ndarray
+    norms: np.ndarray
+    clipped: np.ndarray
+
+
+def _combine(
+    d: np.ndarray, w: np.ndarray, clip_factor: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rule on one array's updates ``d`` (a row per client): the combined update, the
+    clients' trust scores and which of them were clipped."""
+    norms = np.linalg.norm(d, axis=1)
+    median = np.median(d, axis=0)
+    median_norm = float(np.linalg.norm(median))
+    if median_norm > 0:
+        cos = np.where(norms > 0, d @ median / (np.where(norms > 0, norms, 1.0) * median_norm), 0.0)
+    else:
+        cos = np.zeros(len(d))
+    c = lower_median(cos.tolist())
+    c *= TRUST_FRACTION
+    trust = np.clip(cos / c, 0.0, 1.0) if c > 0 else np.clip(cos, 0.0, 1.0)
+    if clip_factor is None:
+        scale = np.ones(len(d))
+    else:
+        bound = clip_factor * lower_median(norms.tolist())
+        scale = np.where(norms > bound, bound / np.where(norms > 0, norms, 1.0), 1.0)
+    mass = w * trust
+    if mass.sum() > 0 and math.isfinite(float(mass.sum())):
+        return ((mass * scale)[:, None] * d).sum(axis=0) / mass.sum(), trust, scale < 1
+    return median, trust, scale < 1
+
+
+def consensus_mean(
+    models: Sequence[Arrays],
+    weights: Sequence[float],
+    reference: Arrays | None,
+    clip_factor: float | None = 2.0,
+) -> tuple[dict[str, np.ndarray], Scores]:
+    """The consensus rule's combination of ``models`` (module docstring) against ``reference``
+    (the model the clients were sent; ``None``: the uploads are updates already, e.g. SCAFFOLD's
+    control deltas), with the strategy's ``weights``, each array of each update clipped to
+    ``clip_factor`` times the round's lower median norm of that array's updates (``None``: not
+    clipped); returns it and the clients' :class:`Scores`."""
+    if not models:
+        raise ValueError("nothing to aggregate: no arrays")
+    if len(weights) != len(models):
+        raise ValueError(f"{len(models)} models but {len(weights)} weights")
+    w = np.asarray(weights, dtype=np.float64)
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise ValueError(f"weights must be finite, non-negative and not all 0, got {weights}")
+    first = models[0]
+    keys = [k for k in first if np.issubdtype(np.asarray(first[k]).dtype, np.floating)]
+    d = np.stack([_flat(a, reference, keys) for a in models])  # (m, P)
+    sizes = [np.asarray(first[k]).size for k in keys]
+    edges = np.cumsum([0, *sizes])
+    spans = zip(edges[:-1], edges[1:], strict=True)
+    parts = [_combine(d[:, a:b], w, clip_factor) for a, b in spans]
+    combined = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+    trust = np.mean([p[1] for p in parts], axis=0) if parts else np.ones(len(models))
+    clipped = np.any([p[2] for p in parts], axis=0) if parts else np.zeros(len(models), bool)
+    out: dict[str, np.ndarray] = {}
+    start = 0
+    for k in keys:
+        like = np.asarray(first[k])
+        part = combined[start : start + like.size].reshape(like.shape)
+        start += like.size
+        base = np.asarray(reference[k], dtype=np.float64) if reference is not None else 0.0
+        out[k] = _cast_like(base + part, like)
+    for k in first:
+        if k not in out:  # integer buffers: the weighted mean of the models, as FedAvg's
+            stack = np.stack([np.asarray(a[k], dtype=np.float64) for a in models])
+            mean = np.tensordot(w / w.sum(), stack, axes=1)
+            out[k] = _cast_like(mean, np.asarray(first[k]))
+    return {k: out[k] for k in first}, Scores(trust, np.linalg.norm(d, axis=1), clipped)
+
+
+class ConsensusStack:
+    """The round's models kept whole for :func:`consensus_mean` (it needs every update at once),
+    with their weights and clients; ``add(arrays, weight, client)`` and ``result()`` as the
+    other accumulators. After :meth:`result`, ``trust`` maps each client to its score, ``norms``
+    to its whole update's norm, and ``clipped`` lists the clients with an array clipped."""
+
+    def __init__(
+        self, reference: Mapping[str, np.ndarray] | None, clip_factor: float | None = 2.0
+    ) -> None:
+        self.reference = reference
+        self.clip_factor = clip_factor
+        self.replies: list[Arrays] = []
+        self.weights: list[float] = []
+        self.clients: list[Any] = []
+        self.trust: dict[Any, float] = {}
+        self.norms: dict[Any, float] = {}
+        self.clipped: list[Any] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.replies)
+
+    def add(self, arrays: Arrays, weight: float, client: Any = None) -> None:
+        w = float(weight)
+        if not np.isfinite(w) or w < 0:
+            raise ValueError(f"weight must be finite and non-negative, got {weight}")
+        if self.replies and set(arrays) != set(self.replies[0]):
+            raise ValueError("array sets have different keys")
+        self.replies.append(arrays)
+        self.weights.append(w)
+        self.clients.append(len(self.clients) if client is None else client)
+
+    def result(self) -> dict[str, np.ndarray]:
+        out, scores = consensus_mean(self.replies, self.weights, self.reference, self.clip_factor)
+        self.trust = dict(zip(self.clients, scores.trust.tolist(), strict=True))
+        self.norms = dict(zip(self.clients, scores.norms.tolist(), strict=True))
+        self.clipped = [c for c, hit in zip(self.clients, scores.clipped, strict=True) if hit]
+        return out
