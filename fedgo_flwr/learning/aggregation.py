@@ -39,8 +39,8 @@ import numpy as np
 
 from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.learning.consensus import ConsensusStack
+from fedgo_flwr.learning.numerics import KeptReplies, lower_median
 from fedgo_flwr.learning.numerics import cast_like as _cast_like
-from fedgo_flwr.learning.numerics import lower_median
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -242,32 +242,22 @@ class RunningAverage:
         return {k: _cast_like(acc / total, self.like[k]) for k, acc in self.sums.items()}
 
 
-class ReplyStack:
+class ReplyStack(KeptReplies):
     """The round's client models kept whole, for the rules that cannot stream.
 
     The coordinate-wise median and trimmed mean need every reply of a coordinate at once, so
     memory grows with the number of replies (``K`` models), unlike :class:`RunningAverage`.
-    Weights are checked as there but not used: both rules are unweighted (:func:`robust_average`).
+    Weights are checked and kept (:class:`~fedgo_flwr.learning.numerics.KeptReplies`) but not
+    used here: both rules are unweighted (:func:`robust_average`); the weighted rules'
+    :class:`~fedgo_flwr.learning.weighted_rules.WeightedReplyStack` takes them.
     """
 
     def __init__(self, rule: str, trim_fraction: float = 0.0) -> None:
         if rule not in ("median", "trimmed_mean"):
             raise ValueError(f"ReplyStack takes median or trimmed_mean, not {rule!r}")
+        super().__init__()
         self.rule = rule
         self.trim_fraction = trim_fraction
-        self.replies: list[Arrays] = []
-
-    @property
-    def count(self) -> int:
-        return len(self.replies)
-
-    def add(self, arrays: Arrays, weight: float, client: Any = None) -> None:
-        w = float(weight)
-        if not np.isfinite(w) or w < 0:
-            raise ValueError(f"weight must be finite and non-negative, got {weight}")
-        if self.replies and set(arrays) != set(self.replies[0]):
-            raise ValueError("array sets have different keys")
-        self.replies.append(arrays)
 
     def result(self) -> dict[str, np.ndarray]:
         if self.rule == "median":
@@ -584,7 +574,7 @@ def warn_bounded(bounded: Sequence[BoundedUpload], what: str) -> None:
         run_log.warning(b.message(what))
 
 
-class BoundedAverage:
+class BoundedAverage(KeptReplies):
     """A round's uploads of one kind, averaged under ``strategy.aggregation`` at :meth:`result`.
 
     Unlike :class:`RunningAverage` it keeps every upload of the round (the bound needs the
@@ -600,31 +590,15 @@ class BoundedAverage:
     def __init__(
         self, config: AggregationConfig, what: str = "upload", reference: Arrays | None = None
     ) -> None:
+        super().__init__()
         self.config = config
         self.what = what
         self.reference = reference
-        self.uploads: list[Arrays] = []
-        self.weights: list[float] = []
-        self.clients: list[Any] = []
         self.bounded: list[BoundedUpload] = []
-
-    @property
-    def count(self) -> int:
-        return len(self.uploads)
-
-    def add(self, arrays: Arrays, weight: float, client: Any = None) -> None:
-        w = float(weight)
-        if not np.isfinite(w) or w < 0:
-            raise ValueError(f"weight must be finite and non-negative, got {weight}")
-        if self.uploads and set(arrays) != set(self.uploads[0]):
-            raise ValueError("array sets have different keys")
-        self.uploads.append(arrays)
-        self.weights.append(weight)
-        self.clients.append(len(self.clients) if client is None else client)
 
     def result(self) -> dict[str, np.ndarray]:
         arrays, self.bounded = bound_uploads(
-            self.uploads, self.config.upload_bound, reference=self.reference, clients=self.clients
+            self.replies, self.config.upload_bound, reference=self.reference, clients=self.clients
         )
         warn_bounded(self.bounded, self.what)
         average = new_average(self.config, self.reference)

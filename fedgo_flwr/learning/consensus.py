@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from fedgo_flwr.learning.numerics import KeptReplies, lower_median
 from fedgo_flwr.learning.numerics import cast_like as _cast_like
-from fedgo_flwr.learning.numerics import lower_median
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -156,7 +156,7 @@ def consensus_mean(
     return {k: out[k] for k in first}, Scores(trust, np.linalg.norm(d, axis=1), clipped)
 
 
-class ConsensusStack:
+class ConsensusStack(KeptReplies):
     """The round's models kept whole for :func:`consensus_mean` (it needs every update at once),
     with their weights and clients; ``add(arrays, weight, client)`` and ``result()`` as the
     other accumulators. After :meth:`result`, ``trust`` maps each client to its score, ``norms``
@@ -165,28 +165,12 @@ class ConsensusStack:
     def __init__(
         self, reference: Mapping[str, np.ndarray] | None, clip_factor: float | None = 2.0
     ) -> None:
+        super().__init__()
         self.reference = reference
         self.clip_factor = clip_factor
-        self.replies: list[Arrays] = []
-        self.weights: list[float] = []
-        self.clients: list[Any] = []
         self.trust: dict[Any, float] = {}
         self.norms: dict[Any, float] = {}
         self.clipped: list[Any] = []
-
-    @property
-    def count(self) -> int:
-        return len(self.replies)
-
-    def add(self, arrays: Arrays, weight: float, client: Any = None) -> None:
-        w = float(weight)
-        if not np.isfinite(w) or w < 0:
-            raise ValueError(f"weight must be finite and non-negative, got {weight}")
-        if self.replies and set(arrays) != set(self.replies[0]):
-            raise ValueError("array sets have different keys")
-        self.replies.append(arrays)
-        self.weights.append(w)
-        self.clients.append(len(self.clients) if client is None else client)
 
     def result(self) -> dict[str, np.ndarray]:
         out, scores = consensus_mean(self.replies, self.weights, self.reference, self.clip_factor)

@@ -1,9 +1,10 @@
-"""Small numerics the aggregation rules share: the lower median and the cast back to an
-array's own dtype."""
+"""What the aggregation rules share below :mod:`fedgo_flwr.learning.aggregation`: the lower
+median, the cast back to an array's own dtype, and a round's replies kept whole."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,3 +29,28 @@ def cast_like(value: np.ndarray, like: np.ndarray) -> np.ndarray:
     if np.issubdtype(like.dtype, np.integer):
         return np.asarray(np.rint(value).astype(like.dtype))
     return np.asarray(value.astype(like.dtype))
+
+
+class KeptReplies:
+    """A round's replies kept whole with their weights and clients, for the combinations that
+    need them all at once: ``add(arrays, weight, client)`` checks the weight (finite, ``>= 0``)
+    and that every reply has the same keys; ``count`` is how many were added."""
+
+    def __init__(self) -> None:
+        self.replies: list[Mapping[str, np.ndarray]] = []
+        self.weights: list[float] = []
+        self.clients: list[Any] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.replies)
+
+    def add(self, arrays: Mapping[str, np.ndarray], weight: float, client: Any = None) -> None:
+        w = float(weight)
+        if not np.isfinite(w) or w < 0:
+            raise ValueError(f"weight must be finite and non-negative, got {weight}")
+        if self.replies and set(arrays) != set(self.replies[0]):
+            raise ValueError("array sets have different keys")
+        self.replies.append(arrays)
+        self.weights.append(w)
+        self.clients.append(len(self.clients) if client is None else client)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -107,14 +106,6 @@ class WeightedReplyStack(ReplyStack):
     """:class:`~fedgo_flwr.learning.aggregation.ReplyStack` whose median and trimmed mean take
     the weights the replies were added with (:func:`weighted_median`,
     :func:`weighted_trimmed_mean`)."""
-
-    def __init__(self, rule: str, trim_fraction: float = 0.0) -> None:
-        super().__init__(rule, trim_fraction)
-        self.weights: list[float] = []
-
-    def add(self, arrays: Arrays, weight: float, client: Any = None) -> None:
-        super().add(arrays, weight)
-        self.weights.append(float(weight))
 
     def result(self) -> dict[str, np.ndarray]:
         if self.rule == "median":
