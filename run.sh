@@ -44,7 +44,9 @@ Modes:
 
 Environment:
   PYTHON=python3.11       the Python that creates .venv (3.11 or later; default python3)
-  FEDGO_VENV=DIR          the virtual environment to use, created if missing (default .venv)
+  FEDGO_VENV=DIR          the virtual environment to use, created if missing (default .venv;
+                          that needs about 7 GB free without torch in it: FEDGO_SKIP_DISK_CHECK=1
+                          skips the check)
   FEDGO_SUPERNODES=N      simulate N nodes (default: one per client, data.num_clients);
                           with fewer, each node serves its share of the clients in turn
   FEDGO_FLWR_HOMES=DIR    where each run's Flower home run.XXXXXX goes (default .flwr/):
@@ -93,6 +95,21 @@ setup() {
   if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     echo "fedgo-flwr: needs Python >= 3.11 (Flower 1.42 does); $python is" \
       "$("$python" --version 2>&1 || echo missing). Set PYTHON=/path/to/python3.11" >&2
+    exit 1
+  fi
+  # A full disk would stop pip halfway with "No space left on device": say so before starting,
+  # unless torch is in the venv already (README's CPU build: nothing large left to install).
+  local where free_kb need_gb=7 has_torch=""
+  where="$(dirname "$VENV")"
+  free_kb="$(df -Pk "$where" 2>/dev/null | awk 'NR == 2 {print $4}')"
+  compgen -G "$VENV/lib/python3*/site-packages/torch" > /dev/null && has_torch=1
+  if [[ -z "${FEDGO_SKIP_DISK_CHECK:-}" && -z "$has_torch" && "$free_kb" =~ ^[0-9]+$ ]] \
+    && ((free_kb < need_gb * 1024 * 1024)); then
+    echo "fedgo-flwr: not enough disk for $VENV: it needs about $need_gb GB free (torch" \
+      "2.14.1 with its CUDA libraries is about 6 GB installed); $where has" \
+      "$((free_kb / 1024)) MB free. Free some" \
+      "space, set FEDGO_VENV=DIR on a larger disk, or FEDGO_SKIP_DISK_CHECK=1 to try anyway" \
+      "(e.g. with a CPU-only torch, see README)" >&2
     exit 1
   fi
   echo "fedgo-flwr: setting up $VENV (first run: a few minutes; torch 2.14.1 with its CUDA" \
