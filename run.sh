@@ -45,8 +45,8 @@ Modes:
 Environment:
   PYTHON=python3.11       the Python that creates .venv (3.11 or later; default python3)
   FEDGO_VENV=DIR          the virtual environment to use, created if missing (default .venv;
-                          that needs about 7 GB free without torch in it: FEDGO_SKIP_DISK_CHECK=1
-                          skips the check)
+                          that needs about 7 GB free unless torch is in it already)
+  FEDGO_SKIP_DISK_CHECK=1 create it without checking the free space first
   FEDGO_SUPERNODES=N      simulate N nodes (default: one per client, data.num_clients);
                           with fewer, each node serves its share of the clients in turn
   FEDGO_FLWR_HOMES=DIR    where each run's Flower home run.XXXXXX goes (default .flwr/):
