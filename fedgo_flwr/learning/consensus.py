@@ -64,18 +64,6 @@ with 1 (the middle client's cosine) about half of the honest replies weighed les
 which cost the main job at Dirichlet alpha 0.1 on every report seed."""
 
 
-def _flat(arrays: Arrays, reference: Arrays | None, keys: Sequence[str]) -> np.ndarray:
-    """The floating ``keys`` of ``arrays - reference`` (``reference`` ``None``: 0) as one float64
-    vector."""
-    parts = []
-    for k in keys:
-        v = np.asarray(arrays[k], dtype=np.float64).ravel()
-        if reference is not None:
-            v = v - np.asarray(reference[k], dtype=np.float64).ravel()
-        parts.append(v)
-    return np.concatenate(parts) if parts else np.zeros(0)
-
-
 @dataclass(frozen=True)
 class Scores:
     """Per client, in the order of the models: its trust score (the mean over its arrays), its
@@ -130,30 +118,26 @@ def consensus_mean(
     w = np.asarray(weights, dtype=np.float64)
     if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
         raise ValueError(f"weights must be finite, non-negative and not all 0, got {weights}")
-    first = models[0]
-    keys = [k for k in first if np.issubdtype(np.asarray(first[k]).dtype, np.floating)]
-    d = np.stack([_flat(a, reference, keys) for a in models])  # (m, P)
-    sizes = [np.asarray(first[k]).size for k in keys]
-    edges = np.cumsum([0, *sizes])
-    spans = zip(edges[:-1], edges[1:], strict=True)
-    parts = [_combine(d[:, a:b], w, clip_factor) for a, b in spans]
-    combined = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
-    trust = np.mean([p[1] for p in parts], axis=0) if parts else np.ones(len(models))
-    clipped = np.any([p[2] for p in parts], axis=0) if parts else np.zeros(len(models), bool)
+    m = len(models)
     out: dict[str, np.ndarray] = {}
-    start = 0
-    for k in keys:
-        like = np.asarray(first[k])
-        part = combined[start : start + like.size].reshape(like.shape)
-        start += like.size
-        base = np.asarray(reference[k], dtype=np.float64) if reference is not None else 0.0
-        out[k] = _cast_like(base + part, like)
-    for k in first:
-        if k not in out:  # integer buffers: the weighted mean of the models, as FedAvg's
-            stack = np.stack([np.asarray(a[k], dtype=np.float64) for a in models])
-            mean = np.tensordot(w / w.sum(), stack, axes=1)
-            out[k] = _cast_like(mean, np.asarray(first[k]))
-    return {k: out[k] for k in first}, Scores(trust, np.linalg.norm(d, axis=1), clipped)
+    trust, clipped, squares = np.zeros(m), np.zeros(m, bool), np.zeros(m)
+    floating = 0
+    for k, v in models[0].items():
+        like = np.asarray(v)
+        stack = np.stack([np.asarray(a[k], dtype=np.float64).ravel() for a in models])  # (m, size)
+        if not np.issubdtype(like.dtype, np.floating):  # BatchNorm's counters: FedAvg's mean
+            out[k] = _cast_like(np.tensordot(w / w.sum(), stack, axes=1).reshape(like.shape), like)
+            continue
+        base = np.asarray(reference[k], dtype=np.float64).ravel() if reference is not None else 0.0
+        d = stack - base
+        combined, t, hit = _combine(d, w, clip_factor)
+        out[k] = _cast_like((base + combined).reshape(like.shape), like)
+        trust += t
+        clipped |= hit
+        squares += np.square(d).sum(axis=1)
+        floating += 1
+    trust = trust / floating if floating else np.ones(m)
+    return out, Scores(trust, np.sqrt(squares), clipped)
 
 
 class ConsensusStack(KeptReplies):
