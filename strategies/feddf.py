@@ -183,11 +183,19 @@ class FedDF(Strategy):
             )
         if cfg is not None and heterogeneous_models(cfg) and cls.supports_heterogeneous_models:
             agg = config.aggregation
-            c.at(f"{c.prefix}aggregation.", agg).require(
-                "rule" if agg.rule != "mean" else "clip_norm",
-                agg.rule == "mean" and agg.clip_norm is None,
-                "must be the default with model.client_models: each architecture's prototype "
-                "starts from the plain n_k-weighted mean of its own clients (FedDF Alg. 3)",
+            at = c.at(f"{c.prefix}aggregation.", agg)
+            at.require(
+                "rule",
+                agg.rule == "mean",
+                "must be 'mean' with model.client_models (set strategy.aggregation.rule=mean): "
+                "each architecture's prototype starts from the plain n_k-weighted mean of its "
+                "own clients (FedDF Alg. 3), and no other rule is defined across architectures",
+            )
+            at.require(
+                "clip_norm",
+                agg.clip_norm is None,
+                "must be null with model.client_models: each architecture's prototype starts "
+                "from the plain n_k-weighted mean of its own clients (FedDF Alg. 3)",
             )
         needs = get_weighting(config.weighting).requires
         if "disc_logits" in needs and not cls.uses_discriminators:

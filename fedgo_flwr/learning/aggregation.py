@@ -94,7 +94,11 @@ uploads it is for are 1e5 times the model and more."""
 @dataclass
 class AggregationConfig:
     """How the round's client models become one (``strategy.aggregation.<key>`` in YAML). The
-    defaults (``mean``, no clipping) are FedAvg's aggregation, bit for bit.
+    default rule is ``consensus``, so that one client cannot own or freeze a run under the
+    defaults (``benchmarks/results/robust-rule-cost/``, "The consensus rule", measures what it
+    costs honest runs); ``rule: mean`` is FedAvg's aggregation bit for bit (with
+    ``clip_factor`` not binding), and the paper and benchmark presets (``conf/paper``,
+    ``conf/bench``) set it, as the papers do.
 
     The classifier's average keeps streaming one reply at a time: its bounds are
     ``update_bound``, ``clip_norm``, ``clip_factor`` and the rules. Every other upload is
@@ -102,7 +106,7 @@ class AggregationConfig:
     models in memory), and takes ``rule`` and ``trim_fraction`` too where it is averaged.
     """
 
-    rule: str = "mean"
+    rule: str = "consensus"
     """How every averaging strategy (FedAvg, FedProx, SCAFFOLD's model update, the FedDF family's
     average initialisation) combines the round's client models: ``mean`` (n_k-weighted, FedAvg),
     ``median`` or ``trimmed_mean`` (coordinate-wise and unweighted unless ``weighted``, Yin et

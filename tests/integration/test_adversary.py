@@ -2,8 +2,11 @@
 
 Each test lets the clients train honestly and edits one client's reply on its way to the
 server, as an attacker who knows the bounds would: the reply passes every check of the intake,
-so what stops it is the round-relative clipping of updates (``strategy.aggregation.
-clip_factor``) and, where a bad model got through anyway, the round loop's rollback.
+so what stops it is the default consensus rule (each array of an update weighed by its cosine
+with the round's median update and clipped to ``consensus_clip`` times the round's median norm
+of that array), under ``rule: mean`` the round-relative clipping of updates
+(``strategy.aggregation.clip_factor``), and, where a bad model got through anyway, the round
+loop's rollback.
 """
 
 from __future__ import annotations
@@ -74,10 +77,27 @@ def run(tmp_path: Path, *overrides: str) -> list[dict]:
     return rows_of(tmp_path)
 
 
+MEAN = "strategy.aggregation.rule=mean"  # FedAvg's mean (the default rule is consensus)
+
+
+def test_under_the_default_rule_an_update_49x_the_model_is_clipped_and_named(tmp_path, monkeypatch):
+    """Two clients a round: their median update is their mean, which the attacker's points
+    along, so it is trusted; its arrays are clipped to twice the honest client's norms (the
+    lower median of two), and the next rounds train from a usable model."""
+    attack(monkeypatch, scaled_away(49.0))
+    rows = run(tmp_path, "rounds=3")
+    assert rows[1]["clients_replied"] == 2  # inside every bound of the intake
+    assert rows[1]["clients_clipped_relative"] == 1
+    assert rows[1]["update_ratio_client"] == BAD and rows[1]["update_ratio_max"] > 100
+    for row in rows[2:]:
+        assert row["clients_failed"] == 0 and row["rolled_back"] == 0
+        assert np.isfinite(row["train_loss"])
+
+
 def test_an_update_49x_the_model_is_clipped_to_the_round_and_named(tmp_path, monkeypatch, caplog):
     attack(monkeypatch, scaled_away(49.0))
     with caplog.at_level(logging.WARNING):
-        rows = run(tmp_path, "rounds=3")
+        rows = run(tmp_path, "rounds=3", MEAN)
     assert rows[1]["clients_replied"] == 2  # inside every bound of the intake
     assert rows[1]["clients_clipped_relative"] == 1
     assert rows[1]["update_ratio_client"] == BAD and rows[1]["update_ratio_max"] > 100
@@ -94,7 +114,7 @@ def test_without_clipping_the_broken_model_is_rolled_back_not_kept(tmp_path, mon
     be the same (0 usable replies, the model kept for good)."""
     attack(monkeypatch, scaled_away(49.0))
     with caplog.at_level(logging.WARNING):
-        rows = run(tmp_path, "rounds=4", "strategy.aggregation.clip_factor=null")
+        rows = run(tmp_path, "rounds=4", MEAN, "strategy.aggregation.clip_factor=null")
     assert rows[1]["clients_replied"] == 2 and rows[1]["rolled_back"] == 0
     assert rows[1]["update_ratio_client"] == BAD
     back = [r["round"] for r in rows[1:] if r["rolled_back"]]

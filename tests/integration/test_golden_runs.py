@@ -66,9 +66,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pytest
-import torch
+if __name__ == "__main__":  # the script form: the kernel level pytest runs at, set first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from conftest import KERNEL_LEVEL  # tests/conftest.py: before torch or NumPy is imported
+
+    for _key, _value in KERNEL_LEVEL.items():
+        os.environ.setdefault(_key, _value)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 if __name__ == "__main__" and str(ROOT) not in sys.path:  # as a script: this checkout's code
@@ -194,7 +201,12 @@ SCENARIOS: dict[str, tuple[str, list[str]]] = {
     # FedDF on the clients' models of two architectures (logits only meet).
     "feddf_mixed_models": (
         "default",
-        ["strategy.name=feddf", "strategy.distill.epochs=1", "model.client_models=[cnn, mlp]"],
+        [
+            "strategy.name=feddf",
+            "strategy.distill.epochs=1",
+            "model.client_models=[cnn, mlp]",
+            "strategy.aggregation.rule=mean",  # the only rule across architectures
+        ],
     ),
     # Co-Boosting with FedGO's odds alone (no learned scalar weights).
     "coboosting_fedgo_odds": (

@@ -361,7 +361,8 @@ def test_fedgan_averages_by_data_size_and_leaves_out_a_failed_client(tmp_path, m
         return pair, {}
 
     monkeypatch.setattr(FedGOClient, "train_fedgan", fake)
-    run(tmp_path, *G3, "strategy.generator.federated_rounds=1")
+    # rule mean: FedGAN's own average (the default consensus rule weighs each by its trust)
+    run(tmp_path, *G3, "strategy.generator.federated_rounds=1", "strategy.aggregation.rule=mean")
     gen = json.loads((tmp_path / "prefl.json").read_text())["generator"]
     assert gen["rounds"][0]["clients"] == [0, 1, 3] and gen["rounds"][0]["left_out"] == [2]
     cfg = load_experiment(ROOT / "conf/default.yaml", [*TINY, "data.alpha=1.0"])

@@ -297,9 +297,9 @@ G3 = [
 ]
 
 
-def g3_config(tmp_path: Path):
+def g3_config(tmp_path: Path, *overrides: str):
     try:
-        return config(tmp_path, *G3)
+        return config(tmp_path, *G3, *overrides)
     except Exception as exc:  # noqa: BLE001 - the scenario's keys, named if they changed
         pytest.fail(f"the G3 configuration does not load: {exc}")
 
@@ -334,8 +334,9 @@ def test_a_fedgan_reply_without_its_token_is_refused(tmp_path, monkeypatch, flwr
 
 
 def test_fedgan_weights_by_the_servers_count(tmp_path, monkeypatch):
-    """With every claim honest, the weights are the partition sizes (the same average)."""
-    cfg = g3_config(tmp_path)
+    """With every claim honest, the weights are the partition sizes (the same average; the
+    mean's, whose accumulator this records: the default consensus rule takes them too)."""
+    cfg = g3_config(tmp_path, "strategy.aggregation.rule=mean")
     sizes = make_partition(cfg).client_sizes
     from fedgo_flwr.learning.aggregation import RunningAverage
 

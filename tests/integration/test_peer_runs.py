@@ -269,6 +269,7 @@ def test_a_public_folder_must_match_the_clients_channels(tmp_path):
 
 # -- FedDF with clients of several architectures (FedDF Alg. 3) ----------------------------
 MIXED = ["model.name=cnn", "model.client_models=[cnn, mlp]", "strategy.distill.epochs=1"]
+MIXED += ["strategy.aggregation.rule=mean"]  # the one rule across architectures
 
 
 def test_feddf_fuses_one_prototype_per_architecture(tmp_path, monkeypatch):

@@ -111,9 +111,9 @@ def test_a_huge_update_is_clipped_without_overflow():
     assert update_norm(out, x) == pytest.approx(1.0)
 
 
-def test_the_default_rule_is_the_weighted_running_mean():
+def test_the_mean_rule_is_the_weighted_running_mean():
     a = models(1.0, 2.0, 4.0)
-    avg = new_average(AggregationConfig())
+    avg = new_average(AggregationConfig(rule="mean"))
     assert isinstance(avg, RunningAverage)
     for arrays, n in zip(a, (1, 1, 2), strict=True):
         avg.add(arrays, n)
@@ -266,7 +266,8 @@ RUN = [
     "checkpoint=false",
     "eval.every=8",  # the tests read the last round's accuracy; every round's other columns
 ]
-NO_CLIP = "strategy.aggregation.clip_factor=null"  # the plain mean, no relative clipping
+MEAN = "strategy.aggregation.rule=mean"  # FedAvg's mean (the default rule is consensus)
+NO_CLIP = (MEAN, "strategy.aggregation.clip_factor=null")  # the plain mean, no relative clip
 MARGIN = 0.10
 """A robust run's final test accuracy stays within this of the clean run's (measured: clean
 0.881; poisoned mean 0.103, median 0.861, trimmed mean 0.861, clip_norm 1.0 0.822, consensus
@@ -299,18 +300,18 @@ def test_fedavg_with_a_poisoned_client_stays_near_the_clean_run(tmp_path, monkey
     clean = final_rows(tmp_path, "clean")[-1]["test_accuracy"]
     assert clean > 0.8
     poison(monkeypatch, FedAvgClient)
-    plain = final_rows(tmp_path, "mean", NO_CLIP)[-1]["test_accuracy"]
+    plain = final_rows(tmp_path, "mean", *NO_CLIP)[-1]["test_accuracy"]
     assert plain < 0.2  # the n_k-weighted mean collapses (10 classes: chance is 0.1)
-    # The default clips the update to clip_factor typical ones: far less harm, not none (a
-    # -10x model every round is still 10 updates against the honest 5).
-    default = final_rows(tmp_path, "default")
-    assert default[-1]["test_accuracy"] > plain + 0.15
-    assert all(r["clients_clipped_relative"] == 1 for r in default[1:] if "train_loss" in r)
+    # The mean clips the update to clip_factor typical ones: far less harm, not none (a -10x
+    # model every round is still 10 updates against the honest 5).
+    clipped_mean = final_rows(tmp_path, "clipped-mean", MEAN)
+    assert clipped_mean[-1]["test_accuracy"] > plain + 0.15
+    assert all(r["clients_clipped_relative"] == 1 for r in clipped_mean[1:] if "train_loss" in r)
     for name, overrides in {
         "median": ["strategy.aggregation.rule=median"],
         "trimmed": ["strategy.aggregation.rule=trimmed_mean"],  # floor(0.2 * 6) = 1 per end
-        "clipped": ["strategy.aggregation.clip_norm=1.0"],
-        "consensus": ["strategy.aggregation.rule=consensus"],
+        "clipped": [MEAN, "strategy.aggregation.clip_norm=1.0"],
+        "consensus": [],  # the default
     }.items():
         rows = final_rows(tmp_path, name, *overrides)
         assert rows[-1]["test_accuracy"] >= clean - MARGIN, (name, rows[-1])
@@ -328,7 +329,7 @@ def test_scaffold_median_with_a_poisoned_model_update(tmp_path, monkeypatch):
     # here (the model is scaled after the client computed it).
     clean = final_rows(tmp_path, "clean", "strategy.name=scaffold")[-1]["test_accuracy"]
     poison(monkeypatch, ScaffoldClient)
-    plain = final_rows(tmp_path, "mean", "strategy.name=scaffold", NO_CLIP)[-1]["test_accuracy"]
+    plain = final_rows(tmp_path, "mean", "strategy.name=scaffold", *NO_CLIP)[-1]["test_accuracy"]
     robust = final_rows(
         tmp_path, "median", "strategy.name=scaffold", "strategy.aggregation.rule=median"
     )[-1]["test_accuracy"]
@@ -338,7 +339,7 @@ def test_scaffold_median_with_a_poisoned_model_update(tmp_path, monkeypatch):
 def test_feddf_starts_distillation_from_the_robust_average(tmp_path, monkeypatch):
     poison(monkeypatch, FedAvgClient)
     feddf = ["strategy.name=feddf", "rounds=1", "strategy.distill.epochs=1"]
-    plain = final_rows(tmp_path, "mean", *feddf, NO_CLIP)[-1]["init_test_accuracy"]
+    plain = final_rows(tmp_path, "mean", *feddf, *NO_CLIP)[-1]["init_test_accuracy"]
     robust = final_rows(tmp_path, "median", *feddf, "strategy.aggregation.rule=median")
     assert plain < 0.2 and robust[-1]["init_test_accuracy"] > 0.2
 
@@ -367,7 +368,7 @@ def test_feddisco_takes_its_weights_into_the_robust_rules(tmp_path, monkeypatch)
     disco = ["strategy.name=feddisco"]
     clean = final_rows(tmp_path, "clean", *disco)[-1]["test_accuracy"]
     poison(monkeypatch, FedAvgClient)
-    plain = final_rows(tmp_path, "mean", *disco, NO_CLIP)[-1]["test_accuracy"]
+    plain = final_rows(tmp_path, "mean", *disco, *NO_CLIP)[-1]["test_accuracy"]
     assert plain < 0.2 <= clean - MARGIN
     for rule in ("median", "trimmed_mean"):
         rows = final_rows(tmp_path, rule, *disco, f"strategy.aggregation.rule={rule}")

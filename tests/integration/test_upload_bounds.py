@@ -156,7 +156,8 @@ def test_bounded_average_scales_the_outlier_and_warns_naming_it(caplog):
     caplog.set_level(logging.WARNING, logger="flwr")
     logging.getLogger("flwr").propagate = True
     try:
-        avg = BoundedAverage(AggregationConfig(upload_bound=10.0), "round 3: the critic")
+        config = AggregationConfig(rule="mean", upload_bound=10.0)
+        avg = BoundedAverage(config, "round 3: the critic")
         for pid, u in zip((4, 7, 9), uploads(1.0, 2.0, 1e30), strict=True):
             avg.add(u, 1.0, pid)
         out = avg.result()

@@ -15,6 +15,7 @@ import pytest
 from fedgo_flwr.config.schema import Checker, ConfigError
 from fedgo_flwr.learning.aggregation import (
     AGGREGATION_RULES,
+    DEFAULT_CONSENSUS_CLIP,
     DEFAULT_UPDATE_BOUND,
     DEFAULT_UPLOAD_BOUND,
     AggregationConfig,
@@ -39,6 +40,7 @@ from fedgo_flwr.learning.aggregation import (
     warn_bounded,
     weighted_average,
 )
+from fedgo_flwr.learning.consensus import ConsensusStack
 from fedgo_flwr.learning.weighted_rules import (
     new_weighted_average,
     weighted_median,
@@ -64,9 +66,10 @@ def check(config: AggregationConfig) -> None:
     config.check(Checker(prefix="strategy.aggregation.", obj=config))
 
 
-def test_config_defaults_are_fedavg_with_the_bounds_on() -> None:
+def test_config_defaults_are_the_consensus_rule_with_the_bounds_on() -> None:
     c = AggregationConfig()
-    assert (c.rule, c.trim_fraction, c.clip_norm) == ("mean", 0.2, None)
+    assert (c.rule, c.trim_fraction, c.clip_norm) == ("consensus", 0.2, None)
+    assert c.consensus_clip == DEFAULT_CONSENSUS_CLIP == 2.0
     assert c.upload_bound == DEFAULT_UPLOAD_BOUND == 10.0
     assert (c.clip_factor, c.clip_keep) == (10.0, 3)
     assert c.update_bound == DEFAULT_UPDATE_BOUND == 50.0
@@ -313,7 +316,9 @@ def test_reply_stack_takes_only_the_robust_rules() -> None:
 
 
 def test_new_average_follows_the_rule() -> None:
-    assert isinstance(new_average(AggregationConfig()), RunningAverage)
+    assert isinstance(new_average(AggregationConfig(rule="mean")), RunningAverage)
+    default = new_average(AggregationConfig())
+    assert isinstance(default, ConsensusStack) and default.reference is None
     stack = new_average(AggregationConfig(rule="trimmed_mean", trim_fraction=0.25))
     assert isinstance(stack, ReplyStack)
     assert stack.rule == "trimmed_mean" and stack.trim_fraction == 0.25
@@ -608,7 +613,7 @@ def test_bounded_average_is_the_plain_average_bit_for_bit_when_nothing_binds() -
 
 def test_bounded_average_bounds_then_averages(flwr_log: pytest.LogCaptureFixture) -> None:
     x, ys = upload_round()
-    avg = BoundedAverage(AggregationConfig(upload_bound=2.0), "generator", reference=x)
+    avg = BoundedAverage(AggregationConfig(rule="mean", upload_bound=2.0), "generator", reference=x)
     assert avg.config.upload_bound == 2.0 and avg.what == "generator" and avg.reference is x
     assert avg.bounded == [] and avg.count == 0
     for y, n, client in zip(ys, (1, 1, 1, 3), ("a", None, "c", "d"), strict=True):
@@ -626,7 +631,7 @@ def test_bounded_average_bounds_then_averages(flwr_log: pytest.LogCaptureFixture
         median.add(y, 1)
     np.testing.assert_array_equal(median.result()["w"], x["w"] + [7.5, 10.0])  # of 6, 9
     assert median.bounded == [] and median.what == "upload"
-    mean = BoundedAverage(AggregationConfig(upload_bound=None))
+    mean = BoundedAverage(AggregationConfig(rule="mean", upload_bound=None))
     for y in ys:
         mean.add(y, 1)
     assert mean.reference is None
@@ -753,7 +758,7 @@ def test_weighted_rules_check_their_inputs() -> None:
 def test_a_weighted_reply_stack_takes_the_weights() -> None:
     a = [{"w": np.array([v])} for v in (1.0, 2.0, 10.0)]
     stack = new_weighted_average(AggregationConfig(rule="median"))
-    assert isinstance(new_weighted_average(AggregationConfig()), RunningAverage)
+    assert isinstance(new_weighted_average(AggregationConfig(rule="mean")), RunningAverage)
     plain = new_average(AggregationConfig(rule="median"))
     for arrays, w in zip(a, (0.2, 0.2, 0.6), strict=True):
         stack.add(arrays, w)

@@ -16,6 +16,7 @@ import pytest
 
 from fedgo_flwr.learning.aggregation import AggregationConfig, ReplyStack, RunningAverage
 from fedgo_flwr.learning.clipping import ClippedMean, round_average
+from fedgo_flwr.learning.consensus import ConsensusStack
 
 
 def model(rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -169,8 +170,12 @@ def test_two_replies_one_attacker_cannot_set_the_median():
 
 def test_round_average_picks_the_accumulator_of_the_rule():
     x = {"w": np.ones(3, dtype=np.float32)}
-    assert isinstance(round_average(AggregationConfig(), x), ClippedMean)
-    assert type(round_average(AggregationConfig(), None)) is RunningAverage
+    mean = AggregationConfig(rule="mean")
+    assert isinstance(round_average(mean, x), ClippedMean)
+    assert type(round_average(mean, None)) is RunningAverage
+    default = round_average(AggregationConfig(), x)  # the default rule: consensus
+    assert isinstance(default, ConsensusStack) and default.reference is x
+    assert default.clip_factor == AggregationConfig().consensus_clip == 2.0
     assert isinstance(round_average(AggregationConfig(rule="median"), x), ReplyStack)
 
 

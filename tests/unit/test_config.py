@@ -28,9 +28,9 @@ from strategies.coboosting import CoBoostingConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
-MEAN = {
+AGGREGATION = {
     "aggregation": {
-        "rule": "mean",
+        "rule": "consensus",
         "trim_fraction": 0.2,
         "clip_norm": None,
         "clip_factor": 10.0,
@@ -41,7 +41,7 @@ MEAN = {
         "weighted": False,
     }
 }
-"""The shared ``strategy.aggregation`` section at its defaults (every averaging strategy)."""
+"""The shared ``strategy.aggregation`` section at its defaults (every strategy has it)."""
 
 
 def write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
@@ -193,7 +193,7 @@ def test_base_chain_and_overrides(tmp_path):
     cfg = load_experiment(child, ["seed=3", "strategy.mu=0.1", "data.num_clients=5"])
     assert (cfg.rounds, cfg.seed) == (3, 3)
     assert (cfg.data.alpha, cfg.data.num_clients) == (0.2, 5)
-    assert cfg.strategy.name == "fedprox" and cfg.strategy.raw_params == {"mu": 0.1, **MEAN}
+    assert cfg.strategy.name == "fedprox" and cfg.strategy.raw_params == {"mu": 0.1, **AGGREGATION}
 
 
 def test_swapping_strategy_is_one_override():
@@ -203,7 +203,7 @@ def test_swapping_strategy_is_one_override():
         "global_lr": 1.0,
         "weighted": False,
         "max_control_delta_norm": 1e6,
-        **MEAN,
+        **AGGREGATION,
     }
     assert cfg.data.alpha == 0.05
 
@@ -211,7 +211,8 @@ def test_swapping_strategy_is_one_override():
 def test_roundtrip_through_json():
     cfg = load_experiment(CONF / "fedprox.yaml")
     again = ExperimentConfig.from_json(cfg.to_json())
-    assert again.strategy.params == {"mu": 0.01, **MEAN}  # the core config leaves them untyped
+    # the core config leaves them untyped
+    assert again.strategy.params == {"mu": 0.01, **AGGREGATION}
     assert again.to_dict() == cfg.to_dict()
     assert resolve(again) == cfg
 
@@ -884,7 +885,7 @@ def test_cli_prepare_writes_run_config(tmp_path, capsys, monkeypatch):
 
 def test_swapping_strategy_drops_other_strategies_params(caplog):
     cfg = load_experiment(CONF / "fedgo.yaml", ["strategy.name=fedavg"])
-    assert cfg.strategy.name == "fedavg" and cfg.strategy.raw_params == MEAN
+    assert cfg.strategy.name == "fedavg" and cfg.strategy.raw_params == AGGREGATION
     assert "strategy.distill ignored" in caplog.text
     overrides = ["strategy.name=feddf", "strategy.weighting=entropy"]
     cfg = load_experiment(CONF / "fedgo.yaml", overrides)

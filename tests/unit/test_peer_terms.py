@@ -397,7 +397,10 @@ MIXED = ["model.name=cnn", "model.client_models=[cnn, mlp]", "strategy.distill.e
 
 
 def test_fedgo_accepts_mixed_architectures_and_gkd_refuses_them():
-    load_experiment(ROOT / "conf/fedgo.yaml", MIXED)
+    load_experiment(ROOT / "conf/fedgo.yaml", [*MIXED, "strategy.aggregation.rule=mean"])
+    refused = r"rule = 'consensus'.*set strategy.aggregation.rule=mean"
+    with pytest.raises(ConfigError, match=refused):
+        load_experiment(ROOT / "conf/fedgo.yaml", MIXED)  # the default rule has no prototypes
     with pytest.raises(ConfigError, match="model.client_models"):
         load_experiment(ROOT / "conf/fedgkd_plus.yaml", MIXED)
     with pytest.raises(ConfigError, match="strategy.aggregation.rule"):
