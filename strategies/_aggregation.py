@@ -68,9 +68,9 @@ class RobustAveraging:
         return self.running.count
 
     def result(self) -> tuple[dict[str, np.ndarray], dict[str, float | int]]:
-        """The round's average of what :meth:`add` took (the n_k-weighted mean by default,
-        each update clipped relative to the round; else the unweighted median or trimmed
-        mean) and its figures: ``clients_clipped`` with ``clip_norm``, then
+        """The round's average of what :meth:`add` took (by default the consensus rule; the
+        n_k-weighted mean with each update clipped relative to the round under ``rule: mean``;
+        else the unweighted median or trimmed mean) and its figures: ``clients_clipped`` with ``clip_norm``, then
         :func:`update_norms`'."""
         metrics: dict[str, float | int] = {}
         if self.config.clip_norm is not None:

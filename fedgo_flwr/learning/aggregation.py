@@ -4,8 +4,10 @@ Arrays are plain ``dict[str, np.ndarray]`` here; strategies convert from and to 
 ``ArrayRecord`` at their edge. Averages accumulate in extended precision and are cast back to
 each array's own dtype (integer buffers such as BatchNorm's ``num_batches_tracked`` are rounded).
 
-Besides FedAvg's n_k-weighted mean (:class:`RunningAverage`) there are robust rules a user can
-turn on for every parameter-averaging strategy (``strategy.aggregation``,
+The default rule of every parameter-averaging strategy is the consensus rule
+(:mod:`fedgo_flwr.learning.consensus`: FLTrust's trust-weighted combination with the round's
+median update as reference). Besides it and FedAvg's n_k-weighted mean (:class:`RunningAverage`,
+``rule: mean``) there are robust rules (``strategy.aggregation``,
 :class:`AggregationConfig`): the coordinate-wise median and trimmed mean of the round's client
 models (:func:`coordinate_median`, :func:`trimmed_mean`; Yin et al., "Byzantine-Robust
 Distributed Learning: Towards Optimal Statistical Rates", ICML 2018, Sec. 3-4) and the clipping

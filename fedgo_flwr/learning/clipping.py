@@ -1,9 +1,10 @@
 """The streaming mean with each client's update clipped relative to its round.
 
-A client model ``y_k`` sent back for the global model ``x`` is the update ``d_k = y_k - x``. The
-default aggregation of every parameter-averaging strategy clips each update to ``c`` times the
-round's (lower) median update norm before FedAvg's n_k-weighted mean (``strategy.aggregation.
-clip_factor``, :data:`DEFAULT_CLIP_FACTOR`):
+A client model ``y_k`` sent back for the global model ``x`` is the update ``d_k = y_k - x``. Under
+``strategy.aggregation.rule: mean`` (FedAvg's average; the default rule is ``consensus``,
+:mod:`fedgo_flwr.learning.consensus`) every parameter-averaging strategy clips each update to
+``c`` times the round's (lower) median update norm before FedAvg's n_k-weighted mean
+(``strategy.aggregation.clip_factor``, :data:`DEFAULT_CLIP_FACTOR`):
 
     tau = c * median_k ||d_k||,    y_k' = x + d_k * min(1, tau / ||d_k||).
 
