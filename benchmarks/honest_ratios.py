@@ -10,7 +10,13 @@ largest ratio of one client's figure to its round's lower median:
 - ``upload``: the other uploads (:func:`bound_uploads`: SCAFFOLD's control deltas, FedGAN's
   generator and critic, DaFKD's generator and heads, FedTGP's prototypes);
 - ``teacher``: a teacher's logit scale (:func:`teacher_scales`, every ensemble of client models);
-- ``discriminator``: a discriminator's logit scale (FedGO's weighting).
+- ``discriminator``: a discriminator's logit scale (FedGO's weighting);
+- ``array``: one array's update norm ``||y_k^a - x^a||`` against the round's lower median of
+  that array (:func:`array_outliers`: which teachers of FedDF's family are left out under the
+  rules that keep the round's models, the default consensus rule among them).
+
+``update`` is read from the mean's :class:`ClippedMean` and from the consensus rule's whole-update
+norms alike.
 
 The runs: every golden case (``tests/integration/test_golden_runs.py``: every strategy and
 scenario, 4 clients, 2 per round) and a grid of strategies x Dirichlet alpha (0.01, 0.1, 1.0)
@@ -52,7 +58,7 @@ GRID = [
     "data.test_subset=200",
 ]
 
-KINDS = ("update", "upload", "teacher", "discriminator")
+KINDS = ("update", "upload", "teacher", "discriminator", "array")
 
 
 class Recorder:
@@ -89,7 +95,7 @@ def install(rec: Recorder) -> Callable[[], None]:
     """Patch the bounds' functions to report their ratios to ``rec``; returns the undo."""
     import strategies  # noqa: F401 - every strategy module loaded before patching
     from fedgo_flwr.gan import sampling
-    from fedgo_flwr.learning import aggregation, clipping, distill
+    from fedgo_flwr.learning import aggregation, clipping, consensus, distill
 
     for name in strategies.available():
         strategies.strategy_class(name)
@@ -103,6 +109,16 @@ def install(rec: Recorder) -> Callable[[], None]:
 
     clipping.ClippedMean.result = result
     undo.append(lambda: setattr(clipping.ClippedMean, "result", original_result))
+
+    original_consensus = consensus.ConsensusStack.result
+
+    def consensus_result(self):
+        out = original_consensus(self)
+        rec.see("update", list(self.norms.values()))
+        return out
+
+    consensus.ConsensusStack.result = consensus_result
+    undo.append(lambda: setattr(consensus.ConsensusStack, "result", original_consensus))
 
     def wrap(original: Callable, kind: str, values_of: Callable) -> None:
         def replacement(*args, **kwargs):
@@ -125,6 +141,16 @@ def install(rec: Recorder) -> Callable[[], None]:
     def disc_values(logits, clients, *args, **kwargs):
         return [float(logits[k].double().pow(2).mean().sqrt()) for k in clients]
 
+    def array_values(models, reference, factor):
+        import numpy as np
+
+        for k, x in reference.items():
+            if np.issubdtype(np.asarray(x).dtype, np.floating):
+                x = np.asarray(x, dtype=np.float64)
+                rec.see("array", [float(np.linalg.norm(np.asarray(m[k]) - x)) for m in models])
+        return []
+
+    wrap(clipping.array_outliers, "array", array_values)
     wrap(aggregation.bound_uploads, "upload", upload_values)
     wrap(distill.teacher_scale_outliers, "teacher", teacher_values)
     wrap(sampling.discriminator_scale_outliers, "discriminator", disc_values)

@@ -1,9 +1,10 @@
 """Robust averaging: how accepted models become the round's average, and what it records.
 
-The default is FedAvg's n_k-weighted average (McMahan et al., AISTATS 2017, Alg. 1), folded in
-one reply at a time. Under ``strategy.aggregation``
-(:class:`fedgo_flwr.learning.aggregation.AggregationConfig`) it is the coordinate-wise median or
-trimmed mean instead, and each client's update may be clipped to ``clip_norm`` against the
+The default is the consensus rule (:mod:`fedgo_flwr.learning.consensus`), which keeps the
+round's models; ``rule: mean`` is FedAvg's n_k-weighted average (McMahan et al., AISTATS 2017,
+Alg. 1), folded in one reply at a time; under ``strategy.aggregation``
+(:class:`fedgo_flwr.learning.aggregation.AggregationConfig`) it may also be the coordinate-wise
+median or trimmed mean, and each client's update may be clipped to ``clip_norm`` against the
 round's global model. :class:`RobustAveraging`, owned by a strategy as ``self.averager``,
 applies it: :meth:`~RobustAveraging.begin` at the start of a round's intake,
 :meth:`~RobustAveraging.add` per accepted reply, :meth:`~RobustAveraging.result` once, which
@@ -70,8 +71,8 @@ class RobustAveraging:
     def result(self) -> tuple[dict[str, np.ndarray], dict[str, float | int]]:
         """The round's average of what :meth:`add` took (by default the consensus rule; the
         n_k-weighted mean with each update clipped relative to the round under ``rule: mean``;
-        else the unweighted median or trimmed mean) and its figures: ``clients_clipped`` with ``clip_norm``, then
-        :func:`update_norms`'."""
+        else the unweighted median or trimmed mean) and its figures: ``clients_clipped`` with
+        ``clip_norm``, then :func:`update_norms`'."""
         metrics: dict[str, float | int] = {}
         if self.config.clip_norm is not None:
             metrics["clients_clipped"] = self.clipped

@@ -44,6 +44,7 @@ from fedgo_flwr.config.experiment import ExperimentConfig
 from fedgo_flwr.config.schema import Checker
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.learning.aggregation import new_average
+from fedgo_flwr.learning.clipping import array_outliers
 from fedgo_flwr.learning.distill import (
     TEACHER_NORMS,
     DistillConfig,
@@ -55,6 +56,7 @@ from fedgo_flwr.learning.distill import (
     predict_views,
     teacher_logits_problem,
 )
+from fedgo_flwr.learning.numerics import KeptReplies
 from fedgo_flwr.learning.task import heterogeneous_models
 from fedgo_flwr.learning.training import evaluate
 from fedgo_flwr.records.checkpoint import arrays_problem
@@ -497,6 +499,49 @@ class FedDF(Strategy):
             )
         return out
 
+    def leave_out_teacher_models(self, server_round: int, replies: list[Reply]) -> list[Reply]:
+        """``replies`` without the teachers whose models no honest round gives.
+
+        Where the rule keeps the round's models (``consensus``, the default, ``median``,
+        ``trimmed_mean``), a client model with an array whose update is longer than
+        ``strategy.aggregation.teacher_array_bound`` (50) times the round's lower median norm
+        of that array's updates (:func:`~fedgo_flwr.learning.clipping.array_outliers`) is left
+        out of the ensemble: its logits are dropped from the distillation set's and the test
+        split's, a WARNING names the client, and the round records ``teachers_left_out``. Its
+        model still went into the average, where the rule bounds it.
+
+        Why: as one-shot FL leaves out a teacher beyond the logit bound. A model that puts the
+        whole update budget into one class's bias keeps its logit scale within
+        ``upload_bound`` of the others' and would lean every pseudo-label to that class; one
+        scaled away (``y = x - 48 x``) teaches noise; such a teacher clipped back to the bound
+        still taught worse than none (measured: ``benchmarks/studies/trust.md``, "Teachers
+        left out"). Honest models stay far below the bound (the same section: at most 10.7).
+        The streaming mean (``rule: mean``) keeps no models, so it has no such check."""
+        running = self.averager.running
+        factor = self.aggregation.teacher_array_bound
+        if factor is None or not isinstance(running, KeptReplies) or self.bank is None:
+            return replies
+        outliers = array_outliers(running.replies, self.global_arrays, factor)
+        left_out = set()
+        for o in outliers:
+            pid = running.clients[o.index]
+            left_out.add(pid)
+            self.bank.remove_logits(pid)
+            self.test_logits.pop(pid, None)
+            log(
+                WARNING,
+                "round %d: the model of client %d: its update of %s is %.3g x the round's "
+                "median of that array, above strategy.aggregation.teacher_array_bound = %g; "
+                "left out of the ensemble",
+                server_round,
+                pid,
+                o.key,
+                o.ratio,
+                factor,
+            )
+        self.last_round["teachers_left_out"] = len(left_out)
+        return [r for r in replies if r.partition_id not in left_out]
+
     def teacher_logits(
         self, reply: Reply, split: str, data: ArrayDataset, views: int, batch_size: int
     ) -> Tensor:
@@ -518,6 +563,7 @@ class FedDF(Strategy):
 
         t0 = time.perf_counter()
         bank = self.bank
+        replies = self.leave_out_teacher_models(server_round, replies)
         logits = self.bounded_teachers(bank.logits, replies, "the distillation set", server_round)
         distill_labels = self.distill_labels
         cap = self.params.weight_cap

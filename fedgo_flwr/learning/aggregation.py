@@ -81,6 +81,14 @@ update is clipped to twice the round's lower median norm of that array's updates
 tuning seeds against the adversary profile (``benchmarks/results/robust-rule-cost/``, "The
 consensus rule")."""
 
+DEFAULT_TEACHER_ARRAY_BOUND = 50.0
+"""``strategy.aggregation.teacher_array_bound``'s default: in FedDF's family, under a rule that
+keeps the round's models, a client model with an array whose update is more than 50 times the
+round's lower median norm of that array's updates is left out of the ensemble. The largest
+honest ratio measured is 10.7 (DaFKD on digits at Dirichlet alpha 0.1; every golden run and
+FedDF, FedGO, DaFKD, FedGKD+ at alpha 0.01-1.0: ``benchmarks/studies/trust.md``, "Teachers left
+out"); the attacks of the adversary profile reach 448 and more."""
+
 DEFAULT_CLIP_KEEP = 3
 """``strategy.aggregation.clip_keep``'s default: how many of a round's replies (those with the
 largest update norms) :class:`ClippedMean` keeps in memory to clip exactly at the end."""
@@ -147,6 +155,13 @@ class AggregationConfig:
     discriminator's (FedGO, CPFL, Co-Boosting + FedGO: neutral weight). An upload whose L2 norm
     exceeds ``upload_bound`` times the round's (lower) median is scaled down to it, with a WARNING
     naming the client (:func:`bound_uploads`); ``null``: off."""
+    teacher_array_bound: float | None = DEFAULT_TEACHER_ARRAY_BOUND
+    """FedDF's family (FedDF, FedGO, FedGKD+, DaFKD), under a rule that keeps the round's
+    models (``consensus``, ``median``, ``trimmed_mean``; at least 3 replies): a client model
+    with an array whose update is longer than this many times the round's lower median norm
+    of that array's updates is left out of the ensemble, with a WARNING naming the client
+    (:func:`fedgo_flwr.learning.clipping.array_outliers`; its model still goes into the
+    average, under the rule); ``null``: off."""
     update_bound: float | None = DEFAULT_UPDATE_BOUND
     """A client model whose update ``y_k - x`` is longer than this many times the model ``x`` it
     was sent is dropped, naming the client (:func:`update_problem`; ``null``: off). It needs
@@ -194,6 +209,13 @@ class AggregationConfig:
                 math.isfinite(self.upload_bound) and self.upload_bound >= 1,
                 "must be a finite number >= 1, a multiple of the round's median upload norm "
                 "(or null: no bound)",
+            )
+        if self.teacher_array_bound is not None:
+            c.require(
+                "teacher_array_bound",
+                math.isfinite(self.teacher_array_bound) and self.teacher_array_bound >= 1,
+                "must be a finite number >= 1, a multiple of the round's median norm of each "
+                "array's updates (or null: no bound)",
             )
         if self.update_bound is not None:
             c.require(

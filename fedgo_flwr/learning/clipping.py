@@ -60,8 +60,10 @@ run_log = logging.getLogger("flwr")
 __all__ = [
     "DEFAULT_CLIP_FACTOR",
     "DEFAULT_CLIP_KEEP",
+    "ArrayOutlier",
     "ClippedMean",
     "ClippedUpdate",
+    "array_outliers",
     "round_average",
 ]
 
@@ -210,3 +212,48 @@ def round_average(
     if config.rule != "mean" or not reference:
         return new_average(config)
     return ClippedMean(reference, config.clip_factor, config.clip_keep, what)
+
+
+@dataclass(frozen=True)
+class ArrayOutlier:
+    """A model of :func:`array_outliers`: its index, its largest ratio and the array that has
+    it."""
+
+    index: int
+    ratio: float
+    key: str
+
+
+def array_outliers(
+    models: list[Arrays] | tuple[Arrays, ...], reference: Arrays, factor: float
+) -> list[ArrayOutlier]:
+    """The models of a round that have an array whose update ``d_k^a = y_k^a - x^a`` is longer
+    than ``factor`` times the round's lower median ``m^a`` of ``||d_j^a||`` (floating arrays
+    only), with their largest ratio ``||d_k^a|| / m^a`` (infinite where ``m^a`` is 0: at most
+    one model moved that array, and any move is beyond the bound).
+
+    For the ensembles of client models (FedDF's family): a model whose update puts many
+    typical updates into one array (the whole norm budget on one class's bias, a scaled
+    layer) is not what honest training of one round gives, and as a teacher it steers the
+    pseudo-labels whatever its logit scale. Per array for the reason the consensus rule is
+    (:mod:`fedgo_flwr.learning.consensus`): a whole-model norm lets an update concentrated
+    on a few coordinates through. Fewer than three models name none: the lower median of
+    two is the smaller, which either of them sets (a model that moves only one array sets every
+    other array's median to 0)."""
+    if len(models) < 3:
+        return []
+    keys = [k for k, v in reference.items() if np.issubdtype(np.asarray(v).dtype, np.floating)]
+    norms: dict[str, list[float]] = {}
+    for k in keys:
+        x = np.asarray(reference[k], dtype=np.float64)
+        norms[k] = [float(np.linalg.norm(np.asarray(m[k], dtype=np.float64) - x)) for m in models]
+    medians = {k: lower_median(v) for k, v in norms.items()}
+    out: list[ArrayOutlier] = []
+    for i in range(len(models)):
+        over = [k for k in keys if norms[k][i] > factor * medians[k]]
+        if over:
+            ratio, worst = max(
+                (norms[k][i] / medians[k] if medians[k] > 0 else math.inf, k) for k in over
+            )
+            out.append(ArrayOutlier(i, ratio, worst))
+    return out

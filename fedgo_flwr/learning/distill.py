@@ -287,6 +287,13 @@ class TeacherBank:
         first: FedDF drops a client whose logits are not finite)."""
         self._logits.append((len(self._logits) if key is None else key, logits))
 
+    def remove_logits(self, key: int) -> None:
+        """Drop the logits added under ``key`` (a teacher left out after its pass)."""
+        kept = [(k, t) for k, t in self._logits if k != key]
+        if len(kept) == len(self._logits):
+            raise KeyError(f"no teacher logits under key {key}")
+        self._logits = kept
+
     @property
     def logits(self) -> Tensor:
         """``(K, V, N, C)`` in key order, each teacher under ``teacher_norm``

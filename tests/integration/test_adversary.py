@@ -155,3 +155,41 @@ def test_the_clip_holds_for_every_averaging_strategy(tmp_path, monkeypatch, name
     assert rows[1]["clients_clipped_relative"] == 1, rows[1]
     assert rows[1]["update_ratio_client"] == BAD
     assert rows[2]["clients_failed"] == 0 and np.isfinite(rows[2]["train_loss"])
+
+
+def one_class_bias(factor: float):
+    """The model sent, with ``factor`` times its norm added to class 0's bias of the last
+    layer: inside ``update_bound`` (50) for ``factor`` below it, and a logit scale the
+    teacher bound rescales but cannot tell from a confident model."""
+
+    def edit(content: RecordDict, sent) -> None:
+        bias = [k for k, x in sent.items() if k.endswith("bias") and x.dtype.kind == "f"][-1]
+        size = float(np.sqrt(sum(np.square(x.astype(np.float64)).sum() for x in sent.values())))
+        arrays = {k: np.array(x, copy=True) for k, x in sent.items()}
+        arrays[bias][0] += factor * size
+        content[msgs.ARRAYS] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+
+    return edit
+
+
+def test_a_teacher_with_an_array_far_beyond_the_round_is_left_out_of_the_ensemble(
+    tmp_path, monkeypatch, caplog
+):
+    """FedDF under the default rule, every client every round: the model with 49x its norm
+    on one class's bias is left out of the ensemble (named, counted) in every round; its model
+    still goes into the consensus average, which bounds it. The other teachers stay. With two
+    clients a round nothing is left out: either sets the lower median of two."""
+    attack(monkeypatch, one_class_bias(49.0), rounds=(1, 2))
+    feddf = ["rounds=2", "strategy.name=feddf", "strategy.distill.epochs=1"]
+    with caplog.at_level(logging.WARNING):
+        rows = run(tmp_path, *feddf, "fraction=1.0")
+    for r in (1, 2):
+        assert rows[r]["teachers_left_out"] == 1 and rows[r]["clients_replied"] == 4, rows[r]
+    named = [m for m in caplog.messages if "left out of the ensemble" in m]
+    assert len(named) == 2, named
+    assert all(f"the model of client {BAD}: its update of " in m for m in named), named
+    assert all("bias is " in m for m in named), named  # the array it moved
+    two = run(tmp_path / "two", *feddf)
+    assert all(r.get("teachers_left_out", 0) == 0 for r in two)
+    mean = run(tmp_path / "mean", *feddf, "fraction=1.0", MEAN)  # the mean keeps no models
+    assert all("teachers_left_out" not in r for r in mean)

@@ -616,14 +616,21 @@ def test_feddf_gives_a_scaled_teacher_the_median_scale(tmp_path, monkeypatch, fl
     median teacher scale, it is rescaled to that median on both sets, a WARNING naming it
     (the accuracy effect is in ``tests/unit/test_distill_equations.py``: on this tiny data the
     honest teachers are too weak, ensemble accuracy 0.26, for one wrong teacher of four not
-    to steer it at any scale)."""
+    to steer it at any scale). The check of its arrays, which would leave it out first
+    (``teacher_array_bound``), is off here; with it on, that is what happens."""
     four = ["strategy.name=feddf", "strategy.distill.epochs=1", "fraction=1.0", "rounds=1"]
     four += [NO_UPDATE_BOUND, "strategy.aggregation.upload_bound=10"]
     tamper(monkeypatch, rolled(30.0), pid=1)
-    run_inprocess(config(tmp_path, *four))
+    off = "strategy.aggregation.teacher_array_bound=null"
+    run_inprocess(config(tmp_path / "logits", *four, off))
     for where in ("the distillation set", "the test split"):
         assert warnings_naming(flwr_log, "client 1", where, "rescaled to the median")
-    assert np.isfinite(rows_of(tmp_path)[1]["ensemble_test_loss"])
+    assert np.isfinite(rows_of(tmp_path / "logits")[1]["ensemble_test_loss"])
+    flwr_log.clear()
+    run_inprocess(config(tmp_path / "arrays", *four))
+    assert warnings_naming(flwr_log, "client 1", "left out of the ensemble")
+    assert not warnings_naming(flwr_log, "rescaled to the median")
+    assert rows_of(tmp_path / "arrays")[1]["teachers_left_out"] == 1
 
 
 def biased_and_rolled(content: RecordDict) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fedgo_flwr.learning.aggregation import AggregationConfig, ReplyStack, RunningAverage
-from fedgo_flwr.learning.clipping import ClippedMean, round_average
+from fedgo_flwr.learning.clipping import ClippedMean, array_outliers, round_average
 from fedgo_flwr.learning.consensus import ConsensusStack
 
 
@@ -183,3 +183,37 @@ def test_round_average_picks_the_accumulator_of_the_rule():
 def test_a_factor_below_one_or_not_finite_is_refused(factor):
     with pytest.raises(ValueError, match="clip factor"):
         ClippedMean({"w": np.ones(2, dtype=np.float32)}, factor, 3)
+
+
+def test_array_outliers_name_the_models_with_an_array_beyond_the_rounds_median_by_hand():
+    """Per array: the bound is factor x the lower median of the updates' norms; a model with
+    an array beyond it is named with its largest ratio and that array."""
+    x = {
+        "w": np.zeros(2, np.float32),
+        "b": np.zeros(1, np.float32),
+        "z": np.zeros(1, np.float32),
+        "n": np.array(3, np.int64),
+    }
+    ws = [(1.0, 0.0), (0.0, 2.0), (2.0, 0.0), (0.0, 1.0)]  # norms 1, 2, 2, 1: lower median 1
+    bs = [0.1, 0.2, 0.1, 50.0]  # lower median 0.1: 50 is 500 x it
+    zs = [0.0, 0.0, 0.0, 0.0]
+    models = [
+        {
+            "w": np.array(w, np.float32),
+            "b": np.array([b], np.float32),
+            "z": np.array([z], np.float32),
+            "n": np.array(9 * i, np.int64),  # not floating: never compared
+        }
+        for i, (w, b, z) in enumerate(zip(ws, bs, zs, strict=True))
+    ]
+    (o,) = array_outliers(models, x, 3.0)
+    assert (o.index, o.key) == (3, "b") and o.ratio == pytest.approx(500.0, rel=1e-6)
+    assert array_outliers(models, x, 600.0) == []  # 500 x is within 600 x
+    # w: the norms 2 are 2 x the lower median 1 (the upper median, 2, would pass them)
+    named = {o.index: (o.key, o.ratio) for o in array_outliers(models, x, 1.5)}
+    assert named[2] == ("w", pytest.approx(2.0)) and named[3][0] == "b" and 0 not in named
+    models[0]["z"] = np.array([0.5], np.float32)  # one model moves z: the median is 0
+    (o, b) = array_outliers(models, x, 3.0)
+    assert (o.index, o.key, o.ratio) == (0, "z", float("inf")) and b.index == 3
+    assert array_outliers(models[:1], x, 3.0) == []  # one model: no round to compare with
+    assert array_outliers(models[2:], x, 3.0) == []  # two: either sets the lower median

@@ -37,6 +37,7 @@ AGGREGATION = {
         "clip_keep": 3,
         "consensus_clip": 2.0,
         "upload_bound": 10.0,
+        "teacher_array_bound": 50.0,
         "update_bound": 50.0,
         "weighted": False,
     }
