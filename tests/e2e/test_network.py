@@ -193,7 +193,9 @@ def test_a_cut_link_leaves_a_client_out_until_it_reconnects(network, tmp_path, m
     # Reconnected and training again by the last round.
     assert missing[ROUNDS] == {}, missing
     after_restore = node_log.read_text()[int(events["restore_at_node_log"]) :]
-    assert "Connection successful after" in after_restore
+    # Flower logs the reconnection only when a retry was pending at the restore; a node whose
+    # next attempt came after it just sends: either way it sent replies again.
+    assert "Connection successful after" in after_restore or "Sent successfully" in after_restore
     assert "Receiving: train message" in after_restore
     assert result.rows[-1]["test_accuracy"] > result.rows[0]["test_accuracy"]
 

@@ -182,6 +182,7 @@ STOPPING = [
     "strategy.cohorts=2",
     "strategy.window=2",
     "strategy.patience=3",
+    "strategy.aggregation.rule=mean",  # the paper's per-cohort FedAvg: the signal under test
 ]
 TOLERANCE = 3  # rounds (the patience): a lie costs the signal its liar's honest loss
 
