@@ -157,8 +157,17 @@ class ConsensusStack(KeptReplies):
         self.clipped: list[Any] = []
 
     def result(self) -> dict[str, np.ndarray]:
-        out, scores = consensus_mean(self.replies, self.weights, self.reference, self.clip_factor)
-        self.trust = dict(zip(self.clients, scores.trust.tolist(), strict=True))
-        self.norms = dict(zip(self.clients, scores.norms.tolist(), strict=True))
-        self.clipped = [c for c, hit in zip(self.clients, scores.clipped, strict=True) if hit]
+        """The rule over the kept replies in their clients' order, not their arrival order:
+        the sums round the same whatever order the replies came in (a deployment's order is
+        the network's)."""
+        order = sorted(
+            range(self.count), key=lambda i: (str(type(self.clients[i])), self.clients[i])
+        )
+        replies = [self.replies[i] for i in order]
+        weights = [self.weights[i] for i in order]
+        clients = [self.clients[i] for i in order]
+        out, scores = consensus_mean(replies, weights, self.reference, self.clip_factor)
+        self.trust = dict(zip(clients, scores.trust.tolist(), strict=True))
+        self.norms = dict(zip(clients, scores.norms.tolist(), strict=True))
+        self.clipped = [c for c, hit in zip(clients, scores.clipped, strict=True) if hit]
         return out

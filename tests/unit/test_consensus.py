@@ -147,3 +147,34 @@ def test_the_rule_is_a_config_choice_and_records_the_least_trusted_client():
     assert figures["consensus_distrusted"] == 1
     # the other uploads (no reference: already updates) take the same rule
     assert isinstance(new_average(cfg), ConsensusStack)
+
+
+def test_the_result_does_not_depend_on_the_order_the_replies_came_in():
+    """A deployment's replies arrive in the network's order: the same replies in another order
+    give the same bits, model and trust (the rule runs over them in their clients' order; in
+    arrival order, ``d @ median`` rounded one client's cosine differently in one of these
+    draws: a trust 2e-16 apart, which a deployed run and its in-process replay then showed)."""
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        n, size = int(rng.integers(3, 9)), int(rng.integers(5, 3000))
+        x = {
+            "w": rng.normal(size=size).astype(np.float32),
+            "b": rng.normal(size=7).astype(np.float32),
+        }
+        models = [
+            {
+                k: (v + rng.normal(scale=rng.uniform(0.001, 1), size=v.shape)).astype(np.float32)
+                for k, v in x.items()
+            }
+            for _ in range(n)
+        ]
+        weights = list(rng.uniform(1, 5, size=n))
+        results = []
+        for order in (list(range(n)), list(rng.permutation(n))):
+            stack = ConsensusStack(x, 2.0)
+            for i in order:
+                stack.add(models[i], weights[i], int(i))
+            results.append((stack.result(), stack.trust))
+        (a, trust_a), (b, trust_b) = results
+        assert trust_a == trust_b
+        assert all(np.array_equal(a[k], b[k]) for k in a)
