@@ -113,8 +113,9 @@ a defence that spotted every attacked reply would leave)."""
 _TRUSTED_SCALE = (
     "the scaled model's update (about -48 times the model) points the way honest updates "
     "shrink the weights, so in many arrays its cosine with the round's median update is "
-    "positive: the consensus rule trusts it (0.77 in round 1) and its clipped update, every "
-    "round, still steers DaFKD's average"
+    "positive: the consensus rule trusts it (0.77 in round 1, before DaFKD distils) and its "
+    "clipped update sets DaFKD's average back; a delay on these 4-round runs (round 4: 0.308 "
+    "against 0.692), over 10 rounds the attacked run ends 0.061 below clean"
 )
 _FEDUV = (
     "measured, not explained yet: FedUV's tiny runs swing widely (the run without the "
