@@ -118,8 +118,11 @@ _TRUSTED_SCALE = (
     "against 0.692), over 10 rounds the attacked run ends 0.061 below clean"
 )
 _FEDUV = (
-    "measured, not explained yet: FedUV's tiny runs swing widely (the run without the "
-    "attacker ends 0.16 above the clean one) and these attacks end below both"
+    "FedUV's 4-round runs are still climbing steeply (0.38 -> 0.48 in the last round; the run "
+    "without the attacker ends 0.16 above the clean one), so a delay shows as a loss: over 10 "
+    "rounds the one-class bias and the rolled last layer end within 0.05 of clean, but the "
+    "scaled model every round, trusted 0.64-0.88 by the consensus rule (its -48x update points "
+    "the way honest updates shrink the weights), ends 0.136 below clean"
 )
 _WITHHELD = (
     "as low as the run without the attacker's replies (its reply left out, refused or "
