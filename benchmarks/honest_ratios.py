@@ -142,12 +142,8 @@ def install(rec: Recorder) -> Callable[[], None]:
         return [float(logits[k].double().pow(2).mean().sqrt()) for k in clients]
 
     def array_values(models, reference, factor):
-        import numpy as np
-
-        for k, x in reference.items():
-            if np.issubdtype(np.asarray(x).dtype, np.floating):
-                x = np.asarray(x, dtype=np.float64)
-                rec.see("array", [float(np.linalg.norm(np.asarray(m[k]) - x)) for m in models])
+        for norms in clipping.array_update_norms(models, reference).values():
+            rec.see("array", norms)
         return []
 
     wrap(clipping.array_outliers, "array", array_values)

@@ -64,6 +64,7 @@ __all__ = [
     "ClippedMean",
     "ClippedUpdate",
     "array_outliers",
+    "array_update_norms",
     "round_average",
 ]
 
@@ -224,6 +225,18 @@ class ArrayOutlier:
     key: str
 
 
+def array_update_norms(
+    models: list[Arrays] | tuple[Arrays, ...], reference: Arrays
+) -> dict[str, list[float]]:
+    """``key -> [||y_k^a - x^a|| for each model]`` over the floating arrays of ``reference``."""
+    out: dict[str, list[float]] = {}
+    for k, v in reference.items():
+        if np.issubdtype(np.asarray(v).dtype, np.floating):
+            x = np.asarray(v, dtype=np.float64)
+            out[k] = [float(np.linalg.norm(np.asarray(m[k], dtype=np.float64) - x)) for m in models]
+    return out
+
+
 def array_outliers(
     models: list[Arrays] | tuple[Arrays, ...], reference: Arrays, factor: float
 ) -> list[ArrayOutlier]:
@@ -242,15 +255,11 @@ def array_outliers(
     other array's median to 0)."""
     if len(models) < 3:
         return []
-    keys = [k for k, v in reference.items() if np.issubdtype(np.asarray(v).dtype, np.floating)]
-    norms: dict[str, list[float]] = {}
-    for k in keys:
-        x = np.asarray(reference[k], dtype=np.float64)
-        norms[k] = [float(np.linalg.norm(np.asarray(m[k], dtype=np.float64) - x)) for m in models]
+    norms = array_update_norms(models, reference)
     medians = {k: lower_median(v) for k, v in norms.items()}
     out: list[ArrayOutlier] = []
     for i in range(len(models)):
-        over = [k for k in keys if norms[k][i] > factor * medians[k]]
+        over = [k for k in norms if norms[k][i] > factor * medians[k]]
         if over:
             ratio, worst = max(
                 (norms[k][i] / medians[k] if medians[k] > 0 else math.inf, k) for k in over
