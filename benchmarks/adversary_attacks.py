@@ -24,6 +24,7 @@ class Bounds:
     clip_factor: float | None
     loss_bound: float | None = None
     control_delta: float | None = None  # SCAFFOLD's max_control_delta_norm
+    discriminator_bound: float | None = None
 
     @classmethod
     def of(cls, cfg) -> Bounds:
@@ -35,6 +36,7 @@ class Bounds:
             clip_factor=getattr(agg, "clip_factor", None),
             loss_bound=getattr(params, "loss_bound", None),
             control_delta=getattr(params, "max_control_delta_norm", None),
+            discriminator_bound=getattr(agg, "discriminator_bound", None),
         )
 
     @property
@@ -46,6 +48,12 @@ class Bounds:
     @property
     def upload_factor(self) -> float:
         return UNDER * (self.upload_bound if self.upload_bound is not None else 10.0)
+
+    @property
+    def discriminator_factor(self) -> float:
+        """A discriminator's logit scale an attacker may send, as a multiple of the round's
+        median: just under ``discriminator_bound``; without one, 25 (the default)."""
+        return UNDER * (self.discriminator_bound if self.discriminator_bound is not None else 25.0)
 
 
 # -- the attacks --------------------------------------------------------------------------------
@@ -134,14 +142,14 @@ def rolled_last_layer(honest: Arrays, sent: Arrays | None = None, bounds: Bounds
 
 
 def discriminator_bias(honest: Arrays, bounds: Bounds, shift: float = 50.0) -> Arrays:
-    """+``shift`` on the last bias; without one, the last layer scaled by the upload factor
-    (its logits scaled by it)."""
+    """+``shift`` on the last bias; without one, the last layer scaled by the discriminator
+    factor (its logits scaled by it: just under ``discriminator_bound``)."""
     w, b = last_layer(honest)
     out = dict(honest)
     if b is not None:
         out[b] = (np.float64(honest[b]) + shift).astype(honest[b].dtype)
     else:
-        out[w] = (np.float64(honest[w]) * bounds.upload_factor).astype(honest[w].dtype)
+        out[w] = (np.float64(honest[w]) * bounds.discriminator_factor).astype(honest[w].dtype)
     return out
 
 

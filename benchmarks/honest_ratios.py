@@ -25,6 +25,12 @@ with 20 clients (10 at alpha 0.01, which cannot split digits over 20), 8 per rou
 
     PYTHONPATH=$PWD nice -n 10 .venv/bin/python -m benchmarks.honest_ratios --json ratios.json
     PYTHONPATH=$PWD .venv/bin/python -m benchmarks.honest_ratios --only grid --strategies fedavg
+    PYTHONPATH=$PWD .venv/bin/python -m benchmarks.honest_ratios \
+        --config conf/paper/fedavg-cifar10-a0.1.yaml --set rounds=2 ...
+
+``--config`` runs the given experiments with the ``--set`` overrides instead (a paper preset
+at a cut that a CPU affords: ``benchmarks/studies/trust.md`` gives the command it was
+measured with).
 
 Each run is deterministic (accuracy-only: it may run beside other work). The figures of the
 bounds' defaults are in ``benchmarks/studies/trust.md``, "Honest ratios under the reply
@@ -233,11 +239,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategies", default=",".join(GRID_STRATEGIES))
     parser.add_argument("--alphas", default=",".join(str(a) for a in GRID_ALPHAS))
     parser.add_argument("--json", type=Path, help="write the rows to this file")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="run this experiment (e.g. a paper preset) instead of --only's cases; repeatable",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override for every --config run (e.g. a cut that a CPU affords)",
+    )
     args = parser.parse_args(argv)
     import logging
 
     logging.getLogger("flwr").setLevel(logging.ERROR)
-    cases = []
+    cases = [(Path(c).stem, c, list(args.set)) for c in args.config]
+    if args.config:
+        args.only = None
     if args.only in ("golden", "both"):
         cases += golden_cases()
     if args.only in ("grid", "both"):

@@ -58,8 +58,8 @@ class CohortDistillation:
 
     ``cfg``: the experiment; ``params``: CPFL's ``Config``; ``resources``: the server's data,
     device and run folder; ``model_factory()``: a fresh model with the common initial weights;
-    ``public()``: the unlabeled public set; ``upload_bound``: ``strategy.aggregation``'s (the
-    discriminators' screen); ``client_sizes``: each client's training-split size (n_k of
+    ``public()``: the unlabeled public set; ``discriminator_bound``: ``strategy.aggregation``'s
+    (the discriminators' screen); ``client_sizes``: each client's training-split size (n_k of
     FedGO's weights); ``discriminators``: client -> its discriminator (empty unless
     ``distill.weights: fedgo``).
     """
@@ -72,14 +72,14 @@ class CohortDistillation:
         *,
         model_factory: Callable[[], torch.nn.Module],
         public: Callable[[], ArrayDataset],
-        upload_bound: float | None,
+        discriminator_bound: float | None,
         client_sizes: list[int],
         discriminators: dict[int, torch.nn.Module],
     ) -> None:
         self.cfg, self.params, self.resources = cfg, params, resources
         self.model_factory = model_factory
         self.public = public
-        self.upload_bound = upload_bound
+        self.discriminator_bound = discriminator_bound
         self.client_sizes = client_sizes
         self.discriminators = discriminators
         self.disc_report: dict[str, Any] = {}  # the discriminators' logits on the last data
@@ -116,7 +116,7 @@ class CohortDistillation:
         WARNINGs; :func:`fedgo_flwr.learning.cohorts.cohort_odds_weights`). A client without a
         discriminator has the neutral logits (on each sample the lower median of the members'
         that passed the screen); so has one whose logits are not finite or whose logit scale
-        on ``data`` exceeds ``strategy.aggregation.upload_bound`` times the members' median
+        on ``data`` exceeds ``strategy.aggregation.discriminator_bound`` times the members' median
         (:func:`~fedgo_flwr.gan.screen_discriminators`, before any weight is computed); and no
         member's weight averaged over ``data`` exceeds ``max(2/K, 3 n_k / sum n)`` over the
         ``K`` members, and with 3 or more at most
@@ -130,7 +130,7 @@ class CohortDistillation:
             device=self.resources.device,
         )[members, 0]
         present = [i for i, k in enumerate(members) if k in self.discriminators]
-        screen_discriminators(logits, members, present, self.upload_bound, "CPFL", where)
+        screen_discriminators(logits, members, present, self.discriminator_bound, "CPFL", where)
         inputs = WeightingInputs(
             logits=torch.zeros(len(members), len(data), 1),
             num_examples=torch.tensor([float(self.client_sizes[k]) for k in members]),

@@ -18,11 +18,12 @@ odds). The weights enter everywhere the ensemble does: synthesis, the weight ste
 diversification, distillation, and the reported ``ensemble_accuracy_fedgo`` (odds only) and
 ``ensemble_accuracy_learned`` (the combination). A client whose discriminator is missing or
 unusable is left out with its model (it has no weight to give). Once every reply is in, each
-discriminator's logit scale is checked against the others' (``strategy.aggregation.upload_bound``
-times their median; :meth:`CoBoostingFedGO.screened`): one far above them, a large bias or a
-scaled last layer, weighs with the lower median of the others' logits instead (on every
-sample: the typical client's say, not the logit 0, which would claim synthetic samples that
-honest discriminators call fake). No client's odds weight averaged
+discriminator's logit scale is checked against the others'
+(``strategy.aggregation.discriminator_bound`` times their median;
+:meth:`CoBoostingFedGO.screened`): one far above them, a large bias or a scaled last layer,
+weighs with the lower median of the others' logits instead (on every sample: the typical
+client's say, not the logit 0, which would claim synthetic samples that honest discriminators
+call fake). No client's odds weight averaged
 over a batch exceeds its cap (:func:`~fedgo_flwr.weighting.mean_share_caps`:
 ``max(2/n, 3 n_k / sum n)``, and with 3 or more clients at most ``max(1/2, n_k / sum n)``).
 
@@ -258,7 +259,7 @@ class CoBoostingFedGO(CoBoosting):
 
     def screened(self, mods: list[nn.Module]) -> list[nn.Module]:
         """``mods`` with every discriminator whose logit scale on the test split exceeds
-        ``strategy.aggregation.upload_bound`` times the lower median of all of them
+        ``strategy.aggregation.discriminator_bound`` times the lower median of all of them
         (:func:`~fedgo_flwr.gan.screen_discriminators`, the screen FedGO, CPFL and DaFKD use:
         the root mean square of its raw logits, so a large bias counts as much as a scaled
         last layer) replaced by the lower median of the others' logits on every input
@@ -268,7 +269,7 @@ class CoBoostingFedGO(CoBoosting):
         All of the round's discriminators arrive before any of them is screened: the check
         compares each with the others, and no weight is computed before it. Its model stays a
         member of the ensemble (its logits are checked as a teacher's)."""
-        res, bound = self.resources, self.aggregation.upload_bound
+        res, bound = self.resources, self.aggregation.discriminator_bound
         z = torch.stack(
             [
                 predict_logits(d, res.bundle.test, self.params.teacher_batch_size, res.device)

@@ -211,7 +211,7 @@ class CPFL(Strategy):
             resources,
             model_factory=self.model_factory,
             public=self.server_unlabeled,
-            upload_bound=self.aggregation.upload_bound,
+            discriminator_bound=self.aggregation.discriminator_bound,
             client_sizes=self.client_sizes,
             discriminators={},  # distill.weights: fedgo, from setup()
         )

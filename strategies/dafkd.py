@@ -282,7 +282,7 @@ class DaFKD(FedDF):
         """The round's discriminators (head on features), all in, screened before any weight
         is computed (:func:`~fedgo_flwr.gan.screen_discriminators`, FedGO's screen): one whose
         logits on the distillation set are not finite, or whose logit scale there exceeds
-        ``strategy.aggregation.upload_bound`` times the round's median, gets on every sample
+        ``strategy.aggregation.discriminator_bound`` times the round's median, gets on every sample
         of both sets the lower median of the other heads' logits (the round's typical say; the
         logit 0, ``D = 1/2``, would claim every generated sample, which honest heads call
         fake), a WARNING naming the client. The head's norm bound
@@ -294,7 +294,7 @@ class DaFKD(FedDF):
             stacked,
             pids,
             range(len(pids)),
-            self.aggregation.upload_bound,
+            self.aggregation.discriminator_bound,
             f"DaFKD round {server_round}",
             "the distillation set",
         )

@@ -185,7 +185,7 @@ class FedGO(FedDF):
             [self._disc["distill"], self._disc["test"]],
             range(self.cfg.data.num_clients),
             sorted(discs),
-            self.aggregation.upload_bound,
+            self.aggregation.discriminator_bound,
             "FedGO",
             "the distillation set",
         )

@@ -230,7 +230,7 @@ def discriminator_scale_outliers(
     (:func:`fedgo_flwr.learning.distill.teacher_scale_outliers`): a client that scales its
     discriminator's last layer by ``c`` scales its logits by ``c``, which pushes its odds
     ``D_k / (1 - D_k)`` to 0 or infinity and so takes or gives away every sample's weight,
-    while the logits stay finite. ``factor`` is ``strategy.aggregation.upload_bound``.
+    while the logits stay finite. ``factor`` is ``strategy.aggregation.discriminator_bound``.
     """
     if factor is None or not clients:
         return []
@@ -269,8 +269,8 @@ def screen_discriminators(
     client ``clients[i]``, e.g. its logits on the distillation set and on the test split);
     ``present``: the rows that hold a discriminator. First every row with a non-finite value in
     any tensor (:func:`neutralise_nonfinite`); then every present row whose logit scale in the
-    first tensor exceeds ``factor`` (``strategy.aggregation.upload_bound``; ``None``: no scale
-    check) times the lower median of the present finite rows
+    first tensor exceeds ``factor`` (``strategy.aggregation.discriminator_bound``; ``None``: no
+    scale check) times the lower median of the present finite rows
     (:func:`discriminator_scale_outliers`). The rows that passed are kept; every other row
     (screened, or not ``present``: a client without a discriminator) gets, on every sample of
     every tensor, the lower median of the rows that passed (:func:`neutral_logits`; 0 where
@@ -299,7 +299,7 @@ def screen_discriminators(
     for i, scale, median in discriminator_scale_outliers(tensors[0], rows, factor):
         run_log.warning(
             "%s: the discriminator of client %d: its logit scale %.3g on %s is %.3g x the "
-            "median %.3g, above strategy.aggregation.upload_bound = %g; neutral weight",
+            "median %.3g, above strategy.aggregation.discriminator_bound = %g; neutral weight",
             who,
             clients[i],
             scale,

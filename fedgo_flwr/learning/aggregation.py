@@ -24,9 +24,8 @@ they get a bound relative to the round itself (``upload_bound``, on by default):
 whose L2 norm -- of its update against what the server sent, where the server sent one --
 exceeds ``upload_bound`` times the round's (lower) median of those norms is scaled down to
 that norm (:func:`bound_uploads`, :class:`BoundedAverage`), and a WARNING names the client.
-Scaled, not dropped (why: ``docs/architecture.md``, "Aggregation"); when the bound does not bind
-the result is the plain rule's, bit for bit. The same factor bounds each teacher's logit scale
-in the ensembles of client models (:func:`fedgo_flwr.learning.distill.teacher_scale_outliers`).
+Scaled, not dropped (why: ``docs/architecture.md``, "Aggregation"). The same factor bounds each
+teacher's logit scale (:func:`fedgo_flwr.learning.distill.teacher_scale_outliers`).
 """
 
 from __future__ import annotations
@@ -60,20 +59,14 @@ clipped relative to the round and weighed by its cosine with the round's median 
 memory."""
 
 DEFAULT_UPLOAD_BOUND = 10.0
-"""``strategy.aggregation.upload_bound``'s default: 10 times the round's median, above the largest
-ratio of an honest upload's norm (or a teacher's logit scale) to its round's median measured in
-honest runs, every golden run and digits at Dirichlet alpha 0.01-1.0
-(``benchmarks/studies/trust.md``, "Honest ratios under the reply bounds";
-``benchmarks/honest_ratios.py``). One client's upload
-then moves a combination by at most 10 typical uploads; a bound that did bind on an honest
-client only scales it down (a one-shot teacher: leaves it out), with a WARNING that says so."""
+"""``upload_bound``'s default: above the largest honest ratio of an upload's norm (or a
+teacher's logit scale) to its round's median (``benchmarks/studies/trust.md``, "Honest ratios
+under the reply bounds"); one client's upload moves a combination by at most 10 typical ones."""
 
 
 DEFAULT_CLIP_FACTOR = 10.0
-"""``strategy.aggregation.clip_factor``'s default: an update is clipped to 10 times the round's
-lower median update norm. The largest honest ratio measured is in
-``benchmarks/studies/trust.md`` ("Honest ratios under the reply bounds"); the default is chosen
-above it so that honest runs keep FedAvg's mean bit for bit."""
+"""``clip_factor``'s default: above the largest honest ratio (``benchmarks/studies/trust.md``,
+"Honest ratios under the reply bounds"), so that honest runs keep FedAvg's mean bit for bit."""
 
 DEFAULT_CONSENSUS_CLIP = 2.0
 """``strategy.aggregation.consensus_clip``'s default: with ``rule: consensus`` each array of an
@@ -81,17 +74,21 @@ update is clipped to twice the round's lower median norm of that array's updates
 tuning seeds against the adversary profile (``benchmarks/results/robust-rule-cost/``, "The
 consensus rule")."""
 
+DEFAULT_RADIAL_CLIP = 8.0
+"""``radial_clip``'s default, chosen on the tuning seeds between 2, 4, 8 and 16
+(``benchmarks/results/robust-rule-cost/``, "The radial clip")."""
+
+DEFAULT_DISCRIMINATOR_BOUND = 25.0
+"""``discriminator_bound``'s default: 2.3 times the largest honest ratio measured (DaFKD's
+heads, 10.8; FedGO's discriminators 2.5: ``benchmarks/studies/trust.md``)."""
+
 DEFAULT_TEACHER_ARRAY_BOUND = 50.0
-"""``strategy.aggregation.teacher_array_bound``'s default: in FedDF's family, under a rule that
-keeps the round's models, a client model with an array whose update is more than 50 times the
-round's lower median norm of that array's updates is left out of the ensemble. The largest
-honest ratio measured is 10.7 (DaFKD on digits at Dirichlet alpha 0.1; every golden run and
-FedDF, FedGO, DaFKD, FedGKD+ at alpha 0.01-1.0: ``benchmarks/studies/trust.md``, "Teachers left
-out"); the attacks of the adversary profile reach 448 and more."""
+"""``teacher_array_bound``'s default: 3.7 times the largest honest ratio measured (DaFKD, 13.4;
+``benchmarks/studies/trust.md``, "Teachers left out" and "The radial clip"); the adversary
+profile's attacks reach 448 and more."""
 
 DEFAULT_CLIP_KEEP = 3
-"""``strategy.aggregation.clip_keep``'s default: how many of a round's replies (those with the
-largest update norms) :class:`ClippedMean` keeps in memory to clip exactly at the end."""
+"""``clip_keep``'s default (:class:`ClippedMean`)."""
 
 
 DEFAULT_UPDATE_BOUND = 50.0
@@ -140,21 +137,26 @@ class AggregationConfig:
     weight. Only with ``rule: mean`` (the median and trimmed mean need no clipping to stay
     within the honest values)."""
     clip_keep: int = DEFAULT_CLIP_KEEP
-    """How many of the round's largest updates the streaming mean keeps in memory to clip them
-    exactly once the median is known (more outliers than that raise the bound to the
-    ``clip_keep + 1``-th largest norm, with a WARNING)."""
+    """How many of the round's largest updates the streaming mean keeps to clip them exactly
+    (more outliers raise the bound to the next largest norm, with a WARNING)."""
     consensus_clip: float | None = DEFAULT_CONSENSUS_CLIP
     """With ``rule: consensus``: each array of a client's update is clipped to this many times
     the round's lower median norm of that array's updates before it is weighed
-    (:mod:`fedgo_flwr.learning.consensus`; ``null``: not clipped). Not used by the other rules
-    (the mean's is ``clip_factor``)."""
+    (:mod:`fedgo_flwr.learning.consensus`; ``null``: not clipped)."""
+    radial_clip: float | None = DEFAULT_RADIAL_CLIP
+    """With ``rule: consensus``: each array's update's part along that array (what scales it,
+    all of a scaled model ``y = x - c x``) is clipped to this many times the round's lower
+    median of those parts first (:mod:`fedgo_flwr.learning.consensus`; ``null``: not)."""
     upload_bound: float | None = DEFAULT_UPLOAD_BOUND
     """Bounds FedGAN's generator and critic (G3), DaFKD's generator and discriminator heads,
-    FedTGP's prototypes (each class's; the median one vote per client), SCAFFOLD's control deltas,
-    each teacher's logit scale (FedDF family: rescaled to the median; one-shot: left out) and each
-    discriminator's (FedGO, CPFL, Co-Boosting + FedGO: neutral weight). An upload whose L2 norm
-    exceeds ``upload_bound`` times the round's (lower) median is scaled down to it, with a WARNING
-    naming the client (:func:`bound_uploads`); ``null``: off."""
+    FedTGP's prototypes (each class's; the median one vote per client), SCAFFOLD's control deltas
+    and each teacher's logit scale (FedDF family: rescaled to the median; one-shot: left out). An
+    upload whose L2 norm exceeds ``upload_bound`` times the round's (lower) median is scaled
+    down to it, with a WARNING naming the client (:func:`bound_uploads`); ``null``: off."""
+    discriminator_bound: float | None = DEFAULT_DISCRIMINATOR_BOUND
+    """A discriminator (FedGO, CPFL's odds, Co-Boosting + FedGO, DaFKD's heads) whose logit scale
+    exceeds this many times the round's lower median gets neutral weight, with a WARNING naming
+    the client (:func:`fedgo_flwr.gan.screen_discriminators`); ``null``: off."""
     teacher_array_bound: float | None = DEFAULT_TEACHER_ARRAY_BOUND
     """FedDF's family (FedDF, FedGO, FedGKD+, DaFKD), under a rule that keeps the round's
     models (``consensus``, ``median``, ``trimmed_mean``; at least 3 replies): a client model
@@ -203,12 +205,26 @@ class AggregationConfig:
                 "must be a finite number >= 1, a multiple of the round's median norm of each "
                 "array's updates (or null: no clipping)",
             )
+        if self.radial_clip is not None:
+            c.require(
+                "radial_clip",
+                math.isfinite(self.radial_clip) and self.radial_clip >= 1,
+                "must be a finite number >= 1, a multiple of the round's median radial part of "
+                "each array's updates (or null: no clipping)",
+            )
         if self.upload_bound is not None:
             c.require(
                 "upload_bound",
                 math.isfinite(self.upload_bound) and self.upload_bound >= 1,
                 "must be a finite number >= 1, a multiple of the round's median upload norm "
                 "(or null: no bound)",
+            )
+        if self.discriminator_bound is not None:
+            c.require(
+                "discriminator_bound",
+                math.isfinite(self.discriminator_bound) and self.discriminator_bound >= 1,
+                "must be a finite number >= 1, a multiple of the round's median logit scale of "
+                "the discriminators (or null: no bound)",
             )
         if self.teacher_array_bound is not None:
             c.require(
@@ -311,7 +327,7 @@ def new_average(
     if config.rule == "mean":
         return RunningAverage()
     if config.rule == "consensus":
-        return ConsensusStack(reference, config.consensus_clip)
+        return ConsensusStack(reference, config.consensus_clip, config.radial_clip)
     return ReplyStack(config.rule, config.trim_fraction)
 
 

@@ -82,12 +82,14 @@ MEAN = "strategy.aggregation.rule=mean"  # FedAvg's mean (the default rule is co
 
 def test_under_the_default_rule_an_update_49x_the_model_is_clipped_and_named(tmp_path, monkeypatch):
     """Two clients a round: their median update is their mean, which the attacker's points
-    along, so it is trusted; its arrays are clipped to twice the honest client's norms (the
-    lower median of two), and the next rounds train from a usable model."""
+    along, so it is trusted; its radial part (all of it) is clipped to 8 times the honest
+    client's (``radial_clip``), which leaves it shorter than the honest update in some array,
+    where the honest update is then clipped to twice it (the lower median of two is the
+    smaller): both are counted as clipped, and the next rounds train from a usable model."""
     attack(monkeypatch, scaled_away(49.0))
     rows = run(tmp_path, "rounds=3")
     assert rows[1]["clients_replied"] == 2  # inside every bound of the intake
-    assert rows[1]["clients_clipped_relative"] == 1
+    assert rows[1]["clients_clipped_relative"] == 2
     assert rows[1]["update_ratio_client"] == BAD and rows[1]["update_ratio_max"] > 100
     for row in rows[2:]:
         assert row["clients_failed"] == 0 and row["rolled_back"] == 0
@@ -149,10 +151,13 @@ def test_one_client_with_a_nan_loss_does_not_roll_a_round_back(tmp_path, monkeyp
 
 @pytest.mark.parametrize("name", ["fedprox", "scaffold", "feddisco", "feddf"])
 def test_the_clip_holds_for_every_averaging_strategy(tmp_path, monkeypatch, name):
+    """As under FedAvg: both of round 1's two updates clipped (the attacker's radial part, then
+    the honest update to twice what is left of it), the next round trains from a usable
+    model."""
     extra = ["strategy.distill.epochs=1"] if name == "feddf" else []
     attack(monkeypatch, scaled_away(49.0))
     rows = run(tmp_path, "rounds=2", f"strategy.name={name}", *extra)
-    assert rows[1]["clients_clipped_relative"] == 1, rows[1]
+    assert rows[1]["clients_clipped_relative"] == 2, rows[1]
     assert rows[1]["update_ratio_client"] == BAD
     assert rows[2]["clients_failed"] == 0 and np.isfinite(rows[2]["train_loss"])
 

@@ -22,6 +22,7 @@ SAMPLE = [
     ("fedtgp", "upload_scaled", "every"),
     ("cpfl", "loss_report", "once"),
     ("cpfl", "scaled", "once"),
+    ("feduv", "scaled", "every"),  # trusted in every round before the radial clip
     ("fedgo", "discriminator_bias", "once"),
 ]
 

@@ -648,7 +648,7 @@ def biased_and_rolled(content: RecordDict) -> None:
 
 @pytest.mark.parametrize(
     ("overrides", "warning"),
-    [([], "logit scale"), (["strategy.aggregation.upload_bound=null"], "mean share")],
+    [([], "logit scale"), (["strategy.aggregation.discriminator_bound=null"], "mean share")],
     ids=["screened", "capped-only"],
 )
 def test_coboosting_fedgo_bounds_a_biased_discriminator(
@@ -657,8 +657,8 @@ def test_coboosting_fedgo_bounds_a_biased_discriminator(
     """With exact odds (``disc_mode: sigmoid``) a discriminator bias of + 50 gave its client
     weight 1.0 on every sample, and with its rolled classifier the odds-weighted ensemble fell
     to 0.04 (uniform 0.59). The screen gives that discriminator the neutral weight: the
-    ensemble stays within 0.05 of uniform's. Without the screen (``upload_bound`` off) the cap
-    on the mean share (1/2 here: 4 clients of similar size) still bounds it: above 0.2 of
+    ensemble stays within 0.05 of uniform's. Without the screen (``discriminator_bound`` off) the
+    cap on the mean share (1/2 here: 4 clients of similar size) still bounds it: above 0.2 of
     accuracy rather than 0.04."""
     tamper(monkeypatch, biased_and_rolled, pid=1)
     gan = ["strategy.discriminator.epochs=1", "strategy.generator.steps=0", *SMALL_GAN]

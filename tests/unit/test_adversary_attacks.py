@@ -11,7 +11,9 @@ import pytest
 
 from benchmarks import adversary as adv
 
-BOUNDS = adv.Bounds(update_bound=50.0, upload_bound=10.0, clip_factor=10.0)
+BOUNDS = adv.Bounds(
+    update_bound=50.0, upload_bound=10.0, clip_factor=10.0, discriminator_bound=25.0
+)
 
 
 def model(seed: int = 0) -> dict[str, np.ndarray]:
@@ -84,7 +86,8 @@ def test_a_discriminator_without_a_bias_has_its_last_layer_scaled():
     disc = {"net.0.weight": np.ones((2, 3), np.float32)}
     disc["net.8.weight"] = np.ones((1, 2), np.float32)
     y = adv.discriminator_bias(disc, BOUNDS)
-    assert np.allclose(y["net.8.weight"], 9.9) and y["net.0.weight"] is disc["net.0.weight"]
+    # just under discriminator_bound (25), not upload_bound (10)
+    assert np.allclose(y["net.8.weight"], 24.75) and y["net.0.weight"] is disc["net.0.weight"]
     with_bias = {**disc, "net.8.bias": np.zeros(1, np.float32)}
     y = adv.discriminator_bias(with_bias, BOUNDS)
     assert y["net.8.bias"][0] == 50.0 and y["net.8.weight"] is with_bias["net.8.weight"]

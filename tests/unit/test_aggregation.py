@@ -71,6 +71,7 @@ def test_config_defaults_are_the_consensus_rule_with_the_bounds_on() -> None:
     assert (c.rule, c.trim_fraction, c.clip_norm) == ("consensus", 0.2, None)
     assert c.consensus_clip == DEFAULT_CONSENSUS_CLIP == 2.0
     assert c.upload_bound == DEFAULT_UPLOAD_BOUND == 10.0
+    assert (c.radial_clip, c.discriminator_bound) == (8.0, 25.0)
     assert (c.clip_factor, c.clip_keep) == (10.0, 3)
     assert c.update_bound == DEFAULT_UPDATE_BOUND == 50.0
     assert AGGREGATION_RULES == ("mean", "median", "trimmed_mean", "consensus")
@@ -92,6 +93,20 @@ CONFIG_BOUNDS = [
         (0.999, math.inf),
         "must be a finite number >= 1, a multiple of the round's median upload norm "
         "(or null: no bound)",
+    ),
+    (
+        "radial_clip",
+        (1.0, 1e300, None),
+        (0.999, math.inf),
+        "must be a finite number >= 1, a multiple of the round's median radial part of each "
+        "array's updates (or null: no clipping)",
+    ),
+    (
+        "discriminator_bound",
+        (1.0, 1e300, None),
+        (0.999, math.inf),
+        "must be a finite number >= 1, a multiple of the round's median logit scale of the "
+        "discriminators (or null: no bound)",
     ),
     (
         "update_bound",

@@ -12,7 +12,13 @@ import pytest
 from fedgo_flwr.config.schema import Checker, ConfigError
 from fedgo_flwr.learning.aggregation import AggregationConfig, new_average
 from fedgo_flwr.learning.clipping import round_average
-from fedgo_flwr.learning.consensus import TRUST_FRACTION, ConsensusStack, consensus_mean
+from fedgo_flwr.learning.consensus import (
+    TRUST_FRACTION,
+    ConsensusStack,
+    _combine,
+    clip_radial,
+    consensus_mean,
+)
 from strategies._aggregation import update_norms
 
 X = {"w": np.zeros(2, np.float32), "n": np.array(0, np.int64)}
@@ -178,3 +184,52 @@ def test_the_result_does_not_depend_on_the_order_the_replies_came_in():
         (a, trust_a), (b, trust_b) = results
         assert trust_a == trust_b
         assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_the_radial_part_is_clipped_to_the_rounds_lower_median_by_hand():
+    # base [3, 4]: unit u = [0.6, 0.8]; rows d = t + r u with t = [0.8, -0.6] (orthogonal to u)
+    # and r = 0.1, -0.2, 0.3 and a scaled model's -10 base (r = -50); |r| lower median 0.2, so at
+    # clip 2 the bound is 0.4: only the scaled row changes, to -0.4 u; its norm falls from 50
+    base = np.array([3.0, 4.0])
+    u, t = base / 5.0, np.array([0.8, -0.6])
+    d = np.stack([t + 0.1 * u, t - 0.2 * u, t + 0.3 * u, -10 * base])
+    out, hit = clip_radial(d, base, 2.0)
+    np.testing.assert_allclose(out[:3], d[:3])
+    np.testing.assert_allclose(out[3], -0.4 * u, atol=1e-12)
+    assert hit.tolist() == [False, False, False, True]
+    # at clip 1 the bound is 0.2: the 0.3 row keeps its tangent and loses 0.1 of its radial part
+    out, hit = clip_radial(d, base, 1.0)
+    np.testing.assert_allclose(out[2], t + 0.2 * u, atol=1e-12)
+    assert hit.tolist() == [False, False, True, True]
+    # an array at 0 has no radial part; no clip factor clips nothing
+    for b, clip in ((np.zeros(2), 2.0), (base, None)):
+        same, hit = clip_radial(d, b, clip)
+        np.testing.assert_array_equal(same, d)
+        assert not hit.any()
+
+
+def test_a_scaled_model_moves_the_models_length_by_at_most_the_radial_bound():
+    # four honest updates orthogonal to x but for radial parts of +-0.01 and +-0.02, and a
+    # scaled model y = x - 48 x (the freeze attack under update_bound): |r| lower median 0.02,
+    # so at the default radial_clip 8 the bound is 0.16; the average's radial step is a mean
+    # of parts within it, whatever the trust. Without the radial clip the scaled model,
+    # clipped to twice the lower median norm only, is trusted in full and shrinks the model by
+    # about its share of 2 typical updates (asserted below).
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=50)
+    u = x / np.linalg.norm(x)
+    honest = []
+    for r in (-0.02, -0.01, 0.01, 0.02):
+        t = rng.normal(size=50) + 0.5  # the clients agree on a common direction
+        t -= (t @ u) * u
+        honest.append(x + t / np.linalg.norm(t) + r * u)
+    models = [{"w": y} for y in [*honest, x - 48 * x]]
+    out, scores = consensus_mean(models, [1.0] * 5, {"w": x})
+    step = float((out["w"] - x) @ u)
+    assert abs(step) <= 8 * 0.02 + 1e-9
+    assert scores.clipped.tolist() == [False, False, False, False, True]
+    out, _ = consensus_mean(models, [1.0] * 5, {"w": x}, radial_clip=2.0)
+    assert abs(float((out["w"] - x) @ u)) <= 2 * 0.02 + 1e-9
+    d = np.stack([m["w"] - x for m in models])
+    unclipped, trust, _ = _combine(d, np.ones(5), 2.0)
+    assert trust[-1] == 1.0 and unclipped @ u < -0.3  # what the radial clip takes away

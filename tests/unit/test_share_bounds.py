@@ -21,6 +21,7 @@ from helpers import tiny_config
 from fedgo_flwr.data import ArrayDataset
 from fedgo_flwr.datafree.ensemble import fedgo_multipliers, weight_step, weighted_logits
 from fedgo_flwr.gan import screen_discriminators
+from fedgo_flwr.learning.aggregation import DEFAULT_DISCRIMINATOR_BOUND
 from fedgo_flwr.learning.cohorts import cohort_odds_weights, combine_per_sample
 from fedgo_flwr.weighting import (
     WeightingInputs,
@@ -126,7 +127,8 @@ class _Disc(torch.nn.Module):
 def test_coboosting_fedgo_gives_a_screened_discriminator_the_median_of_the_others(mode):
     """Co-Boosting + FedGO's screen on its own weights: four honest discriminators whose logits
     are about -5 on the samples (synthetic ones: fake to all of them) and one whose bias is
-    +100. Screened, it stands in as the lower median of the others' logits on every input,
+    +200 (a logit scale about 40 times theirs, above ``discriminator_bound`` 25). Screened, it
+    stands in as the lower median of the others' logits on every input,
     on the test split and on any synthetic batch: its mean share is at most uniform (0.2).
     With the logit 0 it took the capped 0.5 (exact odds) and about 0.29 (double sigmoid)."""
     k, attacker = 5, 3
@@ -142,8 +144,8 @@ def test_coboosting_fedgo_gives_a_screened_discriminator_the_median_of_the_other
         device=torch.device("cpu"),
     )
     strategy.params = SimpleNamespace(teacher_batch_size=64, disc_mode=mode)
-    strategy.aggregation = SimpleNamespace(upload_bound=10.0)
-    mods = [_Disc(100.0 if i == attacker else -5.0, i % 4) for i in range(k)]
+    strategy.aggregation = SimpleNamespace(discriminator_bound=25.0)
+    mods = [_Disc(200.0 if i == attacker else -5.0, i % 4) for i in range(k)]
     strategy._disc_modules = strategy.screened(mods)
     synthetic = torch.randn(N, 4, generator=g)
     weights = strategy.odds_weights(synthetic)
@@ -156,8 +158,9 @@ def test_coboosting_fedgo_gives_a_screened_discriminator_the_median_of_the_other
 # -- CPFL's odds: a claim within the screen --------------------------------------------------
 def test_the_mean_share_cap_bounds_a_member_that_claims_within_the_screen(caplog):
     """Ten members of equal size in five cohorts of two, FedGO's exact odds (``disc_mode:
-    sigmoid``). Honest discriminators give logits about 2 (scale 2.1); member 1's are 9.9
-    times its honest ones (just under the screen at 10 x the median), and its model is rolled
+    sigmoid``). Honest discriminators give logits about 2 (scale 2.1); member 1's are 24.75
+    times its honest ones (just under the screen at ``discriminator_bound`` 25 x the median),
+    and its model is rolled
     by one class. Measured: uncapped, member 1 holds 0.997 of the weight and the members'
     ensemble is 0.005 accurate (the honest nine alone 1.000); capped at max(2/10, 3/10) = 0.3
     it holds 0.300 and the ensemble is 0.998 accurate (margins asserted: 0.1 and 0.9)."""
@@ -166,9 +169,11 @@ def test_the_mean_share_cap_bounds_a_member_that_claims_within_the_screen(caplog
     logits, y = teachers(k, attacker=1)
     g = torch.Generator().manual_seed(1)
     disc = 2.0 + 0.5 * torch.randn(k, N, generator=g)
-    disc[1] *= 9.9
+    disc[1] *= 0.99 * DEFAULT_DISCRIMINATOR_BOUND
     members = list(range(k))
-    assert not screen_discriminators(disc, members, members, 10.0, "CPFL", "t").clients
+    assert not screen_discriminators(
+        disc, members, members, DEFAULT_DISCRIMINATOR_BOUND, "CPFL", "t"
+    ).clients
     sizes = torch.full((k,), 100.0)
     inputs = WeightingInputs(logits=torch.zeros(k, N, 1), num_examples=sizes, disc_logits=disc)
     raw = compute_weights("fedgo", inputs, disc_mode="sigmoid")
