@@ -515,7 +515,7 @@ class FedDF(Strategy):
         ``upload_bound`` of the others' and would lean every pseudo-label to that class; one
         scaled away (``y = x - 48 x``) teaches noise; such a teacher clipped back to the bound
         still taught worse than none (measured: ``benchmarks/studies/trust.md``, "Teachers
-        left out"). Honest models stay far below the bound (the same section: at most 10.7).
+        left out"). Honest models stay far below the bound (at most 13.4: "The radial clip").
         The streaming mean (``rule: mean``) keeps no models, so it has no such check."""
         running = self.averager.running
         factor = self.aggregation.teacher_array_bound
