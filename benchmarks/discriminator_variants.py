@@ -30,7 +30,14 @@ Those negatives are the images the server later pseudo-labels.
     .venv/bin/python -m benchmarks.discriminator_variants --seeds 0 \
         [--variants paper server ...] [--out benchmarks/results/discriminator-variants]
 
-Client logits, the generator and each variant's discriminator logits are cached under
+A variant may also set the generator's budget (``generator_steps``: FedGO as published trains
+its discriminators against a generator trained far longer than the config's 200 steps): every
+budget's generator comes from one training to the largest (the generator after step ``k`` is that
+of a ``k``-step run), with a grid of 64 samples of each in ``--out`` (``generator-<k>.png``). The
+weightings ``fedgo_odds`` and ``fedgo_single_odds`` are FedGO's without Eq. (9)'s ``n_k``
+(``weighting_params.fedgo.sizes: false``): whether ``n_k`` is what holds FedGO back at this scale.
+
+Client logits, the generators and each variant's discriminator logits are cached under
 ``--work`` (``outputs/bench/discriminator-variants``), the reports in ``--out``: a rerun skips
 what is done (delete a report to recompute it from the cached logits, e.g. after adding a
 weighting). ``--table-only`` rebuilds ``table.md`` from the saved reports.
@@ -49,11 +56,12 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, RecordDict
 from sklearn.metrics import roc_auc_score
+from torchvision.utils import save_image
 
 from benchmarks.discriminator_separation import own_vs_unseen_aucs, weight_on_knowing
 from clients.base import ClientJob
 from clients.fedgo import FedGOClient
-from fedgo_flwr.gan import discriminator_logits
+from fedgo_flwr.gan import discriminator_logits, sample
 from fedgo_flwr.gan.settings import GanConfig
 from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import get_device, predict_logits, train_local
@@ -91,8 +99,14 @@ VARIANTS: dict[str, dict[str, object]] = {
         "epochs": 30,
         "reference_size": 2500,
     },
+    # FedGO as published (paper 001, App. E.2): 30 epochs, trained and read through the double
+    # sigmoid, against generators trained longer than the config's 200 steps
+    "paper-double-30": {"loss": "double_sigmoid", "epochs": 30},
+    "paper-double-30-g1000": {"loss": "double_sigmoid", "epochs": 30, "generator_steps": 1000},
+    "paper-double-30-g2000": {"loss": "double_sigmoid", "epochs": 30, "generator_steps": 2000},
 }
-"""Overrides of ``strategy.discriminator`` (the config's own section otherwise)."""
+"""Overrides of ``strategy.discriminator`` (the config's own section otherwise); the key
+``generator_steps`` sets the generator's steps instead (``strategy.generator.steps``)."""
 
 WEIGHTINGS: dict[str, tuple[str, dict[str, object]]] = {
     "uniform": ("uniform", {}),
@@ -103,6 +117,8 @@ WEIGHTINGS: dict[str, tuple[str, dict[str, object]]] = {
     "fedgo_single_t2": ("fedgo", {"disc_mode": "sigmoid", "temperature": 2.0}),
     "fedgo_single_clip1": ("fedgo", {"disc_mode": "sigmoid", "clip": 1.0}),
     "fedgo_single_clip2": ("fedgo", {"disc_mode": "sigmoid", "clip": 2.0}),
+    "fedgo_odds": ("fedgo", {"sizes": False}),  # Eq. (9) without n_k (issue 51's ablation)
+    "fedgo_single_odds": ("fedgo", {"disc_mode": "sigmoid", "sizes": False}),
     "domain": ("domain", {}),
     "oracle": ("oracle", {}),
 }
@@ -162,23 +178,51 @@ def client_logits(cfg, bundle, partition, work: Path) -> dict[str, torch.Tensor]
     return result
 
 
-def generator_for(cfg, bundle, partition, work: Path) -> tuple[torch.nn.Module, float]:
-    """The config's G1 generator (WGAN-GP on the server share), trained once (cached)."""
+def _generator_file(cfg, steps: int) -> str:
+    default = cfg.strategy.params.generator.steps
+    return "generator.pt" if steps == default else f"generator-{steps}.pt"
+
+
+def generators_for(
+    cfg, bundle, partition, work: Path, steps: list[int], grids: Path | None = None
+) -> dict[int, tuple[torch.nn.Module, float]]:
+    """The config's G1 generator (WGAN-GP on the server share) after each of ``steps``
+    generator steps, cached: one training to the largest, keeping each smaller budget's
+    generator on the way (bit for bit the generator of a run with that budget,
+    :func:`fedgo_flwr.gan.train_wgan_gp`'s ``on_step``) and the seconds it took to get there.
+    With ``grids``, a grid of 64 samples of each (fixed latent codes) as
+    ``grids/generator-<steps>.png``."""
     gp = cfg.strategy.params.generator
     shape = bundle.train.input_shape
-    generator = seeded_generator(cfg.seed, gp, shape)
-    path = work / "generator.pt"
-    if path.is_file():
-        saved = torch.load(path)
+    out: dict[int, tuple[torch.nn.Module, float]] = {}
+    missing = sorted(k for k in set(steps) if not (work / _generator_file(cfg, k)).is_file())
+    if missing:
+        generator = seeded_generator(cfg.seed, gp, shape)
+        t0 = time.perf_counter()
+
+        def keep(done: int) -> None:
+            if done in missing:
+                state = {k: v.detach().cpu().clone() for k, v in generator.state_dict().items()}
+                seconds = time.perf_counter() - t0
+                torch.save({"state": state, "seconds": seconds}, work / _generator_file(cfg, done))
+
+        if 0 in missing:
+            keep(0)
+        if missing[-1] > 0:
+            server = bundle.train.subset(partition.server)
+            device = get_device(cfg.device)
+            train_generator(generator, cfg, server, device, shape, steps=missing[-1], on_step=keep)
+    for k in sorted(set(steps)):
+        generator = seeded_generator(cfg.seed, gp, shape)
+        saved = torch.load(work / _generator_file(cfg, k))
         generator.load_state_dict(saved["state"])
-        return generator, float(saved["seconds"])
-    t0 = time.perf_counter()
-    server = bundle.train.subset(partition.server)
-    train_generator(generator, cfg, server, get_device(cfg.device), shape)
-    generator.cpu()
-    seconds = time.perf_counter() - t0
-    torch.save({"state": generator.state_dict(), "seconds": seconds}, path)
-    return generator, seconds
+        out[k] = (generator, float(saved["seconds"]))
+        if grids is not None:
+            grid = grids / f"generator-{k}.png"
+            if not grid.is_file():
+                x = sample(generator, 64, rng=make_rng(0, "sample-grid"))
+                save_image(x * 0.5 + 0.5, grid, nrow=8, padding=1)
+    return out
 
 
 def discriminators(cfg, bundle, partition, generator):
@@ -311,7 +355,10 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
     out = args.out / f"seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
     logits = client_logits(cfg, bundle, partition, work)
-    generator, gen_seconds = generator_for(cfg, bundle, partition, work)
+    default_steps = cfg.strategy.params.generator.steps
+    budgets = [_generator_steps(VARIANTS[n], default_steps) for n in args.variants]
+    generators = generators_for(cfg, bundle, partition, work, [default_steps, *budgets], out)
+    gen_seconds = generators[default_steps][1]
     (out / "clients.json").write_text(
         strict_json(
             {
@@ -330,10 +377,17 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
         if path.is_file():
             continue
         variant = VARIANTS[name]
+        steps = _generator_steps(variant, default_steps)
+        generator = generators[steps][0]
+        disc = {k: v for k, v in variant.items() if k != "generator_steps"}
         vcfg, _, _ = setup(
             args.config,
             seed,
-            [*overrides, *(f"strategy.discriminator.{k}={v}" for k, v in variant.items())],
+            [
+                *overrides,
+                f"strategy.generator.steps={steps}",
+                *(f"strategy.discriminator.{k}={v}" for k, v in disc.items()),
+            ],
         )
         t0 = time.perf_counter()
         cached = work / f"{name}-logits.pt"
@@ -348,6 +402,8 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
         report = {
             "variant": name,
             "overrides": variant,
+            "generator_steps": steps,
+            "generator_seconds": generators[steps][1],
             "disc_train_seconds": float(z["disc_train_seconds"]),
             "reference_bytes_per_client": int(z["reference_bytes_per_client"]),
             **evaluate_variant(vcfg, bundle, partition, logits, z),
@@ -355,6 +411,22 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
         report["wall_seconds"] = time.perf_counter() - t0
         path.write_text(strict_json(report, name=path.name, indent=2) + "\n")
         print(f"seed {seed} {name}: {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def _generator_steps(variant: dict[str, object], default: int) -> int:
+    steps = variant.get("generator_steps", default)
+    assert isinstance(steps, int)
+    return steps
+
+
+def _generator_cell(reports: list[dict]) -> str:
+    """The generator's steps and the seconds its training took (reports before 2026-12-04 do
+    not record them: ``-``)."""
+    steps = sorted({r["generator_steps"] for r in reports if "generator_steps" in r})
+    if not steps:
+        return "-"
+    seconds = [r["generator_seconds"] for r in reports if "generator_seconds" in r]
+    return f"{', '.join(map(str, steps))} ({_mean(seconds, 0)})"
 
 
 def _mean(values: list[float], digits: int = 1) -> str:
@@ -387,12 +459,12 @@ def table(out: Path) -> str:
         if name not in runs:
             continue
         rs = runs[name]
-        cells = [_mean([r[f"pl_{w}"] for r in rs]) for w in WEIGHTINGS]
+        cells = [_mean([r[f"pl_{w}"] for r in rs if f"pl_{w}" in r]) for w in WEIGHTINGS]
         gaps, best = [], []
         for r in rs:
             gap = r["pl_oracle"] - r["pl_uniform"]
             gaps.append(100 * (r["pl_fedgo"] - r["pl_uniform"]) / gap)
-            top = max(r[f"pl_{w}"] for w in DISC_WEIGHTINGS)
+            top = max(r[k] for k in (f"pl_{w}" for w in DISC_WEIGHTINGS) if k in r)
             best.append(100 * (top - r["pl_uniform"]) / gap)
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_mean(gaps)} / {_mean(best)} % |")
     lines += [
@@ -404,15 +476,17 @@ def table(out: Path) -> str:
     ]
     for name in VARIANTS:
         if name in runs:
-            cells = [_mean([r[f"test_{w}"] for r in runs[name]]) for w in WEIGHTINGS]
+            keys = [f"test_{w}" for w in WEIGHTINGS]
+            cells = [_mean([r[k] for r in runs[name] if k in r]) for k in keys]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "## Discriminators: separation, weight on the clients that hold the class, cost",
         "",
         "| variant | AUC test | AUC server | owner % test: n_k / fedgo / single / single T 0.5 | "
-        "mean sigmoid test | disc train s | reference MB per client | logits s |",
-        "|---|---|---|---|---|---|---|---|",
+        "mean sigmoid test | disc train s | reference MB per client | logits s | "
+        "generator steps (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in VARIANTS:
         if name not in runs:
@@ -429,7 +503,7 @@ def table(out: Path) -> str:
             f"{_mean([r['mean_sigmoid_test'] for r in rs], 2)} | "
             f"{_mean([r['disc_train_seconds'] for r in rs])} | "
             f"{statistics.mean(r['reference_bytes_per_client'] for r in rs) / 1e6:.1f} | "
-            f"{_mean([r['logits_seconds'] for r in rs])} |"
+            f"{_mean([r['logits_seconds'] for r in rs])} | {_generator_cell(rs)} |"
         )
     byz = [n for n in VARIANTS if n in runs and f"byz{BYZANTINE[0]}_pl_fedgo" in runs[n][0]]
     if byz:

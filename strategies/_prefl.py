@@ -395,19 +395,25 @@ def train_generator(
     data: ArrayDataset,
     device: torch.device,
     shape: tuple[int, ...],
+    *,
+    steps: int | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """Train ``generator`` with WGAN-GP on ``data`` (scenario G1) as ``strategy.generator``
-    says, against a seeded critic; returns the training statistics."""
+    says, against a seeded critic; returns the training statistics. ``steps`` (default:
+    ``strategy.generator.steps``) and ``on_step`` (:func:`train_wgan_gp`) let a benchmark keep
+    the generators of shorter runs from one long one."""
     gp = cfg.strategy.params.generator
     critic = gp.build_critic(shape, seed=derive_seed(cfg.seed, "critic-init"))
     return train_wgan_gp(
         generator,
         critic,
         data,
-        steps=gp.steps,
+        steps=gp.steps if steps is None else steps,
         **gp.wgan_kwargs(),
         rng=make_rng(cfg.seed, "wgan"),
         device=device,
         augment=cfg.data.augment,
         progress="FedGO generator (WGAN-GP)",
+        on_step=on_step,
     )

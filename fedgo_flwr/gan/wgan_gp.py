@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -128,6 +128,7 @@ def train_wgan_gp(
     lr_decay: bool = False,
     log_every: int | None = None,
     progress: str | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """Train ``generator`` against ``critic`` with WGAN-GP (Gulrajani et al., 2017, Alg. 1).
 
@@ -159,6 +160,9 @@ def train_wgan_gp(
         log_every: Log the losses every this many generator steps (``None``: never).
         progress: The stage's name in progress lines (steps done, rate, time left;
             :class:`fedgo_flwr.runtime.progress.Progress`); ``None``: no progress lines.
+        on_step: Called with the number of generator steps done after each one (e.g. to keep
+            snapshots: without ``lr_decay``, the generator after step ``k`` of a longer run is
+            the generator of a ``k``-step run, since every step draws the same random numbers).
 
     Returns:
         ``steps``, ``critic_steps``, ``seconds``, and the values of the last step:
@@ -220,6 +224,8 @@ def train_wgan_gp(
             for sched in scheds:
                 sched.step()
             said.advance()
+            if on_step is not None:
+                on_step(step + 1)
             if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
                 log.info(
                     "wgan-gp step %d/%d: critic %.4f generator %.4f W %.4f gp %.4f",

@@ -78,3 +78,38 @@ def test_memorisation_auc_is_half_for_fresh_looking_negatives_and_one_for_memori
         ]
     )
     assert variants.memorisation_aucs(z, sent) == [1.0, 0.5, 0.5]
+
+
+def test_longer_generators_come_from_one_training(variants, tmp_path, monkeypatch) -> None:
+    """A variant's ``generator_steps`` gets the generator of a run with that budget, kept on
+    the way of one training to the largest budget, with a sample grid of each; the weightings
+    without Eq. (9)'s n_k are reported beside FedGO's."""
+    import torch
+
+    monkeypatch.setitem(
+        variants.VARIANTS, "double-g7", {"loss": "double_sigmoid", "generator_steps": 7}
+    )
+    args = [
+        "--config", str(ROOT / "conf/fedgo.yaml"),
+        "--variants", "paper", "double-g7",
+        "--test-subset", "60",
+        "--work", str(tmp_path / "work"),
+        "--out", str(tmp_path / "out"),
+        "--override", "strategy.generator.steps=3", "train.local_epochs=1",
+        "strategy.discriminator.epochs=1", "data.num_clients=4", "data.train_subset=200",
+        *SMALL_GAN,
+    ]  # fmt: skip
+    variants.main(args)
+    work, out = tmp_path / "work/seed0", tmp_path / "out/seed0"
+    assert (work / "generator.pt").is_file() and (work / "generator-7.pt").is_file()
+    assert (out / "generator-3.png").is_file() and (out / "generator-7.png").is_file()
+    short = torch.load(work / "generator.pt")
+    long = torch.load(work / "generator-7.pt")
+    assert long["seconds"] > short["seconds"]
+    assert any(not torch.equal(v, long["state"][k]) for k, v in short["state"].items())
+    paper = json.loads((out / "paper.json").read_text())
+    g7 = json.loads((out / "double-g7.json").read_text())
+    assert (paper["generator_steps"], g7["generator_steps"]) == (3, 7)
+    assert paper["pl_uniform"] == g7["pl_uniform"]  # the same client models
+    assert {"pl_fedgo_odds", "pl_fedgo_single_odds"} <= set(g7)
+    assert "| 7 (" in (tmp_path / "out/table.md").read_text()

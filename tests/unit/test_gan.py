@@ -307,6 +307,35 @@ def test_wgan_gp_is_deterministic_given_the_generator_seed() -> None:
     assert all(p.requires_grad for p in c1.parameters())
 
 
+def test_wgan_gp_snapshots_of_a_long_run_are_the_short_runs() -> None:
+    """``on_step`` sees every step; the generator after step k of a 5-step run is, bit for bit,
+    the generator of a k-step run (what benchmarks/discriminator_variants.py relies on to keep
+    several generator budgets from one training)."""
+    data = _images((1, 8, 8), 40, seed=0)
+
+    def models() -> tuple[nn.Module, nn.Module]:
+        return (
+            gan.build_generator("dcgan", 8, (1, 8, 8), seed=0, width=4),
+            gan.build_critic("dcgan", (1, 8, 8), seed=1, width=4),
+        )
+
+    g, c = models()
+    seen: list[int] = []
+    snaps: dict[int, dict[str, torch.Tensor]] = {}
+
+    def keep(step: int) -> None:
+        seen.append(step)
+        snaps[step] = {k: v.clone() for k, v in g.state_dict().items()}
+
+    gan.train_wgan_gp(g, c, data, steps=5, batch_size=16, rng=_gen(3), on_step=keep)
+    assert seen == [1, 2, 3, 4, 5]
+    for k in (2, 4):
+        short, critic = models()
+        gan.train_wgan_gp(short, critic, data, steps=k, batch_size=16, rng=_gen(3))
+        assert all(torch.equal(snaps[k][n], v) for n, v in short.state_dict().items())
+    assert not all(torch.equal(snaps[2][n], v) for n, v in snaps[4].items())
+
+
 def test_wgan_gp_zero_steps_and_validation() -> None:
     g = gan.build_generator("mlp", 2, (2,), hidden=4)
     c = gan.build_critic("mlp", (2,), hidden=4)
