@@ -5,39 +5,21 @@ sweep replaced by a stand-in that records its arguments)."""
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
-from test_headline_script import STAND_IN, _variants
+from test_headline_script import _variants, run_with_stand_in
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "fedgo_published_seeds.sh"
 
 
 def _run(tmp_path: Path, *seeds: str) -> tuple[subprocess.CompletedProcess, list, Path, Path]:
-    log = tmp_path / "calls.jsonl"
-    python = tmp_path / "python"
-    python.write_text(STAND_IN.format(python=sys.executable, log=str(log), table_exit=1))
-    python.chmod(0o755)
     kept, out = tmp_path / "kept", tmp_path / "out"
-    env = {
-        **os.environ,
-        "FEDGO_PYTHON": str(python),
-        "FEDGO_PUBLISHED_KEPT": str(kept),
-        "GEN_STEPS": "1234",
-    }
-    done = subprocess.run(
-        ["bash", str(SCRIPT), ".cache/cifar10-jpg", str(out), *seeds],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    env = {"FEDGO_PUBLISHED_KEPT": str(kept), "GEN_STEPS": "1234"}
+    args = [".cache/cifar10-jpg", str(out), *seeds]
+    done, calls = run_with_stand_in(tmp_path, SCRIPT, env, args, table_exit=1)
     return done, calls, kept, out
 
 

@@ -32,23 +32,33 @@ def _variants(args: list[str]) -> list[str]:
     return [a.split("=", 1)[0] for a in args if "=conf/" in a]
 
 
-def _run(tmp_path: Path, table_exit: int) -> tuple[subprocess.CompletedProcess, list, Path, Path]:
+def run_with_stand_in(
+    tmp_path: Path, script: Path, env: dict[str, str], args: list[str], table_exit: int
+) -> tuple[subprocess.CompletedProcess, list]:
+    """``bash script *args`` with the stand-in as its Python (``FEDGO_PYTHON``) and ``env``
+    added; the script's result and the arguments of every sweep it started."""
     log = tmp_path / "calls.jsonl"
     python = tmp_path / "python"
     python.write_text(STAND_IN.format(python=sys.executable, log=str(log), table_exit=table_exit))
     python.chmod(0o755)
-    kept, out = tmp_path / "kept", tmp_path / "out"
-    for alpha in ("a0.1", "a0.05"):
-        (kept / alpha).mkdir(parents=True)
-    env = {**os.environ, "FEDGO_PYTHON": str(python), "FEDGO_HEADLINE_KEPT": str(kept)}
     done = subprocess.run(
-        ["bash", str(SCRIPT), ".cache/cifar10-jpg", str(out), "101", "102"],
-        env=env,
+        ["bash", str(script), *args],
+        env={**os.environ, "FEDGO_PYTHON": str(python), **env},
         cwd=tmp_path,
         capture_output=True,
         text=True,
     )
     calls = [json.loads(line) for line in log.read_text().splitlines()]
+    return done, calls
+
+
+def _run(tmp_path: Path, table_exit: int) -> tuple[subprocess.CompletedProcess, list, Path, Path]:
+    kept, out = tmp_path / "kept", tmp_path / "out"
+    for alpha in ("a0.1", "a0.05"):
+        (kept / alpha).mkdir(parents=True)
+    args = [".cache/cifar10-jpg", str(out), "101", "102"]
+    env = {"FEDGO_HEADLINE_KEPT": str(kept)}
+    done, calls = run_with_stand_in(tmp_path, SCRIPT, env, args, table_exit)
     return done, calls, kept, out
 
 
