@@ -422,11 +422,16 @@ def _generator_steps(variant: dict[str, object], default: int) -> int:
 def _generator_cell(reports: list[dict]) -> str:
     """The generator's steps and the seconds its training took (reports before 2026-12-04 do
     not record them: ``-``)."""
-    steps = sorted({r["generator_steps"] for r in reports if "generator_steps" in r})
+    steps = sorted(set(_values(reports, "generator_steps")))
     if not steps:
         return "-"
-    seconds = [r["generator_seconds"] for r in reports if "generator_seconds" in r]
-    return f"{', '.join(map(str, steps))} ({_mean(seconds, 0)})"
+    return f"{', '.join(map(str, steps))} ({_mean(_values(reports, 'generator_seconds'), 0)})"
+
+
+def _values(reports: list[dict], key: str) -> list:
+    """``key``'s value in each report that has it (a weighting or figure added after a report
+    was written is left out of that report's cells, not an error)."""
+    return [r[key] for r in reports if key in r]
 
 
 def _mean(values: list[float], digits: int = 1) -> str:
@@ -459,12 +464,12 @@ def table(out: Path) -> str:
         if name not in runs:
             continue
         rs = runs[name]
-        cells = [_mean([r[f"pl_{w}"] for r in rs if f"pl_{w}" in r]) for w in WEIGHTINGS]
+        cells = [_mean(_values(rs, f"pl_{w}")) for w in WEIGHTINGS]
         gaps, best = [], []
         for r in rs:
             gap = r["pl_oracle"] - r["pl_uniform"]
             gaps.append(100 * (r["pl_fedgo"] - r["pl_uniform"]) / gap)
-            top = max(r[k] for k in (f"pl_{w}" for w in DISC_WEIGHTINGS) if k in r)
+            top = max(v for w in DISC_WEIGHTINGS for v in _values([r], f"pl_{w}"))
             best.append(100 * (top - r["pl_uniform"]) / gap)
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_mean(gaps)} / {_mean(best)} % |")
     lines += [
@@ -476,8 +481,7 @@ def table(out: Path) -> str:
     ]
     for name in VARIANTS:
         if name in runs:
-            keys = [f"test_{w}" for w in WEIGHTINGS]
-            cells = [_mean([r[k] for r in runs[name] if k in r]) for k in keys]
+            cells = [_mean(_values(runs[name], f"test_{w}")) for w in WEIGHTINGS]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# FedGO as published, at CPU scale, beside FedDF on the report seeds (issue 51), seed-major,
-# resumable: conf/bench/cifar10-cpu-bn.yaml at alpha 0.1 (the headline rows' setting) with
+# FedGO as published, at CPU scale, beside FedDF on the report seeds (issue 51), two seeds at a
+# time, resumable: conf/bench/cifar10-cpu-bn.yaml at alpha 0.1 (the headline rows' setting) with
 #   feddf           FedDF (uniform weights), run again on this code so that the pairs share it;
 #   fedgo_published FedGO G1/D1 with the paper's discriminators (App. E.2: cnn4, 30 epochs,
 #                   Adam 2e-4, batch 64, trained through the double sigmoid and read through it,
@@ -18,8 +18,8 @@
 # Give the JPEG tree relative to the repository (.cache/cifar10-jpg). Accuracy only: it may run
 # niced beside other work; two one-thread runs at a time. Every finished run is kept in
 # benchmarks/results/fedgo-published-report/runs.tar.xz (the sweep's --archive), so a later
-# session on a fresh machine goes on where this one stopped; after each seed the table of every
-# kept run (paired against FedDF) is written next to the archive.
+# session on a fresh machine goes on where this one stopped; after each pair of seeds the table
+# of every kept run (paired against FedDF) is written next to the archive.
 set -euo pipefail
 data=${1:?CIFAR-10 JPEG tree}; out=${2:?output folder}; shift 2
 seeds=("$@"); [[ ${#seeds[@]} -gt 0 ]] || seeds=(100 101 102 103 104)
