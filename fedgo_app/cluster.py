@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -57,12 +58,33 @@ def actors_per_node(
     return counts
 
 
+def unreachable(address: str, timeout: float = 5.0) -> str | None:
+    """Why nothing can be reached at ``address`` (``HOST:PORT``, also ``ray://HOST:PORT``), or
+    ``None`` when a TCP connection opens there, or when the address names no port (``auto``
+    and other forms Ray resolves itself). ``ray.init`` retries an address where nothing
+    listens for minutes without an error (Ray 2.55: its GCS client's reconnect loop), so a
+    typo in ``RAY_ADDRESS`` would hang ``run.sh``'s check instead of ending it."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return None
+    except OSError as exc:
+        return f"nothing accepts connections at {host}:{port}: {exc.strerror or exc}"
+
+
 def read_nodes(address: str) -> list[dict[str, Any]]:
     """The alive nodes of the Ray cluster at ``address``: id, address, CPUs, GPUs.
 
     Connects as a driver for the time of the call and disconnects; an address with no
     cluster behind it is a :class:`ConfigError` naming ``RAY_ADDRESS``.
     """
+    refused = unreachable(address)
+    if refused is not None:  # Ray would retry a dead address for minutes
+        raise ConfigError(
+            ADDRESS_ENV, address, f"no Ray cluster there ({refused})", source="the environment"
+        )
     import ray
 
     if ray.is_initialized():

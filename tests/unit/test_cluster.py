@@ -53,3 +53,35 @@ def test_a_share_no_node_can_hold_is_refused(monkeypatch):
         cluster.check_cluster("h:1", 8, 0.0)
     with pytest.raises(ConfigError, match=r"resources.client_gpus = 0\.5: .*4 CPUs and 0 GPUs"):
         cluster.check_cluster("h:1", 1, 0.5)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: nothing listens
+
+
+def test_an_address_where_nothing_listens_is_refused_at_once():
+    """Ray retries such an address for minutes; the check names RAY_ADDRESS within seconds."""
+    import time
+
+    port = _closed_port()
+    started = time.monotonic()
+    refused = rf"RAY_ADDRESS = '127.0.0.1:{port}': no Ray cluster there .*refused"
+    with pytest.raises(ConfigError, match=refused):
+        cluster.read_nodes(f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 10
+    assert cluster.unreachable(f"ray://127.0.0.1:{port}") is not None
+
+
+def test_a_listening_address_and_addresses_without_a_port_pass_the_probe():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert cluster.unreachable(f"127.0.0.1:{s.getsockname()[1]}") is None
+    assert cluster.unreachable("auto") is None
+    assert cluster.unreachable("ray://headnode") is None
