@@ -165,7 +165,9 @@ def load_experiment(source: str, overrides: Sequence[str] = ()) -> Experiment:
 def project_overrides(exp: Experiment, data_path: str | Path) -> list[str]:
     """Dotted overrides of :data:`PROJECT_CONFIG` for ``exp``: all training images go to the
     clients (``data.server_fraction=0``: FedAvg has no server data), no augmentation, no
-    checkpoints, evaluation before round 1 and after the last round (``eval.every=rounds``)."""
+    checkpoints, evaluation before round 1 and after the last round (``eval.every=rounds``),
+    and FedAvg's own aggregation, the ``n_k``-weighted mean the peers compute (the project's
+    default rule, ``consensus``, is a robust rule: another algorithm, docs/running.md)."""
 
     def null(value: int | None) -> str:
         return "null" if value is None else str(value)
@@ -197,6 +199,7 @@ def project_overrides(exp: Experiment, data_path: str | Path) -> list[str]:
         f"eval.batch_size={exp.eval_batch_size}",
         f"eval.every={exp.rounds}",
         "strategy.name=fedavg",
+        "strategy.aggregation.rule=mean",
         f"resources.client_cpus={exp.threads}",
         f"resources.server_cpus={exp.threads}",
         "device=cpu",

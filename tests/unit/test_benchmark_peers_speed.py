@@ -90,6 +90,7 @@ def test_shared_files_are_the_projects_partition_data_and_init(image_tree, share
 
     folder, record = shared
     cfg = _project_config(TINY, image_tree)
+    assert cfg.strategy.params.aggregation.rule == "mean"  # FedAvg's weighted mean, as the peers'
     partition = make_partition(cfg)
     assert record["clients"] == [c.tolist() for c in partition.clients]
     every = np.concatenate([np.asarray(c) for c in record["clients"]])
