@@ -447,8 +447,16 @@ def table(out: Path) -> str:
     for path in sorted(out.glob("seed*/*.json")):
         if path.name != "clients.json":
             report = json.loads(path.read_text())
+            report["_seed"] = path.parent.name.removeprefix("seed")
             runs.setdefault(report["variant"], []).append(report)
     seeds = sorted({p.parent.name for p in out.glob("seed*/*.json")})
+
+    def label(name: str) -> str:
+        """The variant, and its seeds when it lacks some of the table's: a row's mean is over
+        the seeds it names, never read as the table's."""
+        have = sorted(r["_seed"] for r in runs[name])
+        return name if len(have) == len(seeds) else f"{name} (seed {', '.join(have)} only)"
+
     lines = [
         "# Discriminator variants on the same client models",
         "",
@@ -471,7 +479,9 @@ def table(out: Path) -> str:
             gaps.append(100 * (r["pl_fedgo"] - r["pl_uniform"]) / gap)
             top = max(v for w in DISC_WEIGHTINGS for v in _values([r], f"pl_{w}"))
             best.append(100 * (top - r["pl_uniform"]) / gap)
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_mean(gaps)} / {_mean(best)} % |")
+        lines.append(
+            f"| {label(name)} | " + " | ".join(cells) + f" | {_mean(gaps)} / {_mean(best)} % |"
+        )
     lines += [
         "",
         "## Test accuracy of the weighted ensemble (%), per weighting",
@@ -482,7 +492,7 @@ def table(out: Path) -> str:
     for name in VARIANTS:
         if name in runs:
             cells = [_mean(_values(runs[name], f"test_{w}")) for w in WEIGHTINGS]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label(name)} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "## Discriminators: separation, weight on the clients that hold the class, cost",
@@ -503,7 +513,7 @@ def table(out: Path) -> str:
         auc_t = _mean([r["auc_test"] for r in rs], 3)
         auc_s = _mean([r["auc_server"] for r in rs], 3)
         lines.append(
-            f"| {name} | {auc_t} | {auc_s} | {owner} | "
+            f"| {label(name)} | {auc_t} | {auc_s} | {owner} | "
             f"{_mean([r['mean_sigmoid_test'] for r in rs], 2)} | "
             f"{_mean([r['disc_train_seconds'] for r in rs])} | "
             f"{statistics.mean(r['reference_bytes_per_client'] for r in rs) / 1e6:.1f} | "
@@ -529,7 +539,7 @@ def table(out: Path) -> str:
                 for m in BYZANTINE
                 for w in BYZANTINE_WEIGHTINGS
             ]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label(name)} | " + " | ".join(cells) + " |")
     split = [n for n in VARIANTS if n in runs and "pl_seen_uniform" in runs[n][0]]
     if split:
         lines += [
@@ -544,7 +554,7 @@ def table(out: Path) -> str:
                 rs = runs[name]
                 seen = _mean([r[f"pl_seen_{w}"] for r in rs])
                 unseen = _mean([r[f"pl_unseen_{w}"] for r in rs])
-                lines.append(f"| {name} | {w} | {seen} | {unseen} |")
+                lines.append(f"| {label(name)} | {w} | {seen} | {unseen} |")
         memo = [n for n in split if "memo_auc" in runs[n][0]]
         if memo:
             lines += [
@@ -560,7 +570,7 @@ def table(out: Path) -> str:
                 means = [statistics.mean(r["memo_auc"]) for r in rs]
                 low = min(min(r["memo_auc"]) for r in rs)
                 high = max(max(r["memo_auc"]) for r in rs)
-                lines.append(f"| {name} | {_mean(means, 3)} | {low:.3f} | {high:.3f} |")
+                lines.append(f"| {label(name)} | {_mean(means, 3)} | {low:.3f} | {high:.3f} |")
     return "\n".join(lines) + "\n"
 
 

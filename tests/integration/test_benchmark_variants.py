@@ -64,6 +64,12 @@ def test_variants_on_the_same_client_models(variants, tmp_path) -> None:
     assert {k: v for k, v in again.items() if k != "wall_seconds"} == {
         k: v for k, v in server.items() if k != "wall_seconds"
     }
+    # A variant that lacks one of the table's seeds says which seeds its row is over.
+    (tmp_path / "out/seed1").mkdir()
+    (tmp_path / "out/seed1/paper.json").write_text(json.dumps(paper))
+    two = variants.table(tmp_path / "out")
+    assert "Seeds: 0, 1 " in two
+    assert "| paper | " in two and "| server (seed 0 only) | " in two
 
 
 def test_memorisation_auc_is_half_for_fresh_looking_negatives_and_one_for_memorised(variants):
