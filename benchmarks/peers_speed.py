@@ -59,6 +59,7 @@ from benchmarks.peers_setting import (
     load_experiment,
     translate,
 )
+from benchmarks.process_timeline import stat_fields
 
 CACHE = ROOT / ".cache" / "peers"
 TORCH = ("torch==2.14.1", "torchvision==0.29.1")
@@ -200,14 +201,12 @@ def _tree_rss(root: int) -> int:
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
+        stat = stat_fields(entry.name) if entry.name.isdigit() else None
+        if stat is None:
             continue
         try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            pid, ppid, pages = int(entry.name), int(fields[1]), int(fields[21])
-        except (OSError, ValueError, IndexError):
+            pid, ppid, pages = int(entry.name), int(stat[1][1]), int(stat[1][21])
+        except (ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(pid)
         rss[pid] = pages * os.sysconf("SC_PAGE_SIZE")

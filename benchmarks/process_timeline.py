@@ -42,30 +42,38 @@ def _boot_time() -> float:
     raise OSError("no btime in /proc/stat")
 
 
+def stat_fields(pid: int | str) -> tuple[str, list[str]] | None:
+    """``/proc/<pid>/stat``: the process's name and its fields after the name (``[0]`` its
+    state, ``[1]`` its parent, ``[11]``/``[12]`` user/system ticks, ``[19]`` its start in
+    ticks after boot, ``[21]`` its resident pages); ``None`` if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name, _, rest = stat.partition("(")[2].rpartition(")")
+    return name, rest.split()
+
+
 def sample_processes(boot: float, hz: int, skip: int | None = None) -> Sample:
     """One sample of every running process (not stopped ones) but ``skip``."""
     rows = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == skip:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == skip:
             continue
+        stat = stat_fields(pid)
         try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-            cmd = (
-                Path(f"/proc/{name}/cmdline")
-                .read_bytes()
-                .replace(b"\0", b" ")
-                .decode(errors="replace")
-            )
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
+        if stat is None:
+            continue
+        name, fields = stat
         if fields[0] == "T":  # stopped (SIGSTOP): paused work beside the measurement
             continue
         cpu = (int(fields[11]) + int(fields[12])) / hz
         start = boot + int(fields[19]) / hz
-        if not cmd.strip():
-            cmd = "[" + stat.split("(", 1)[1].rsplit(")", 1)[0] + "]"
-        rows.append([int(name), round(start, 2), round(cpu, 2), cmd.strip()[:200]])
+        cmd = raw.replace(b"\0", b" ").decode(errors="replace").strip() or f"[{name}]"
+        rows.append([int(pid), round(start, 2), round(cpu, 2), cmd[:200]])
     return {"t": time.time(), "p": rows}
 
 

@@ -4,18 +4,17 @@ the handlers, :mod:`fedgo_app.client_app`, on its first message.
 Why a front: a Flower simulation loads the ClientApp in its own process, to test it, before it
 starts Ray (``flwr.server.superlink.fleet.vce.vce_api.start_vce``), while the ServerApp's thread
 imports the ServerApp beside it. Importing the handlers there (torch, every client algorithm)
-held Ray's start back: with this front Ray's GCS started 2.7 s after the simulation process
-instead of 3.8 s, and its boot, which mostly waits between its processes, overlaps the
-ServerApp's imports. Each Ray worker imports the handlers when it answers its first message
-(node discovery's query), as before, so nothing moves into round 1. ``--local`` and a
+held Ray's start back; with this front Ray's boot, which mostly waits between its processes,
+overlaps the ServerApp's imports. Each Ray worker imports the handlers when it answers its first
+message (node discovery's query), as before, so nothing moves into round 1. ``--local`` and a
 deployment's SuperNode run the same handlers. Measured in ``benchmarks/studies/startup.md``
 ("The ClientApp's front").
 
 Also here, because this module is what a simulation imports before Ray starts: Ray's prestarted
 workers are turned off (``RAY_enable_worker_prestart``, ``RAY_prestart_worker_first_driver``,
 unless the environment sets them). Flower starts its actors with a runtime environment of its
-own, so the generic workers Ray prestarts for the first driver are never used: they imported
-Ray and exited, about 1 s of CPU while the rest of the start-up waited for the same cores.
+own, so the generic workers Ray prestarts for the first driver are never used: they only take
+CPU while the rest of the start-up waits for the same cores.
 """
 
 from __future__ import annotations
