@@ -4,8 +4,9 @@
 (``client_app(message, context)``) in this process, one node after another, keeping one
 ``Context`` (with its persistent ``state``) per node, and turns a handler's exception into an
 error reply as Flower's runtime does. With ``workers`` above 1 (``resources.local_workers``)
-it hands them instead to that many worker processes, each serving a fixed share of the nodes
-(:mod:`fedgo_app.local_workers`): the clients of a round train side by side, and the
+it hands them instead to that many worker processes, each message to the first free one
+with its node's state (:mod:`fedgo_app.local_workers`): the clients of a round train side by
+side, and the
 replies come back in the same order with the same numbers. A client handler sets torch's
 thread count to its own (``resources.client_cpus``); the grid puts the server's back after each
 call, so the server's work runs with ``resources.server_cpus`` threads as it does in its own

@@ -1,8 +1,14 @@
-"""Clients of ``--local`` side by side: worker processes that each serve a fixed set of nodes.
+"""Clients of ``--local`` side by side: worker processes that take a round's messages as they
+come free.
 
-:class:`LocalWorkers` starts ``N`` processes (``resources.local_workers``). Node ``n`` is always
-served by worker ``(n - 2) mod N``, which holds that node's ``Context`` (so ``Context.state``
-persists from round to round as in one process) and its own ClientApp; a handler sets its torch
+:class:`LocalWorkers` starts ``N`` processes (``resources.local_workers``). Each message goes to
+the first worker that is free, as Flower's Ray backend hands it to the first free actor: a round
+whose clients take unequal times keeps every worker busy until its last messages. A node's
+``Context.state`` lives in this process and travels with its message (Flower's protobuf of the
+``RecordDict``, nothing when it is empty), and the worker sends it back with the reply, so any
+worker can serve any node and the state persists from round to round as in one process (Flower's
+simulation keeps the node's ``Context`` in the runtime the same way). Two messages to one node
+never run at once: the second waits for the first's reply and its state. A handler sets its torch
 threads to ``resources.client_cpus`` as it does anywhere. Messages and replies cross the process
 boundary in Flower's own serialisation (``flwr.common.serde.message_to_proto``, the protobuf a
 SuperLink carries). A worker gets its next message only once it has replied to the one before,
@@ -11,12 +17,13 @@ so neither side ever blocks writing to the other.
 :meth:`LocalWorkers.serve` yields the replies in the order of the messages, each as soon as it
 and every reply before it are made: the strategy folds them in the order that one process
 would, so results do not depend on the number of workers. A reply whose handler took longer
-than ``timeout`` seconds is dropped, as in :class:`fedgo_app.inprocess.InProcessGrid`. A
-worker that dies (killed, or a client that ends its process: the ``exit`` fault) gives an
-error reply (``CLIENT_APP_CRASHED``) for every message of the round it had not answered; a new
-worker serves its nodes from the next messages on, with empty ``Context.state``, as a
-restarted node has. The workers' log records go to this process's Flower logger, so the
-terminal and ``run.log`` show the clients' lines as with one process.
+than ``timeout`` seconds is dropped, as in :class:`fedgo_app.inprocess.InProcessGrid` (the
+node's state keeps what the handler did, as it would in one process). A worker that dies
+(killed, or a client that ends its process: the ``exit`` fault) gives an error reply
+(``CLIENT_APP_CRASHED``) for the message it was serving, and that node keeps the state it had
+before the message (what a SuperNode holds when its ClientApp process crashes); a new worker
+takes the slot's next message. The workers' log records go to this process's Flower logger, so
+the terminal and ``run.log`` show the clients' lines as with one process.
 
 Start method: on Linux the workers are forked from this process (they share its loaded modules
 and data) when each runs one torch thread. GNU OpenMP, which PyTorch's CPU kernels use, is not
@@ -36,6 +43,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from logging import WARNING
 from typing import Any
@@ -43,14 +51,19 @@ from typing import Any
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
-from flwr.common.serde import message_from_proto, message_to_proto
+from flwr.common.serde import (
+    message_from_proto,
+    message_to_proto,
+    recorddict_from_proto,
+    recorddict_to_proto,
+)
 from flwr.proto.message_pb2 import Message as ProtoMessage
+from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from flwr.supercore import log
 from flwr.supercore.logger import LOGGER_NAME
 from flwr.supercore.task_identity import TaskIdentity
 
 SERVER_NODE_ID = 1
-FIRST_NODE_ID = 2
 
 AppRef = ClientApp | str
 """A ClientApp, or ``"module:attribute"`` naming one (what a spawned worker imports)."""
@@ -64,6 +77,16 @@ def encode(message: Message) -> bytes:
 def decode(data: bytes) -> Message:
     """The message of :func:`encode`'s bytes."""
     return message_from_proto(ProtoMessage.FromString(data))
+
+
+def encode_state(state: RecordDict) -> bytes | None:
+    """A node's ``Context.state`` as Flower's protobuf bytes; ``None`` when it is empty."""
+    return recorddict_to_proto(state).SerializeToString() if len(state) else None
+
+
+def decode_state(data: bytes | None) -> RecordDict:
+    """The state of :func:`encode_state`'s bytes (empty for ``None``)."""
+    return RecordDict() if data is None else recorddict_from_proto(ProtoRecordDict.FromString(data))
 
 
 def resolve_workers(value: int | str, nodes: int, cpus: int, client_cpus: int) -> int:
@@ -106,20 +129,15 @@ def _load_app(app: AppRef) -> ClientApp:
 def worker_main(
     conn: mpc.Connection, app: AppRef, run_id: int, node_configs: Mapping[int, Mapping[str, Any]]
 ) -> None:
-    """A worker's loop: take ``("message", bytes)``, answer ``("reply", bytes, seconds)``
-    (the handler's own time); end on ``None`` or when the parent is gone."""
+    """A worker's loop: take ``("message", bytes, state)``, answer ``("reply", bytes, seconds,
+    state)`` (the handler's own time; the node's ``Context.state`` after it, as
+    :func:`encode_state`); end on ``None`` or when the parent is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends us
     logger = logging.getLogger(LOGGER_NAME)
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
     logger.addHandler(_PipeHandler(conn))
     client_app = _load_app(app)
-    contexts = {
-        node: Context(
-            run_id=run_id, node_id=node, node_config=dict(cfg), state=RecordDict(), run_config={}
-        )
-        for node, cfg in node_configs.items()
-    }
     TaskIdentity.run_id = run_id
     TaskIdentity.task_id = run_id
     while True:
@@ -131,16 +149,23 @@ def worker_main(
             return
         msg = decode(job[1])
         node = msg.metadata.dst_node_id
+        context = Context(
+            run_id=run_id,
+            node_id=node,
+            node_config=dict(node_configs[node]),
+            state=decode_state(job[2]),
+            run_config={},
+        )
         TaskIdentity.node_id = node
         started = time.monotonic()
         try:
-            reply = client_app(msg, contexts[node])
+            reply = client_app(msg, context)
         except Exception as exc:  # noqa: BLE001 - reported like Flower's runtime does
             reason = f"{type(exc).__name__}: {exc}"
             reply = Message(error=Error(code=ErrorCode.UNKNOWN, reason=reason), reply_to=msg)
         seconds = time.monotonic() - started
         TaskIdentity.node_id = SERVER_NODE_ID
-        conn.send(("reply", encode(reply), seconds))
+        conn.send(("reply", encode(reply), seconds, encode_state(context.state)))
 
 
 def start_method(client_cpus: int) -> str:
@@ -152,15 +177,17 @@ def start_method(client_cpus: int) -> str:
 class _Worker:
     """One worker process, its end of the pipe and the message it is busy with."""
 
-    def __init__(self, ctx: Any, app: AppRef, run_id: int, nodes: dict[int, dict]) -> None:
-        self.nodes = sorted(nodes)
+    def __init__(
+        self, ctx: Any, app: AppRef, run_id: int, node_configs: dict[int, dict[str, Any]]
+    ) -> None:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(
-            target=worker_main, args=(child, app, run_id, nodes), daemon=True
+            target=worker_main, args=(child, app, run_id, node_configs), daemon=True
         )
         self.process.start()
         child.close()
         self.busy: int | None = None  # index of the message it serves (this round's)
+        self.node: int | None = None  # and that message's node
 
     def stop(self) -> None:
         """End the process: asked to when idle, killed when busy (the run is ending: its
@@ -176,6 +203,20 @@ class _Worker:
             self.process.kill()
             self.process.join()
         self.conn.close()
+
+
+class _Round:
+    """One :meth:`LocalWorkers.serve` call: its messages, those not sent yet (in order) and the
+    replies made (``None``: too late)."""
+
+    def __init__(self, messages: list[Message], timeout: float | None) -> None:
+        self.messages = messages
+        self.timeout = timeout
+        self.waiting: deque[int] = deque(range(len(messages)))
+        self.done: dict[int, Message | None] = {}
+
+    def node(self, index: int) -> int:
+        return int(self.messages[index].metadata.dst_node_id)
 
 
 class LocalWorkers:
@@ -203,28 +244,28 @@ class LocalWorkers:
         self.count = workers
         self.node_configs = {int(n): dict(c) for n, c in node_configs.items()}
         self.slots: list[_Worker | None] = [None] * workers
+        # node -> its Context.state (encode_state); a node without an entry has an empty one
+        self.states: dict[int, bytes] = {}
 
-    def worker_of(self, node: int) -> int:
-        """The worker that serves ``node`` (always the same one)."""
-        return (node - FIRST_NODE_ID) % self.count
+    def state(self, node: int) -> RecordDict:
+        """A copy of ``node``'s ``Context.state`` as its last handler left it."""
+        return decode_state(self.states.get(node))
 
     def _worker(self, w: int) -> _Worker:
         worker = self.slots[w]
         if worker is not None and not worker.process.is_alive():  # it ended while idle
             log(
                 WARNING,
-                "local worker %d (pid %d, nodes %s) ended (exit code %s) between messages; "
-                "a new worker serves its nodes",
+                "local worker %d (pid %d) ended (exit code %s) between messages; a new worker "
+                "takes its place",
                 w,
                 worker.process.pid,
-                worker.nodes,
                 worker.process.exitcode,
             )
             worker.conn.close()
             worker = self.slots[w] = None
         if worker is None:
-            nodes = {n: c for n, c in self.node_configs.items() if self.worker_of(n) == w}
-            worker = self.slots[w] = _Worker(self.ctx, self.app, self.run_id, nodes)
+            worker = self.slots[w] = _Worker(self.ctx, self.app, self.run_id, self.node_configs)
         return worker
 
     def start(self) -> None:
@@ -233,52 +274,49 @@ class LocalWorkers:
             self._worker(w)
 
     def serve(self, messages: list[Message], timeout: float | None = None) -> Iterator[Message]:
-        """Each message to its node's worker; yield the replies in the messages' order."""
-        queues: dict[int, list[int]] = {}
-        for i, msg in enumerate(messages):
-            queues.setdefault(self.worker_of(msg.metadata.dst_node_id), []).append(i)
-        done: dict[int, Message | None] = {}
+        """Each message to the first free worker; yield the replies in the messages' order."""
+        job = _Round(list(messages), timeout)
         following = 0
         try:
-            for w in queues:
-                self._next(w, queues[w], messages, done)
-            while following < len(messages):
-                while following in done:
-                    reply = done.pop(following)
+            self._dispatch(job)
+            while following < len(job.messages):
+                while following in job.done:
+                    reply = job.done.pop(following)
                     following += 1
                     if reply is not None:
                         yield reply
-                if following < len(messages):
-                    self._wait(queues, messages, done, timeout)
+                if following < len(job.messages):
+                    self._wait(job)
         finally:
             self._drain()
 
-    def _next(
-        self,
-        w: int,
-        queue: list[int],
-        messages: list[Message],
-        done: dict[int, Message | None],
-    ) -> None:
-        """Send worker ``w`` the next message of its ``queue``, if any."""
-        if queue:
-            worker = self._worker(w)
-            worker.busy = queue.pop(0)
-            try:
-                worker.conn.send(("message", encode(messages[worker.busy])))
-            except OSError:  # it ended just now
-                self._died(w, worker, queue, messages, done)
+    def _dispatch(self, job: _Round) -> None:
+        """Give each free worker the first message not sent yet whose node no worker is
+        serving (a node's next message needs the state its last one leaves)."""
+        for w in range(self.count):
+            while job.waiting:
+                slot = self.slots[w]
+                if slot is not None and slot.busy is not None:
+                    break
+                serving = {s.node for s in self.slots if s is not None and s.busy is not None}
+                index = next((i for i in job.waiting if job.node(i) not in serving), None)
+                if index is None:
+                    return
+                job.waiting.remove(index)
+                worker = self._worker(w)
+                worker.busy, worker.node = index, job.node(index)
+                state = self.states.get(worker.node)
+                try:
+                    worker.conn.send(("message", encode(job.messages[index]), state))
+                except OSError:  # it ended just now: the slot takes the next message
+                    self._died(w, worker, job)
 
-    def _wait(
-        self,
-        queues: dict[int, list[int]],
-        messages: list[Message],
-        done: dict[int, Message | None],
-        timeout: float | None,
-    ) -> None:
-        """Take what the busy workers sent: log lines, replies (the next message then goes
-        out), deaths (error replies for what the worker had left)."""
+    def _wait(self, job: _Round) -> None:
+        """Take what the busy workers sent: log lines, replies (with their node's state),
+        deaths (an error reply); then give the free workers their next messages."""
         busy = {w: s for w, s in enumerate(self.slots) if s is not None and s.busy is not None}
+        if not busy:  # _dispatch always sends a message to a free worker while any waits
+            raise RuntimeError("local workers: messages wait but no worker serves any")
         waits: list[Any] = [s.conn for s in busy.values()]
         ready = mpc.wait(waits + [s.process.sentinel for s in busy.values()])
         for w, worker in busy.items():
@@ -286,52 +324,60 @@ class LocalWorkers:
                 try:
                     item = worker.conn.recv()
                 except (EOFError, OSError):  # it ended: nothing more will come
-                    self._died(w, worker, queues.get(w, []), messages, done)
+                    self._died(w, worker, job)
                     continue
                 if item[0] == "log":
                     _relog(*item[1:])
                     continue
-                _, data, seconds = item
-                index, worker.busy = worker.busy, None
-                late = timeout is not None and seconds > timeout
-                done[index] = None if late else decode(data)
-                self._next(w, queues.get(w, []), messages, done)
+                _, data, seconds, state = item
+                index = self._replied(worker, state)
+                late = job.timeout is not None and seconds > job.timeout
+                job.done[index] = None if late else decode(data)
             elif worker.process.sentinel in ready and not worker.conn.poll():
-                self._died(w, worker, queues.get(w, []), messages, done)
+                self._died(w, worker, job)
+        self._dispatch(job)
 
-    def _died(
-        self,
-        w: int,
-        worker: _Worker,
-        queue: list[int],
-        messages: list[Message],
-        done: dict[int, Message | None],
-    ) -> None:
+    def _replied(self, worker: _Worker, state: bytes | None) -> int:
+        """Keep the state the worker's handler left its node; the worker is free again. The
+        index of the message it answered."""
+        assert worker.busy is not None and worker.node is not None
+        if state is None:
+            self.states.pop(worker.node, None)
+        else:
+            self.states[worker.node] = state
+        index, worker.busy, worker.node = worker.busy, None, None
+        return index
+
+    def _died(self, w: int, worker: _Worker, job: _Round) -> None:
         worker.process.join(timeout=5)
         code = worker.process.exitcode
         reason = (
-            f"local worker {w} (pid {worker.process.pid}, nodes {worker.nodes}) ended "
-            f"(exit code {code}) before replying"
+            f"local worker {w} (pid {worker.process.pid}) ended (exit code {code}) before "
+            f"replying to node {worker.node}"
         )
-        log(WARNING, "%s; a new worker serves its nodes from their next message", reason)
-        for index in [worker.busy, *queue]:
-            if index is not None:
-                done[index] = error_reply(messages[index], reason, ErrorCode.CLIENT_APP_CRASHED)
-        queue.clear()
-        worker.busy = None
+        log(
+            WARNING,
+            "%s; the node keeps the state it had before the message and a new worker takes the "
+            "next message",
+            reason,
+        )
+        if worker.busy is not None:
+            msg = job.messages[worker.busy]
+            job.done[worker.busy] = error_reply(msg, reason, ErrorCode.CLIENT_APP_CRASHED)
+        worker.busy = worker.node = None
         worker.conn.close()
         self.slots[w] = None
 
     def _drain(self) -> None:
         """After the caller stopped early: wait for the messages in flight (their replies are
-        dropped) so that the next round starts with idle workers; no further message goes
-        out."""
+        dropped, their nodes' states kept) so that the next round starts with idle workers;
+        no further message goes out."""
         for w, worker in enumerate(self.slots):
             while worker is not None and worker.busy is not None:
                 try:
                     item = worker.conn.recv()
                 except (EOFError, OSError):
-                    worker.busy = None
+                    worker.busy = worker.node = None
                     worker.process.join(timeout=5)
                     worker.conn.close()
                     self.slots[w] = None
@@ -339,7 +385,7 @@ class LocalWorkers:
                 if item[0] == "log":
                     _relog(*item[1:])
                 else:
-                    worker.busy = None
+                    self._replied(worker, item[3])
 
     def close(self) -> None:
         """Stop every worker."""
