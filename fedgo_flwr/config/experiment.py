@@ -303,10 +303,11 @@ class ResourcesConfig:
     """Worker processes of ``./run.sh --local`` (and ``run_inprocess``) that train a round's
     clients side by side, each with ``client_cpus`` threads, each message going to the first
     free worker (with its node's ``Context.state``, kept from round to round); ``auto``: one per
-    ``client_cpus`` of the CPUs the process may use; 1: one after another in the one process. The metrics do not depend on it (the
-    replies are taken in the same order). With ``client_cpus`` 1 on Linux the workers are
-    forked (at once); otherwise each starts a fresh interpreter (its imports and data: several
-    seconds). Not used by the Ray simulation or a deployment."""
+    ``client_cpus`` of the CPUs the process may use; 1: one after another in the one process.
+    The metrics do not depend on it (the replies are taken in the same order). With
+    ``client_cpus`` 1 on Linux the workers are forked (at once); otherwise each starts a fresh
+    interpreter (its imports and data: several seconds). Not used by the Ray simulation or a
+    deployment."""
     channels_last: bool = False
     gpu_inference_batch: int = 512
     precision: str = "fp32"
