@@ -7,7 +7,8 @@
 #                   Eq. 9 with n_k) against a width-32 DCGAN WGAN-GP trained GEN_STEPS generator
 #                   steps (the tuning seeds' choice: benchmarks/studies/headline.md, "FedGO as
 #                   published"); the generator is cached per seed (.cache/generators) and shared
-#                   by the next variant;
+#                   by the next variant; a generator whose training was stopped (the sweep
+#                   killed at a session's end) goes on from its snapshot in that folder;
 #   fedgo_odds      the same without Eq. 9's n_k factor (weighting_params.fedgo.sizes: false):
 #                   is n_k FedGO's drag at this scale?
 # What stays at CPU scale (the config's header): ResNet-8, 250 images a client, 10 rounds,

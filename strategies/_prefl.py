@@ -20,6 +20,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -165,7 +166,8 @@ class DiscriminatorStage(FedGANStage):
     ) -> dict[str, object]:
         """Scenario G1: train ``generator`` with WGAN-GP on the server's data, or, with
         ``strategy.generator.cache`` set, load the one an earlier run trained with the same
-        data, settings and seed (:mod:`fedgo_flwr.gan.cache`) and store it after training."""
+        data, settings and seed (:mod:`fedgo_flwr.gan.cache`) and store it after training; a
+        training that an earlier run left unfinished goes on from its snapshot."""
         gp = self.params.generator
         data = self.data()
         source = "trained on server data (G1)"
@@ -190,7 +192,8 @@ class DiscriminatorStage(FedGANStage):
             log(INFO, "FedGO: generator from the cache, %s (%d steps)", hit.entry, gp.steps)
             return {**hit.stats, "source": f"{source}, from the cache", "cache": str(hit.entry)}
         log(INFO, "FedGO: training the WGAN-GP generator, %d steps (cache: %s)", gp.steps, why)
-        stats = train_generator(generator, self.cfg, data, device, shape)
+        snapshot = generator_cache.training_snapshot(gp.cache, key)
+        stats = train_generator(generator, self.cfg, data, device, shape, resume_file=snapshot)
         entry = generator_cache.store_generator(gp.cache, key, generator.state_dict(), stats)
         return {"source": source, **stats, "cache": str(entry)}
 
@@ -398,11 +401,13 @@ def train_generator(
     *,
     steps: int | None = None,
     on_step: Callable[[int], None] | None = None,
+    resume_file: Path | None = None,
 ) -> dict[str, float]:
     """Train ``generator`` with WGAN-GP on ``data`` (scenario G1) as ``strategy.generator``
     says, against a seeded critic; returns the training statistics. ``steps`` (default:
     ``strategy.generator.steps``) and ``on_step`` (:func:`train_wgan_gp`) let a benchmark keep
-    the generators of shorter runs from one long one."""
+    the generators of shorter runs from one long one; ``resume_file`` keeps a snapshot of the
+    training in progress, which a later call goes on from (:func:`train_wgan_gp`)."""
     gp = cfg.strategy.params.generator
     critic = gp.build_critic(shape, seed=derive_seed(cfg.seed, "critic-init"))
     return train_wgan_gp(
@@ -416,4 +421,5 @@ def train_generator(
         augment=cfg.data.augment,
         progress="FedGO generator (WGAN-GP)",
         on_step=on_step,
+        resume_file=resume_file,
     )

@@ -13,7 +13,10 @@ first run stores it and the others load it.
 
 An entry is a folder ``<cache>/<key hash>/`` holding ``generator.pt`` (the state dict) and
 ``meta.json`` (the full key, the file's SHA-256 and the training statistics), written last
-and atomically, so a half-written entry is never read. An entry is used only if its key is
+and atomically, so a half-written entry is never read. While the generator trains, the folder
+holds ``training.pt`` too (:func:`training_snapshot`), its training's snapshot every few
+minutes: a run stopped before the generator is done leaves it, and the next run with the same
+key goes on from it. An entry is used only if its key is
 the run's exactly and the file's hash matches; anything else is a miss (the generator is
 trained and the entry written again), logged with the reason.
 
@@ -43,6 +46,7 @@ __all__ = [
     "generator_key",
     "load_cached_generator",
     "store_generator",
+    "training_snapshot",
 ]
 
 GENERATOR_CACHE_VERSION = 1
@@ -138,6 +142,13 @@ def load_cached_generator(
     if not isinstance(state, dict):
         return None, f"{weights} holds no state dict"
     return CachedGenerator(state, dict(meta.get("stats", {})), entry), "hit"
+
+
+def training_snapshot(cache: str | os.PathLike[str], key: dict[str, Any]) -> Path:
+    """Where the training of ``key``'s generator keeps its snapshot while it runs
+    (:func:`fedgo_flwr.gan.wgan_gp.train_wgan_gp`'s ``resume_file``): in the entry's folder, so
+    a training stopped before its end goes on there when a run with the same key starts."""
+    return Path(cache).expanduser() / key_hash(key) / "training.pt"
 
 
 def store_generator(

@@ -19,14 +19,18 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from fedgo_flwr.data import ArrayDataset, batches
 from fedgo_flwr.gan.sampling import _check_positive_int, _latent, _latent_dim
 from fedgo_flwr.runtime import profiling
+from fedgo_flwr.runtime.fileio import atomic_torch_save, safe_torch_load
 from fedgo_flwr.runtime.kernels import place
 from fedgo_flwr.runtime.progress import Progress
 
@@ -40,26 +44,53 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def _infinite_batches(
-    data: ArrayDataset,
-    batch_size: int,
-    rng: torch.Generator,
-    augment: bool,
-    device: torch.device,
-) -> Iterator[Tensor]:
-    """Endless shuffled batches of ``data.x`` (full batches only if the set allows one)."""
-    drop_last = len(data) >= batch_size
-    while True:
-        for x, _ in batches(
-            data,
-            batch_size,
-            shuffle=True,
-            rng=rng,
-            augment=augment,
-            drop_last=drop_last,
-            device=device,
-        ):
-            yield x
+class _RealBatches:
+    """Endless shuffled batches of ``data.x`` (full batches only if the set allows one), pass
+    after pass, as :func:`fedgo_flwr.data.batches` makes them: the same draws from ``rng`` (a
+    permutation when a pass starts, a flip mask per batch when it is taken), so the stream is
+    the one of ``batches`` called pass after pass. Its place in a pass is :meth:`state`, which
+    :meth:`restore` puts back (a resumed training: :func:`train_wgan_gp`'s ``resume_file``)."""
+
+    def __init__(
+        self,
+        data: ArrayDataset,
+        batch_size: int,
+        rng: torch.Generator,
+        augment: bool,
+        device: torch.device,
+    ) -> None:
+        self.data, self.batch_size, self.rng = data, batch_size, rng
+        self.augment, self.device = augment, device
+        self.drop_last = len(data) >= batch_size
+        self.order: np.ndarray | None = None  # this pass's permutation
+        self.pos = 0  # where its next batch starts
+
+    def __next__(self) -> Tensor:
+        n = len(self.data)
+        ended = self.pos >= n or (self.drop_last and n - self.pos < self.batch_size)
+        if self.order is None or ended:
+            self.order = torch.randperm(n, generator=self.rng).numpy()
+            self.pos = 0
+        idx = self.order[self.pos : self.pos + self.batch_size]
+        self.pos += len(idx)
+        one = self.data.subset(idx)
+        ((x, _),) = batches(
+            one, len(idx), shuffle=False, rng=self.rng, augment=self.augment, device=self.device
+        )
+        return x
+
+    def state(self) -> dict[str, Tensor | int]:
+        order = torch.empty(0, dtype=torch.int64) if self.order is None else self.order
+        return {
+            "order": torch.as_tensor(order),
+            "pos": self.pos,
+            "started": int(self.order is not None),
+        }
+
+    def restore(self, state: dict[str, Tensor | int]) -> None:
+        started = bool(state["started"])
+        self.order = torch.as_tensor(state["order"]).numpy() if started else None
+        self.pos = int(state["pos"])
 
 
 def interpolate_gradient_norms(
@@ -129,6 +160,8 @@ def train_wgan_gp(
     log_every: int | None = None,
     progress: str | None = None,
     on_step: Callable[[int], None] | None = None,
+    resume_file: str | Path | None = None,
+    save_every: float = 300.0,
 ) -> dict[str, float]:
     """Train ``generator`` against ``critic`` with WGAN-GP (Gulrajani et al., 2017, Alg. 1).
 
@@ -163,9 +196,20 @@ def train_wgan_gp(
         on_step: Called with the number of generator steps done after each one (e.g. to keep
             snapshots: without ``lr_decay``, the generator after step ``k`` of a longer run is
             the generator of a ``k``-step run, since every step draws the same random numbers).
+        resume_file: A snapshot of the training in progress, written (atomically) every
+            ``save_every`` seconds and removed when the training ends: a training that was
+            stopped (a session's end, a killed run) goes on from its last snapshot when it is
+            started again with the same file and ``steps``: both models, both optimisers, the
+            learning-rate schedules, ``rng`` and the place in the batch order, so the generator
+            it ends with is the uninterrupted training's, bit for bit on a CPU. A snapshot that
+            does not load, or that was made for another ``steps``, is left out with a WARNING
+            (the training starts from step 0).
+        save_every: Seconds between snapshots (with ``resume_file``).
 
     Returns:
-        ``steps``, ``critic_steps``, ``seconds``, and the values of the last step:
+        ``steps``, ``critic_steps``, ``seconds`` (the training's time, the stopped runs' part
+        included), ``resumed_at`` (the step the training went on from; 0: from the start), and
+        the values of the last step:
         ``critic_loss`` (``L_D`` including the penalty), ``generator_loss``, ``wasserstein``
         (``E[D(x)] - E[D(G(z))]`` on the last critic batch), ``gradient_penalty`` (without ``λ``)
         and ``grad_norm`` (mean ``‖∇D(x̂)‖``). Loss values are NaN when ``steps == 0``.
@@ -188,7 +232,11 @@ def train_wgan_gp(
             torch.optim.lr_scheduler.LambdaLR(opt, lambda i: max(0.0, 1.0 - i / steps))
             for opt in (opt_g, opt_d)
         ]
-    real_iter = _infinite_batches(data, batch_size, rng, augment, dev)
+    real_iter = _RealBatches(data, batch_size, rng, augment, dev)
+    snapshot = None if resume_file is None else Path(resume_file)
+    parts = (generator, critic, opt_g, opt_d, scheds, rng, real_iter)
+    first, before = _resume(snapshot, steps, *parts) if snapshot is not None else (0, 0.0)
+    saved = time.perf_counter()
     nan = float("nan")
     stats = {
         "critic_loss": nan,
@@ -198,9 +246,10 @@ def train_wgan_gp(
         "grad_norm": nan,
     }
     critic_params = list(critic.parameters())
-    said = Progress(progress, steps, "steps")
+    what = progress if progress is None or not first else f"{progress}, from step {first}"
+    said = Progress(what, steps - first, "steps")
     with profiling.phase("wgan_gp") as tally, said:
-        for step in range(steps):
+        for step in range(first, steps):
             for p in critic_params:
                 p.requires_grad_(True)
             for _ in range(n_critic):
@@ -224,6 +273,11 @@ def train_wgan_gp(
             for sched in scheds:
                 sched.step()
             said.advance()
+            if snapshot is not None and step + 1 < steps:
+                now = time.perf_counter()
+                if now - saved >= save_every:
+                    _snapshot(snapshot, steps, step + 1, before + now - start, *parts)
+                    saved = time.perf_counter()
             if on_step is not None:
                 on_step(step + 1)
             if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
@@ -246,12 +300,67 @@ def train_wgan_gp(
                 }
     for p in critic_params:
         p.requires_grad_(True)
+    if snapshot is not None:
+        snapshot.unlink(missing_ok=True)
     return {
         "steps": steps,
         "critic_steps": steps * n_critic,
-        "seconds": time.perf_counter() - start,
+        "seconds": before + time.perf_counter() - start,
+        "resumed_at": first,
         **stats,
     }
+
+
+def _snapshot(path: Path, steps: int, done: int, seconds: float, *parts: Any) -> None:
+    """Write the training's state after ``done`` of ``steps`` generator steps."""
+    generator, critic, opt_g, opt_d, scheds, rng, real = parts
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "steps": steps,
+        "done": done,
+        "seconds": seconds,
+        "generator": generator.state_dict(),
+        "critic": critic.state_dict(),
+        "opt_g": opt_g.state_dict(),
+        "opt_d": opt_d.state_dict(),
+        "scheds": [s.state_dict() for s in scheds],
+        "rng": rng.get_state(),
+        "batches": real.state(),
+    }
+    atomic_torch_save(path, state)
+
+
+def _resume(path: Path, steps: int, *parts: Any) -> tuple[int, float]:
+    """Load ``path``'s snapshot into the training's parts; the steps it had done and the
+    seconds it had taken (``0, 0.0``: no usable snapshot, the training starts afresh)."""
+    if not path.is_file():
+        return 0, 0.0
+    generator, critic, opt_g, opt_d, scheds, rng, real = parts
+    try:
+        state = safe_torch_load(path, "generator training snapshot")
+        if state["steps"] != steps or not 0 < state["done"] < steps:
+            log.warning(
+                "%s was made for a %s-step training, at step %s; this one has %d steps: "
+                "starting from step 0",
+                path,
+                state["steps"],
+                state["done"],
+                steps,
+            )
+            return 0, 0.0
+        generator.load_state_dict(state["generator"])
+        critic.load_state_dict(state["critic"])
+        opt_g.load_state_dict(state["opt_g"])
+        opt_d.load_state_dict(state["opt_d"])
+        for sched, saved in zip(scheds, state["scheds"], strict=True):
+            sched.load_state_dict(saved)
+        rng.set_state(state["rng"])
+        real.restore(state["batches"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        log.warning("%s does not resume this training (%s): starting from step 0", path, exc)
+        return 0, 0.0
+    log.info("WGAN-GP: going on from step %d of %d (%s)", state["done"], steps, path)
+    return int(state["done"]), float(state["seconds"])
 
 
 def fedgan_generator_steps(n: int, batch_size: int, epochs: int, n_critic: int) -> int:

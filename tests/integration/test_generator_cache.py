@@ -20,6 +20,7 @@ from helpers import (
 
 from fedgo_app.inprocess import run_inprocess
 from fedgo_flwr.gan import cache as gen_cache
+from strategies import _prefl
 
 FEDGO = [
     "rounds=2",
@@ -73,6 +74,36 @@ def test_a_hit_loads_it_and_the_run_is_the_same_bit_for_bit(first, flwr_log) -> 
     assert without_timing(again) == without_timing(rows)
     model, model2 = state(root / "first" / "model.pt"), state(root / "second" / "model.pt")
     assert all(torch.equal(model[k], model2[k]) for k in model)
+
+
+def test_a_stopped_training_goes_on_in_the_next_run_and_ends_the_same(
+    first, tmp_path, monkeypatch
+) -> None:
+    """A run stopped while its generator trains (here: at step 2 of 4, a snapshot after every
+    step) leaves the snapshot in the cache entry's folder; the next run with the same key goes
+    on from it and computes what the uninterrupted run did."""
+    _, _, rows, prefl = first
+    cache = tmp_path / "cache"
+    real = _prefl.train_wgan_gp
+
+    def stopped(*args, **kwargs):
+        def stop(done: int) -> None:
+            if done == 2:
+                raise KeyboardInterrupt  # what a Ctrl-C or a session's end does mid-training
+
+        return real(*args, **{**kwargs, "save_every": 0, "on_step": stop})
+
+    monkeypatch.setattr(_prefl, "train_wgan_gp", stopped)
+    with held_one_thread(), pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "stopped", cache)
+    (snapshot,) = cache.glob("*/training.pt")
+    assert not (snapshot.parent / "generator.pt").exists()
+    monkeypatch.setattr(_prefl, "train_wgan_gp", real)
+    with held_one_thread():
+        again, prefl2 = run(tmp_path / "resumed", cache)
+    assert prefl2["generator"]["resumed_at"] == 2 and prefl["generator"]["resumed_at"] == 0
+    assert without_timing(again) == without_timing(rows)
+    assert not snapshot.exists() and (snapshot.parent / "generator.pt").is_file()
 
 
 def test_other_settings_or_seed_miss(first) -> None:

@@ -336,6 +336,131 @@ def test_wgan_gp_snapshots_of_a_long_run_are_the_short_runs() -> None:
     assert not all(torch.equal(snaps[2][n], v) for n, v in snaps[4].items())
 
 
+def _tiny_models() -> tuple[nn.Module, nn.Module]:
+    return (
+        gan.build_generator("dcgan", 8, (1, 8, 8), seed=0, width=4),
+        gan.build_critic("dcgan", (1, 8, 8), seed=1, width=4),
+    )
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_at(step: int):
+    def on_step(done: int) -> None:
+        if done == step:
+            raise _Stop
+
+    return on_step
+
+
+@pytest.mark.parametrize("lr_decay", [False, True])
+def test_wgan_gp_stopped_and_resumed_ends_with_the_uninterrupted_generator(
+    tmp_path, lr_decay
+) -> None:
+    """A training stopped after step 3 of 7 goes on from its snapshot (both models, both
+    optimisers, the schedules, the RNG, the place in a pass of shuffled, flipped batches: 36
+    images at batch 8 make passes of 4 batches, 3 critic steps a generator step, so step 3 ends
+    inside a pass) and ends bit for bit where the uninterrupted training ends; the snapshot is
+    gone at the end."""
+    data = _images((1, 8, 8), 36, seed=0)
+    kw = {"steps": 7, "batch_size": 8, "n_critic": 3, "augment": True, "lr_decay": lr_decay}
+    g, c = _tiny_models()
+    straight = gan.train_wgan_gp(g, c, data, rng=_gen(3), **kw)
+    snap = tmp_path / "training.pt"
+    g1, c1 = _tiny_models()
+    with pytest.raises(_Stop):  # a snapshot after every step; the run ends at step 3
+        gan.train_wgan_gp(
+            g1, c1, data, rng=_gen(3), resume_file=snap, save_every=0, on_step=_stop_at(3), **kw
+        )
+    assert snap.is_file()
+    g2, c2 = _tiny_models()  # a new process: fresh models and a fresh RNG
+    seen: list[int] = []
+    resumed = gan.train_wgan_gp(
+        g2, c2, data, rng=_gen(3), resume_file=snap, save_every=0, on_step=seen.append, **kw
+    )
+    assert seen == [4, 5, 6, 7] and resumed["resumed_at"] == 3 and straight["resumed_at"] == 0
+    assert _state_equal(g, g2) and _state_equal(c, c2)
+    assert resumed["generator_loss"] == straight["generator_loss"]
+    assert not snap.exists()
+
+
+def test_wgan_gp_a_snapshot_of_another_training_is_left_out(tmp_path, caplog) -> None:
+    data = _images((1, 8, 8), 30, seed=0)
+    snap = tmp_path / "training.pt"
+    g, c = _tiny_models()
+    with pytest.raises(_Stop):
+        gan.train_wgan_gp(
+            g,
+            c,
+            data,
+            steps=5,
+            batch_size=16,
+            rng=_gen(3),
+            resume_file=snap,
+            save_every=0,
+            on_step=_stop_at(2),
+        )
+    g1, c1 = _tiny_models()
+    with caplog.at_level("WARNING"):
+        stats = gan.train_wgan_gp(
+            g1, c1, data, steps=4, batch_size=16, rng=_gen(3), resume_file=snap
+        )
+    assert stats["resumed_at"] == 0 and "starting from step 0" in caplog.text
+    g2, c2 = _tiny_models()
+    gan.train_wgan_gp(g2, c2, data, steps=4, batch_size=16, rng=_gen(3))
+    assert _state_equal(g1, g2)  # from the start, as without a snapshot
+    snap.write_bytes(b"not a snapshot")
+    g3, c3 = _tiny_models()
+    with caplog.at_level("WARNING"):
+        stats = gan.train_wgan_gp(
+            g3, c3, data, steps=4, batch_size=16, rng=_gen(3), resume_file=snap
+        )
+    assert stats["resumed_at"] == 0 and _state_equal(g3, g2) and not snap.exists()
+
+
+@pytest.mark.parametrize(("n", "batch"), [(30, 8), (32, 8), (5, 8)])
+def test_wgan_gp_real_batches_are_batches_pass_after_pass(n, batch) -> None:
+    """The resumable batch stream draws what ``batches`` draws pass after pass (a permutation a
+    pass, a flip mask a batch), other draws from the same RNG between batches included, and a
+    copy restored from its state goes on with the same batches."""
+    from fedgo_flwr.data import batches
+    from fedgo_flwr.gan.wgan_gp import _RealBatches
+
+    data = _images((1, 8, 8), n, seed=1)
+    rng_a, rng_b = _gen(9), _gen(9)
+    drop = n >= batch
+
+    def old_stream():
+        while True:
+            yield from (
+                x
+                for x, _ in batches(
+                    data, batch, shuffle=True, rng=rng_a, augment=True, drop_last=drop
+                )
+            )
+
+    old = old_stream()
+    new = _RealBatches(data, batch, rng_b, True, torch.device("cpu"))
+    for i in range(12):
+        assert torch.equal(next(old), next(new)), i
+        torch.rand(3, generator=rng_a), torch.rand(3, generator=rng_b)  # z, alpha between batches
+        if i == 6:
+            state, rng_state = new.state(), rng_b.get_state()
+    copy = _RealBatches(data, batch, _gen(0), True, torch.device("cpu"))
+    copy.restore(state)
+    copy.rng.set_state(rng_state)
+    replay = _RealBatches(data, batch, _gen(9), True, torch.device("cpu"))
+    rng_c = replay.rng
+    for _ in range(7):
+        next(replay)
+        torch.rand(3, generator=rng_c)
+    for _ in range(5):
+        assert torch.equal(next(copy), next(replay))
+        torch.rand(3, generator=copy.rng), torch.rand(3, generator=rng_c)
+
+
 def test_wgan_gp_zero_steps_and_validation() -> None:
     g = gan.build_generator("mlp", 2, (2,), hidden=4)
     c = gan.build_critic("mlp", (2,), hidden=4)
