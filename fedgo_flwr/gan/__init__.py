@@ -33,6 +33,7 @@ from fedgo_flwr.gan.cache import (
     generator_key,
     load_cached_generator,
     store_generator,
+    training_snapshot,
 )
 from fedgo_flwr.gan.common import count_bytes, upsampling_plan
 from fedgo_flwr.gan.critics import (
@@ -90,6 +91,7 @@ __all__ = [
     "generator_key",
     "load_cached_generator",
     "store_generator",
+    "training_snapshot",
     "DISCRIMINATOR_LOSSES",
     "DISCRIMINATOR_NAMES",
     "GENERATOR_NAMES",

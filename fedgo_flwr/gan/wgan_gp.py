@@ -208,7 +208,7 @@ def train_wgan_gp(
 
     Returns:
         ``steps``, ``critic_steps``, ``seconds`` (the training's time, the stopped runs' part
-        included), ``resumed_at`` (the step the training went on from; 0: from the start), and
+        included), ``resumed_at`` (only for a resumed training: the step it went on from), and
         the values of the last step:
         ``critic_loss`` (``L_D`` including the penalty), ``generator_loss``, ``wasserstein``
         (``E[D(x)] - E[D(G(z))]`` on the last critic batch), ``gradient_penalty`` (without ``λ``)
@@ -302,11 +302,12 @@ def train_wgan_gp(
         p.requires_grad_(True)
     if snapshot is not None:
         snapshot.unlink(missing_ok=True)
+    resumed = {"resumed_at": first} if first else {}
     return {
         "steps": steps,
         "critic_steps": steps * n_critic,
         "seconds": before + time.perf_counter() - start,
-        "resumed_at": first,
+        **resumed,
         **stats,
     }
 
