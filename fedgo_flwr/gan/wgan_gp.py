@@ -80,16 +80,13 @@ class _RealBatches:
         return x
 
     def state(self) -> dict[str, Tensor | int]:
+        """This pass's permutation (empty before the first pass) and the place in it."""
         order = torch.empty(0, dtype=torch.int64) if self.order is None else self.order
-        return {
-            "order": torch.as_tensor(order),
-            "pos": self.pos,
-            "started": int(self.order is not None),
-        }
+        return {"order": torch.as_tensor(order), "pos": self.pos}
 
     def restore(self, state: dict[str, Tensor | int]) -> None:
-        started = bool(state["started"])
-        self.order = torch.as_tensor(state["order"]).numpy() if started else None
+        order = torch.as_tensor(state["order"])
+        self.order = order.numpy() if order.numel() else None  # the data are never empty
         self.pos = int(state["pos"])
 
 
