@@ -58,13 +58,14 @@ from fedgo_flwr.records.checkpoint import (
 )
 from fedgo_flwr.records.provenance import LAUNCH_KEY, Launch
 from fedgo_flwr.records.recorder import (
+    EarlyEvaluation,
     RunRecorder,
     check_output_dir,
     decide_output_dir,
     resolve_output_dir,
 )
 from fedgo_flwr.records.runlog import RunLog, run_log
-from fedgo_flwr.runtime import shutdown
+from fedgo_flwr.runtime import profiling, shutdown
 from fedgo_flwr.runtime.fileio import UnsafePathError
 from fedgo_flwr.runtime.kernels import (
     use_channels_last,
@@ -301,6 +302,11 @@ def _run_experiment(
         template = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
         check_resumable(ckpt, template, strategy_cls.final_row(cfg))
     marks.append(("data, partition and model", time.perf_counter()))
+    # Round 0 evaluates the initial model, which needs no node: begun now, it runs while
+    # discovery waits for the nodes (in a simulation, for Ray's start).
+    early = None
+    if ckpt is None and not profiling.enabled():
+        early = EarlyEvaluation(model, bundle.test, cfg.eval.batch_size, device)
 
     seen: set[int] = set()  # the nodes discovery asked; LateClaims asks any other later
     node_ids = discover_nodes(
@@ -343,7 +349,9 @@ def _run_experiment(
     stages["startup"] = set_up - marks[0][1]
     stages.update(strategy.stage_times)
     stages["setup"] = ready - set_up - sum(strategy.stage_times.values())
-    recorder.attach(model, bundle.test, device, started=marks[0][1] - launched, stages=stages)
+    recorder.attach(
+        model, bundle.test, device, started=marks[0][1] - launched, stages=stages, early=early
+    )
     if ckpt is not None:
         restore_rng(ckpt.rng)
     marks.append(("strategy set-up", time.perf_counter()))

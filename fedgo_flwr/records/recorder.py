@@ -2,7 +2,8 @@
 
 ``metrics.jsonl`` holds one JSON object per round (round 0 is the initial model) with at least
 ``round``, ``test_accuracy``, ``test_loss``, ``round_time`` (seconds since the previous line;
-for round 0, since the strategy's set-up ended), ``eval_time`` and ``elapsed`` (seconds since
+for round 0, since the strategy's set-up ended), ``eval_time`` (round 0's evaluation may have
+run during the start-up: :class:`EarlyEvaluation`) and ``elapsed`` (seconds since
 the run started, its start-up and pre-FL stage included: :data:`STAGES`), plus what the
 strategy reports for the round (clients sampled/replied/failed, train loss, client and
 aggregation times).
@@ -30,15 +31,18 @@ to load it (the cached entry's own training time stays in ``prefl.json``, ``gene
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from logging import INFO
 from pathlib import Path
 from typing import Any
 
+import torch
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.supercore import log
 from torch import nn
@@ -158,11 +162,12 @@ STAGES = {
     "earlier": "a resumed run: the earlier processes' time up to the checkpoint's round",
     "launch": "before the ServerApp started (run.sh: its checks, the SuperLink, Flower's "
     "packaging; --local: Python's imports); only for runs run.sh started",
-    "startup": "the ServerApp's checks, data, partition, model and node discovery",
+    "startup": "the ServerApp's checks, data, partition, model and node discovery (round 0's "
+    "evaluation runs beside discovery)",
     "generator": "FedGO's pre-FL generator: trained, loaded or taken from the cache",
     "discriminators": "FedGO's discriminator round (or loading them from a file)",
     "setup": "the rest of the strategy's set-up before round 1 (e.g. discriminator logits)",
-    "rounds": "round 0's evaluation and the rounds (or a one-shot strategy's server epochs)",
+    "rounds": "round 0 and the rounds (or a one-shot strategy's server epochs)",
     "finish": "writing the final model",
 }
 """The stages of ``summary.json``'s ``stage_times``, in order; a stage a run does not have is
@@ -193,6 +198,56 @@ class Row:
     finished: bool = False
     fields: dict[str, Any] = field(default_factory=dict)
     label: str | None = None
+
+
+class EarlyEvaluation:
+    """Round 0's test evaluation, done in a thread while the ServerApp waits for its nodes.
+
+    In a Flower simulation node discovery is Ray's start: for seconds the ServerApp only waits
+    for the first reply (``benchmarks/studies/startup.md``). Round 0 evaluates the initial
+    model, which needs no node, so it is computed then, on a copy of the model, and
+    :meth:`RunRecorder.record` takes the result for round 0 when the arrays it records are
+    the ones evaluated here (bit for bit); otherwise (a strategy that changes the model during
+    its set-up, a resumed run, a failed evaluation) round 0 is evaluated as before. The
+    evaluation draws nothing from any random generator, so the numbers are the ones an
+    evaluation at round 0 gives. Not used while phases are profiled
+    (:mod:`fedgo_flwr.runtime.profiling` counts one thread's work).
+    """
+
+    def __init__(
+        self, model: nn.Module, test: ArrayDataset, batch_size: int, device: torch.device
+    ) -> None:
+        self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self.model = copy.deepcopy(model)
+        self.test, self.batch_size, self.device = test, batch_size, device
+        self.result: tuple[float, float, float] | None = None
+        self.thread = threading.Thread(target=self._run, name="fedgo-round0-eval", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            loss, acc = evaluate(self.model, self.test, self.batch_size, self.device)
+        except Exception:  # noqa: BLE001 - round 0 is evaluated again and raises there
+            return
+        self.result = (loss, acc, time.perf_counter() - t0)
+
+    def take(self, arrays: ArrayRecord) -> tuple[float, float, float] | None:
+        """``(loss, accuracy, seconds)`` if ``arrays`` hold exactly the evaluated state (after
+        the evaluation ends), else ``None``. The copy of the model is let go either way."""
+        self.thread.join()
+        self.model = None
+        result, self.result = self.result, None
+        if result is None:
+            return None
+        state = arrays.to_torch_state_dict()
+        if state.keys() != self.state.keys():
+            return None
+        for key, value in self.state.items():
+            given = state[key]
+            if given.dtype != value.dtype or not torch.equal(given, value):
+                return None
+        return result
 
 
 class RunRecorder:
@@ -248,11 +303,14 @@ class RunRecorder:
         device,
         started: float | None = None,
         stages: dict[str, float] | None = None,
+        early: EarlyEvaluation | None = None,
     ) -> None:
         """Start recording rounds. ``started`` is the run's start (a :func:`time.perf_counter`
         time; default now) and ``stages`` the time of the stages until now (:data:`STAGES`);
-        a resumed run's time goes on from its checkpoint's last ``elapsed`` (``earlier``)."""
+        a resumed run's time goes on from its checkpoint's last ``elapsed`` (``earlier``).
+        ``early``: round 0's evaluation, begun during the start-up (:class:`EarlyEvaluation`)."""
         self.model, self.test, self.device = model, test, device
+        self.early = early
         self.attached = self.last = time.perf_counter()
         self.start = self.attached if started is None else started
         self.stages = {}
@@ -280,8 +338,14 @@ class RunRecorder:
         row: dict[str, Any] = {"round": server_round}
         due = server_round % self.cfg.eval.every == 0 or server_round == self.cfg.rounds
         due = due or given.finished or given.due
+        early, self.early = self.early, None
+        done = early.take(arrays) if early is not None and server_round == 0 else None
+        eval_time = None
         if due and len(arrays) > 0:
             self.model.load_state_dict(arrays.to_torch_state_dict())
+        if due and len(arrays) > 0 and done is not None:
+            loss, acc, eval_time = done  # evaluated while the ServerApp waited for its nodes
+        elif due and len(arrays) > 0:
             batch = inference_batch(self.cfg.eval.batch_size, self.device)
             with profiling.phase("server_eval", len(self.test), batch):
                 loss, acc = evaluate(self.model, self.test, self.cfg.eval.batch_size, self.device)
@@ -293,7 +357,7 @@ class RunRecorder:
             row.update(given.fields)
         row["bytes_down"], row["bytes_up"] = TRAFFIC.take()
         row.update(
-            eval_time=now - t0,
+            eval_time=now - t0 if eval_time is None else eval_time,
             round_time=now - self.last,
             elapsed=now - self.start,
         )
