@@ -464,17 +464,18 @@ class Strategy(FlowerStrategy):
         fewer than ``min_clients`` usable replies the global model is kept (``None``)."""
         self.begin_round(server_round)
         accepted, t_absorb = self.intake.collect(server_round, replies, self.accept, self.absorb)
+        replied = len(accepted) + self.replies_carried()
         self.last_round = {
             "clients_sampled": len(self.sampled),
-            "clients_replied": len(accepted),
+            "clients_replied": replied,
             "clients_failed": self.intake.round.failed,
         }
-        if len(accepted) < self.cfg.min_clients:
+        if replied < self.cfg.min_clients:
             log(
                 WARNING,
                 "Round %d: %d usable replies < min_clients %d; the global model is kept",
                 server_round,
-                len(accepted),
+                replied,
                 self.cfg.min_clients,
             )
             return None, MetricRecord(self.last_round)
@@ -483,6 +484,13 @@ class Strategy(FlowerStrategy):
         self.last_round["aggregate_time"] = time.perf_counter() - t0 + t_absorb
         self.last_round.update(client_metrics(accepted, self.reply_metrics))
         return to_record(arrays), MetricRecord(self.last_round)
+
+    def replies_carried(self) -> int:
+        """Hook: usable replies of this round that :meth:`begin_round` took before any reply
+        arrived (a one-shot round resumed after an interruption: the uploads it had kept,
+        :meth:`OneShot.kept_uploads <strategies.oneshot.OneShot.kept_uploads>`); counted with
+        the round's own replies."""
+        return 0
 
     def accept(self, msg: Message) -> Reply | None:
         """``msg`` through the round's intake with this strategy's :meth:`reply_spec`,

@@ -16,7 +16,9 @@ add server epochs after the clients' round (:meth:`OneShot.server_epoch`).
 **Rounds and rows.** ``rounds`` must be 1. ``metrics.jsonl`` has that round as ``round: 1`` and
 then one row per server epoch ``e`` as ``round: 1 + e`` with ``epoch: e``; the student is
 evaluated every ``eval.every`` epochs and in the last. A checkpoint after each row holds the
-uploaded models, so a resumed run never trains the clients again.
+uploaded models, so a resumed run never trains the clients again; during the clients' round
+each accepted upload is kept as it arrives (:data:`PARTIAL_FILE`), so a run stopped half-way
+through it (a session's end, on a CPU) trains only the clients still missing when resumed.
 
 **A client that fails** its round, or whose model is no usable teacher (its logits on the test
 split not finite, above :data:`~fedgo_flwr.learning.distill.MAX_TEACHER_LOGIT`, or of a scale
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
@@ -39,7 +41,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 from torch import Tensor, nn
@@ -120,6 +122,8 @@ class OneShot(Strategy):
         self._test_logits: Tensor | None = None
         self._member_test: dict[int, Tensor] = {}  # each teacher's test logits, from its check
         self._modules: list[nn.Module] | None = None
+        self._kept: dict[int, Mapping[str, Any]] = {}  # an interrupted round's uploads
+        self._saved: set[int] = set()  # the clients in PARTIAL_FILE
 
     # -- what subclasses change ------------------------------------------------------------
     @property
@@ -224,6 +228,11 @@ class OneShot(Strategy):
     def begin_round(self, server_round: int) -> None:
         super().begin_round(server_round)
         self._arrival: list[int] = []
+        for pid, entry in self._kept.items():  # in the order they first arrived
+            self.take_saved(pid, entry, PARTIAL_FILE)
+
+    def replies_carried(self) -> int:
+        return len(self._kept)
 
     def absorb(self, server_round: int, reply: Reply) -> None:
         """Keep the model if it is a usable teacher (:meth:`check_teacher`, before anything
@@ -287,8 +296,22 @@ class OneShot(Strategy):
         With ``teachers_from`` the uploads of an earlier run are taken instead."""
         if self.params.teachers_from:
             return self.reuse_uploads(self.params.teachers_from, initial)
-        messages = self.configure_train(1, initial, config, grid)
-        arrays, _ = self.aggregate_train(1, stream_replies(grid, messages, timeout))
+        messages = list(self.configure_train(1, initial, config, grid))
+        self._kept = self.kept_uploads()
+        if self._kept:  # an interrupted round: only the clients still missing train
+            messages = [m for m in messages if int(m.metadata.group_id) not in self._kept]
+            self.intake.open([p for p in self.sampled if p not in self._kept])
+            log(
+                INFO,
+                "%s: the uploads of clients %s kept from an interrupted round (%s); "
+                "%d clients train",
+                self.name,
+                sorted(self._kept),
+                PARTIAL_FILE,
+                len(messages),
+            )
+        replies = self.keeping_uploads(stream_replies(grid, messages, timeout))
+        arrays, _ = self.aggregate_train(1, replies)
         raise_if_stopping("the clients' round")
         self.left_out = [p for p in self.sampled if p not in self.teachers]
         if self.left_out:
@@ -299,10 +322,52 @@ class OneShot(Strategy):
                 f"{self.pids}); min_clients is {self.cfg.min_clients}. Left out: {self.left_out}"
             )
         self.save_uploads()
+        (self.resources.out_dir / PARTIAL_FILE).unlink(missing_ok=True)
         return to_numpy(arrays)
 
-    def save_uploads(self) -> None:
-        """``client_models.pt``: the uploaded models (and extras) with what made them."""
+    def keeping_uploads(self, replies: Iterable[Message]) -> Iterator[Message]:
+        """``replies`` as they come; after each one is taken, the uploads so far are kept in
+        :data:`PARTIAL_FILE` (when they changed), so that a round stopped half-way (a session
+        that ends, a killed process) goes on with the clients still missing when the run is
+        resumed (:meth:`kept_uploads`)."""
+        for msg in replies:
+            yield msg
+            if set(self.teachers) != self._saved:
+                self.save_uploads(PARTIAL_FILE)
+                self._saved = set(self.teachers)
+
+    def kept_uploads(self) -> dict[int, Mapping[str, Any]]:
+        """The uploads an interrupted clients' round of this run kept (:data:`PARTIAL_FILE`
+        in the run folder), in the order they arrived; none if there is no such file, or
+        (WARNING, naming it) if it was made with other settings or another sample of clients:
+        the round then trains every client and replaces the file."""
+        path = self.resources.out_dir / PARTIAL_FILE
+        if not path.is_file():
+            return {}
+        try:
+            saved = read_client_models(str(path), self.cfg, self.extra_fingerprint(self.cfg))
+            sampled = [int(p) for p in saved.get("sampled", [])]
+            arrival = [int(p) for p in saved.get("arrival", [])]
+            clients = {int(k): v for k, v in saved["clients"].items()}
+        except (ValueError, TypeError, AttributeError) as exc:
+            log(WARNING, "%s: %s not used: %s", self.name, path, exc)
+            return {}
+        if sampled != self.sampled or set(arrival) != set(clients):
+            log(
+                WARNING,
+                "%s: %s not used: it holds the uploads of another sample of clients (%s, "
+                "this round: %s)",
+                self.name,
+                path,
+                sampled,
+                self.sampled,
+            )
+            return {}
+        return {pid: clients[pid] for pid in arrival}
+
+    def save_uploads(self, name: str | None = None) -> None:
+        """``client_models.pt`` (``name``): the uploaded models (and extras) with what made
+        them, the clients sampled and the order the uploads arrived in."""
         clients = {}
         for pid in self.pids:
             entry: dict[str, Any] = {
@@ -314,13 +379,14 @@ class OneShot(Strategy):
                 entry["extra"] = {k: torch.from_numpy(np.array(v)) for k, v in extra.items()}
             clients[str(pid)] = entry
         atomic_torch_save(
-            self.resources.out_dir / UPLOADS_FILE,
+            self.resources.out_dir / (name or UPLOADS_FILE),
             {
                 "fingerprint": fingerprint(self.cfg),
                 "extra_fingerprint": self.extra_fingerprint(self.cfg),
                 "clients": clients,
                 "left_out": list(self.left_out),
                 "sampled": list(self.sampled),
+                "arrival": [p for p in self._arrival if p in self.teachers],
             },
         )
 
@@ -333,21 +399,8 @@ class OneShot(Strategy):
         self.sampled = [int(p) for p in saved["sampled"]]
         self.left_out = [int(p) for p in saved["left_out"]]
         for key, entry in saved["clients"].items():
-            pid = int(key)
-            arrays = {k: v.numpy() for k, v in entry["state"].items()}
-            problem = check_arrays(arrays, self.client_reference(pid))
-            size = int(entry["size"])
-            if problem is None and self.client_sizes is not None and size != self.client_sizes[pid]:
-                problem = f"size {size}, but the server counts {self.client_sizes[pid]}"
-            if problem is not None:
-                raise ValueError(f"{UPLOADS_FILE} in {source}: client {pid}: {problem}")
-            if "extra" in entry:
-                self.load_extra_uploads(pid, {k: v.numpy() for k, v in entry["extra"].items()})
-            try:
-                self.absorb(1, Reply(-1, pid, size, arrays, {}, RecordDict()))
-            except ReplyRejected as exc:  # saved before the check existed
-                log(WARNING, "%s: leaving out client %d of %s: %s", self.name, pid, source, exc)
-                self.left_out.append(pid)
+            if not self.take_saved(int(key), entry, f"{UPLOADS_FILE} in {source}"):
+                self.left_out.append(int(key))
         self.finish_uploads()
         self.left_out += [
             p for p in self.sampled if p not in self.teachers and p not in self.left_out
@@ -365,6 +418,26 @@ class OneShot(Strategy):
             "uploads_reused": 1,
         }
         return self.average if self.average is not None else reference
+
+    def take_saved(self, pid: int, entry: Mapping[str, Any], source: str) -> bool:
+        """Client ``pid``'s saved upload (``entry`` of a ``client_models.pt``), checked as a
+        reply is and absorbed; ``ValueError`` naming ``source`` if it does not fit this run's
+        model or data, ``False`` (WARNING) if it is no usable teacher."""
+        arrays = {k: v.numpy() for k, v in entry["state"].items()}
+        problem = check_arrays(arrays, self.client_reference(pid))
+        size = int(entry["size"])
+        if problem is None and self.client_sizes is not None and size != self.client_sizes[pid]:
+            problem = f"size {size}, but the server counts {self.client_sizes[pid]}"
+        if problem is not None:
+            raise ValueError(f"{source}: client {pid}: {problem}")
+        if "extra" in entry:
+            self.load_extra_uploads(pid, {k: v.numpy() for k, v in entry["extra"].items()})
+        try:
+            self.absorb(1, Reply(-1, pid, size, arrays, {}, RecordDict()))
+        except ReplyRejected as exc:  # saved before the check existed
+            log(WARNING, "%s: leaving out client %d of %s: %s", self.name, pid, source, exc)
+            return False
+        return True
 
     def client_reference(self, pid: int) -> dict[str, np.ndarray]:
         """What client ``pid``'s uploaded arrays must look like (keys, shapes, dtypes)."""
@@ -476,6 +549,8 @@ class OneShot(Strategy):
 
 
 UPLOADS_FILE = "client_models.pt"
+PARTIAL_FILE = "client_models.partial.pt"
+"""The uploads of a clients' round so far, until it ends (:meth:`OneShot.keeping_uploads`)."""
 FINGERPRINT_KEYS = ("seed", "fraction", "min_clients", "data", "model", "train", "faults")
 
 

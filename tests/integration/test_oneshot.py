@@ -326,3 +326,84 @@ def test_fedgo_generator_trained_on_a_server_share(tmp_path, monkeypatch):
 
     assert calls == [len(make_partition(cfg).server)]
     assert summary_of(tmp_path / "g1")["clients_used"] == [0, 1, 2, 3]
+
+
+def _stopped_after(monkeypatch, cls, uploads: int) -> None:
+    """Make ``cls``'s clients' round stop (KeyboardInterrupt, as a killed process) once
+    ``uploads`` uploads were taken and kept."""
+    from strategies.oneshot import OneShot
+
+    original = OneShot.keeping_uploads
+
+    def stopping(self, replies):
+        for msg in original(self, replies):
+            if len(self.teachers) >= uploads:
+                raise KeyboardInterrupt
+            yield msg
+        if len(self.teachers) >= uploads:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cls, "keeping_uploads", stopping)
+
+
+@pytest.mark.parametrize("name", ["oneshot", "coboosting_fedgo"])
+def test_a_clients_round_stopped_half_way_goes_on_with_the_missing_clients(
+    tmp_path, monkeypatch, name
+):
+    """A clients' round stopped after 2 of 4 uploads keeps them (client_models.partial.pt);
+    the resumed run sends training only to the 2 missing clients and ends with the uploads,
+    rows and model of an uninterrupted run."""
+    from strategies import strategy_class
+    from strategies.oneshot import PARTIAL_FILE, UPLOADS_FILE
+
+    extra = ["strategy.discriminator.epochs=1"] if name == "coboosting_fedgo" else []
+    run_inprocess(config(tmp_path / "straight", *extra, name=name))
+    out = tmp_path / "cut"
+    cls = strategy_class(name)
+    with monkeypatch.context() as m:
+        _stopped_after(m, cls, 2)
+        with pytest.raises(KeyboardInterrupt):
+            run_inprocess(config(out, *extra, name=name))
+    kept = torch.load(out / PARTIAL_FILE, weights_only=True)
+    assert len(kept["clients"]) == 2 and not (out / UPLOADS_FILE).exists()
+    trained = []
+    import strategies.oneshot as oneshot_module
+
+    real_stream = oneshot_module.stream_replies
+
+    def stream(grid, messages, timeout):
+        trained.extend(int(m.metadata.group_id) for m in messages)
+        return real_stream(grid, messages, timeout)
+
+    monkeypatch.setattr(oneshot_module, "stream_replies", stream)
+    run_inprocess(config(out, *extra, "resume=true", name=name))
+    assert sorted(trained) == sorted(set(range(4)) - {int(k) for k in kept["clients"]})
+    assert not (out / PARTIAL_FILE).exists()
+    a = torch.load(tmp_path / "straight" / UPLOADS_FILE, weights_only=True)
+    b = torch.load(out / UPLOADS_FILE, weights_only=True)
+    assert a["clients"].keys() == b["clients"].keys()
+    for pid, entry in a["clients"].items():
+        for key, value in entry["state"].items():
+            assert torch.equal(value, b["clients"][pid]["state"][key]), (pid, key)
+    straight, resumed = rows_of(tmp_path / "straight"), rows_of(out)
+    assert resumed[1]["clients_replied"] == 4 and resumed[1]["clients_failed"] == 0
+    for key in ("ensemble_accuracy_uniform", "ensemble_accuracy_data_size"):
+        assert resumed[1][key] == straight[1][key]
+    assert resumed[-1]["test_accuracy"] == straight[-1]["test_accuracy"]
+
+
+def test_kept_uploads_of_other_settings_are_not_used(tmp_path, monkeypatch, flwr_log):
+    from strategies.oneshot import PARTIAL_FILE, OneShot
+
+    out = tmp_path / "cut"
+    with monkeypatch.context() as m:
+        _stopped_after(m, OneShot, 2)
+        with pytest.raises(KeyboardInterrupt):
+            run_inprocess(config(out, name="oneshot"))
+    run_inprocess(config(out, "resume=true", "train.local_epochs=1", name="oneshot"))
+    assert any(
+        PARTIAL_FILE in r.getMessage() and "other settings" in r.getMessage()
+        for r in flwr_log.records
+    )
+    assert rows_of(out)[1]["clients_replied"] == 4
+    assert not (out / PARTIAL_FILE).exists()
