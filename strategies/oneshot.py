@@ -17,8 +17,9 @@ add server epochs after the clients' round (:meth:`OneShot.server_epoch`).
 then one row per server epoch ``e`` as ``round: 1 + e`` with ``epoch: e``; the student is
 evaluated every ``eval.every`` epochs and in the last. A checkpoint after each row holds the
 uploaded models, so a resumed run never trains the clients again; during the clients' round
-each accepted upload is kept as it arrives (:data:`PARTIAL_FILE`), so a run stopped half-way
-through it (a session's end, on a CPU) trains only the clients still missing when resumed.
+the accepted uploads are kept as they arrive (:data:`PARTIAL_FILE`, at most once a minute),
+so a run stopped half-way through it (a session's end, on a CPU) trains only the clients still
+missing when resumed.
 
 **A client that fails** its round, or whose model is no usable teacher (its logits on the test
 split not finite, above :data:`~fedgo_flwr.learning.distill.MAX_TEACHER_LOGIT`, or of a scale
@@ -326,15 +327,20 @@ class OneShot(Strategy):
         return to_numpy(arrays)
 
     def keeping_uploads(self, replies: Iterable[Message]) -> Iterator[Message]:
-        """``replies`` as they come; after each one is taken, the uploads so far are kept in
-        :data:`PARTIAL_FILE` (when they changed), so that a round stopped half-way (a session
-        that ends, a killed process) goes on with the clients still missing when the run is
-        resumed (:meth:`kept_uploads`)."""
+        """``replies`` as they come; after one is taken, the uploads so far are kept in
+        :data:`PARTIAL_FILE` when they changed and the file is :data:`KEEP_EVERY` seconds old,
+        so that a round stopped half-way (a session that ends, a killed process) goes on with
+        the clients still missing when the run is resumed (:meth:`kept_uploads`). The file
+        holds every upload so far: rewriting it for each of many quick clients would cost
+        more than training them again, while a long round (each client's training many
+        minutes) keeps each upload."""
+        saved_at = time.monotonic()
         for msg in replies:
             yield msg
-            if set(self.teachers) != self._saved:
+            if set(self.teachers) != self._saved and time.monotonic() - saved_at >= KEEP_EVERY:
                 self.save_uploads(PARTIAL_FILE)
                 self._saved = set(self.teachers)
+                saved_at = time.monotonic()
 
     def kept_uploads(self) -> dict[int, Mapping[str, Any]]:
         """The uploads an interrupted clients' round of this run kept (:data:`PARTIAL_FILE`
@@ -551,6 +557,8 @@ class OneShot(Strategy):
 UPLOADS_FILE = "client_models.pt"
 PARTIAL_FILE = "client_models.partial.pt"
 """The uploads of a clients' round so far, until it ends (:meth:`OneShot.keeping_uploads`)."""
+KEEP_EVERY = 60.0
+"""Seconds between two rewrites of :data:`PARTIAL_FILE`."""
 FINGERPRINT_KEYS = ("seed", "fraction", "min_clients", "data", "model", "train", "faults")
 
 

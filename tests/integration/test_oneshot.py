@@ -331,8 +331,10 @@ def test_fedgo_generator_trained_on_a_server_share(tmp_path, monkeypatch):
 def _stopped_after(monkeypatch, cls, uploads: int) -> None:
     """Make ``cls``'s clients' round stop (KeyboardInterrupt, as a killed process) once
     ``uploads`` uploads were taken and kept."""
+    import strategies.oneshot as oneshot_module
     from strategies.oneshot import OneShot
 
+    monkeypatch.setattr(oneshot_module, "KEEP_EVERY", 0.0)  # every upload, in a round of seconds
     original = OneShot.keeping_uploads
 
     def stopping(self, replies):
