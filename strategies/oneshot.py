@@ -233,7 +233,7 @@ class OneShot(Strategy):
             self.take_saved(pid, entry, PARTIAL_FILE)
 
     def replies_carried(self) -> int:
-        return len(self._kept)
+        return sum(pid in self.teachers for pid in self._kept)  # a rejected one is left out
 
     def absorb(self, server_round: int, reply: Reply) -> None:
         """Keep the model if it is a usable teacher (:meth:`check_teacher`, before anything

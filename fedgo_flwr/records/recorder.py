@@ -217,8 +217,7 @@ class EarlyEvaluation:
     def __init__(
         self, model: nn.Module, test: ArrayDataset, batch_size: int, device: torch.device
     ) -> None:
-        self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        self.model = copy.deepcopy(model)
+        self.model = copy.deepcopy(model)  # evaluation changes none of its state
         self.test, self.batch_size, self.device = test, batch_size, device
         self.result: tuple[float, float, float] | None = None
         self.thread = threading.Thread(target=self._run, name="fedgo-round0-eval", daemon=True)
@@ -236,16 +235,16 @@ class EarlyEvaluation:
         """``(loss, accuracy, seconds)`` if ``arrays`` hold exactly the evaluated state (after
         the evaluation ends), else ``None``. The copy of the model is let go either way."""
         self.thread.join()
-        self.model = None
+        evaluated, self.model = self.model.state_dict(), None
         result, self.result = self.result, None
         if result is None:
             return None
         state = arrays.to_torch_state_dict()
-        if state.keys() != self.state.keys():
+        if state.keys() != evaluated.keys():
             return None
-        for key, value in self.state.items():
-            given = state[key]
-            if given.dtype != value.dtype or not torch.equal(given, value):
+        for key, value in evaluated.items():
+            given = state[key].cpu()
+            if given.dtype != value.dtype or not torch.equal(given, value.cpu()):
                 return None
         return result
 
