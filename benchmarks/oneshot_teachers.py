@@ -17,7 +17,10 @@ longer training is the ``E``-epoch model bit for bit (a test checks it against t
 run's upload). The clients train milestone by milestone (all ten to 10 epochs, then to 20, ...),
 and at each milestone the test set measures: the clients' own accuracies, their parameter
 average (one-shot FedAvg), FedENS (uniform weights) and DW-FedENS (weights ``n_k``), the two
-ensembles of the paper's Table 2 (logits averaged, Eq. 2).
+ensembles of the paper's Table 2 (logits averaged, Eq. 2). Each milestone's models are also
+written as a one-shot run's uploads (``seed<N>/e<E>/client_models.pt``, made for the config with
+``train.local_epochs=E``), so any one-shot server method can start from them
+(``strategy.teachers_from``).
 
 After every epoch a client's state (model, optimizer, random stream, losses) is saved
 atomically in ``--work``, so a stopped run goes on from the last epoch; the models at each
@@ -49,6 +52,7 @@ from fedgo_flwr.learning.training import make_optimizer, predict_logits, train_l
 from fedgo_flwr.runtime.fileio import atomic_torch_save, atomic_write_text
 from fedgo_flwr.runtime.rng import make_rng
 from strategies import load_experiment
+from strategies.oneshot import UPLOADS_FILE, fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "conf/bench/coboosting-cifar10-paper.yaml"
@@ -158,6 +162,22 @@ def measure(cfg: ExperimentConfig, clients: list[Client], epochs: int) -> dict:
     }
 
 
+def write_uploads(cfg: ExperimentConfig, clients: list[Client], epochs: int) -> Path:
+    """The models after ``epochs`` epochs as the one-shot round's ``client_models.pt`` of
+    ``cfg`` with ``train.local_epochs = epochs`` (every client sampled, none left out); its
+    folder."""
+    trained = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, local_epochs=epochs))
+    pids = [c.pid for c in clients]
+    folder = clients[0].work / f"e{epochs}"
+    folder.mkdir(exist_ok=True)
+    uploads = {str(c.pid): {"size": len(c.data), "state": c.milestone(epochs)} for c in clients}
+    atomic_torch_save(folder / UPLOADS_FILE, {
+        "fingerprint": fingerprint(trained), "extra_fingerprint": None, "clients": uploads,
+        "left_out": [], "sampled": pids, "arrival": pids,
+    })  # fmt: skip
+    return folder
+
+
 def table(config: str, results: dict[int, list[dict]]) -> str:
     lines = [
         "# One-shot clients' models against their local epochs (oneshot_teachers.py)",
@@ -194,17 +214,21 @@ def run_seed(config: str, seed: int, milestones: Sequence[int], overrides: Seque
     results = json.loads(done.read_text()) if done.is_file() else []
     measured = {r["epochs"] for r in results}
     for epochs in milestones:
-        if epochs in measured:
-            continue
-        start = time.perf_counter()
-        for client in clients:
-            client.train_to(epochs)
-        results.append(measure(cfg, clients, epochs))
-        atomic_write_text(done, json.dumps(results, indent=1) + "\n")
-        print(f"oneshot_teachers: seed {seed}, {epochs} epochs: FedENS "
-              f"{results[-1]['fedens']:.2f}% ({time.perf_counter() - start:.0f} s)",
-              file=sys.stderr, flush=True)  # fmt: skip
-        report(seed, results)
+        if epochs not in measured:
+            start = time.perf_counter()
+            for client in clients:
+                client.train_to(epochs)
+            results.append(measure(cfg, clients, epochs))
+            atomic_write_text(done, json.dumps(results, indent=1) + "\n")
+            print(
+                f"oneshot_teachers: seed {seed}, {epochs} epochs: FedENS "
+                f"{results[-1]['fedens']:.2f}% ({time.perf_counter() - start:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            report(seed, results)
+        if not (folder / f"e{epochs}" / UPLOADS_FILE).is_file():
+            write_uploads(cfg, clients, epochs)
     return results
 
 

@@ -46,6 +46,19 @@ def test_milestones_are_the_one_shot_uploads_and_a_stopped_run_goes_on(tmp_path)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert last["fedavg"] == pytest.approx(100 * rows[-1]["test_accuracy"], abs=1e-4)
     assert len(last["clients"]) == 4 and last["train_seconds"] > 0
+    # The milestone's uploads seed a server method as the one-shot run's own would.
+    dense = tmp_path / "dense"
+    overrides = [*TINY, "strategy.name=dense", "strategy.epochs=1", f"output_dir={dense}"]
+    teachers = f"strategy.teachers_from={work / 'seed3' / 'e2'}"
+    run_inprocess(load_experiment(ROOT / CONFIG, [*overrides, teachers]))
+    reused = json.loads((dense / "summary.json").read_text())
+    assert reused["ensemble_accuracy_uniform"] == summary["ensemble_accuracy_uniform"]
+    row1 = [json.loads(x) for x in (dense / "metrics.jsonl").read_text().splitlines()][1]
+    assert row1["round"] == 1 and row1["uploads_reused"] == 1  # no client trained
+    with pytest.raises(ValueError, match="train differ"):  # made for 2 epochs, not 1
+        run_inprocess(
+            load_experiment(ROOT / CONFIG, [*overrides, teachers, "train.local_epochs=1"])
+        )
     table = (out / "table.md").read_text()
     assert f"| 2 | 3 | {last['clients_mean']:.2f} (" in table
     assert f"| {last['fedavg']:.2f} | {last['fedens']:.2f} | {last['dw_fedens']:.2f} |" in table
