@@ -39,19 +39,18 @@ class NoEntry(LookupError):
 
 
 def entry_of(cache: Path, settings: dict, seed: int) -> tuple[dict, CachedGenerator]:
-    """The cache entry (its key and generator) of ``seed`` and ``settings``."""
-    keys = []
-    for meta_file in sorted(cache.glob("*/meta.json")):
-        key = json.loads(meta_file.read_text())["key"]
-        if key.get("seed") == seed and key.get("generator") == settings:
-            keys.append(key)
+    """The cache entry (its ``meta.json`` and generator) of ``seed`` and ``settings``."""
+    metas = [json.loads(f.read_text()) for f in sorted(cache.glob("*/meta.json"))]
+    metas = [m for m in metas if m["key"].get("seed") == seed]
+    metas = [m for m in metas if m["key"].get("generator") == settings]
+    keys = [m["key"] for m in metas]
     if len(keys) != 1:
         found = ", ".join(sorted(str(k.get("threads", k.get("gpu"))) for k in keys)) or "none"
         raise NoEntry(f"seed {seed}: {len(keys)} cache entries in {cache} for {settings} ({found})")
     hit, why = load_cached_generator(cache, keys[0])
     if hit is None:
         raise NoEntry(f"seed {seed}: {why}")
-    return keys[0], hit
+    return metas[0], hit
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     for seed in args.seeds:
         try:
-            key, hit = entry_of(args.cache, settings, seed)
+            meta, hit = entry_of(args.cache, settings, seed)
         except NoEntry as exc:
             print(f"generator_grids: {exc}", file=sys.stderr)
             return 1
@@ -85,7 +84,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         grid = args.out / f"generator-seed{seed}.png"
         x = sample(generator, 64, rng=make_rng(0, "sample-grid"))
         save_image(x * 0.5 + 0.5, grid, nrow=8, padding=1)
-        meta = json.loads((hit.entry / "meta.json").read_text())
         lines.append(
             f"| {seed} | [{grid.name}]({grid.name}) | {hit.stats.get('steps')} | "
             f"{hit.stats.get('wasserstein', float('nan')):.3f} | {hit.entry.name} | "

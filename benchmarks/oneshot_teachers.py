@@ -81,10 +81,11 @@ class Client:
         self.model = new_model(cfg, load_bundle(cfg.data))
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train)
         self.rng = make_rng(cfg.seed, "train", ROUND, pid)
-        self.epoch, self.losses, self.seconds = 0, [], []
+        self.settings = settings(cfg)
+        self.losses, self.seconds = [], []  # one entry per epoch done
         if self.state_file.is_file():
             saved = torch.load(self.state_file, weights_only=False)
-            if saved["settings"] != settings(cfg):
+            if saved["settings"] != self.settings:
                 raise StaleState(
                     f"{self.state_file}: saved under other settings than this run's "
                     "(remove it, or give this run another --work)"
@@ -92,11 +93,12 @@ class Client:
             self.model.load_state_dict(saved["model"])
             self.optimizer.load_state_dict(saved["optimizer"])
             self.rng.set_state(saved["rng"])
-            self.epoch, self.losses, self.seconds = (
-                saved["epoch"],
-                saved["losses"],
-                saved["seconds"],
-            )
+            self.losses, self.seconds = saved["losses"], saved["seconds"]
+
+    @property
+    def epoch(self) -> int:
+        """The local epochs done."""
+        return len(self.losses)
 
     def train_to(self, epochs: int) -> None:
         """Train on until ``epochs`` local epochs are done, saving the state after each."""
@@ -107,18 +109,17 @@ class Client:
                 self.model, self.data, one, rng=self.rng, device=device,
                 augment=self.cfg.data.augment, optimizer=self.optimizer,
             )  # fmt: skip
-            self.epoch += 1
             self.losses.append(stats.loss)
             self.seconds.append(stats.seconds)
             atomic_torch_save(self.state_file, {
-                "settings": settings(self.cfg), "epoch": self.epoch,
+                "settings": self.settings, "epoch": self.epoch,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "rng": self.rng.get_state(), "losses": self.losses, "seconds": self.seconds,
             })  # fmt: skip
         milestone = self.work / f"client{self.pid}-e{epochs}.pt"
         if self.epoch == epochs and not milestone.is_file():
             atomic_torch_save(
-                milestone, {"settings": settings(self.cfg), "model": self.model.state_dict()}
+                milestone, {"settings": self.settings, "model": self.model.state_dict()}
             )
 
     def milestone(self, epochs: int) -> dict[str, torch.Tensor]:
