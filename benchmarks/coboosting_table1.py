@@ -25,6 +25,13 @@ For every seed and alpha the runs go in this order (methods are named ``a<alpha>
    in their one round, so it trains its own clients; then ``coboosting_fedgo_odds``
    (``combine: odds``) reuses that run's uploads (models and discriminators).
 
+``--teachers DIR`` takes the clients' models from :mod:`benchmarks.oneshot_teachers` (its work
+folder) instead of a training in the oneshot run: oneshot and the methods reusing its uploads
+read the milestone ``DIR/seed<N>/e<E>`` for the run's ``train.local_epochs`` ``E``, the same
+models bit for bit as oneshot's training would upload (that module's test), trained epoch by
+epoch and resumable across sessions, where one oneshot run of hundreds of local epochs is not.
+The methods that train their own clients (``feddf``, ``coboosting_fedgo``) still do.
+
 ``--methods`` runs a subset (the runs whose uploads they reuse come along) and adds
 ``coboosting_sign``: Co-Boosting with the authors' diversification step (``boost.variant:
 code``, a signed step of size epsilon) instead of eq. 10's normalised one (the default); it
@@ -56,7 +63,7 @@ order, whose uploads each reuses) are :mod:`benchmarks.coboosting_grid`'s, and `
         [--alphas 0.05 0.1 0.3] [--ablation-alphas 0.05] \
         [--methods oneshot dense coboosting coboosting_sign ...] \
         [--config conf/bench/coboosting-cifar10-cpu.yaml] [--tag coboosting-cifar10-cpu] \
-        [--jobs N] [--stop-after S] [k=v ...]
+        [--teachers DIR] [--jobs N] [--stop-after S] [k=v ...]
     .venv/bin/python -m benchmarks table coboosting_table1 [--config ...] [--tag ...]
 """
 
@@ -121,11 +128,30 @@ ACCURACIES = (
 
 def reuse(bench: Bench, method: str, seed: int) -> list[str]:
     """``strategy.teachers_from``: the source's scratch folder (the sibling of the run's own)
-    for a method that reuses uploads; nothing for one that trains its clients."""
+    for a method that reuses uploads, or the ``--teachers`` milestone for oneshot and the
+    methods reusing its uploads; nothing for one that trains its clients."""
+    milestone = teachers_of(bench, method, seed)
+    if milestone is not None:
+        return [f"strategy.teachers_from={milestone}"]
     source = source_method(method)
     if source is None:
         return []
     return [f"strategy.teachers_from={scratch_of(bench.run_dir(method, seed), source)}"]
+
+
+def teachers_of(bench: Bench, method: str, seed: int) -> Path | None:
+    """With ``--teachers DIR``: the client models ``method`` starts from, the milestone of
+    :mod:`benchmarks.oneshot_teachers` for the seed and the run's local epochs
+    (``DIR/seed<N>/e<E>``), for oneshot and every method that reuses oneshot's uploads;
+    ``None`` otherwise (no ``--teachers``, or a method that trains its own clients)."""
+    if bench.args.teachers is None:
+        return None
+    alpha, base = parse_method(method)
+    if base != "oneshot" and source_method(method) != method_name(alpha, "oneshot"):
+        return None
+    with quiet_library():
+        cfg = load_config(bench.args.config, [*bench.args.overrides, *method_overrides(method)])
+    return Path(bench.args.teachers) / f"seed{seed}" / f"e{cfg.train.local_epochs}"
 
 
 def scratch_of(run_dir: Path, method: str) -> Path:
@@ -198,13 +224,20 @@ def uploads_problem(bench: Bench, method: str, seed: int) -> str | None:
 
 
 def prepare_source(bench: Bench, method: str, seed: int) -> None:
-    """Make sure the uploads ``method`` reuses are in its source's scratch folder.
+    """Make sure the uploads ``method`` reuses are in its source's scratch folder (with
+    ``--teachers``: that the milestone it reads fits its settings, ``RunFailed`` otherwise).
 
     The source must have finished (its record kept: it runs first in the grid); if its
     folder was cleaned since, or holds uploads made with other settings, it runs again there.
     Its kept record stays, and the rerun must reproduce its accuracies: a difference means the
     record was made with other settings, which the sweep must not mix into one table.
     """
+    milestone = teachers_of(bench, method, seed)
+    if milestone is not None:  # not a run's output: nothing to run again
+        problem = uploads_problem(bench, method, seed)
+        if problem is not None:
+            raise RunFailed(f"{run_name(method, seed)} not run: --teachers: {problem}")
+        return
     source = source_method(method)
     if source is None:
         return
@@ -265,6 +298,15 @@ def options(parser: argparse.ArgumentParser) -> None:
         default=list(DEFAULT_METHODS),
         help=f"the methods to run (default: {' '.join(DEFAULT_METHODS)}; also "
         f"{' '.join(EXTRA_METHODS)}); the runs whose uploads they reuse are added",
+    )
+
+    parser.add_argument(
+        "--teachers",
+        type=Path,
+        default=None,
+        help="the work folder of benchmarks.oneshot_teachers: oneshot, and every method reusing "
+        "its uploads, start from its milestone DIR/seed<N>/e<E> (E: train.local_epochs) instead "
+        "of training the clients",
     )
 
 

@@ -299,6 +299,17 @@ def time_rows(
             cells.append(fmt(times, 1))
         rows.append(f"| {base} | " + " | ".join(cells) + " |")
     rows += ["", f"All kept runs: {total:.0f} s ({total / 3600:.2f} h) of run time."]
+    outside = sorted(
+        r.name
+        for a in alphas
+        for r in runs.get(method_name(a, "oneshot"), [])
+        if any(m.get("uploads_reused") for m in r.metrics)
+    )
+    if outside:  # --teachers: the clients trained in benchmarks.oneshot_teachers
+        rows.append(
+            f"The clients of {', '.join(outside)} were trained outside this table (their "
+            "uploads reused, `strategy.teachers_from`): that training is in none of these times."
+        )
     return rows
 
 

@@ -668,6 +668,7 @@ def test_real_sweep_reuses_uploads_and_feddf_trains_the_oneshot_clients(
     text = driver.table(results, alphas=[0.1], ablation_alphas=[])
     assert "- FedDF initial average = one-shot FedAvg: 1 of 1 (alpha, seed) pairs" in text
     assert "- FedDF ensemble = FedENS: 1 of 1 (alpha, seed) pairs" in text
+    assert "trained outside this table" not in text  # oneshot trained them
 
     shutil.rmtree(tmp_path / "scratch" / "t" / "a0.1-oneshot-seed0")
     forget(results, ["a0.1-coboosting-seed0"])
@@ -677,3 +678,40 @@ def test_real_sweep_reuses_uploads_and_feddf_trains_the_oneshot_clients(
     again = driver.load_runs(results, ["a0.1-coboosting"])["a0.1-coboosting"][0].summary
     assert again["final_accuracy"] == cob.summary["final_accuracy"]
     assert again["ensemble_weights"] == cob.summary["ensemble_weights"]
+
+
+def test_real_sweep_starts_from_the_teachers_milestone(driver, tmp_path: Path, monkeypatch):
+    """``--teachers``: oneshot and Co-Boosting start from benchmarks.oneshot_teachers'
+    milestone for the run's local epochs (no client trains; oneshot's ensemble is the one the
+    milestone measured); a milestone made with other settings, or none for the run's epochs, is
+    refused naming the option and the file; FedDF still trains its own clients."""
+    in_process_runs(monkeypatch)
+    teachers = load_benchmark("oneshot_teachers")
+    work = tmp_path / "work"
+    made = ["--config", DIGITS, "--seeds", "0", "--epochs", "1", "--work", str(work)]
+    assert teachers.main([*made, "--out", str(tmp_path / "measured"), *TINY]) == 0
+    measured = json.loads((work / "seed0" / "milestones.json").read_text())[0]
+
+    bench = bench_of(driver, tmp_path, "--config", DIGITS, "--teachers", str(work), *TINY)
+    methods = ["a0.1-oneshot", "a0.1-coboosting"]
+    assert run_grid(methods, [0], bench.run_one, bench.results) == []
+    runs = driver.load_runs(bench.results, methods)
+    milestone = work / "seed0" / "e1"
+    for method in methods:
+        run = runs[method][0]
+        assert run.metrics[1]["uploads_reused"] == 1, method
+        assert f"strategy.teachers_from={milestone}" in bench.overrides(method, 0)
+    fedens = runs["a0.1-oneshot"][0].summary["ensemble_accuracy_uniform"]
+    assert 100 * fedens == pytest.approx(measured["fedens"], abs=1e-4)
+    text = driver.table(bench.results, alphas=[0.1], ablation_alphas=[])
+    assert "The clients of a0.1-oneshot-seed0 were trained outside this table" in text
+    feddf = bench.overrides("a0.1-feddf", 0)
+    assert not any(w.startswith("strategy.teachers_from=") for w in feddf)
+
+    for extra, why in (["train.lr=0.02"], "train differ"), (["train.local_epochs=2"], "e2"):
+        other = bench_of(
+            driver, tmp_path / "other", "--config", DIGITS, "--teachers", str(work), *TINY, *extra
+        )
+        failed = run_grid(["a0.1-oneshot"], [0], other.run_one, other.results)
+        assert len(failed) == 1 and "not run: --teachers: " in failed[0], failed
+        assert why in failed[0]
