@@ -232,8 +232,7 @@ def prepare_source(bench: Bench, method: str, seed: int) -> None:
     Its kept record stays, and the rerun must reproduce its accuracies: a difference means the
     record was made with other settings, which the sweep must not mix into one table.
     """
-    milestone = teachers_of(bench, method, seed)
-    if milestone is not None:  # not a run's output: nothing to run again
+    if teachers_of(bench, method, seed) is not None:  # not a run's output: nothing to rerun
         problem = uploads_problem(bench, method, seed)
         if problem is not None:
             raise RunFailed(f"{run_name(method, seed)} not run: --teachers: {problem}")
@@ -299,7 +298,6 @@ def options(parser: argparse.ArgumentParser) -> None:
         help=f"the methods to run (default: {' '.join(DEFAULT_METHODS)}; also "
         f"{' '.join(EXTRA_METHODS)}); the runs whose uploads they reuse are added",
     )
-
     parser.add_argument(
         "--teachers",
         type=Path,
