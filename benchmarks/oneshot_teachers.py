@@ -25,6 +25,8 @@ written as a one-shot run's uploads (``seed<N>/e<E>/client_models.pt``, made for
 After every epoch a client's state (model, optimizer, random stream, losses) is saved
 atomically in ``--work``, so a stopped run goes on from the last epoch; the models at each
 milestone are kept beside it. State saved under other settings is refused, naming the file.
+``resources.channels_last=true`` trains in the channels-last memory format (faster on a CPU,
+other float rounding: a one-shot run with the same switch uploads the same models).
 
     python -m benchmarks.oneshot_teachers --seeds 0 [--epochs 10 20 40 80 150 300] \
         [--config F] [--work DIR] [--out DIR] [--threads 1] [k=v ...]
@@ -50,6 +52,7 @@ from fedgo_flwr.datafree import weighted_logits
 from fedgo_flwr.learning.task import load_bundle, make_partition, new_model
 from fedgo_flwr.learning.training import make_optimizer, predict_logits, train_local
 from fedgo_flwr.runtime.fileio import atomic_torch_save, atomic_write_text
+from fedgo_flwr.runtime.kernels import use_channels_last
 from fedgo_flwr.runtime.rng import make_rng
 from strategies import load_experiment
 from strategies.oneshot import UPLOADS_FILE, fingerprint
@@ -67,9 +70,12 @@ class StaleState(ValueError):
 
 
 def settings(cfg: ExperimentConfig) -> dict:
-    """What a client's training depends on: the data, model, local training and seed."""
+    """What a client's training depends on: the data, model, local training and seed, and the
+    convolutions' memory format (``resources.channels_last``: the same math, other float
+    rounding, so one client's epochs are never trained in two formats)."""
     whole = json.loads(cfg.to_json(strategy_params=False))
-    return {key: whole[key] for key in ("data", "model", "train", "seed")}
+    out = {key: whole[key] for key in ("data", "model", "train", "seed")}
+    return {**out, "channels_last": cfg.resources.channels_last}
 
 
 class Client:
@@ -179,11 +185,13 @@ def write_uploads(cfg: ExperimentConfig, clients: list[Client], epochs: int) -> 
     return folder
 
 
-def table(config: str, results: dict[int, list[dict]]) -> str:
+def table(config: str, results: dict[int, list[dict]], overrides: Sequence[str] = ()) -> str:
+    given = " ".join(f"`{o}`" for o in overrides)
     lines = [
         "# One-shot clients' models against their local epochs (oneshot_teachers.py)",
         "",
-        f"`{config}`; test accuracy %. FedENS: the uniform ensemble (logits averaged); "
+        f"`{config}`{' with ' + given if given else ''}; test accuracy %. "
+        "FedENS: the uniform ensemble (logits averaged); "
         f"DW-FedENS: weights n_k; the paper's FedENS {PAPER_FEDENS} "
         "(Table 2, CIFAR-10, alpha 0.1).",
         "",
@@ -205,6 +213,7 @@ def run_seed(config: str, seed: int, milestones: Sequence[int], overrides: Seque
              work: Path, report) -> list[dict]:  # fmt: skip
     """Every milestone of one seed, in order; ``report(seed, results)`` after each."""
     cfg = load_experiment(config, [*overrides, f"seed={seed}"])
+    use_channels_last(cfg.resources.channels_last)
     bundle = load_bundle(cfg.data)
     partition = make_partition(cfg)
     folder = work / f"seed{seed}"
@@ -253,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         payload = {"config": args.config, "overrides": args.overrides, "seeds": results}
         atomic_write_text(args.out / "summary.json", json.dumps(payload, indent=1) + "\n")
-        atomic_write_text(args.out / "table.md", table(args.config, results))
+        atomic_write_text(args.out / "table.md", table(args.config, results, args.overrides))
 
     for seed in args.seeds:
         try:
@@ -263,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except StaleState as exc:
             print(f"oneshot_teachers: {exc}", file=sys.stderr)
             return 2
-    print(table(args.config, results))
+    print(table(args.config, results, args.overrides))
     return 0
 
 

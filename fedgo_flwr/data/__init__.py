@@ -8,7 +8,8 @@ tensor, drawing all randomness from one ``torch.Generator``.
 The package is split by what each part owns:
 
 * :mod:`fedgo_flwr.data.arrays` -- :class:`ArrayDataset`, :class:`DataBundle`, normalisation,
-  :func:`batches` and :func:`stratified_subset`;
+  :func:`batches` (and :func:`indexed_batches`, which also says which samples a batch holds)
+  and :func:`stratified_subset`;
 * :mod:`fedgo_flwr.data.sources` -- :func:`load_dataset` (names: those of
   :func:`fedgo_flwr.config.names.is_dataset_name`) and the built-in sources (``digits``,
   ``four_gaussians``, torchvision CIFAR-10/100, Hugging Face ``datasets``);
@@ -19,8 +20,10 @@ The package is split by what each part owns:
 from fedgo_flwr.data.arrays import (
     ArrayDataset,
     DataBundle,
+    IndexedBatch,
     batches,
     ends_in_batch_of_one,
+    indexed_batches,
     stratified_subset,
 )
 from fedgo_flwr.data.imagefolder import IMAGE_EXTENSIONS, load_imagefolder, load_unlabeled
@@ -46,8 +49,10 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "ArrayDataset",
     "DataBundle",
+    "IndexedBatch",
     "batches",
     "ends_in_batch_of_one",
+    "indexed_batches",
     "four_gaussians_oracle_labels",
     "four_gaussians_server_data",
     "load_dataset",

@@ -11,13 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from fedgo_flwr.runtime.rng import derive_seed
 
-__all__ = ["ArrayDataset", "DataBundle", "batches", "ends_in_batch_of_one", "stratified_subset"]
+__all__ = [
+    "ArrayDataset",
+    "DataBundle",
+    "IndexedBatch",
+    "batches",
+    "ends_in_batch_of_one",
+    "indexed_batches",
+    "stratified_subset",
+]
 
 
 # ------------------------------------------------------------------------------------------
@@ -169,17 +178,35 @@ def batches(
         drop_last: Skip a final incomplete batch.
         device: Device of the yielded tensors.
     """
+    it = _indexed(ds, batch_size, shuffle, rng, augment, drop_last, device)
+    return ((b.x, b.y) for b in it)
+
+
+class IndexedBatch(NamedTuple):
+    """A batch of :func:`indexed_batches`: the model input and labels on the device, and which
+    samples of the dataset they are (``index``, numpy ``int64``) and which of them were flipped
+    (``flipped``, a CPU ``bool`` tensor; all ``False`` without flips)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    index: np.ndarray
+    flipped: torch.Tensor
+
+
+def indexed_batches(ds: ArrayDataset, batch_size: int, **options: Any) -> Iterator[IndexedBatch]:
+    """:func:`batches` (its keyword options; the same batches from the same ``rng``), each batch
+    with its samples' indices into ``ds`` and its flip mask: what a cache of per-sample
+    outputs needs (:class:`fedgo_flwr.datafree.pool.PoolLogits`)."""
+    return _indexed(ds, batch_size, **options)
+
+
+def _indexed(ds: ArrayDataset, batch_size: int, shuffle: bool, rng: torch.Generator | None = None,
+             augment: bool = False, drop_last: bool = False,
+             device: torch.device | str = "cpu") -> Iterator[IndexedBatch]:  # fmt: skip
     if int(batch_size) != batch_size or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    return _iter_batches(
-        ds,
-        int(batch_size),
-        shuffle,
-        rng,
-        augment and ds.flip and ds.is_image,
-        drop_last,
-        device,
-    )
+    flip = augment and ds.flip and ds.is_image
+    return _iter_batches(ds, int(batch_size), shuffle, rng, flip, drop_last, device)
 
 
 def _iter_batches(
@@ -190,7 +217,7 @@ def _iter_batches(
     flip: bool,
     drop_last: bool,
     device: torch.device | str,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+) -> Iterator[IndexedBatch]:
     n = len(ds)
     dev = torch.device(device)
     if shuffle:
@@ -205,9 +232,11 @@ def _iter_batches(
         yb = torch.from_numpy(_writable(ds.y[idx])).to(dev, non_blocking=True)
         xb = _normalise(xb)
         if flip:
-            mask = (torch.rand(idx.size, generator=rng) < 0.5).to(dev)
-            xb = torch.where(mask[:, None, None, None], xb.flip(-1), xb)
-        yield xb, yb
+            mask = torch.rand(idx.size, generator=rng) < 0.5
+            xb = torch.where(mask.to(dev)[:, None, None, None], xb.flip(-1), xb)
+        else:
+            mask = torch.zeros(idx.size, dtype=torch.bool)
+        yield IndexedBatch(xb, yb, idx, mask)
 
 
 # ------------------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ knows nothing of Flower:
   ``steps`` Adam steps on ``L = ce_weight * L_H + adv_weight * L_A (+ bn_weight * L_BN +
   priors)`` (eqs. 3, 5-7); DENSE, and F-ADI with ``source: pixels``, are settings of this loop.
 - **Ensemble weights** (eqs. 11-12, :func:`weight_step`), **diversification** (eq. 10,
-  :func:`diversify`), the **pool** of every epoch's batch (:class:`SyntheticPool`) and the
-  **distillation** (eq. 4, :func:`kd_loss`, ``T = 4``).
+  :func:`diversify`), the **pool** of every epoch's batch (:class:`SyntheticPool`; the
+  client models' logits on it cached by :class:`PoolLogits`) and the **distillation** (eq. 4,
+  :func:`kd_loss`, ``T = 4``).
 
 All randomness comes from explicit ``torch.Generator`` objects, so a run repeats exactly on CPU.
 Where the paper and the authors' code differ, and which one each default follows:
@@ -42,7 +43,7 @@ from fedgo_flwr.datafree.losses import (
     image_prior_losses,
     kd_loss,
 )
-from fedgo_flwr.datafree.pool import SyntheticPool
+from fedgo_flwr.datafree.pool import PoolLogits, SyntheticPool
 from fedgo_flwr.datafree.synthesis import (
     SOURCES,
     SynthesisResult,
@@ -60,6 +61,7 @@ __all__ = [
     "DataFreeDistillation",
     "Generator",
     "PlainBoost",
+    "PoolLogits",
     "SynthesisResult",
     "SynthesisSettings",
     "SyntheticPool",

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from fedgo_flwr.config.schema import Checker
+from fedgo_flwr.data import IndexedBatch
 from fedgo_flwr.datafree.ensemble import (
     DIVERSIFY_VARIANTS,
     diversify,
@@ -26,8 +27,10 @@ from fedgo_flwr.datafree.ensemble import (
 )
 from fedgo_flwr.datafree.generator import Generator, reset_generator
 from fedgo_flwr.datafree.losses import kd_loss
-from fedgo_flwr.datafree.pool import SyntheticPool
+from fedgo_flwr.datafree.pool import PoolLogits, SyntheticPool
 from fedgo_flwr.datafree.synthesis import SynthesisSettings, synthesize
+from fedgo_flwr.learning.distill import normalise_teachers
+from fedgo_flwr.runtime.kernels import place
 from fedgo_flwr.weighting import cap_scalar_shares
 
 __all__ = [
@@ -53,7 +56,12 @@ class BoostSettings:
     Distillation (eq. 4): ``temperature`` 4, SGD ``lr`` 0.01, ``momentum`` 0.9,
     ``weight_decay`` 1e-4, cosine-annealed over the run's epochs (the code), ``grad_clip`` 10,
     ``batch_size`` 128, one shuffled pass over the pool per epoch; ``augment``: random
-    horizontal flips of pool images where the data set allows them.
+    horizontal flips of pool images where the data set allows them. ``cache_logits``: the
+    client models' logits on each pool image are computed once, when it joins the pool, and
+    read back by the passes that take the pool as stored
+    (:class:`~fedgo_flwr.datafree.pool.PoolLogits`: DENSE's and F-ADI's distillation, any
+    without diversification, the ``code`` order's re-weighting); ``false`` recomputes them
+    every pass (the authors' code; the same values up to float rounding).
     """
 
     reweight: bool = True
@@ -71,6 +79,7 @@ class BoostSettings:
     grad_clip: float = 10.0
     batch_size: int = 128
     augment: bool = True
+    cache_logits: bool = True
 
     def check(self, c: Checker) -> None:
         if self.mu is not None:
@@ -104,7 +113,9 @@ class DataFreeDistillation:
     Holds the frozen client models, their weights ``w`` (``1/n`` to start), the generator, the
     pool, the student and its optimiser, and one seeded ``torch.Generator`` for everything
     random. :meth:`state_dict` / :meth:`load_state_dict` capture all of it, so a run resumed
-    after any epoch continues exactly as an uninterrupted one.
+    after any epoch continues exactly as an uninterrupted one. The models and the generator are
+    put on ``device`` by :func:`fedgo_flwr.runtime.kernels.place` (channels-last with
+    ``resources.channels_last``).
     """
 
     def __init__(
@@ -130,8 +141,8 @@ class DataFreeDistillation:
             raise ValueError("data-free distillation needs at least one client model")
         if boost.order not in ORDERS:
             raise ValueError(f"unknown order {boost.order!r}; choose one of {ORDERS}")
-        self.models = [m.to(device).eval().requires_grad_(False) for m in models]
-        self.student = student.to(device)
+        self.models = [place(m, device).eval().requires_grad_(False) for m in models]
+        self.student = place(student, device)
         self.synthesis = synthesis
         self.boost = boost
         self.num_classes = int(num_classes)
@@ -144,9 +155,13 @@ class DataFreeDistillation:
         self.mu = boost.mu if boost.mu is not None else 0.1 / n
         self.generator: Generator | None = None
         if synthesis.source == "generator":
-            self.generator = Generator(self.image_shape, nz=nz, ngf=ngf).to(device)
+            self.generator = place(Generator(self.image_shape, nz=nz, ngf=ngf), device)
             reset_generator(self.generator, rng)
         self.pool = SyntheticPool(self.image_shape, self.num_classes, flip)
+        reads_stored = not boost.diversify or (boost.reweight and boost.order == "code")
+        self.pool_logits: PoolLogits | None = None
+        if boost.cache_logits and reads_stored:
+            self.pool_logits = PoolLogits(self.models, flip and boost.augment, device)
         self.optimizer = torch.optim.SGD(
             self.student.parameters(),
             lr=boost.lr,
@@ -165,13 +180,32 @@ class DataFreeDistillation:
         self.capped: list[int] = []  # members whose weight share was capped this epoch
 
     # -- pieces ----------------------------------------------------------------------------
-    def ensemble(self, x: Tensor, weights: Tensor | None = None) -> Tensor:
+    def ensemble(
+        self, x: Tensor, weights: Tensor | None = None, raw: Tensor | None = None
+    ) -> Tensor:
         """``A_w(x)`` under the current (or given) weights, times the per-sample multipliers
-        ``m_k(x)`` when the engine has them (FedGO's odds: member ``k`` weighs ``w_k m_k(x)``)."""
+        ``m_k(x)`` when the engine has them (FedGO's odds: member ``k`` weighs ``w_k m_k(x)``).
+        ``raw``: the members' logits on ``x`` before ``teacher_norm``, when already known (the
+        pool's cache)."""
         w = (self.weights if weights is None else weights).to(x.device)
         if self.sample_weights is not None:
             w = w[:, None] * self.sample_weights(x)
-        return weighted_logits(member_logits(self.models, x, self.teacher_norm), w)
+        return weighted_logits(self._members(x, raw), w)
+
+    def _members(self, x: Tensor, raw: Tensor | None) -> Tensor:
+        if raw is None:
+            return member_logits(self.models, x, self.teacher_norm)
+        return normalise_teachers(raw, self.teacher_norm)
+
+    def _pool_batch(self, batch: IndexedBatch, diversified: bool) -> tuple[Tensor, Tensor | None]:
+        """A pool batch's model input, diversified (eq. 10) when ``diversified`` and DHS is on,
+        and the members' raw logits on it from :attr:`pool_logits` when it is the pool as
+        stored and they are cached (else ``None``)."""
+        if diversified and self.boost.diversify:
+            return self._diversified(batch.x), None
+        if self.pool_logits is None:
+            return batch.x, None
+        return batch.x, self.pool_logits.read(batch.index, batch.flipped)
 
     def step_size(self) -> float:
         """``mu * mu_decay ** epoch``: this epoch's weight step."""
@@ -195,15 +229,14 @@ class DataFreeDistillation:
         :func:`~fedgo_flwr.weighting.cap_scalar_shares`: no member's share of the weights above
         its cap (the members it lowered are added to :attr:`capped`)."""
         steps, step = 0, self.step_size()
-        for x, y in self.pool.batches(
+        for batch in self.pool.indexed_batches(
             self.boost.batch_size, self.rng, self.boost.augment, self.device
         ):
-            if diversified:
-                x = self._diversified(x)
+            x, raw = self._pool_batch(batch, diversified)
             with torch.no_grad():
-                logits = member_logits(self.models, x, self.teacher_norm)
+                logits = self._members(x, raw)
                 mult = None if self.sample_weights is None else self.sample_weights(x).cpu()
-            self.weights = weight_step(self.weights, logits.cpu(), y.cpu(), step, mult)
+            self.weights = weight_step(self.weights, logits.cpu(), batch.y.cpu(), step, mult)
             if self.share_caps is not None:
                 self.weights, capped = cap_scalar_shares(self.weights, self.share_caps)
                 self.capped = sorted({*self.capped, *capped})
@@ -214,12 +247,12 @@ class DataFreeDistillation:
         """One pass of the student over the (diversified) pool; mean KD loss and steps."""
         self.student.train()
         total, count, steps = 0.0, 0, 0
-        for x, _y in self.pool.batches(
+        for batch in self.pool.indexed_batches(
             self.boost.batch_size, self.rng, self.boost.augment, self.device
         ):
-            x = self._diversified(x)
+            x, raw = self._pool_batch(batch, diversified=True)
             with torch.no_grad():
-                t_out = self.ensemble(x)
+                t_out = self.ensemble(x, raw=raw)
             loss = kd_loss(self.student(x), t_out, self.boost.temperature)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -233,7 +266,9 @@ class DataFreeDistillation:
 
     # -- the epoch -------------------------------------------------------------------------
     def run_epoch(self) -> dict[str, float]:
-        """Alg. 1, one epoch: synthesise, grow the pool, re-weight, distil. Returns its stats."""
+        """Alg. 1, one epoch: synthesise, grow the pool, re-weight, distil. Returns its stats
+        (``cache_time``: the client models' logits on the epoch's new pool images, when
+        cached)."""
         start = time.perf_counter()
         self.capped = []
         result = synthesize(
@@ -256,10 +291,14 @@ class DataFreeDistillation:
         weight_steps = 0
         if self.boost.reweight and self.boost.order == "code" and self.epoch > 0:
             weight_steps = self.reweight_pass(diversified=False)
+        start_pool = len(self.pool)
         self.pool.add(result.images, result.labels)
+        cache_start = time.perf_counter()
+        self._cache_pool(start_pool)
+        cache_time = time.perf_counter() - cache_start
         if self.boost.reweight and self.boost.order == "paper":
             weight_steps = self.reweight_pass(diversified=True)
-        weight_time = time.perf_counter() - start
+        weight_time = time.perf_counter() - start - cache_time
         start = time.perf_counter()
         kd, kd_steps = self.distill_pass()
         self.scheduler.step()
@@ -272,12 +311,21 @@ class DataFreeDistillation:
             "synthesis_time": synth_time,
             "weight_steps": float(weight_steps),
             "weight_time": weight_time,
+            "cache_time": cache_time,
             "distill_loss": kd,
             "distill_steps": float(kd_steps),
             "distill_time": kd_time,
         }
         stats.update({f"synthesis_{k}": v for k, v in result.terms.items()})
         return stats
+
+    def _cache_pool(self, start: int) -> None:
+        """The members' logits on the pool's samples from ``start`` on (in batches of
+        ``boost.batch_size``), when the engine caches them."""
+        if self.pool_logits is None:
+            return
+        for x in self.pool.inputs(start, self.boost.batch_size):
+            self.pool_logits.add(x)
 
     # -- resume ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -298,6 +346,9 @@ class DataFreeDistillation:
         self.epoch = int(state["epoch"])
         self.weights = torch.as_tensor(state["weights"], dtype=torch.float32).clone()
         self.pool.load_state_dict(state["pool"])
+        if self.pool_logits is not None:
+            self.pool_logits.clear()
+            self._cache_pool(0)
         self.student.load_state_dict(state["student"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

@@ -11,6 +11,7 @@ from helpers import ONESHOT_TINY
 
 from benchmarks import oneshot_teachers
 from fedgo_app.inprocess import run_inprocess
+from fedgo_flwr.runtime.kernels import channels_last, use_channels_last
 from strategies import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,18 +19,30 @@ CONFIG = "conf/coboosting.yaml"
 TINY = [*ONESHOT_TINY, "strategy.name=oneshot", "strategy.aggregation.rule=mean", "seed=3"]
 
 
-def test_milestones_are_the_one_shot_uploads_and_a_stopped_run_goes_on(tmp_path):
+@pytest.fixture(autouse=True)
+def default_format():
+    """The runs here set the process's channels-last switch; the next test starts without it."""
+    yield
+    use_channels_last(False)
+
+
+@pytest.mark.parametrize("formats", [[], ["resources.channels_last=true"]])
+def test_milestones_are_the_one_shot_uploads_and_a_stopped_run_goes_on(tmp_path, formats):
     """The model after 2 epochs, trained to 1 epoch, stopped and resumed, is client k's upload of
     a one-shot run with ``train.local_epochs=2`` bit for bit, and the ensembles measured at that
-    milestone are the strategy's own (FedENS and DW-FedENS, and the parameter average's)."""
+    milestone are the strategy's own (FedENS and DW-FedENS, and the parameter average's); in the
+    channels-last format too, against a one-shot run in that format."""
     run = tmp_path / "run"
-    run_inprocess(load_experiment(ROOT / CONFIG, [*TINY, f"output_dir={run}"]))
+    tiny = [*TINY, *formats]
+    run_inprocess(load_experiment(ROOT / CONFIG, [*tiny, f"output_dir={run}"]))
+    use_channels_last(False)  # the script sets the format itself
     work, out = tmp_path / "work", tmp_path / "out"
-    args = ["--config", CONFIG, "--seeds", "3", "--work", str(work), "--out", str(out), *TINY]
+    args = ["--config", CONFIG, "--seeds", "3", "--work", str(work), "--out", str(out), *tiny]
     assert oneshot_teachers.main(["--epochs", "1", *args]) == 0
     first = json.loads((work / "seed3" / "milestones.json").read_text())
     assert [r["epochs"] for r in first] == [1]
     assert oneshot_teachers.main(["--epochs", "1", "2", *args]) == 0
+    assert channels_last() == bool(formats)
     uploads = torch.load(run / "client_models.pt", weights_only=False)["clients"]
     assert sorted(int(k) for k in uploads) == [0, 1, 2, 3]
     for k, upload in uploads.items():
@@ -48,7 +61,7 @@ def test_milestones_are_the_one_shot_uploads_and_a_stopped_run_goes_on(tmp_path)
     assert len(last["clients"]) == 4 and last["train_seconds"] > 0
     # The milestone's uploads seed a server method as the one-shot run's own would.
     dense = tmp_path / "dense"
-    overrides = [*TINY, "strategy.name=dense", "strategy.epochs=1", f"output_dir={dense}"]
+    overrides = [*tiny, "strategy.name=dense", "strategy.epochs=1", f"output_dir={dense}"]
     teachers = f"strategy.teachers_from={work / 'seed3' / 'e2'}"
     run_inprocess(load_experiment(ROOT / CONFIG, [*overrides, teachers]))
     reused = json.loads((dense / "summary.json").read_text())
@@ -70,5 +83,7 @@ def test_state_of_other_settings_is_refused_naming_the_file(tmp_path, capsys):
     args += ["--out", str(tmp_path / "out"), *TINY]
     assert oneshot_teachers.main(args) == 0
     (work / "seed3" / "milestones.json").unlink()  # measure again: the clients' state is read
-    assert oneshot_teachers.main([*args, "train.lr=0.02"]) == 2
-    assert f"{work / 'seed3' / 'client0.pt'}: saved under other settings" in capsys.readouterr().err
+    for other in ("train.lr=0.02", "resources.channels_last=true"):
+        assert oneshot_teachers.main([*args, other]) == 2
+        err = capsys.readouterr().err
+        assert f"{work / 'seed3' / 'client0.pt'}: saved under other settings" in err, other

@@ -17,6 +17,7 @@ from fedgo_flwr.data import (
     ArrayDataset,
     batches,
     four_gaussians_server_data,
+    indexed_batches,
     load_dataset,
     load_hf_dataset,
     make_four_gaussians,
@@ -217,6 +218,27 @@ def test_flips_happen_only_when_allowed() -> None:
     for d, aug in ((ds, False), (no_flip, True)):
         out = torch.cat([xb for xb, _ in batches(d, 64, shuffle=False, augment=aug)])
         assert torch.equal(out, ref)
+
+
+def test_indexed_batches_name_the_samples_and_flips_of_the_batches() -> None:
+    """The same batches as ``batches`` from the same seed, each with the dataset indices and
+    the flip mask that produce it from the stored images."""
+    ds = _image_dataset(70)
+    ref, labels = ds.to_tensors()
+    plain = list(batches(ds, 16, shuffle=True, rng=torch.Generator().manual_seed(3), augment=True))
+    indexed = list(
+        indexed_batches(ds, 16, shuffle=True, rng=torch.Generator().manual_seed(3), augment=True)
+    )
+    assert len(plain) == len(indexed) == 5
+    for (x, y), b in zip(plain, indexed, strict=True):
+        assert torch.equal(x, b.x) and torch.equal(y, b.y)
+        rebuilt = torch.where(b.flipped[:, None, None, None], ref[b.index].flip(-1), ref[b.index])
+        assert torch.equal(b.x, rebuilt) and torch.equal(b.y, labels[b.index])
+    assert 0 < int(torch.cat([b.flipped for b in indexed]).sum()) < 70
+    still = next(iter(indexed_batches(ds, 8, shuffle=False)))
+    assert still.index.tolist() == list(range(8)) and not bool(still.flipped.any())
+    with pytest.raises(ValueError, match="batch_size"):
+        indexed_batches(ds, 0, shuffle=False)
 
 
 def test_batches_bad_batch_size() -> None:

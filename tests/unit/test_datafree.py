@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,6 +16,7 @@ from fedgo_flwr.datafree import (
     BoostSettings,
     DataFreeDistillation,
     Generator,
+    PoolLogits,
     SynthesisSettings,
     SyntheticPool,
     adversarial_kl,
@@ -31,6 +33,7 @@ from fedgo_flwr.datafree import (
     weighted_logits,
 )
 from fedgo_flwr.models.classifiers import build_model
+from fedgo_flwr.runtime.kernels import use_channels_last
 
 SHAPE = (1, 8, 8)
 CLASSES = 3
@@ -327,7 +330,7 @@ def test_more_synthesis_steps_lower_the_class_loss() -> None:
 # -- the epoch loop --------------------------------------------------------------------------
 
 
-def loop(seed: int = 0, **boost) -> DataFreeDistillation:
+def loop(seed: int = 0, teacher_norm: str = "none", **boost) -> DataFreeDistillation:
     settings = {"batch_size": 4}
     settings.update(boost)
     (student,) = models(1, seed=9)
@@ -344,6 +347,7 @@ def loop(seed: int = 0, **boost) -> DataFreeDistillation:
         epochs=4,
         nz=16,
         ngf=8,
+        teacher_norm=teacher_norm,
     )
 
 
@@ -407,26 +411,102 @@ def test_switches_reweight_off_and_code_order() -> None:
 
 
 def test_diversify_off_distils_on_the_pool_as_stored() -> None:
-    calls = []
+    """Without DHS the student sees every pool image as stored or flipped, nothing else."""
     run = loop(diversify=False)
-    run._diversified = lambda x: calls.append(1) or x  # type: ignore[method-assign]
-    run.run_epoch()
-    assert calls  # still routed, but diversify=False leaves batches as they are
-    run2 = loop(diversify=False)
+    seen: list[torch.Tensor] = []
+    run.student.register_forward_pre_hook(lambda _m, args: seen.append(args[0].detach()))
+    run._diversified = lambda x: pytest.fail("diversified without DHS")  # type: ignore[method-assign]
+    for _ in range(2):
+        run.run_epoch()
+    stored = torch.cat(list(run.pool.inputs(0, 5)))
+    views = torch.cat([stored, stored.flip(-1)])
+    distilled = torch.cat([x for x in seen if x.shape[0] != 6][-3:])  # the last pass: 12 images
+    assert distilled.shape[0] == 12
+    assert all(bool((views == row).all((1, 2, 3)).any()) for row in distilled)
     x = torch.randn(2, *SHAPE)
-    assert torch.equal(run2._diversified(x), x)
-    run3 = loop()
-    assert not torch.equal(run3._diversified(x), x)
+    assert torch.equal(loop(diversify=False)._diversified(x), x)
+    assert not torch.equal(loop()._diversified(x), x)
 
 
-def test_resumed_run_equals_an_uninterrupted_one() -> None:
-    full = loop(seed=3)
+def sample_counter(model: nn.Module) -> list[int]:
+    count = [0]
+    model.register_forward_pre_hook(lambda _m, args: count.__setitem__(0, count[0] + len(args[0])))
+    return count
+
+
+PASSES = [
+    ({"diversify": False, "reweight": False}, "distill"),  # DENSE: the distillation only
+    ({"diversify": False}, "both"),  # no DHS: the re-weighting reads the stored pool too
+    ({"order": "code"}, "reweight"),  # the old pool, as stored, from the second epoch on
+    ({"diversify": False, "teacher_norm": "std"}, "both"),  # rescaled over each batch read
+]
+
+
+@pytest.mark.parametrize(("boost", "cached"), PASSES)
+def test_cached_pool_logits_give_the_uncached_run(boost: dict, cached: str) -> None:
+    """With ``cache_logits`` the client models see each pool image once per orientation (when it
+    joins the pool), not once per pass, and the run is the uncached run: the same student,
+    weights and losses up to float rounding (the models' logits on an image, computed in another
+    batch, can differ in the last bit: 7e-9 seen here). The passes over the pool as stored read
+    the cache; reading the wrong orientation moves the student by 1e-2."""
+    runs, counts, losses = {}, {}, {}
+    for cache in (True, False):
+        run = loop(seed=5, cache_logits=cache, **boost)
+        counts[cache] = sample_counter(run.models[0])
+        losses[cache] = [run.run_epoch() for _ in range(5)]
+        runs[cache] = run
+    assert runs[False].pool_logits is None and runs[True].pool_logits is not None
+    assert torch.allclose(runs[True].weights, runs[False].weights, atol=1e-6)
+    for k, v in runs[False].student.state_dict().items():
+        assert torch.allclose(v.float(), runs[True].student.state_dict()[k].float(), atol=1e-5), k
+    for a, b in zip(losses[True], losses[False], strict=True):
+        assert a["distill_loss"] == pytest.approx(b["distill_loss"], rel=1e-3)
+        assert a["synthesis_loss"] == pytest.approx(b["synthesis_loss"], rel=1e-3)
+    pools = [6 * e for e in range(1, 6)]  # pool size in each epoch's passes
+    read = {"distill": sum(pools), "both": 2 * sum(pools), "reweight": sum(pools[:-1])}[cached]
+    saved = read - 2 * pools[-1]  # every image cached in two orientations
+    assert counts[False][0] - counts[True][0] == saved
+    assert len(runs[True].pool_logits) == pools[-1]
+
+
+def test_diversified_runs_keep_no_cache() -> None:
+    """Co-Boosting in the paper's order reads only diversified pool batches: nothing to cache."""
+    assert loop().pool_logits is None
+
+
+def test_pool_logits_read_by_index_and_flip() -> None:
+    nets = models(2, seed=1)
+    for m in nets:
+        m.eval()
+    x = torch.randn(5, *SHAPE)
+    cache = PoolLogits(nets, flip=True, device=torch.device("cpu"))
+    cache.add(x[:3])
+    cache.add(x[3:])
+    flipped = torch.tensor([True, False, True])
+    out = cache.read(np.array([4, 0, 1]), flipped)
+    picked = torch.where(flipped[:, None, None, None], x[[4, 0, 1]].flip(-1), x[[4, 0, 1]])
+    with torch.no_grad():
+        expected = torch.stack([m(picked) for m in nets])
+    assert out.shape == (2, 3, CLASSES)
+    assert torch.allclose(out, expected, atol=1e-6)
+    with pytest.raises(IndexError, match="only 5 images cached"):
+        cache.read(np.array([5]), torch.tensor([False]))
+    plain = PoolLogits(nets, flip=False, device=torch.device("cpu"))
+    plain.add(x)
+    with pytest.raises(ValueError, match="stored orientation only"):
+        plain.read(np.array([0]), torch.tensor([True]))
+
+
+@pytest.mark.parametrize("boost", [{}, {"diversify": False}])
+def test_resumed_run_equals_an_uninterrupted_one(boost: dict) -> None:
+    """Also with the pool's logits cached (no DHS): the resumed engine computes them again."""
+    full = loop(seed=3, **boost)
     for _ in range(3):
         full.run_epoch()
-    first = loop(seed=3)
+    first = loop(seed=3, **boost)
     first.run_epoch()
     state = first.state_dict()
-    resumed = loop(seed=99)  # a different rng: the state must carry it
+    resumed = loop(seed=99, **boost)  # a different rng: the state must carry it
     resumed.load_state_dict(state)
     for _ in range(2):
         resumed.run_epoch()
@@ -552,3 +632,25 @@ def test_paper_order_reweights_on_diversified_pool_batches() -> None:
         seen[order] = calls
     assert seen["paper"] == [True, True]
     assert seen["code"] == [False]  # epoch 0 has no pool to re-weight yet
+
+
+def test_channels_last_switch_places_every_model_of_the_engine() -> None:
+    """``resources.channels_last`` reaches the data-free server: client models, student and
+    generator run in that format (the same math: the epoch's losses match the default's)."""
+
+    def conv_weights(run: DataFreeDistillation) -> list[torch.Tensor]:
+        mods = [*run.models, run.student, run.generator]
+        return [p for m in mods for p in m.parameters() if p.dim() == 4]
+
+    default = loop(seed=2)
+    use_channels_last(True)
+    try:
+        fast = loop(seed=2)
+    finally:
+        use_channels_last(False)
+    assert all(w.is_contiguous(memory_format=torch.channels_last) for w in conv_weights(fast))
+    assert not all(
+        w.is_contiguous(memory_format=torch.channels_last) for w in conv_weights(default)
+    )
+    a, b = default.run_epoch(), fast.run_epoch()
+    assert a["distill_loss"] == pytest.approx(b["distill_loss"], rel=1e-4)
