@@ -11,7 +11,8 @@ Data and Ensemble Co-Boosting", ICLR 2024 (paper 004), Alg. 1. After the one rou
    ``boost.reweight``, ``boost.mu``, ``boost.order``), and then no client's share
    ``w_k / sum_i w_i`` exceeds ``max(2/n, 3 n_k / sum n)``, and with 3 or more clients
    ``max(1/2, n_k / sum n)`` (:func:`~fedgo_flwr.weighting.mean_share_caps`;
-   :func:`~fedgo_flwr.weighting.cap_scalar_shares`, a WARNING naming the client);
+   :func:`~fedgo_flwr.weighting.cap_scalar_shares`, a WARNING naming the client; not in the
+   paper: ``share_cap: false`` leaves eq. 12 as published);
 4. the student distils the weighted ensemble on the diversified pool (eqs. 4 and 10;
    ``boost.diversify``, ``boost.epsilon``, ``boost.variant``).
 
@@ -63,6 +64,11 @@ class CoBoostingConfig(OneShotConfig):
     """Width of that generator (images with H and W multiples of 4)."""
     synthesis: SynthesisSettings = field(default_factory=SynthesisSettings)
     boost: BoostSettings = field(default_factory=BoostSettings)
+    share_cap: bool = True
+    """No client's share ``w_k / sum_i w_i`` of the learned weights above its mean-share cap
+    (:func:`~fedgo_flwr.weighting.mean_share_caps`; not in the paper, whose eq. 12 bounds each
+    ``w_k`` to ``[0, 1]`` and no more). ``false``: eq. 12 as published, for reproducing the
+    paper; one client's weight may then take the whole ensemble (a WARNING says so)."""
 
     def check(self, c: Checker) -> None:
         c.require("epochs", self.epochs >= 1, "must be >= 1")
@@ -168,10 +174,17 @@ class CoBoosting(OneShot):
             nz=p.nz,
             ngf=p.ngf,
             teacher_norm=p.teacher_norm,
-            share_caps=mean_share_caps(self.data_size_weights()),
+            share_caps=mean_share_caps(self.data_size_weights()) if p.share_cap else None,
         )
 
     def after_clients(self, initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if not self.params.share_cap and self.params.boost.reweight:
+            log(
+                WARNING,
+                "%s: share_cap: false: the learned ensemble weights take eq. 12's steps "
+                "uncapped (the paper); one client's weight may take the whole ensemble",
+                self.name,
+            )
         self.engine = self.build_engine(initial)
         return self.student_arrays()
 

@@ -279,3 +279,41 @@ def test_the_learned_weights_cap_bounds_a_teacher_the_synthetic_labels_favour():
     after = accuracy(weighted_logits(real, capped_w), y)
     assert share_free > 0.99 and share_capped == pytest.approx(0.3, abs=1e-5)
     assert before < 0.05 and after > 0.9, (before, after)
+
+
+@pytest.mark.parametrize("share_cap", [True, False])
+def test_coboosting_share_cap_switch_reaches_the_engine(share_cap, monkeypatch, flwr_log):
+    """``strategy.share_cap`` (default true) hands the engine the mean-share caps (0.3 each for
+    ten equal clients, as the bound test above); ``false`` hands it none (eq. 12 as published,
+    the uncapped column of that test: one teacher's share 1.000) and says so in a WARNING."""
+    import strategies.coboosting as module
+
+    built: list[dict] = []
+    monkeypatch.setattr(module, "DataFreeDistillation", lambda *a, **kw: built.append(kw))
+    params = module.CoBoostingConfig(share_cap=share_cap)
+    fake = SimpleNamespace(
+        name="coboosting",
+        params=params,
+        average=None,
+        model_factory=lambda: torch.nn.Linear(2, 2),
+        resources=SimpleNamespace(
+            bundle=SimpleNamespace(
+                train=SimpleNamespace(num_classes=C, input_shape=(2,), flip=False)
+            ),
+            device="cpu",
+        ),
+        cfg=SimpleNamespace(seed=0),
+        teacher_modules=lambda: [],
+        boost_settings=lambda: params.boost,
+        data_size_weights=lambda: torch.full((10,), 0.1),
+        student_arrays=lambda: {},
+    )
+    fake.build_engine = lambda initial: CoBoosting.build_engine(fake, initial)  # type: ignore[attr-defined]
+    initial = {k: v.numpy() for k, v in torch.nn.Linear(2, 2).state_dict().items()}
+    CoBoosting.after_clients(fake, initial)  # type: ignore[arg-type]
+    caps = built[0]["share_caps"]
+    warned = [m for m in flwr_log.messages if "share_cap: false" in m]
+    if share_cap:
+        assert caps.tolist() == pytest.approx([0.3] * 10) and not warned
+    else:
+        assert caps is None and len(warned) == 1
