@@ -38,6 +38,9 @@ BASE_OVERRIDES: dict[str, list[str]] = {
     # The authors' diversification (their ``cb_kd_train``): a step of eps * sign(grad) on
     # softmax at temperature 4, against eq. 10's L2-normalised step (the default, "paper").
     "coboosting_sign": ["strategy.name=coboosting", "strategy.boost.variant=code"],
+    # Eq. 12 as published: no mean-share cap on the learned weights (the project's default
+    # caps each client's share; it binds on honest runs with strong teachers).
+    "coboosting_uncapped": ["strategy.name=coboosting", "strategy.share_cap=false"],
     "feddf": ["strategy.name=feddf", "rounds=1", "strategy.weighting=uniform"],
     "coboosting_fedgo": ["strategy.name=coboosting_fedgo", "strategy.combine=odds_learned"],
     "coboosting_fedgo_odds": ["strategy.name=coboosting_fedgo", "strategy.combine=odds"],
@@ -108,7 +111,12 @@ DEFAULT_METHODS = (
     "coboosting_fedgo_odds",
 )
 """The methods of a seed by default (the paper's Table 1 and 2, and Co-Boosting with FedGO)."""
-EXTRA_METHODS = ("coboosting_sign", "coboosting_fedgo_exact", "coboosting_fedgo_exact_odds")
+EXTRA_METHODS = (
+    "coboosting_sign",
+    "coboosting_uncapped",
+    "coboosting_fedgo_exact",
+    "coboosting_fedgo_exact_odds",
+)
 """Methods run only when ``--methods`` names them."""
 ALL_METHODS = (*DEFAULT_METHODS, *EXTRA_METHODS)
 
@@ -126,7 +134,7 @@ def base_methods(ablation: bool, chosen: Iterable[str] | None = None) -> list[st
         while (source := source_of(base)) is not None:
             chosen.add(source)
             base = source
-    order = ["oneshot", "dense", "coboosting", "coboosting_sign"]
+    order = ["oneshot", "dense", "coboosting", "coboosting_sign", "coboosting_uncapped"]
     methods = [m for m in order if m in chosen]
     if ablation:
         methods += [ablation_name(*f) for f in ABLATION if ablation_name(*f) != "coboosting"]

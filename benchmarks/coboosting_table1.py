@@ -34,8 +34,9 @@ The methods that train their own clients (``feddf``, ``coboosting_fedgo``) still
 
 ``--methods`` runs a subset (the runs whose uploads they reuse come along) and adds
 ``coboosting_sign``: Co-Boosting with the authors' diversification step (``boost.variant:
-code``, a signed step of size epsilon) instead of eq. 10's normalised one (the default); it
-reuses oneshot's uploads and gets a column where a run of it is kept. Besides the paper's
+code``, a signed step of size epsilon) instead of eq. 10's normalised one (the default), and
+``coboosting_uncapped``: eq. 12 as published (``share_cap: false``, no mean-share cap on the
+learned weights); each reuses oneshot's uploads and gets a column where a run of it is kept. Besides the paper's
 tables (mean ± sd), the table gives every server model's mean with its 95% t interval over the
 seeds and the paired differences the paper's Table 1 claims (Co-Boosting against DENSE, FedDF
 and FedAvg; each variant against Co-Boosting) with a paired t-test, and says which seed set

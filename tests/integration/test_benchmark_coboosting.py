@@ -609,6 +609,36 @@ def test_intervals_and_paired_differences_by_hand(driver, records) -> None:
     assert "report seeds (100, 101): never used for a choice" in first.splitlines()[0]
 
 
+def test_uncapped_coboosting_is_eq12_as_published_with_its_own_columns(driver, records) -> None:
+    """``coboosting_uncapped``: Co-Boosting with ``share_cap: false`` on oneshot's uploads, only
+    when asked; its server and learned-ensemble columns, the note and its pair rows."""
+    assert driver.method_grid([0.1], [], ["coboosting_uncapped"]) == [
+        "a0.1-oneshot",
+        "a0.1-coboosting_uncapped",
+    ]
+    assert "a0.1-coboosting_uncapped" not in driver.method_grid([0.1])
+    free = driver.load_config(DIGITS, driver.method_overrides("a0.1-coboosting_uncapped"))
+    paper = driver.load_config(DIGITS, driver.method_overrides("a0.1-coboosting"))
+    assert (free.strategy.name, free.strategy.params.share_cap) == ("coboosting", False)
+    assert paper.strategy.params.share_cap is True
+    assert driver.source_method("a0.1-coboosting_uncapped") == "a0.1-oneshot"
+    assert "uncapped" not in driver.table(records, alphas=[0.1], ablation_alphas=[])
+    _run(records, "a0.1-coboosting_uncapped-seed1", final_accuracy=0.62,
+         ensemble_accuracy_learned=0.66)  # fmt: skip
+    text = driver.table(records, alphas=[0.1], ablation_alphas=[])
+    assert '"uncapped": eq. 12 as published (`strategy.share_cap: false`)' in text
+    server = _section(text, "Server model", "Ensemble of the client models")
+    assert "| Co-Boosting | Co-Boosting, uncapped | CB + FedGO" in server
+    ensemble = _section(text, "Ensemble of the client models", "Same client models")
+    assert "| learned (Co-Boosting) | learned, uncapped | FedGO odds" in ensemble
+    assert "| 66.00 ± 0.00 (n=1) |" in _rows(ensemble, "0.1")[0]
+    part = _section(text, "Server model, test accuracy % with the half-width")
+    # seed 1: 62 against Co-Boosting's 57
+    assert _rows(part, "0.1 | Co-Boosting, uncapped - Co-Boosting") == [
+        "| 0.1 | Co-Boosting, uncapped - Co-Boosting | +5.0 (n=1) |"
+    ]
+
+
 def test_table_without_a_reference_or_runs(driver, records, tmp_path: Path) -> None:
     text = driver.table(records)
     assert "(paper," not in text
