@@ -30,6 +30,7 @@ resumed run ends with the same metrics as an uninterrupted one (on CPU).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import re
@@ -375,8 +376,9 @@ def load_checkpoint(out_dir: Path) -> Checkpoint | None:
 def config_differences(saved: dict[str, Any], cfg: ExperimentConfig) -> list[str]:
     """Dotted keys whose values differ between the checkpoint's config and ``cfg``.
 
-    A key that the checkpoint lacks (one added to the project after it was written) counts as
-    unchanged while ``cfg`` has that key's default, which keeps the earlier behaviour.
+    A key that the checkpoint lacks (one added to the project after it was written, the
+    strategy's parameters included) counts as unchanged while ``cfg`` has that key's default,
+    which keeps the earlier behaviour.
     """
     current = cfg.to_dict()
     out: list[str] = []
@@ -393,5 +395,10 @@ def config_differences(saved: dict[str, Any], cfg: ExperimentConfig) -> list[str
         elif a != b:
             out.append(f"{prefix.rstrip('.')} ({a!r} -> {b!r})")
 
-    walk(saved, current, ExperimentConfig().to_dict(strategy_params=False), "")
+    defaults = ExperimentConfig().to_dict(strategy_params=False)
+    params = cfg.strategy.params
+    if dataclasses.is_dataclass(params) and not isinstance(params, type):
+        # The strategy's own parameters: a key added to its Config since the checkpoint.
+        defaults["strategy"] = dataclasses.asdict(type(params)())
+    walk(saved, current, defaults, "")
     return out

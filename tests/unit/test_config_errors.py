@@ -203,3 +203,23 @@ def test_run_sh_refuses_an_unknown_option():
         out.stderr.strip()
         == "fedgo-flwr: unknown option --rounds=3 (./run.sh --help lists the modes)"
     )
+
+
+def test_a_checkpoint_from_before_a_strategy_key_existed_resumes_at_its_default():
+    """A strategy parameter added after a checkpoint was written (Co-Boosting's ``share_cap``)
+    is no change while the run keeps its default (the behaviour the checkpoint ran with), and
+    is one when set otherwise; a core key likewise."""
+    from fedgo_flwr.records.checkpoint import config_differences
+
+    cfg = load_experiment(CONF / "coboosting.yaml")
+    saved = cfg.to_dict()
+    del saved["strategy"]["share_cap"]
+    assert config_differences(saved, cfg) == []
+    off = load_experiment(CONF / "coboosting.yaml", ["strategy.share_cap=false"])
+    assert config_differences(saved, off) == ["strategy.share_cap (None -> False)"]
+    saved["strategy"]["epochs"] = cfg.strategy.params.epochs + 1  # a key both have
+    assert config_differences(saved, cfg) == [
+        f"strategy.epochs ({cfg.strategy.params.epochs + 1} -> {cfg.strategy.params.epochs})"
+    ]
+    del saved["strict"]
+    assert config_differences(saved, cfg)[0].startswith("strategy.epochs")
