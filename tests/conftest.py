@@ -104,3 +104,16 @@ def flwr_log(caplog):
     caplog.set_level(logging.WARNING, logger="flwr")
     yield caplog
     logger.propagate = old
+
+
+@pytest.fixture(autouse=True)
+def _kernel_switches():
+    """Every test starts and ends with the process-wide kernel switches of
+    :mod:`fedgo_flwr.runtime.kernels` (channels-last, precision, the GPU inference batch) as
+    it found them: a run or benchmark that sets one (``resources.channels_last``, a profiling
+    setting) would otherwise leak it into whichever test its worker runs next."""
+    from fedgo_flwr.runtime import kernels
+
+    saved = (kernels._channels_last, kernels._precision, kernels._gpu_inference_batch)
+    yield
+    kernels._channels_last, kernels._precision, kernels._gpu_inference_batch = saved
