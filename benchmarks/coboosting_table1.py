@@ -36,11 +36,12 @@ The methods that train their own clients (``feddf``, ``coboosting_fedgo``) still
 ``coboosting_sign``: Co-Boosting with the authors' diversification step (``boost.variant:
 code``, a signed step of size epsilon) instead of eq. 10's normalised one (the default), and
 ``coboosting_uncapped``: eq. 12 as published (``share_cap: false``, no mean-share cap on the
-learned weights); each reuses oneshot's uploads and gets a column where a run of it is kept. Besides the paper's
-tables (mean ± sd), the table gives every server model's mean with its 95% t interval over the
-seeds and the paired differences the paper's Table 1 claims (Co-Boosting against DENSE, FedDF
-and FedAvg; each variant against Co-Boosting) with a paired t-test, and says which seed set
-the runs come from (:mod:`fedgo_app.sweep.seeds`: only report seeds back a claim).
+learned weights); each reuses oneshot's uploads and gets a column where a run of it is kept.
+Besides the paper's tables (mean ± sd), the table gives every server model's mean with its 95% t
+interval over the seeds and the paired differences the paper's Table 1 claims (Co-Boosting
+against DENSE, FedDF and FedAvg; each variant against Co-Boosting) with a paired t-test, and
+says which seed set the runs come from (:mod:`fedgo_app.sweep.seeds`: only report seeds back a
+claim).
 
 Every run of a seed has the same ``data.server_fraction`` (the preset's; FedDF distils on that
 share, the data-free methods ignore it), so every method's clients hold the same data. A run
