@@ -156,6 +156,13 @@ class CoBoosting(OneShot):
 
     def build_engine(self, initial: dict[str, np.ndarray]) -> DataFreeDistillation:
         p: CoBoostingConfig = self.params
+        if not p.share_cap and p.boost.reweight:
+            log(
+                WARNING,
+                "%s: share_cap: false: the learned ensemble weights take eq. 12's steps "
+                "uncapped (the paper); one client's weight may take the whole ensemble",
+                self.name,
+            )
         student = self.model_factory()
         start = self.average if p.student_init == "average" and self.average else initial
         student.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in start.items()})
@@ -178,13 +185,6 @@ class CoBoosting(OneShot):
         )
 
     def after_clients(self, initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if not self.params.share_cap and self.params.boost.reweight:
-            log(
-                WARNING,
-                "%s: share_cap: false: the learned ensemble weights take eq. 12's steps "
-                "uncapped (the paper); one client's weight may take the whole ensemble",
-                self.name,
-            )
         self.engine = self.build_engine(initial)
         return self.student_arrays()
 
